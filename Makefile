@@ -1,0 +1,36 @@
+# dopesync: `make demo` runs the whole job end to end; `make test` runs every test.
+SWIFT ?= swift
+SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
+# Tools the tests drive as real archive producers: GNU tar, bsdtar, zip, zstd, xz, bzip2.
+TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3
+
+.PHONY: deps build test demo bench clean
+
+# Installs the C libraries (and the archive tools the tests use) when they are missing.
+deps:
+	@missing=""; \
+	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2; do \
+	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --parallel
+
+bench: deps
+	$(SWIFT) build -c release
+	./Scripts/bench.sh
+
+demo: deps
+	./Scripts/demo.sh
+
+clean:
+	rm -rf .build

@@ -1,0 +1,148 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// Keep module boundaries honest from day one (as Hummingbird 2 does).
+let strictness: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "dopesync",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "dopesync", targets: ["dopesync"]),
+        .executable(name: "dopesync-devserver", targets: ["dopesync-devserver"]),
+        .executable(name: "dopesync-bench", targets: ["dopesync-bench"]),
+        .library(name: "DopeSync", targets: ["DopeSync"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: ["YAML"]),
+    ],
+    targets: [
+        // C libraries, each behind a system-library target; no C type leaves the module that wraps it.
+        .systemLibrary(
+            name: "CArchive",
+            pkgConfig: "libarchive",
+            providers: [.apt(["libarchive-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+
+        // A small SQLite wrapper shared by the checkpoint store and the dev server's storage.
+        .target(
+            name: "SQLiteSupport",
+            dependencies: ["CSQLite"],
+            swiftSettings: strictness
+        ),
+
+        // All of the worker's behaviour.
+        .target(
+            name: "DopeSync",
+            dependencies: [
+                "CArchive",
+                "SQLiteSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // The TrueDope API on loopback: its logic lives here so tests can run it in-process.
+        .target(
+            name: "DopeSyncDevServer",
+            dependencies: [
+                "SQLiteSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        .executableTarget(
+            name: "dopesync",
+            dependencies: [
+                "DopeSync",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+        .executableTarget(
+            name: "dopesync-devserver",
+            dependencies: [
+                "DopeSyncDevServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+        // Benchmarks and load generation (`make bench`); never part of `make test`.
+        .executableTarget(
+            name: "dopesync-bench",
+            dependencies: [
+                "DopeSync",
+                "DopeSyncDevServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // Shared test helpers: archive producers, an in-process dev server, running the built CLI.
+        .target(
+            name: "DopeSyncTestSupport",
+            dependencies: [
+                "DopeSync",
+                "DopeSyncDevServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        .testTarget(
+            name: "BundleTests",
+            dependencies: ["DopeSync", "DopeSyncTestSupport"],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "SessionValidationTests",
+            dependencies: ["DopeSync"],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "CheckpointTests",
+            dependencies: ["DopeSync", "SQLiteSupport", "DopeSyncTestSupport"],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "DevServerTests",
+            dependencies: [
+                "DopeSyncDevServer", "DopeSyncTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "CLITests",
+            dependencies: ["DopeSync", "DopeSyncTestSupport"],
+            swiftSettings: strictness
+        ),
+    ]
+)

@@ -1,0 +1,4 @@
+#ifndef DOPESYNC_CSQLITE_SHIM_H
+#define DOPESYNC_CSQLITE_SHIM_H
+#include <sqlite3.h>
+#endif

@@ -1,0 +1,4 @@
+import DopeSync
+
+/// Helpers shared by the test targets.
+public enum TestSupport {}

@@ -1,0 +1,334 @@
+import CSQLite
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// SQLite's result codes as named constants, so BUSY, FULL and CORRUPT are handled on purpose.
+public struct SQLiteResultCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+
+    /// The primary code, without the extended bits (`SQLITE_BUSY_SNAPSHOT` → `SQLITE_BUSY`).
+    public var primary: SQLiteResultCode { SQLiteResultCode(rawValue: rawValue & 0xFF) }
+
+    public static let ok = SQLiteResultCode(rawValue: SQLITE_OK)
+    public static let error = SQLiteResultCode(rawValue: SQLITE_ERROR)
+    public static let busy = SQLiteResultCode(rawValue: SQLITE_BUSY)
+    public static let locked = SQLiteResultCode(rawValue: SQLITE_LOCKED)
+    public static let readOnly = SQLiteResultCode(rawValue: SQLITE_READONLY)
+    public static let ioError = SQLiteResultCode(rawValue: SQLITE_IOERR)
+    public static let corrupt = SQLiteResultCode(rawValue: SQLITE_CORRUPT)
+    public static let full = SQLiteResultCode(rawValue: SQLITE_FULL)
+    public static let cantOpen = SQLiteResultCode(rawValue: SQLITE_CANTOPEN)
+    public static let constraint = SQLiteResultCode(rawValue: SQLITE_CONSTRAINT)
+    public static let notADatabase = SQLiteResultCode(rawValue: SQLITE_NOTADB)
+    public static let row = SQLiteResultCode(rawValue: SQLITE_ROW)
+    public static let done = SQLiteResultCode(rawValue: SQLITE_DONE)
+
+    public var description: String { String(cString: sqlite3_errstr(rawValue)) }
+}
+
+/// An error from SQLite: its result code, SQLite's message, and the statement that failed.
+public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+    public let code: SQLiteResultCode
+    public let message: String
+    public let sql: String?
+
+    public init(code: SQLiteResultCode, message: String, sql: String? = nil) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+    }
+
+    public var description: String {
+        var text = "SQLite error \(code.rawValue) (\(code.primary)): \(message)"
+        if let sql { text += " in «\(sql)»" }
+        return text
+    }
+}
+
+/// A value bound to, or read from, a statement.
+public enum SQLiteValue: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+}
+
+public protocol SQLiteBindable {
+    var sqliteValue: SQLiteValue { get }
+}
+extension Int: SQLiteBindable { public var sqliteValue: SQLiteValue { .integer(Int64(self)) } }
+extension Int64: SQLiteBindable { public var sqliteValue: SQLiteValue { .integer(self) } }
+extension Double: SQLiteBindable { public var sqliteValue: SQLiteValue { .real(self) } }
+extension String: SQLiteBindable { public var sqliteValue: SQLiteValue { .text(self) } }
+extension Bool: SQLiteBindable { public var sqliteValue: SQLiteValue { .integer(self ? 1 : 0) } }
+extension SQLiteValue: SQLiteBindable { public var sqliteValue: SQLiteValue { self } }
+extension Optional: SQLiteBindable where Wrapped: SQLiteBindable {
+    public var sqliteValue: SQLiteValue { self?.sqliteValue ?? .null }
+}
+
+/// One result row, its columns by position.
+public struct SQLiteRow: Sendable {
+    public let values: [SQLiteValue]
+
+    public subscript(_ index: Int) -> SQLiteValue { values[index] }
+
+    public func int(_ index: Int) -> Int? {
+        switch values[index] {
+        case .integer(let value): Int(value)
+        case .real(let value): Int(value)
+        default: nil
+        }
+    }
+
+    public func double(_ index: Int) -> Double? {
+        switch values[index] {
+        case .integer(let value): Double(value)
+        case .real(let value): value
+        default: nil
+        }
+    }
+
+    public func string(_ index: Int) -> String? {
+        if case .text(let value) = values[index] { return value }
+        return nil
+    }
+
+    public func blob(_ index: Int) -> [UInt8]? {
+        switch values[index] {
+        case .blob(let value): value
+        case .text(let value): Array(value.utf8)
+        default: nil
+        }
+    }
+}
+
+/// A connection lent to a closure by ``SQLiteDatabase/read(_:)`` or ``SQLiteDatabase/write(_:)``.
+///
+/// It must not escape that closure: the database's lock is held only while the closure runs.
+public struct SQLiteConnection {
+    let handle: OpaquePointer
+
+    /// Runs one or more statements that take no parameters and return no rows (DDL, PRAGMAs).
+    public func execute(_ sql: String) throws(SQLiteError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if code != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: message, sql: sql)
+        }
+    }
+
+    /// Runs one statement with parameters and returns every row it produced.
+    @discardableResult
+    public func query(_ sql: String, _ arguments: [any SQLiteBindable] = []) throws(SQLiteError) -> [SQLiteRow] {
+        var rows: [SQLiteRow] = []
+        try forEachRow(sql, arguments) { rows.append($0) }
+        return rows
+    }
+
+    /// Runs one statement with parameters and returns its first row, if any.
+    public func queryFirst(_ sql: String, _ arguments: [any SQLiteBindable] = []) throws(SQLiteError) -> SQLiteRow? {
+        try query(sql, arguments).first
+    }
+
+    /// Runs one statement and hands each row to `body` without collecting them.
+    public func forEachRow(
+        _ sql: String,
+        _ arguments: [any SQLiteBindable] = [],
+        _ body: (SQLiteRow) throws(SQLiteError) -> Void
+    ) throws(SQLiteError) {
+        var statement: OpaquePointer?
+        try check(sqlite3_prepare_v2(handle, sql, -1, &statement, nil), sql: sql)
+        guard let statement else { return }  // an empty statement
+        defer { sqlite3_finalize(statement) }
+
+        for (offset, argument) in arguments.enumerated() {
+            try check(bind(argument.sqliteValue, at: Int32(offset + 1), in: statement), sql: sql)
+        }
+        let columnCount = sqlite3_column_count(statement)
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else { try check(code, sql: sql); return }
+            var values: [SQLiteValue] = []
+            values.reserveCapacity(Int(columnCount))
+            for column in 0..<columnCount {
+                values.append(Self.columnValue(statement, column))
+            }
+            try body(SQLiteRow(values: values))
+        }
+    }
+
+    /// The rowid of the last row inserted through this connection.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// How many rows the last INSERT, UPDATE or DELETE changed.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    func check(_ code: Int32, sql: String? = nil) throws(SQLiteError) {
+        guard code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE else {
+            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: lastErrorMessage, sql: sql)
+        }
+    }
+
+    private func bind(_ value: SQLiteValue, at index: Int32, in statement: OpaquePointer) -> Int32 {
+        switch value {
+        case .null:
+            return sqlite3_bind_null(statement, index)
+        case .integer(let value):
+            return sqlite3_bind_int64(statement, index, value)
+        case .real(let value):
+            return sqlite3_bind_double(statement, index, value)
+        case .text(let value):
+            return sqlite3_bind_text(statement, index, value, -1, SQLiteConnection.transient)
+        case .blob(let value):
+            return value.withUnsafeBytes { buffer in
+                sqlite3_bind_blob64(statement, index, buffer.baseAddress, sqlite3_uint64(buffer.count), SQLiteConnection.transient)
+            }
+        }
+    }
+
+    private static func columnValue(_ statement: OpaquePointer, _ column: Int32) -> SQLiteValue {
+        switch sqlite3_column_type(statement, column) {
+        case SQLITE_INTEGER:
+            return .integer(sqlite3_column_int64(statement, column))
+        case SQLITE_FLOAT:
+            return .real(sqlite3_column_double(statement, column))
+        case SQLITE_TEXT:
+            guard let text = sqlite3_column_text(statement, column) else { return .text("") }
+            return .text(String(cString: text))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(statement, column))
+            guard count > 0, let bytes = sqlite3_column_blob(statement, column) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: bytes, count: count)))
+        default:
+            return .null
+        }
+    }
+
+    // SQLITE_TRANSIENT: SQLite copies the bound bytes before the call returns.
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+}
+
+/// How a database file is opened.
+public struct SQLiteOptions: Sendable {
+    public enum Synchronous: String, Sendable { case off = "OFF", normal = "NORMAL", full = "FULL" }
+
+    /// Write-ahead logging: readers do not block the writer.
+    public var walJournal: Bool = true
+    public var synchronous: Synchronous = .normal
+    /// How long a statement waits for another connection's lock before SQLITE_BUSY.
+    public var busyTimeoutMilliseconds: Int32 = 10_000
+    /// A file locked with `flock(2)` around every write transaction and around closing.
+    ///
+    /// SQLite 3.40 (Debian 12) can corrupt the WAL index when two processes write or checkpoint
+    /// at the same instant (the "WAL-reset" bug, fixed in 3.44). Serialising writers across
+    /// processes with one advisory lock closes that window; readers are not affected.
+    public var writeLockPath: String? = nil
+
+    public init() {}
+}
+
+/// One SQLite database file, used from any task; a connection is lent to one closure at a time.
+public final class SQLiteDatabase: Sendable {
+    public let path: String
+    // Safety: the handle is only used inside `lock`, so no two threads use it at once.
+    private nonisolated(unsafe) let handle: OpaquePointer
+    private let lock = Mutex<Void>(())
+    private let writeLockDescriptor: Int32?
+
+    /// Opens (and creates, unless `readOnly`) the database at `path`.
+    public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
+        self.path = path
+        var handle: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close_v2(handle)
+            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: "cannot open \(path): \(message)")
+        }
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
+        self.handle = handle
+
+        if let lockPath = options.writeLockPath {
+            let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
+                sqlite3_close_v2(handle)
+                throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
+            }
+            writeLockDescriptor = descriptor
+        } else {
+            writeLockDescriptor = nil
+        }
+
+        do {
+            let connection = SQLiteConnection(handle: handle)
+            try connection.execute("PRAGMA foreign_keys = ON")
+            if !readOnly {
+                try withWriteLock {
+                    if options.walJournal { try connection.execute("PRAGMA journal_mode = WAL") }
+                    try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
+                }
+            }
+        } catch {
+            closeHandle()
+            throw error
+        }
+    }
+
+    deinit {
+        closeHandle()
+    }
+
+    private func closeHandle() {
+        // Closing the last connection checkpoints the WAL: a write, so it takes the write lock.
+        withWriteLock { () -> Void in sqlite3_close_v2(handle) }
+        if let writeLockDescriptor { close(writeLockDescriptor) }
+    }
+
+    /// Lends the connection to `body` for reads (no transaction is opened).
+    public func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        try lock.withLock { _ in try body(SQLiteConnection(handle: handle)) }
+    }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction: all of it commits, or none of it.
+    ///
+    /// IMMEDIATE takes the write lock up front, so a transaction never fails half-way with
+    /// SQLITE_BUSY on its first write; it waits (busy timeout) instead.
+    public func write<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        try lock.withLock { _ in
+            try withWriteLock {
+                let connection = SQLiteConnection(handle: handle)
+                try connection.execute("BEGIN IMMEDIATE")
+                do {
+                    let result = try body(connection)
+                    try connection.execute("COMMIT")
+                    return result
+                } catch {
+                    // After some errors SQLite has already rolled back; a second rollback is harmless.
+                    try? connection.execute("ROLLBACK")
+                    throw error
+                }
+            }
+        }
+    }
+
+    private func withWriteLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        guard let descriptor = writeLockDescriptor else { return try body() }
+        while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
+        defer { flock(descriptor, LOCK_UN) }
+        return try body()
+    }
+}

@@ -1,0 +1,10 @@
+import ArgumentParser
+import DopeSync
+
+@main
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dopesync-bench",
+        abstract: "Benchmarks for dopesync (run by `make bench`)."
+    )
+}
