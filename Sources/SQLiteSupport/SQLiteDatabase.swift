@@ -260,32 +260,34 @@ public final class SQLiteDatabase: Sendable {
         }
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
-        self.handle = handle
 
+        var lockDescriptor: Int32? = nil
         if let lockPath = options.writeLockPath {
             let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 sqlite3_close_v2(handle)
                 throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
             }
-            writeLockDescriptor = descriptor
-        } else {
-            writeLockDescriptor = nil
+            lockDescriptor = descriptor
         }
 
+        // Set up the connection before `self` is complete, so a failure here closes it exactly once.
         do {
             let connection = SQLiteConnection(handle: handle)
             try connection.execute("PRAGMA foreign_keys = ON")
             if !readOnly {
-                try withWriteLock {
+                try Self.withWriteLock(lockDescriptor) { () throws(SQLiteError) in
                     if options.walJournal { try connection.execute("PRAGMA journal_mode = WAL") }
                     try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
                 }
             }
         } catch {
-            closeHandle()
+            sqlite3_close_v2(handle)
+            if let lockDescriptor { close(lockDescriptor) }
             throw error
         }
+        self.handle = handle
+        self.writeLockDescriptor = lockDescriptor
     }
 
     deinit {
@@ -294,13 +296,13 @@ public final class SQLiteDatabase: Sendable {
 
     private func closeHandle() {
         // Closing the last connection checkpoints the WAL: a write, so it takes the write lock.
-        withWriteLock { () -> Void in sqlite3_close_v2(handle) }
+        Self.withWriteLock(writeLockDescriptor) { () -> Void in sqlite3_close_v2(handle) }
         if let writeLockDescriptor { close(writeLockDescriptor) }
     }
 
     /// Lends the connection to `body` for reads (no transaction is opened).
     public func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
-        try lock.withLock { _ in try body(SQLiteConnection(handle: handle)) }
+        try withConnection(body)
     }
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction: all of it commits, or none of it.
@@ -308,9 +310,8 @@ public final class SQLiteDatabase: Sendable {
     /// IMMEDIATE takes the write lock up front, so a transaction never fails half-way with
     /// SQLITE_BUSY on its first write; it waits (busy timeout) instead.
     public func write<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
-        try lock.withLock { _ in
-            try withWriteLock {
-                let connection = SQLiteConnection(handle: handle)
+        try withConnection { connection in
+            try Self.withWriteLock(writeLockDescriptor) {
                 try connection.execute("BEGIN IMMEDIATE")
                 do {
                     let result = try body(connection)
@@ -325,8 +326,17 @@ public final class SQLiteDatabase: Sendable {
         }
     }
 
-    private func withWriteLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
-        guard let descriptor = writeLockDescriptor else { return try body() }
+    private func withConnection<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        // The result stays on this task; only the lock is shared.
+        var outcome: Result<T, any Error>?
+        lock.withLock { _ in
+            outcome = Result { try body(SQLiteConnection(handle: handle)) }
+        }
+        return try outcome!.get()
+    }
+
+    private static func withWriteLock<T, E: Error>(_ descriptor: Int32?, _ body: () throws(E) -> T) throws(E) -> T {
+        guard let descriptor else { return try body() }
         while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
         defer { flock(descriptor, LOCK_UN) }
         return try body()
