@@ -110,6 +110,7 @@ let package = Package(
             dependencies: [
                 "DopeSync",
                 "DopeSyncDevServer",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ],

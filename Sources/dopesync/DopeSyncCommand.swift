@@ -1,11 +1,27 @@
 import ArgumentParser
 import DopeSync
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 @main
 struct DopeSyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dopesync",
         abstract: "Upload offline range-session bundles from a spool to the TrueDope API.",
-        version: DopeSync.version
+        version: DopeSync.version,
+        subcommands: [Inspect.self, Pack.self]
     )
+}
+
+/// Prints what a library command said and ends the process with its status.
+func finish(_ outcome: CommandOutcome) throws {
+    if !outcome.output.isEmpty { print(outcome.output) }
+    if let diagnostics = outcome.diagnostics {
+        fputs(diagnostics + "\n", stderr)
+    }
+    if outcome.status != .success { throw ExitCode(outcome.status.rawValue) }
 }

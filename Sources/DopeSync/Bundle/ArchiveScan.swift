@@ -1,0 +1,313 @@
+import Crypto
+
+/// A regular file found in an archive, with what one streaming pass learnt about it.
+struct ScannedFile: Sendable, Hashable {
+    /// The normalised path from the archive's top (before the bundle root is stripped).
+    var path: String
+    /// Position among the archive's regular files, in archive order: the image streamer uses it
+    /// to know whether it must reopen the archive to go back.
+    var ordinal: Int
+    var size: Int64
+    var sha256: String
+    /// The first bytes, enough to recognise an image type.
+    var prefix: [UInt8]
+}
+
+/// Everything one pass over an archive found, before the bundle's own rules are applied.
+///
+/// The pass reads every byte of every entry (skipping would let a bomb hide in an ignored file),
+/// hashes each file as it streams, and keeps in memory only the headers, the hashes, the first
+/// bytes of each file, and the candidates for `session.json` and `manifest.json`, which are
+/// bounded by ``BundleLimits/maxSessionBytes``.
+struct ArchiveScan: Sendable {
+    var container: String = ""
+    var filters: [String] = []
+    var files: [ScannedFile] = []
+    var directories: Set<String> = []
+    /// `session.json` and `manifest.json` found at the top or one folder down, by full path.
+    var buffered: [String: [UInt8]] = [:]
+    var entryCount = 0
+    var unpackedBytes: Int64 = 0
+    var compressedBytes: Int64 = 0
+    /// Problems that do not make the rest of the archive untrustworthy; reading went on.
+    var errors: [BundleError] = []
+
+    static let bufferedNames: Set<String> = ["session.json", "manifest.json"]
+
+    /// Reads the whole archive at `path` once. Throws only for errors that stop the reading
+    /// (unreadable, truncated, damaged, limits passed); other problems land in ``errors``.
+    static func scan(path: String, limits: BundleLimits) throws(BundleError) -> ArchiveScan {
+        try withArchiveReader(path: path) { reader throws(BundleError) in
+            var scan = ArchiveScan()
+            var seenPaths: Set<String> = []
+            var bufferedTopFolder: String?
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
+            defer { buffer.deallocate() }
+
+            while let header = try reader.nextHeader() {
+                if scan.entryCount == 0 {
+                    // libarchive knows the format only once the first header is read.
+                    scan.container = reader.formatName
+                    scan.filters = reader.filterNames
+                }
+                scan.entryCount += 1
+                if scan.entryCount > limits.maxEntries {
+                    throw BundleError(
+                        .tooManyEntries, culprit: header.rawPath,
+                        message: "more than \(limits.maxEntries) entries (the limit)"
+                    )
+                }
+
+                let (path, accepted) = scan.admit(header, seenPaths: &seenPaths)
+
+                // Buffer session.json / manifest.json at the top or in the first top-level folder
+                // that has one; a second folder with one cannot be the single-top-folder root.
+                var keep: [UInt8]? = nil
+                let components = path.split(separator: "/", omittingEmptySubsequences: false)
+                if accepted, let name = components.last.map(String.init), bufferedNames.contains(name), components.count <= 2 {
+                    let folder = components.count == 2 ? String(components[0]) : nil
+                    if folder == nil || bufferedTopFolder == nil || bufferedTopFolder == folder {
+                        if let folder { bufferedTopFolder = folder }
+                        keep = []
+                    }
+                }
+
+                // Every entry's data goes through the volume checks, even one already refused:
+                // letting libarchive skip it would unpack it unseen, and a bomb could hide there.
+                var hasher = SHA256()
+                var size: Int64 = 0
+                var prefix: [UInt8] = []
+                while true {
+                    let count = try reader.readData(into: buffer)
+                    if count == 0 { break }
+                    size += Int64(count)
+                    scan.unpackedBytes += Int64(count)
+                    try scan.checkVolume(limits: limits, compressed: reader.compressedBytesRead, culprit: path)
+                    guard accepted else { continue }
+                    let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
+                    hasher.update(bufferPointer: chunk)
+                    if prefix.count < ImageType.sniffLength {
+                        prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
+                    }
+                    if keep != nil {
+                        if size > limits.maxSessionBytes {
+                            keep = nil
+                            scan.errors.append(BundleError(
+                                .sessionTooLarge, culprit: path,
+                                message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
+                            ))
+                        } else {
+                            keep!.append(contentsOf: chunk)
+                        }
+                    }
+                }
+                guard accepted else { continue }
+                scan.files.append(ScannedFile(
+                    path: path, ordinal: scan.files.count, size: size,
+                    sha256: hasher.finalize().hexString, prefix: prefix
+                ))
+                if let keep { scan.buffered[path] = keep }
+            }
+            if scan.entryCount == 0 {
+                    // libarchive knows the format only once the first header is read.
+                    scan.container = reader.formatName
+                    scan.filters = reader.filterNames
+                }
+                scan.entryCount += 1
+                if scan.entryCount > limits.maxEntries {
+                    throw BundleError(
+                        .tooManyEntries, culprit: header.rawPath,
+                        message: "more than \(limits.maxEntries) entries (the limit)"
+                    )
+                }
+
+                let path: String
+                switch EntryPath.normalise(header.rawPath) {
+                case .success(let normalised): path = normalised
+                case .failure(let error):
+                    scan.errors.append(error)
+                    continue
+                }
+                if path.isEmpty { continue }  // the archive's own "./"
+
+                switch header.kind {
+                case .directory:
+                    scan.directories.insert(path)
+                    continue
+                case .regularFile:
+                    break
+                case .symbolicLink, .hardLink:
+                    scan.errors.append(BundleError(.linkEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+                    continue
+                case .characterDevice, .blockDevice, .fifo, .socket, .unknown:
+                    scan.errors.append(BundleError(.specialEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+                    continue
+                }
+                if header.isEncrypted {
+                    scan.errors.append(BundleError(.encryptedEntry, culprit: path, message: "encrypted entries cannot be read"))
+                    continue
+                }
+                if !seenPaths.insert(path).inserted {
+                    scan.errors.append(BundleError(.duplicatePath, culprit: path, message: "the archive holds this path more than once"))
+                    continue
+                }
+
+                // Buffer session.json / manifest.json at the top or in the first top-level folder
+                // that has one; a second folder with one cannot be the single-top-folder root.
+                var keep: [UInt8]? = nil
+                let components = path.split(separator: "/", omittingEmptySubsequences: false)
+                if let name = components.last.map(String.init), bufferedNames.contains(name), components.count <= 2 {
+                    let folder = components.count == 2 ? String(components[0]) : nil
+                    if folder == nil || bufferedTopFolder == nil || bufferedTopFolder == folder {
+                        if let folder { bufferedTopFolder = folder }
+                        keep = []
+                    }
+                }
+
+                var hasher = SHA256()
+                var size: Int64 = 0
+                var prefix: [UInt8] = []
+                while true {
+                    let count = try reader.readData(into: buffer)
+                    if count == 0 { break }
+                    let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
+                    hasher.update(bufferPointer: chunk)
+                    if prefix.count < ImageType.sniffLength {
+                        prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
+                    }
+                    if keep != nil {
+                        if size + Int64(count) > limits.maxSessionBytes {
+                            keep = nil
+                            scan.errors.append(BundleError(
+                                .sessionTooLarge, culprit: path,
+                                message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
+                            ))
+                        } else {
+                            keep!.append(contentsOf: chunk)
+                        }
+                    }
+                    size += Int64(count)
+                    scan.unpackedBytes += Int64(count)
+                    try scan.checkVolume(limits: limits, compressed: reader.compressedBytesRead, culprit: path)
+                }
+                scan.files.append(ScannedFile(
+                    path: path, ordinal: scan.files.count, size: size,
+                    sha256: hasher.finalize().hexString, prefix: prefix
+                ))
+                if let keep { scan.buffered[path] = keep }
+            }
+            if scan.entryCount == 0 {
+                throw BundleError(.notAnArchive, culprit: path, message: "the archive is empty")
+            }
+            scan.compressedBytes = reader.compressedBytesRead
+            return scan
+        }
+    }
+
+    /// Normalises an entry's path and decides whether it is a file the bundle may hold;
+    /// records why not, otherwise. Directories are remembered but not "accepted" as files.
+    private mutating func admit(_ header: ArchiveEntryHeader, seenPaths: inout Set<String>) -> (path: String, accepted: Bool) {
+        let path: String
+        switch EntryPath.normalise(header.rawPath) {
+        case .success(let normalised): path = normalised
+        case .failure(let error):
+            errors.append(error)
+            return (header.rawPath, false)
+        }
+        if path.isEmpty { return (path, false) }  // the archive's own "./"
+        switch header.kind {
+        case .directory:
+            directories.insert(path)
+            return (path, false)
+        case .regularFile:
+            break
+        case .symbolicLink, .hardLink:
+            errors.append(BundleError(.linkEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+            return (path, false)
+        case .characterDevice, .blockDevice, .fifo, .socket, .unknown:
+            errors.append(BundleError(.specialEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+            return (path, false)
+        }
+        if header.isEncrypted {
+            errors.append(BundleError(.encryptedEntry, culprit: path, message: "encrypted entries cannot be read"))
+            return (path, false)
+        }
+        if !seenPaths.insert(path).inserted {
+            errors.append(BundleError(.duplicatePath, culprit: path, message: "the archive holds this path more than once"))
+            return (path, false)
+        }
+        return (path, true)
+    }
+
+    /// The bomb check, run after every block: total bytes, then the unpacked-to-compressed ratio.
+    private mutating func checkVolume(limits: BundleLimits, compressed: Int64, culprit: String) throws(BundleError) {
+        if unpackedBytes > limits.maxTotalBytes {
+            throw BundleError(
+                .tooManyBytes, culprit: culprit,
+                message: "more than \(ByteCount(limits.maxTotalBytes)) unpacked in all (the limit)"
+            )
+        }
+        if unpackedBytes > limits.ratioCheckAfterBytes {
+            let ratio = Double(unpackedBytes) / Double(max(compressed, 1))
+            if ratio > limits.maxCompressionRatio {
+                throw BundleError(
+                    .compressionRatio, culprit: culprit,
+                    message: "unpacks to more than \(Int(limits.maxCompressionRatio)) times its compressed size "
+                        + "(\(ByteCount(unpackedBytes)) from \(ByteCount(compressed))): refused as a decompression bomb"
+                )
+            }
+        }
+    }
+}
+
+/// Paths inside an archive, as BUNDLE.md has them: a leading `./` dropped, no absolute paths,
+/// no `..` component.
+enum EntryPath {
+    static func normalise(_ raw: String) -> Result<String, BundleError> {
+        if raw.hasPrefix("/") {
+            return .failure(BundleError(.absolutePath, culprit: raw, message: "an absolute path is not allowed"))
+        }
+        if raw.contains("\\") || raw.contains("\0") {
+            return .failure(BundleError(.badEntryPath, culprit: raw, message: "a path may not contain a backslash or NUL"))
+        }
+        var components = raw.split(separator: "/", omittingEmptySubsequences: true)
+        if components.contains("..") {
+            return .failure(BundleError(.parentTraversal, culprit: raw, message: "a path with a `..` component is not allowed"))
+        }
+        // `./a` and `a/./b` name the same file as `a` and `a/b`.
+        components.removeAll { $0 == "." }
+        return .success(components.joined(separator: "/"))
+    }
+}
+
+extension Sequence where Element == UInt8 {
+    /// Lowercase hexadecimal, two digits a byte.
+    var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        for byte in self {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// A byte count for people: `16 MiB`, `1.5 GiB`, `900 B`.
+struct ByteCount: CustomStringConvertible, Sendable {
+    var bytes: Int64
+    init(_ bytes: Int64) { self.bytes = bytes }
+
+    var description: String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        if unit == 0 { return "\(bytes) B" }
+        let rounded = (value * 10).rounded() / 10
+        return rounded == rounded.rounded() ? "\(Int(rounded)) \(units[unit])" : "\(rounded) \(units[unit])"
+    }
+}

@@ -1,0 +1,78 @@
+import CArchive
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Writes a gzip-compressed tar (POSIX pax) to an open file descriptor, wrapping libarchive.
+/// The caller owns the descriptor (and fsyncs it); use it through ``withTarGzipWriter(fileDescriptor:_:)``.
+final class ArchiveWriter {
+    private let archive: OpaquePointer
+    private let culprit: String
+
+    fileprivate init(fileDescriptor: Int32, culprit: String) throws(BundleError) {
+        guard let archive = archive_write_new() else {
+            throw BundleError(.io, culprit: culprit, message: "libarchive could not allocate a writer")
+        }
+        self.archive = archive
+        self.culprit = culprit
+        archive_write_add_filter_gzip(archive)
+        archive_write_set_format_pax_restricted(archive)
+        if archive_write_open_fd(archive, fileDescriptor) != ARCHIVE_OK {
+            let error = Self.error(archive, culprit: culprit)
+            archive_write_free(archive)
+            throw error
+        }
+    }
+
+    deinit {
+        archive_write_free(archive)
+    }
+
+    /// Adds one regular file, its bytes handed over by `produce`, which calls `write` per chunk.
+    func addFile(
+        path: String,
+        size: Int64,
+        modificationTime: Int,
+        _ produce: (_ write: (UnsafeRawBufferPointer) throws(BundleError) -> Void) throws -> Void
+    ) throws {
+        guard let entry = archive_entry_new() else {
+            throw BundleError(.io, culprit: path, message: "libarchive could not allocate an entry")
+        }
+        defer { archive_entry_free(entry) }
+        archive_entry_set_pathname_utf8(entry, path)
+        archive_entry_set_size(entry, size)
+        archive_entry_set_filetype(entry, 0o100000)  // AE_IFREG
+        archive_entry_set_perm(entry, 0o644)
+        archive_entry_set_mtime(entry, modificationTime, 0)
+        guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw Self.error(archive, culprit: path) }
+        try produce { (chunk: UnsafeRawBufferPointer) throws(BundleError) in
+            var offset = 0
+            while offset < chunk.count {
+                let written = archive_write_data(archive, chunk.baseAddress! + offset, chunk.count - offset)
+                if written < 0 { throw Self.error(archive, culprit: path) }
+                offset += written
+            }
+        }
+        guard archive_write_finish_entry(archive) == ARCHIVE_OK else { throw Self.error(archive, culprit: path) }
+    }
+
+    /// Flushes the compressor and the tar trailer.
+    func finish() throws(BundleError) {
+        guard archive_write_close(archive) == ARCHIVE_OK else { throw Self.error(archive, culprit: culprit) }
+    }
+
+    private static func error(_ archive: OpaquePointer, culprit: String) -> BundleError {
+        let detail = archive_error_string(archive).map { String(cString: $0) } ?? "unknown error"
+        return BundleError(.io, culprit: culprit, message: "writing the archive: \(detail)")
+    }
+}
+
+func withTarGzipWriter<T>(fileDescriptor: Int32, culprit: String, _ body: (ArchiveWriter) throws -> T) throws -> T {
+    let writer = try ArchiveWriter(fileDescriptor: fileDescriptor, culprit: culprit)
+    let result = try body(writer)
+    try writer.finish()
+    return result
+}

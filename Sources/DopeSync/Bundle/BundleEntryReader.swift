@@ -1,0 +1,75 @@
+import Crypto
+
+/// Streams the bytes of a validated bundle's images straight out of the archive, one bounded
+/// chunk at a time, without extracting anything to disk.
+///
+/// It keeps the archive open and moves forward through it: images asked for in archive order
+/// (what `dopesync pack` writes) cost one pass in all. Asking for an entry that lies behind the
+/// cursor reopens the archive, because compressed tar streams cannot seek backwards.
+///
+/// Not Sendable: one bundle's upload uses one reader, from one task at a time.
+public final class BundleEntryReader {
+    private let bundle: ValidatedBundle
+    private let chunkSize: Int
+    private var reader: ArchiveReader?
+    /// The ordinal (among regular files) of the next file the cursor will reach.
+    private var nextOrdinal = 0
+    /// How many times the archive was opened: the cost of out-of-order images.
+    public private(set) var openCount = 0
+
+    public init(bundle: ValidatedBundle, chunkSize: Int = 256 * 1024) {
+        self.bundle = bundle
+        self.chunkSize = chunkSize
+    }
+
+    /// Hands the image's bytes to `body` in chunks of at most `chunkSize`, then checks that they
+    /// are the bytes that were validated (size and SHA-256): the bundle must not have changed.
+    public func withImageChunks(
+        _ image: BundleImage,
+        _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        let reader = try position(at: image)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        while true {
+            let count = try reader.readData(into: buffer)
+            if count == 0 { break }
+            let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
+            hasher.update(bufferPointer: chunk)
+            size += Int64(count)
+            try body(chunk)
+        }
+        guard size == image.size, hasher.finalize().hexString == image.sha256 else {
+            throw BundleError(
+                .damaged, culprit: image.entryPath,
+                message: "changed since it was validated (now \(size) bytes, was \(image.size))"
+            )
+        }
+    }
+
+    /// Leaves an open reader positioned at the start of `image`'s data.
+    private func position(at image: BundleImage) throws(BundleError) -> ArchiveReader {
+        if reader == nil || image.ordinal < nextOrdinal {
+            reader = nil
+            reader = try withArchiveReader(path: bundle.path) { $0 }
+            openCount += 1
+            nextOrdinal = 0
+        }
+        let reader = self.reader!
+        while let header = try reader.nextHeader() {
+            guard header.kind == .regularFile else { continue }
+            let ordinal = nextOrdinal
+            nextOrdinal += 1
+            if ordinal == image.ordinal {
+                let path = EntryPath.normalise(header.rawPath).successValue
+                guard path == image.entryPath else {
+                    throw BundleError(.damaged, culprit: image.entryPath, message: "the archive changed since it was validated (found \(header.rawPath))")
+                }
+                return reader
+            }
+        }
+        throw BundleError(.damaged, culprit: image.entryPath, message: "no longer in the archive")
+    }
+}

@@ -1,0 +1,247 @@
+import Foundation
+
+/// One image a record names, found in the bundle and recognised by its bytes.
+public struct BundleImage: Sendable, Hashable, Codable {
+    /// The plain file name the records use.
+    public var fileName: String
+    /// The entry's full path inside the archive (the root folder included), for streaming it.
+    public var entryPath: String
+    public var size: Int64
+    public var sha256: String
+    public var type: ImageType
+    /// Position among the archive's regular files, in archive order.
+    var ordinal: Int
+
+    enum CodingKeys: String, CodingKey { case fileName, entryPath, size, sha256, type }
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        fileName = try container.decode(String.self, forKey: .fileName)
+        entryPath = try container.decode(String.self, forKey: .entryPath)
+        size = try container.decode(Int64.self, forKey: .size)
+        sha256 = try container.decode(String.self, forKey: .sha256)
+        type = try container.decode(ImageType.self, forKey: .type)
+        ordinal = 0
+    }
+
+    init(fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int) {
+        self.fileName = fileName
+        self.entryPath = entryPath
+        self.size = size
+        self.sha256 = sha256
+        self.type = type
+        self.ordinal = ordinal
+    }
+}
+
+/// A bundle that passed every check of BUNDLE.md: what it holds and where.
+public struct ValidatedBundle: Sendable {
+    /// The bundle file.
+    public var path: String
+    /// The container as libarchive names it, and the compression filters.
+    public var container: String
+    public var filters: [String]
+    /// The folder that holds `session.json` (empty for the archive's top), with a trailing `/`.
+    public var root: String
+    public var session: SessionDocument
+    /// SHA-256 of `session.json` as stored in the bundle.
+    public var sessionSHA256: String
+    /// The images the records name, by file name.
+    public var images: [String: BundleImage]
+    /// Files the bundle holds that no rule uses, reported by `inspect`, never uploaded.
+    public var ignoredFiles: [String]
+    public var hasManifest: Bool
+    public var unpackedBytes: Int64
+    public var compressedBytes: Int64
+    public var limits: BundleLimits
+}
+
+/// Reads a bundle once, streaming, and applies every rule of BUNDLE.md.
+///
+/// Memory stays bounded by a read buffer plus `session.json`, whatever the images weigh.
+public struct BundleInspector: Sendable {
+    public var limits: BundleLimits
+
+    public init(limits: BundleLimits = .default) {
+        self.limits = limits
+    }
+
+    /// Validates the bundle at `path`; throws every reason it is unacceptable.
+    public func inspect(path: String) throws(BundleValidationError) -> ValidatedBundle {
+        let scan: ArchiveScan
+        do {
+            scan = try ArchiveScan.scan(path: path, limits: limits)
+        } catch {
+            throw BundleValidationError(bundle: path, errors: [error])
+        }
+        var errors = scan.errors
+
+        guard let root = Self.root(of: scan) else {
+            errors.append(BundleError(
+                .missingSession, culprit: "session.json",
+                message: "no session.json at the archive's top, nor in a single top-level folder"
+            ))
+            throw BundleValidationError(bundle: path, errors: errors)
+        }
+        let filesByPath = Dictionary(scan.files.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        let sessionPath = root + "session.json"
+        let sessionBytes = scan.buffered[sessionPath]
+
+        var session: SessionDocument?
+        if let sessionBytes {
+            switch SessionValidator.validate(sessionBytes, maxBytes: Int(limits.maxSessionBytes)) {
+            case .success(let document): session = document
+            case .failure(let failure):
+                errors += failure.issues.map { BundleError(.invalidSession, culprit: $0.culprit, message: $0.message) }
+            }
+        }  // else: already reported as too large
+
+        // Images the records name: present, and recognised by their bytes.
+        var images: [String: BundleImage] = [:]
+        for reference in session?.imageReferences ?? [] where images[reference.fileName] == nil {
+            let entryPath = root + "images/" + reference.fileName
+            guard let file = filesByPath[entryPath] else {
+                errors.append(BundleError(
+                    .missingImage, culprit: reference.fieldPath,
+                    message: "names images/\(reference.fileName), which the bundle does not hold"
+                ))
+                continue
+            }
+            guard let type = ImageType(sniffing: file.prefix) else {
+                errors.append(BundleError(
+                    .unsupportedImageType, culprit: "images/\(reference.fileName)",
+                    message: "not a JPEG, PNG, HEIC or WebP image (first bytes: \(file.prefix.prefix(8).hexString))"
+                ))
+                continue
+            }
+            images[reference.fileName] = BundleImage(
+                fileName: reference.fileName, entryPath: entryPath, size: file.size,
+                sha256: file.sha256, type: type, ordinal: file.ordinal
+            )
+        }
+
+        let manifestPath = root + "manifest.json"
+        let hasManifest = filesByPath[manifestPath] != nil
+        if let manifestBytes = scan.buffered[manifestPath] {
+            errors += BundleManifest.check(manifestBytes, root: root, files: filesByPath)
+        }
+
+        if !errors.isEmpty { throw BundleValidationError(bundle: path, errors: errors) }
+        guard let session, let sessionFile = filesByPath[sessionPath] else {
+            // Unreachable: a missing or invalid session always adds an error above.
+            throw BundleValidationError(bundle: path, errors: [BundleError(.missingSession, culprit: sessionPath, message: "could not be read")])
+        }
+
+        let used = Set([sessionPath, manifestPath] + images.values.map(\.entryPath))
+        return ValidatedBundle(
+            path: path,
+            container: scan.container,
+            filters: scan.filters,
+            root: root,
+            session: session,
+            sessionSHA256: sessionFile.sha256,
+            images: images,
+            ignoredFiles: scan.files.map(\.path).filter { !used.contains($0) },
+            hasManifest: hasManifest,
+            unpackedBytes: scan.unpackedBytes,
+            compressedBytes: scan.compressedBytes,
+            limits: limits
+        )
+    }
+
+    /// The bundle's root: the top if it has `session.json`; else the single top-level folder
+    /// that every entry lies under, if it holds `session.json` (`tar czf s.tgz mysession/`).
+    static func root(of scan: ArchiveScan) -> String? {
+        let paths = scan.files.map(\.path)
+        if paths.contains("session.json") { return "" }
+        let tops = Set((paths + scan.directories).compactMap { $0.split(separator: "/").first.map(String.init) })
+        guard tops.count == 1, let top = tops.first,
+            paths.allSatisfy({ $0.hasPrefix(top + "/") }),
+            paths.contains(top + "/session.json")
+        else { return nil }
+        return top + "/"
+    }
+}
+
+/// `manifest.json`: every listed file exists with exactly that size and SHA-256.
+enum BundleManifest {
+    struct Document: Decodable {
+        struct File: Decodable {
+            var size: Int64
+            var sha256: String
+        }
+        var format: String
+        var version: Int
+        var files: [String: File]
+    }
+
+    static func check(_ bytes: [UInt8], root: String, files: [String: ScannedFile]) -> [BundleError] {
+        let culprit = "manifest.json"
+        // The version first, so a future format is refused for that reason, not as "malformed".
+        if let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+            let version = object["version"] as? Int, version != 1
+        {
+            return [BundleError(.manifestVersion, culprit: culprit, message: "version \(version) is not supported (this dopesync reads version 1)")]
+        }
+        let document: Document
+        do {
+            document = try JSONDecoder().decode(Document.self, from: Data(bytes))
+        } catch {
+            return [BundleError(.manifestInvalid, culprit: culprit, message: "not a valid manifest: \(Self.describe(error))")]
+        }
+        guard document.format == "truedope-session-bundle" else {
+            return [BundleError(.manifestInvalid, culprit: culprit, message: "format must be \"truedope-session-bundle\" (was \"\(document.format)\")")]
+        }
+        var errors: [BundleError] = []
+        for (name, expected) in document.files.sorted(by: { $0.key < $1.key }) {
+            guard let file = files[root + (EntryPath.normalise(name).successValue ?? name)] else {
+                errors.append(BundleError(.manifestMismatch, culprit: name, message: "listed in manifest.json but not in the bundle"))
+                continue
+            }
+            if file.size != expected.size {
+                errors.append(BundleError(.manifestMismatch, culprit: name, message: "size is \(file.size) bytes, manifest.json says \(expected.size)"))
+            } else if file.sha256 != expected.sha256.lowercased() {
+                errors.append(BundleError(.manifestMismatch, culprit: name, message: "SHA-256 is \(file.sha256), manifest.json says \(expected.sha256)"))
+            }
+        }
+        return errors
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error as? DecodingError {
+        case .keyNotFound(let key, let context)?:
+            return "missing \((context.codingPath.map(\.stringValue) + [key.stringValue]).joined(separator: "."))"
+        case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?:
+            return "\(context.codingPath.map(\.stringValue).joined(separator: ".")): wrong type"
+        case .dataCorrupted(let context)?:
+            return context.debugDescription
+        default:
+            return String(describing: error)
+        }
+    }
+}
+
+extension SessionDocument.ImageReference {
+    /// Where the record names this image, for error messages.
+    var fieldPath: String {
+        switch role {
+        case .photo: "groupEntries[\(groupIndex)].imageFileNames"
+        case .original: "groupEntries[\(groupIndex)].measurement.originalImageFileName"
+        case .annotated: "groupEntries[\(groupIndex)].measurement.annotatedImageFileName"
+        }
+    }
+}
+
+extension SessionIssue {
+    /// `session.json: groupEntries[2].measurement.bulletDiameter`, or `session.json` for the whole document.
+    var culprit: String {
+        let path = "\(self.path)"
+        return path.isEmpty ? "session.json" : "session.json: \(path)"
+    }
+}
+
+extension Result {
+    var successValue: Success? {
+        if case .success(let value) = self { return value }
+        return nil
+    }
+}

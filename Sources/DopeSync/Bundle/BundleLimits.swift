@@ -1,0 +1,20 @@
+/// The limits a bundle must stay within (BUNDLE.md, "What makes a bundle unacceptable").
+///
+/// The defaults are roomy for phones' real bundles — hundreds of photos of a few MB, which
+/// barely compress — and stop a decompression bomb while it is being read, not after.
+public struct BundleLimits: Sendable, Hashable, Codable {
+    /// Entries of any kind, directories included.
+    public var maxEntries: Int = 10_000
+    /// Uncompressed bytes of all entries together.
+    public var maxTotalBytes: Int64 = 8 << 30
+    /// Bytes of `session.json` (and of `manifest.json`).
+    public var maxSessionBytes: Int64 = 16 << 20
+    /// Unpacked bytes per compressed byte read, checked continuously once
+    /// ``ratioCheckAfterBytes`` have been unpacked.
+    public var maxCompressionRatio: Double = 100
+    public var ratioCheckAfterBytes: Int64 = 16 << 20
+
+    public init() {}
+
+    public static let `default` = BundleLimits()
+}

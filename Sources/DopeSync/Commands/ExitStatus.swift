@@ -1,0 +1,38 @@
+/// The exit codes of WORKER.md (sysexits.h), named once and used everywhere.
+public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+
+    /// The run finished and no bundle went to `failed/` (also: nothing to do).
+    public static let success = ExitStatus(rawValue: 0)
+    /// The run finished and at least one bundle went to `failed/`.
+    public static let bundlesFailed = ExitStatus(rawValue: 1)
+    /// Bad command line (EX_USAGE).
+    public static let usage = ExitStatus(rawValue: 64)
+    /// `inspect`/`pack`: the bundle or session is invalid (EX_DATAERR).
+    public static let invalidData = ExitStatus(rawValue: 65)
+    /// The spool cannot be created or written (EX_CANTCREAT).
+    public static let cannotCreate = ExitStatus(rawValue: 73)
+    /// The API was unreachable or kept failing; bundles deferred (EX_TEMPFAIL).
+    public static let temporaryFailure = ExitStatus(rawValue: 75)
+    /// The API refused the credentials (EX_NOPERM).
+    public static let permissionDenied = ExitStatus(rawValue: 77)
+    /// The job file or configuration is invalid (EX_CONFIG).
+    public static let configuration = ExitStatus(rawValue: 78)
+
+    public var description: String { String(rawValue) }
+}
+
+/// What a command has to say and how the process should end; the executable prints and exits.
+public struct CommandOutcome: Sendable {
+    public var output: String
+    /// Printed to standard error (diagnostics), when any.
+    public var diagnostics: String?
+    public var status: ExitStatus
+
+    public init(output: String, diagnostics: String? = nil, status: ExitStatus) {
+        self.output = output
+        self.diagnostics = diagnostics
+        self.status = status
+    }
+}

@@ -1,0 +1,141 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An error from the file system, naming the file and the operation.
+public struct FileSystemError: Error, Sendable, CustomStringConvertible {
+    public var path: String
+    public var operation: String
+    public var errno: Int32
+
+    public init(path: String, operation: String, errno: Int32) {
+        self.path = path
+        self.operation = operation
+        self.errno = errno
+    }
+
+    public var description: String {
+        "\(path): cannot \(operation): \(String(cString: strerror(errno)))"
+    }
+}
+
+enum FileSystem {
+    /// Reads a whole file, refusing one larger than `maxBytes`.
+    static func readFile(_ path: String, maxBytes: Int) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        try withChunks(of: path) { chunk in
+            if bytes.count + chunk.count > maxBytes {
+                throw FileSystemError(path: path, operation: "read more than \(maxBytes) bytes", errno: EFBIG)
+            }
+            bytes.append(contentsOf: chunk)
+        }
+        return bytes
+    }
+
+    /// Hands the file's bytes to `body` in bounded chunks.
+    static func withChunks(
+        of path: String,
+        chunkSize: Int = 256 * 1024,
+        _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FileSystemError(path: path, operation: "open", errno: errno) }
+        defer { close(descriptor) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let count = read(descriptor, buffer.baseAddress, chunkSize)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw FileSystemError(path: path, operation: "read", errno: errno)
+            }
+            if count == 0 { return }
+            try body(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// Whether `path` names a regular file (links are not followed).
+    static func isRegularFile(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+    }
+
+    /// Flushes a directory's entries, so a rename or create in it survives a crash.
+    static func syncDirectory(_ path: String) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
+    }
+
+    /// Writes a file atomically: into a dot-named temporary file in `temporaryDirectory`
+    /// (same file system as the target), fsynced, then renamed to `target`. A reader of the
+    /// target's folder never sees a half-written file. With `replace: false` an existing name
+    /// is never replaced: a suffix is added before the extension and the final path returned.
+    @discardableResult
+    static func writeAtomically(
+        to target: String,
+        temporaryDirectory: String,
+        replace: Bool,
+        _ write: (_ fileDescriptor: Int32) throws -> Void
+    ) throws -> String {
+        let name = target.split(separator: "/").last.map(String.init) ?? target
+        var template = Array("\(temporaryDirectory)/.\(name).XXXXXX".utf8CString)
+        let descriptor = mkstemp(&template)
+        let temporary = String(cString: template)
+        guard descriptor >= 0 else { throw FileSystemError(path: temporary, operation: "create", errno: errno) }
+        var committed = false
+        defer {
+            close(descriptor)
+            if !committed { unlink(temporary) }
+        }
+        fchmod(descriptor, 0o644)
+        try write(descriptor)
+        guard fsync(descriptor) == 0 else { throw FileSystemError(path: temporary, operation: "fsync", errno: errno) }
+
+        let final: String
+        if replace {
+            guard rename(temporary, target) == 0 else { throw FileSystemError(path: target, operation: "rename into place", errno: errno) }
+            final = target
+        } else {
+            final = try linkWithoutReplacing(temporary, preferred: target)
+            unlink(temporary)
+        }
+        committed = true
+        syncDirectory(directory(of: final))
+        return final
+    }
+
+    /// Links `source` at `preferred`, or at the first free suffixed name (`a.tar.gz` →
+    /// `a-1.tar.gz`, `a-2.tar.gz`, …). `link(2)` fails rather than replace, so two processes can
+    /// never pick the same name.
+    static func linkWithoutReplacing(_ source: String, preferred: String) throws(FileSystemError) -> String {
+        var attempt = 0
+        while true {
+            let candidate = attempt == 0 ? preferred : suffixed(preferred, attempt)
+            if link(source, candidate) == 0 { return candidate }
+            guard errno == EEXIST else { throw FileSystemError(path: candidate, operation: "link", errno: errno) }
+            attempt += 1
+        }
+    }
+
+    /// `dir/name.tar.gz` with suffix 2 → `dir/name-2.tar.gz`: the suffix goes before the archive
+    /// extension, so the name still says what the file is.
+    static func suffixed(_ path: String, _ suffix: Int) -> String {
+        let slash = path.lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
+        let folder = path[..<slash]
+        let name = path[slash...]
+        let knownExtensions = [".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz2", ".txz", ".tar", ".zip"]
+        let ext = knownExtensions.first { name.hasSuffix($0) && name.count > $0.count }
+            ?? name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : String(name[$0...]) }
+            ?? ""
+        return "\(folder)\(name.dropLast(ext.count))-\(suffix)\(ext)"
+    }
+
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+}

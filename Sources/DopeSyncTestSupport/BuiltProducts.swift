@@ -1,0 +1,19 @@
+import Foundation
+
+/// The folder holding the executables this package built: the same folder as the test runner
+/// (`.build/debug/` or wherever `--scratch-path` put it).
+public func builtProduct(_ name: String) -> URL {
+    let runner = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var folder = runner.deletingLastPathComponent()
+    // On Linux the test runner is `…/debug/dopesyncPackageTests.xctest`; on Darwin it is a bundle.
+    while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS" || folder.lastPathComponent == "Contents" {
+        folder.deleteLastPathComponent()
+    }
+    return folder.appendingPathComponent(name)
+}
+
+/// Runs a built executable of this package and returns its exit status and output.
+@discardableResult
+public func runBuilt(_ name: String, _ arguments: [String], in directory: URL? = nil, environment: [String: String]? = nil) throws -> ProcessOutput {
+    try runProcess(builtProduct(name).path, arguments, in: directory, environment: environment, allowFailure: true)
+}

@@ -1,4 +1,0 @@
-import DopeSync
-
-/// Helpers shared by the test targets.
-public enum TestSupport {}

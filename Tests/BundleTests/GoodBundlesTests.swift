@@ -1,0 +1,132 @@
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// Every real producer's bundle of the same session is accepted and reads the same.
+@Suite struct GoodBundlesTests {
+    static let producerLayouts: [(ArchiveProducer, ArchiveProducer.Layout)] =
+        ArchiveProducer.allCases.map { ($0, .plain) }
+        + [(.gnuTarGzip, .dotSlash), (.gnuTarGzip, .topFolder), (.bsdtarGzip, .dotSlash), (.zipDeflate, .topFolder), (.pythonTarXz, .topFolder), (.gnuTarZstd, .topFolder)]
+
+    @Test("a bundle from every real producer is accepted", arguments: producerLayouts)
+    func everyProducerIsAccepted(producer: ArchiveProducer, layout: ArchiveProducer.Layout) async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 42)
+            let source = directory.appendingPathComponent("mysession")
+            try sample.writeLayout(to: source, manifest: true)
+            let archive = directory.appendingPathComponent("bundle.archive")  // the name says nothing
+            try producer.archive(source, to: archive, layout: layout)
+
+            let bundle = try BundleInspector().inspect(path: archive.path)
+
+            #expect(bundle.session.session.id == sample.sessionID)
+            #expect(bundle.root == (layout == .topFolder ? "mysession/" : ""))
+            #expect(bundle.hasManifest)
+            #expect(bundle.ignoredFiles.isEmpty)
+            #expect(Set(bundle.images.keys) == Set(sample.images.keys))
+            for (name, bytes) in sample.images {
+                #expect(bundle.images[name]?.size == Int64(bytes.count))
+                #expect(bundle.images[name]?.sha256 == sha256Hex(bytes))
+            }
+        }
+    }
+
+    @Test("files no record uses are reported as ignored, not refused")
+    func extraFilesAreIgnored() async throws {
+        try await withTemporaryDirectory { directory in
+            let source = directory.appendingPathComponent("s")
+            try SampleSession(seed: 1).writeLayout(to: source)
+            try source.appendingPathComponent("notes.txt").write(Array("hello".utf8))
+            try source.appendingPathComponent("images/unused.bin").write([1, 2, 3])
+            let archive = directory.appendingPathComponent("b.tgz")
+            try ArchiveProducer.gnuTarGzip.archive(source, to: archive)
+
+            let bundle = try BundleInspector().inspect(path: archive.path)
+            #expect(bundle.ignoredFiles.sorted() == ["images/unused.bin", "notes.txt"])
+        }
+    }
+
+    @Test("pack writes a bundle that inspect accepts, and tar czf and zip of the same content agree")
+    func packedAndHandMadeBundlesAgree() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 7)
+            let source = directory.appendingPathComponent("session")
+            try sample.writeLayout(to: source)
+            let packed = directory.appendingPathComponent("packed.tar.gz").path
+            let written = try BundlePacker().pack(
+                sessionFile: source.appendingPathComponent("session.json").path,
+                imagesDirectory: source.appendingPathComponent("images").path,
+                destination: .file(packed)
+            )
+            #expect(written == packed)
+            let tarred = directory.appendingPathComponent("tarred.tgz")
+            try ArchiveProducer.gnuTarGzip.archive(source, to: tarred)
+            let zipped = directory.appendingPathComponent("zipped.zip")
+            try ArchiveProducer.zipDeflate.archive(source, to: zipped)
+
+            let bundles = try [packed, tarred.path, zipped.path].map { try BundleInspector().inspect(path: $0) }
+            #expect(bundles[0].hasManifest)
+            for bundle in bundles {
+                #expect(bundle.session == bundles[0].session)
+                #expect(bundle.images.mapValues(\.sha256) == bundles[0].images.mapValues(\.sha256))
+            }
+            // No leftover temporary file beside the output.
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }
+            #expect(leftovers.isEmpty)
+        }
+    }
+
+    @Test("pack into a spool lands in incoming/, and a second pack of the same session gets a suffix")
+    func packIntoSpoolNeverReplaces() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 8)
+            let source = directory.appendingPathComponent("session")
+            try sample.writeLayout(to: source)
+            let spool = directory.appendingPathComponent("spool")
+            for folder in ["tmp", "incoming"] {
+                try FileManager.default.createDirectory(at: spool.appendingPathComponent(folder), withIntermediateDirectories: true)
+            }
+            let session = source.appendingPathComponent("session.json").path
+            let images = source.appendingPathComponent("images").path
+            let first = try BundlePacker().pack(sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
+            let second = try BundlePacker().pack(sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
+
+            #expect(first == spool.path + "/incoming/\(sample.sessionID).tar.gz")
+            #expect(second == spool.path + "/incoming/\(sample.sessionID)-1.tar.gz")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: spool.appendingPathComponent("tmp").path).isEmpty)
+        }
+    }
+
+    @Test("images stream out of the archive with their validated bytes, in one pass when in order")
+    func imagesStreamWithoutExtracting() async throws {
+        try await withTemporaryDirectory { directory in
+            var shape = SampleSession.Shape()
+            shape.groups = 3
+            shape.imagesPerGroup = 2
+            shape.imageBytes = 600_000  // several chunks each
+            let sample = SampleSession(seed: 9, shape: shape)
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            let packed = try BundlePacker().pack(
+                sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: source.appendingPathComponent("images").path,
+                destination: .file(directory.appendingPathComponent("p.tgz").path)
+            )
+            let zipped = directory.appendingPathComponent("z.zip")
+            try ArchiveProducer.zipStored.archive(source, to: zipped)
+
+            for path in [packed, zipped.path] {
+                let bundle = try BundleInspector().inspect(path: path)
+                let reader = BundleEntryReader(bundle: bundle)
+                for reference in bundle.session.imageReferences {
+                    let image = try #require(bundle.images[reference.fileName])
+                    var bytes: [UInt8] = []
+                    try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
+                    #expect(bytes == sample.images[reference.fileName])
+                }
+                if path == packed { #expect(reader.openCount == 1) }
+            }
+        }
+    }
+}

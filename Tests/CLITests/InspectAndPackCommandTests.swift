@@ -1,0 +1,115 @@
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+/// `dopesync inspect` and `dopesync pack` as a person runs them: the built binary, its output and
+/// its exit code.
+@Suite struct InspectAndPackCommandTests {
+    @Test("inspect a valid bundle: exit 0 and a summary of what it holds")
+    func inspectValidBundle() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 21)
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            let bundle = directory.appendingPathComponent("b.tgz")
+            try ArchiveProducer.gnuTarGzip.archive(source, to: bundle)
+
+            let result = try runBuilt("dopesync", ["inspect", bundle.path])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains(sample.sessionID))
+            #expect(result.stdout.contains("3 DOPE entries"))
+            #expect(result.stdout.contains("group1-1.jpg  jpeg"))
+            #expect(result.stdout.contains("10000 entries"))  // the limits in force
+
+            let json = try runBuilt("dopesync", ["inspect", "--json", bundle.path])
+            #expect(json.status == 0)
+            let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
+            #expect(document["valid"] as? Bool == true)
+            #expect(document["sessionID"] as? String == sample.sessionID)
+            let counts = document["counts"] as! [String: Any]
+            #expect(counts["requests"] as? Int == sample.expectedRequestCount)
+            #expect((document["images"] as! [Any]).count == sample.images.count)
+        }
+    }
+
+    @Test("inspect an invalid bundle: exit 65 and every reason, in text and JSON")
+    func inspectInvalidBundle() async throws {
+        try await withTemporaryDirectory { directory in
+            var sample = SampleSession(seed: 22)
+            sample.json["humidity"] = 140
+            let bundle = directory.appendingPathComponent("bad.tgz")
+            try HostileArchive.write([.file("session.json", sample.sessionBytes), .entry("evil", .symlink, linkTarget: "/")], to: bundle)
+
+            let result = try runBuilt("dopesync", ["inspect", bundle.path])
+            #expect(result.status == 65)
+            #expect(result.stdout.contains("humidity: must be between 0 and 100 (was 140)"), "\(result.stdout)")
+            #expect(result.stdout.contains("[link_entry] evil"))
+
+            let json = try runBuilt("dopesync", ["inspect", "--json", bundle.path])
+            #expect(json.status == 65)
+            let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
+            #expect(document["valid"] as? Bool == false)
+            let codes = (document["problems"] as! [[String: Any]]).compactMap { $0["code"] as? String }
+            #expect(codes.contains("link_entry") && codes.contains("invalid_session") && codes.contains("missing_image"))
+        }
+    }
+
+    @Test("inspect of a file that does not exist: exit 65 naming it")
+    func inspectMissingFile() throws {
+        let result = try runBuilt("dopesync", ["inspect", "/nonexistent/bundle.tgz"])
+        #expect(result.status == 65)
+        #expect(result.stdout.contains("/nonexistent/bundle.tgz"))
+    }
+
+    @Test("pack validates first: an invalid session gives exit 65 and writes nothing")
+    func packRefusesInvalidSession() async throws {
+        try await withTemporaryDirectory { directory in
+            var sample = SampleSession(seed: 23)
+            sample.json["rifleSetupId"] = 0
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            let output = directory.appendingPathComponent("out.tgz")
+            let result = try runBuilt("dopesync", ["pack", source.appendingPathComponent("session.json").path, "--output", output.path])
+            #expect(result.status == 65)
+            #expect(result.stderr.contains("rifleSetupId: must be > 0 (was 0)"), "\(result.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: output.path))
+        }
+    }
+
+    @Test("pack then inspect: the packed bundle is valid")
+    func packThenInspect() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 24)
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            let output = directory.appendingPathComponent("out.tgz")
+            let pack = try runBuilt("dopesync", ["pack", source.appendingPathComponent("session.json").path, "--images", source.appendingPathComponent("images").path, "--output", output.path])
+            #expect(pack.status == 0, "\(pack.stderr)")
+            let inspect = try runBuilt("dopesync", ["inspect", output.path])
+            #expect(inspect.status == 0, "\(inspect.stdout)")
+            #expect(inspect.stdout.contains("with manifest"))
+        }
+    }
+
+    @Test("pack needs exactly one destination: exit 64")
+    func packNeedsOneDestination() throws {
+        let result = try runBuilt("dopesync", ["pack", "session.json"])
+        #expect(result.status == 64)
+        #expect(result.stderr.contains("--output") && result.stderr.contains("--spool"))
+    }
+
+    @Test("a 1 GiB bomb is refused by the binary with bounded memory")
+    func bombWithBoundedMemory() async throws {
+        try await withTemporaryDirectory { directory in
+            let bomb = directory.appendingPathComponent("bomb.tgz")
+            try HostileArchive.writeBomb(to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
+            // GNU time reports the child's peak resident set in KiB.
+            let result = try runProcess("/usr/bin/time", ["-f", "maxrss_kib=%M", builtProduct("dopesync").path, "inspect", bomb.path], allowFailure: true)
+            #expect(result.status == 65)
+            #expect(result.stdout.contains("decompression_bomb"))
+            let line = try #require(result.stderr.split(separator: "\n").last { $0.hasPrefix("maxrss_kib=") })
+            let kib = try #require(Int(line.dropFirst("maxrss_kib=".count)))
+            #expect(kib < 64 * 1024, "peak RSS \(kib) KiB")
+        }
+    }
+}
