@@ -96,3 +96,42 @@ import Testing
         #expect((0..<10).allSatisfy { _ in injector.decide() == .none })
     }
 }
+
+@Suite struct StoreTests {
+    @Test func idempotencyKeysAreKeptSevenDaysThenPurged() async throws {
+        let store = try DevServerStore(path: nil, retentionSeconds: 7 * 24 * 3600)
+        let record = DevServerStore.PreparedRecord(clientId: BadRequest.uuid, fieldsJSON: #"{"clientId":"\#(BadRequest.uuid)"}"#)
+        let outcome = try await store.createOrReplay(
+            kind: .session, parent: .none, key: .init(credential: "c", key: "k", fingerprint: "f"), prepare: { record })
+        guard case .created(let session, _) = outcome else {
+            Issue.record("expected a created record, got \(outcome)")
+            return
+        }
+        let now = DevServerStore.now()
+        try await store.purgeExpiredKeys(now: now + 6 * 24 * 3600)
+        let kept = try await store.storedResponse(credential: "c", key: "k")
+        #expect(kept?.body == DevServerStore.createdBody(id: session, clientId: BadRequest.uuid))
+        #expect(kept?.fingerprint == "f")
+        #expect(try await store.storedResponse(credential: "other", key: "k") == nil)
+        try await store.purgeExpiredKeys(now: now + 8 * 24 * 3600)
+        #expect(try await store.storedResponse(credential: "c", key: "k") == nil)
+        // The record itself stays.
+        #expect(try await store.sessionRecords(id: session)?.count == 1)
+    }
+}
+
+@Suite struct ObservatoryTests {
+    @Test func theRequestLogKeepsTheLastEntriesInOrder() {
+        let observatory = Observatory(capacity: 3)
+        for index in 1...5 {
+            observatory.record(
+                method: "POST", path: "/api/sessions/\(index)", idempotencyKey: nil, status: 201, replayed: index == 5,
+                fault: nil, durationMicroseconds: 10)
+        }
+        #expect(observatory.requests(since: 0, limit: 10).map(\.sequence) == [3, 4, 5])
+        #expect(observatory.requests(since: 4, limit: 10).map(\.path) == ["/api/sessions/4", "/api/sessions/5"])
+        #expect(observatory.requests(since: 0, limit: 1).map(\.sequence) == [3])
+        #expect(observatory.nextSequence == 6)
+        #expect(observatory.statsJSON().contains(#""requests":5,"replays":1"#))
+    }
+}

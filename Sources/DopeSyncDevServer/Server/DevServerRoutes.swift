@@ -18,13 +18,13 @@ enum DevServerRoutes {
                 throw APIError.validation("clientId", "is required")
             }
             guard isUUID(clientId) else { throw APIError.validation("clientId", "must be a UUID") }
-            let items = try state.store.sessions(clientId: clientId)
+            let items = try await state.store.sessions(clientId: clientId)
                 .map { DevServerStore.createdBody(id: $0.id, clientId: $0.clientId) }
             return DevServerState.jsonResponse(status: .ok, body: #"{"items":[\#(items.joined(separator: ","))]}"#)
         }
         router.get("/api/sessions/:sessionId") { _, context in
             let sessionId = try pathID(context, "sessionId", name: "session")
-            guard let records = try state.store.sessionRecords(id: sessionId) else {
+            guard let records = try await state.store.sessionRecords(id: sessionId) else {
                 throw APIError.notFound("session \(sessionId) does not exist")
             }
             return DevServerState.jsonResponse(status: .ok, body: SessionTree.json(records))

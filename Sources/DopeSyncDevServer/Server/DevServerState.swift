@@ -83,54 +83,63 @@ final class DevServerState: Sendable {
         let fingerprintText = fingerprint.finalize()
         return try await inFlight.withClaim(InFlightKeys.Key(credential: credential, key: key)) {
             try await injectLatency(context)
-            if let stored = try store.storedResponse(credential: credential, key: key) {
-                guard stored.fingerprint == fingerprintText else {
-                    throw APIError(
-                        status: .unprocessableContent, code: .idempotencyKeyReused,
-                        message: "this Idempotency-Key was used for a different request", field: "Idempotency-Key")
-                }
-                return Self.jsonResponse(
-                    status: HTTPResponse.Status(code: stored.status), body: stored.body, headers: [.idempotentReplayed: "true"])
-            }
             let keyToStore = DevServerStore.KeyToStore(credential: credential, key: key, fingerprint: fingerprintText)
             return try await commit(request, context: context, kind: kind, parent: parent, payload: payload, body: body, key: keyToStore)
         }
     }
 
+    /// Stores the record (or finds the key already stored) and answers: 201, a replay, or the
+    /// dropped connection of `--drop-after-commit-rate`.
     private func commit(
         _ request: Request, context: DevServerRequestContext, kind: RecordKind, parent: DevServerStore.Parent,
         payload: Payload, body: ByteBuffer, key: DevServerStore.KeyToStore?
     ) async throws -> Response {
-        let clientId: String
-        let fieldsJSON: String
+        let prepare: @Sendable () throws -> DevServerStore.PreparedRecord
         switch payload {
         case .json(let schema):
-            let value: JSONValue
-            do {
-                value = try body.withUnsafeReadableBytes { try JSONValue.parse($0) }
-            } catch let error as JSONParseError {
-                throw APIError.validation("body", error.description)
+            // Validated inside the transaction, after the key lookup: a replay is answered
+            // from the key, and a reused key is told so, whatever the body holds.
+            let references = references.withLock { $0 }
+            prepare = {
+                let value: JSONValue
+                do {
+                    value = try body.withUnsafeReadableBytes { try JSONValue.parse($0) }
+                } catch let error as JSONParseError {
+                    throw APIError.validation("body", error.description)
+                }
+                let record = try schema.validate(value, references: references)
+                return DevServerStore.PreparedRecord(clientId: record.clientId, fieldsJSON: record.fieldsJSON)
             }
-            let record = try schema.validate(value, references: references.withLock { $0 })
-            (clientId, fieldsJSON) = (record.clientId, record.fieldsJSON)
         case .image:
+            // Parsed and hashed before the transaction: megabytes must not hold the database.
             let boundary = try MultipartImageParser.boundary(contentType: request.headers[.contentType])
             let maxImageBytes = configuration.maxImageBytes
             let image = try body.withUnsafeReadableBytes {
                 try MultipartImageParser.parse($0, boundary: boundary, maxImageBytes: maxImageBytes)
             }
-            (clientId, fieldsJSON) = (image.clientId, image.fieldsJSON)
+            prepare = { DevServerStore.PreparedRecord(clientId: image.clientId, fieldsJSON: image.fieldsJSON) }
         }
-        let id = try store.create(kind: kind, parent: parent, clientId: clientId, fieldsJSON: fieldsJSON, key: key)
-        observatory.recordCreated(kind)
-        if context.faults.dropAfterCommit {
-            // The dangerous window on purpose: the record and its key are committed, and the
-            // client sees its connection close with no status line.
-            context.logger.debug("dropping the connection after commit", metadata: ["record.id": "\(id)"])
-            try? await context.channel.close().get()
-            throw ConnectionDroppedAfterCommit()
+        let outcome = try await store.createOrReplay(kind: kind, parent: parent, key: key, prepare: prepare)
+        switch outcome {
+        case .stored(let stored):
+            guard stored.fingerprint == key?.fingerprint else {
+                throw APIError(
+                    status: .unprocessableContent, code: .idempotencyKeyReused,
+                    message: "this Idempotency-Key was used for a different request", field: "Idempotency-Key")
+            }
+            return Self.jsonResponse(
+                status: HTTPResponse.Status(code: stored.status), body: stored.body, headers: [.idempotentReplayed: "true"])
+        case .created(let id, let clientId):
+            observatory.recordCreated(kind)
+            if context.faults.dropAfterCommit {
+                // The dangerous window on purpose: the record and its key are committed, and the
+                // client sees its connection close with no status line.
+                context.logger.debug("dropping the connection after commit", metadata: ["record.id": "\(id)"])
+                try? await context.channel.close().get()
+                throw ConnectionDroppedAfterCommit()
+            }
+            return Self.jsonResponse(status: .created, body: DevServerStore.createdBody(id: id, clientId: clientId))
         }
-        return Self.jsonResponse(status: .created, body: DevServerStore.createdBody(id: id, clientId: clientId))
     }
 
     private func injectLatency(_ context: DevServerRequestContext) async throws {

@@ -1,5 +1,4 @@
 import SQLiteSupport
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -16,12 +15,16 @@ import Darwin
 /// bytes: the dev server proves what arrived, not where it would be kept.
 ///
 /// Records are never deduplicated by `clientId`: a second POST of the same record without (or
-/// with another) idempotency key makes a second row, so tests can count duplicates.
-final class DevServerStore: Sendable {
+/// with another) idempotency key makes a second row,
+/// so tests can count duplicates.
+///
+/// An actor so that requests waiting for the one SQLite connection suspend rather than block a
+/// thread on a lock: under load, blocked threads and futex wake-ups cost more than the SQL.
+actor DevServerStore {
     private let database: SQLiteDatabase
     private let retentionSeconds: Int
     /// When keys older than the retention were last purged (seconds since 1970).
-    private let lastPurge = Mutex<Int64>(0)
+    private var lastPurge: Int64 = 0
     private static let purgeIntervalSeconds: Int64 = 3600
 
     /// Migrations are named and append-only: `PRAGMA user_version` counts those applied.
@@ -62,8 +65,9 @@ final class DevServerStore: Sendable {
         options.synchronous = .normal
         database = try SQLiteDatabase(path: path ?? ":memory:", options: options)
         self.retentionSeconds = retentionSeconds
-        try migrate()
-        try purgeExpiredKeys(now: Self.now())
+        // Static helpers: a synchronous actor initialiser cannot call isolated methods.
+        try Self.migrate(database)
+        try Self.deleteKeys(database, createdBefore: Self.now() - Int64(retentionSeconds))
     }
 
     static func now() -> Int64 {
@@ -72,7 +76,7 @@ final class DevServerStore: Sendable {
         return Int64(time.tv_sec)
     }
 
-    private func migrate() throws {
+    private static func migrate(_ database: SQLiteDatabase) throws {
         try database.write { connection in
             let applied = try connection.queryFirst("PRAGMA user_version").flatMap { $0.int(0) } ?? 0
             for (index, migration) in Self.migrations.enumerated() where index >= applied {
@@ -82,11 +86,16 @@ final class DevServerStore: Sendable {
         }
     }
 
-    private func purgeExpiredKeys(now: Int64) throws {
+    /// Deletes keys older than the retention, as of `now` (seconds since 1970).
+    func purgeExpiredKeys(now: Int64) throws {
+        try Self.deleteKeys(database, createdBefore: now - Int64(retentionSeconds))
+        lastPurge = now
+    }
+
+    private static func deleteKeys(_ database: SQLiteDatabase, createdBefore cutoff: Int64) throws {
         try database.write { connection in
-            try connection.query("DELETE FROM idempotency_keys WHERE created_at < ?", [now - Int64(retentionSeconds)])
+            try connection.query("DELETE FROM idempotency_keys WHERE created_at < ?", [cutoff])
         }
-        lastPurge.withLock { $0 = now }
     }
 
     // MARK: Idempotency keys
@@ -118,6 +127,19 @@ final class DevServerStore: Sendable {
         case group(Int64)
     }
 
+    /// A record ready to insert: its `clientId` and validated fields as JSON.
+    struct PreparedRecord: Sendable {
+        let clientId: String
+        let fieldsJSON: String
+    }
+
+    /// What ``createOrReplay(kind:parent:key:prepare:)`` did.
+    enum Outcome: Sendable {
+        case created(id: Int64, clientId: String)
+        /// The key was already stored: nothing was created; the caller compares fingerprints.
+        case stored(StoredResponse)
+    }
+
     /// The idempotency key to store with a created record, in the same transaction.
     struct KeyToStore: Sendable {
         let credential: String
@@ -125,22 +147,30 @@ final class DevServerStore: Sendable {
         let fingerprint: String
     }
 
-    /// Inserts one record (and its idempotency key, if any) in one transaction, after checking
-    /// that its parent exists. Returns the new id; 404 if the parent is missing.
-    func create(
+    /// In one transaction: returns the stored response if `key` is already stored; otherwise
+    /// prepares the record (validation, which may throw 422), checks that its parent exists
+    /// (404), inserts it and stores the key with its 201 response.
+    ///
+    /// One lock acquisition a request: the lookup, the record and the key commit together.
+    func createOrReplay(
         kind: RecordKind,
         parent: Parent,
-        clientId: String,
-        fieldsJSON: String,
-        key: KeyToStore?
-    ) throws -> Int64 {
+        key: KeyToStore?,
+        prepare: @Sendable () throws -> PreparedRecord
+    ) throws -> Outcome {
         let now = Self.now()
-        let purgeDue = lastPurge.withLock { last in
-            guard now - last >= Self.purgeIntervalSeconds else { return false }
-            last = now
-            return true
-        }
+        let purgeDue = now - lastPurge >= Self.purgeIntervalSeconds
+        if purgeDue { lastPurge = now }
         return try database.write { connection in
+            if let key,
+                let row = try connection.queryFirst(
+                    "SELECT fingerprint, status, body FROM idempotency_keys WHERE credential = ? AND key = ?",
+                    [key.credential, key.key])
+            {
+                return .stored(StoredResponse(fingerprint: row.string(0) ?? "", status: row.int(1) ?? 0, body: row.string(2) ?? ""))
+            }
+            let record = try prepare()
+            let clientId = record.clientId
             var sessionId: Int64? = nil
             var parentId: Int64? = nil
             switch parent {
@@ -163,7 +193,7 @@ final class DevServerStore: Sendable {
             }
             try connection.query(
                 "INSERT INTO records (kind, session_id, parent_id, client_id, fields, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [kind.rawValue, sessionId, parentId, clientId, fieldsJSON, now]
+                [kind.rawValue, sessionId, parentId, clientId, record.fieldsJSON, now]
             )
             let id = connection.lastInsertRowID
             if case .none = parent {
@@ -179,7 +209,7 @@ final class DevServerStore: Sendable {
             if purgeDue {
                 try connection.query("DELETE FROM idempotency_keys WHERE created_at < ?", [now - Int64(retentionSeconds)])
             }
-            return id
+            return .created(id: id, clientId: clientId)
         }
     }
 
