@@ -48,7 +48,7 @@ import Testing
         let store = try open()
         let path = store.path
         let raw = try SQLiteDatabase(path: path)
-        try raw.write { try $0.query("INSERT INTO schema_migrations (name, applied_at) VALUES ('v99-from-the-future', 0)") }
+        try raw.write { _ = try $0.query("INSERT INTO schema_migrations (name, applied_at) VALUES ('v99-from-the-future', 0)") }
         let error = #expect(throws: CheckpointError.self) { try CheckpointStore(path: path) }
         #expect(error?.code == .schemaTooNew)
     }

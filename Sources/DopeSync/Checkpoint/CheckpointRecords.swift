@@ -7,6 +7,12 @@ public struct CompletedStep: Sendable, Hashable {
     /// The hex SHA-256 of the record's content as it was uploaded.
     public let contentDigest: String
     public let doneAt: Date
+
+    public init(serverID: Int64, contentDigest: String, doneAt: Date) {
+        self.serverID = serverID
+        self.contentDigest = contentDigest
+        self.doneAt = doneAt
+    }
 }
 
 /// One step as the database knows it, for `inspect` and for tests.
@@ -129,6 +135,13 @@ public struct Deferral: Sendable, Hashable {
     public let firstSeen: Date
     /// The policy's attempts or age are used up: the caller moves the bundle to `failed/` instead.
     public let exhausted: Bool
+
+    public init(attempts: Int, nextAttemptAt: Date, firstSeen: Date, exhausted: Bool) {
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.firstSeen = firstSeen
+        self.exhausted = exhausted
+    }
 }
 
 /// One `dopesync run`, for `status`.

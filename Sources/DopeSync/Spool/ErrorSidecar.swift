@@ -79,8 +79,10 @@ public struct ErrorSidecar: Sendable, Hashable {
     public init?(parsing text: String) {
         var values: [String: String] = [:]
         // Split on "\n" only (and drop a "\r" before it): other Unicode line breaks are part of a value.
-        for rawLine in text.components(separatedBy: "\n") {
-            let line = rawLine.hasSuffix("\r") ? String(rawLine.dropLast()) : rawLine
+        // (On scalars: as Characters, "\r\n" is one grapheme that contains no "\n" Character.)
+        for scalars in text.unicodeScalars.split(separator: "\n") {
+            var line = String(String.UnicodeScalarView(scalars))
+            if line.unicodeScalars.last == "\r" { line.unicodeScalars.removeLast() }
             guard let separator = line.range(of: ": ") ?? (line.hasSuffix(":") ? line.range(of: ":", options: .backwards) : nil) else { continue }
             let key = String(line[..<separator.lowerBound]).trimmingCharacters(in: .whitespaces)
             values[key] = Self.unescape(String(line[separator.upperBound...]))

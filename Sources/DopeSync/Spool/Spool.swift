@@ -80,6 +80,8 @@ public struct Spool: Sendable, Hashable {
     /// `s.zip` → `s.2.zip`, `s` → `s.1`). `n == 0` is the name itself.
     public static func suffixedName(_ name: String, _ n: Int) -> String {
         guard n > 0 else { return name }
+        // A hidden name has no base to put the suffix in (and is never a bundle the worker reads).
+        guard !name.hasPrefix(".") else { return "\(name).\(n)" }
         let lower = name.lowercased()
         let compound = [".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tar.lz", ".tar.z"]
         if let ext = compound.first(where: { lower.hasSuffix($0) && lower.count > $0.count }) {
