@@ -1,4 +1,4 @@
-import DopeSync
+@testable import DopeSync
 import Foundation
 import SQLiteSupport
 import Testing
@@ -251,5 +251,31 @@ import Testing
         #expect(finished.finishedAt == now.addingTimeInterval(3))
         let missing = #expect(throws: CheckpointError.self) { try store.recordRunFinished(runID: "nope", summary: summary) }
         #expect(missing?.code == .database)
+    }
+}
+
+@Suite struct CheckpointErrorMappingTests {
+    @Test(arguments: [
+        (SQLiteResultCode.full, CheckpointError.Code.diskFull),
+        (.busy, .busy),
+        (SQLiteResultCode(rawValue: 5 | (2 << 8)), .busy),  // SQLITE_BUSY_SNAPSHOT: an extended code
+        (.corrupt, .corrupt),
+        (.notADatabase, .corrupt),
+        (.readOnly, .readOnly),
+        (.ioError, .ioError),
+        (.cantOpen, .cannotOpen),
+        (.constraint, .database),
+    ])
+    func sqliteFailuresGetCodes(sqlite: SQLiteResultCode, expected: CheckpointError.Code) {
+        let error = CheckpointError.from(SQLiteError(code: sqlite, message: "m"), path: "/spool/dopesync.sqlite", doing: "x")
+        #expect(error.code == expected)
+        #expect(error.message.contains("/spool/dopesync.sqlite"))
+        #expect(error.cause?.code == sqlite)
+    }
+
+    @Test func diskFullSaysWhatToDo() {
+        let error = CheckpointError.from(SQLiteError(code: .full, message: "database or disk is full"), path: "/s/db", doing: "x")
+        #expect(error.description.contains("full"))
+        #expect(error.description.contains("[disk_full]"))
     }
 }

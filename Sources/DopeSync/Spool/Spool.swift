@@ -119,7 +119,9 @@ extension Spool {
     /// makes it wait; its retry time is visible with `ls -l` and survives a lost database. A file with an
     /// mtime in the future (deferred, or a producer's clock ahead) waits until then.
     ///
-    /// Cost: one `readdir` pass and one `fstatat` per candidate name (about 0.1 s for 100,000 files).
+    /// Cost: one `readdir` pass and one `fstatat` per candidate name, then a sort. Measured on this project's
+    /// machines: 0.37 s for 100,000 files in a release build, the same as `find -printf '%T@' | sort`
+    /// (most of it is the kernel's stat); about 1 s in a debug build.
     public func scan(now: Date = Date(), minAge: Duration = .seconds(5)) throws(SpoolError) -> [SpoolEntry] {
         let (seconds, attoseconds) = minAge.components
         let cutoff = now.timeIntervalSince1970 - (Double(seconds) + Double(attoseconds) / 1e18)
