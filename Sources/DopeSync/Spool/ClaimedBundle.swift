@@ -68,7 +68,7 @@ public final class ClaimedBundle: Sendable {
     /// Call it only after the last step's result is checkpointed.
     @discardableResult
     public func moveToDone() throws(SpoolError) -> String {
-        try move { () throws(SpoolError) -> String in
+        try move { (_: Int32) throws(SpoolError) -> String in
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
             // Durable before the caller records "done": else a power loss could bring the bundle back into
             // processing/ after the database said done (harmless, it would be resumed, but confusing).
@@ -86,7 +86,7 @@ public final class ClaimedBundle: Sendable {
     /// no-replace semantics, so two processes failing bundles of the same name pick different suffixes.
     @discardableResult
     public func moveToFailed(_ sidecar: ErrorSidecar) throws(SpoolError) -> String {
-        try move { () throws(SpoolError) -> String in
+        try move { (_: Int32) throws(SpoolError) -> String in
             let folder = spool.path(.failed)
             for n in 0..<100_000 {
                 let candidate = Spool.suffixedName(name, n)
@@ -135,9 +135,8 @@ public final class ClaimedBundle: Sendable {
     ///   with EPERM the bundle is given back anyway (the store's `next_attempt_at` still has the time).
     @discardableResult
     public func giveBack(nextAttemptAt: Date? = nil) throws(SpoolError) -> String {
-        try move { () throws(SpoolError) -> String in
+        try move { (descriptor: Int32) throws(SpoolError) -> String in
             if let nextAttemptAt {
-                let descriptor = state.withLock { $0.descriptor } ?? -1
                 // atime untouched (UTIME_OMIT); mtime = next attempt.
                 var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), spoolTimespec(nextAttemptAt)]
                 if futimens(descriptor, &times) != 0 && errno != EPERM {
@@ -153,19 +152,24 @@ public final class ClaimedBundle: Sendable {
         }
     }
 
-    /// Checks that the claim is held and `processing/NAME` is still our file, runs `body` with the lock
-    /// held, and ends the claim if it succeeded. A failed move keeps the claim: the caller may retry or
-    /// release (the bundle then stays in `processing/` for the next run).
-    private func move(_ body: () throws(SpoolError) -> String) throws(SpoolError) -> String {
-        guard isHeld else {
-            throw SpoolError(code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
+    /// Checks that the claim is held and `processing/NAME` is still our file, runs `body` with the claim's
+    /// descriptor (the lock held, and the state locked so two moves of one claim cannot interleave), and
+    /// ends the claim if it succeeded. A failed move keeps the claim: the caller may retry or release (the
+    /// bundle then stays in `processing/` for the next run).
+    private func move(_ body: (Int32) throws(SpoolError) -> String) throws(SpoolError) -> String {
+        let path = self.path
+        return try state.withLock { (state: inout State) throws(SpoolError) -> String in
+            guard let descriptor = state.descriptor else {
+                throw SpoolError(code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
+            }
+            guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode else {
+                throw SpoolError(code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)", path: path)
+            }
+            let final = try body(descriptor)
+            close(descriptor)
+            state.descriptor = nil
+            return final
         }
-        guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode else {
-            throw SpoolError(code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)", path: path)
-        }
-        let final = try body()
-        release()
-        return final
     }
 }
 
