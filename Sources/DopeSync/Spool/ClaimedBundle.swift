@@ -72,8 +72,8 @@ public final class ClaimedBundle: Sendable {
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
             // Durable before the caller records "done": else a power loss could bring the bundle back into
             // processing/ after the database said done (harmless, it would be resumed, but confusing).
-            try SpoolFiles.syncDirectory(spool.path(.done))
-            try SpoolFiles.syncDirectory(spool.path(.processing))
+            // Best effort: the rename has happened, so reporting the move as failed would be wrong.
+            SpoolFiles.syncDirectoriesAfterMove(spool.path(.done), spool.path(.processing))
             return final
         }
     }
@@ -105,8 +105,14 @@ public final class ClaimedBundle: Sendable {
                     unlink(temporary)
                     throw SpoolError(code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath, errno: reserveError)
                 }
-                // The sidecar's entry must be on disk before the bundle's.
-                try SpoolFiles.syncDirectory(folder)
+                // The sidecar's entry must be on disk before the bundle's; if that cannot be made sure, the
+                // bundle does not move (and the sidecar, which would describe nothing, goes).
+                do throws(SpoolError) {
+                    try SpoolFiles.syncDirectory(folder)
+                } catch {
+                    unlink(sidecarPath)
+                    throw error
+                }
                 let moveError = SpoolFiles.renameNoReplace(path, folder + "/" + candidate)
                 if moveError == EEXIST {
                     // A file of that name appeared without going through a sidecar (a person): this sidecar
@@ -118,8 +124,7 @@ public final class ClaimedBundle: Sendable {
                     unlink(sidecarPath)
                     throw SpoolError(code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: path, errno: moveError)
                 }
-                try SpoolFiles.syncDirectory(folder)
-                try SpoolFiles.syncDirectory(spool.path(.processing))
+                SpoolFiles.syncDirectoriesAfterMove(folder, spool.path(.processing))
                 return candidate
             }
             throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
@@ -146,8 +151,7 @@ public final class ClaimedBundle: Sendable {
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.incoming), name: name)
             // Not strictly needed (a lost give-back leaves an orphan that is taken back), but a bundle
             // that reappears in processing/ after the database counted its attempt would be retried early.
-            try SpoolFiles.syncDirectory(spool.path(.incoming))
-            try SpoolFiles.syncDirectory(spool.path(.processing))
+            SpoolFiles.syncDirectoriesAfterMove(spool.path(.incoming), spool.path(.processing))
             return final
         }
     }

@@ -64,6 +64,13 @@ enum SpoolFiles {
         }
     }
 
+    /// Syncs both folders of a rename that has happened. Best effort: a failure here cannot undo the
+    /// rename, and reporting the move as failed would make the caller act on a bundle that has moved.
+    static func syncDirectoriesAfterMove(_ target: String, _ source: String) {
+        try? syncDirectory(target)
+        try? syncDirectory(source)
+    }
+
     /// The (device, inode) a path names now, without following a symlink; nil if it names nothing.
     static func identity(ofPath path: String) -> (UInt64, UInt64)? {
         var info = stat()
