@@ -39,7 +39,7 @@ import Testing
             .replacing("locationId", with: .null)
             .replacing("humidity", with: .null)
             .replacing("groupEntries[0].measurement.cep50", with: .null)
-        let document = try SessionValidator.validate(value).get()
+        let document = try SessionValidator.validate(parsed: value).get()
         #expect(document.session.locationId == nil)
         #expect(document.session.humidity == nil)
         #expect(document.session.groupEntries[0].measurement?.cep50 == nil)
@@ -51,7 +51,7 @@ import Testing
     func notesCountUnicodeScalars(accentedLetters: Int, isValid: Bool) throws {
         let notes = String(repeating: "e\u{301}", count: accentedLetters)
         let value = try parsedValidSession().replacing("notes", with: .string(notes))
-        let result = SessionValidator.validate(value)
+        let result = SessionValidator.validate(parsed: value)
         if isValid {
             #expect(try result.get().session.notes == notes)
         } else {
@@ -69,7 +69,7 @@ import Testing
             .replacing("groupEntries[0].measurement.cep50", with: 0)
             .replacing("groupEntries[0].imageFileNames[0]", with: .string(String(repeating: "x", count: 251) + ".jpg"))
             .replacing("rifleSetupId", with: .number(JSONNumber(Int.max)))
-        #expect(throws: Never.self) { try SessionValidator.validate(value).get() }
+        #expect(throws: Never.self) { try SessionValidator.validate(parsed: value).get() }
     }
 
     struct BadField: Sendable, CustomTestStringConvertible {
@@ -259,7 +259,7 @@ import Testing
 
     @Test func longOffendingValuesAreShortenedInMessages() throws {
         let value = try parsedValidSession().replacing("id", with: .string(String(repeating: "z", count: 500)))
-        let message = try #require(SessionValidator.validate(value).issues.first?.message)
+        let message = try #require(SessionValidator.validate(parsed: value).issues.first?.message)
         #expect(message == "must be a UUID (was \"\(String(repeating: "z", count: 64))…\")")
     }
 
