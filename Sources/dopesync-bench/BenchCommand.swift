@@ -5,6 +5,7 @@ import DopeSync
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dopesync-bench",
-        abstract: "Benchmarks for dopesync (run by `make bench`)."
+        abstract: "Benchmarks for dopesync (run by `make bench`).",
+        subcommands: [DevServerLoad.self]
     )
 }

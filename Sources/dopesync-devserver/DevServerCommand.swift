@@ -1,10 +1,106 @@
 import ArgumentParser
 import DopeSyncDevServer
+import Logging
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `dopesync-devserver`: options and their checks only; the server is ``DevServer``.
 @main
 struct DevServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dopesync-devserver",
-        abstract: "The TrueDope API on loopback, for demos, tests and benchmarks."
+        abstract: "The TrueDope API on loopback, for demos, tests and benchmarks.",
+        discussion: """
+            Prints `listening on http://HOST:PORT` on stdout once it accepts connections; logs go \
+            to stderr. SIGTERM or SIGINT stops it cleanly (exit 0). Admin routes (same token): \
+            GET /admin/stats, GET /admin/requests?since=N, POST /admin/reset, \
+            GET|POST|PUT /admin/references, GET|PUT /admin/faults.
+            """
     )
+
+    @Option(help: "Interface to bind.") var host = "127.0.0.1"
+    @Option(help: "Port to bind; 0 picks a free one.") var port = 8080
+    @Option(help: "SQLite file for records and idempotency keys (default: in memory, lost on exit).") var db: String?
+    @Option(help: "Bearer token accepted (default: $DOPESYNC_DEVSERVER_TOKEN, else dev-token).") var token: String?
+
+    @Option(help: "Rifle setup ids known, e.g. 1-100 or 1,2,5-9.") var rifles = "1-100"
+    @Option(help: "Location ids known.") var locations = "1-50"
+    @Option(help: "Ammunition ids known.") var ammunition = "1-500"
+    @Option(name: .customLong("ammo-lots"), help: "Ammo lot ids known.") var ammoLots = "1-500"
+
+    @Option(name: .customLong("max-image-bytes"), help: "Largest image accepted (413 above).") var maxImageBytes = 64 * 1024 * 1024
+    @Option(name: .customLong("max-json-bytes"), help: "Largest JSON body accepted (413 above).") var maxJSONBytes = 1024 * 1024
+
+    @Option(name: .customLong("fail-rate"), help: "Probability of a 500/503 on an /api POST.") var failRate = 0.0
+    @Option(name: .customLong("rate-limit-rate"), help: "Probability of a 429 with Retry-After on an /api POST.") var rateLimitRate = 0.0
+    @Option(name: .customLong("drop-after-commit-rate"), help: "Probability of committing, then closing the connection unanswered.")
+    var dropAfterCommitRate = 0.0
+    @Option(name: .customLong("latency-ms"), help: "Extra latency A-B (milliseconds) on /api POSTs.") var latencyMs = "0"
+    @Option(name: .customLong("retry-after"), help: "Retry-After seconds on injected 429/503.") var retryAfter = 1
+    @Option(help: "Seed for the fault generator.") var seed: UInt64 = 0
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
+        for (name, rate) in [("--fail-rate", failRate), ("--rate-limit-rate", rateLimitRate), ("--drop-after-commit-rate", dropAfterCommitRate)] {
+            guard (0...1).contains(rate) else { throw ValidationError("\(name) must be between 0 and 1") }
+        }
+        guard maxImageBytes > 0, maxJSONBytes > 0 else { throw ValidationError("size limits must be > 0") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: unknown level \(logLevel)") }
+        _ = try makeConfiguration()
+    }
+
+    func makeConfiguration() throws -> DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.databasePath = db
+        configuration.token = token ?? ProcessInfoEnvironment.value("DOPESYNC_DEVSERVER_TOKEN") ?? "dev-token"
+        do {
+            configuration.references.rifleSetups = try IDSet(parsing: rifles)
+            configuration.references.locations = try IDSet(parsing: locations)
+            configuration.references.ammunition = try IDSet(parsing: ammunition)
+            configuration.references.ammoLots = try IDSet(parsing: ammoLots)
+            configuration.faults.latencyMilliseconds = try .parsingMilliseconds(latencyMs)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        configuration.maxImageBytes = maxImageBytes
+        configuration.maxJSONBytes = maxJSONBytes
+        configuration.faults.failRate = failRate
+        configuration.faults.rateLimitRate = rateLimitRate
+        configuration.faults.dropAfterCommitRate = dropAfterCommitRate
+        configuration.faults.retryAfterSeconds = retryAfter
+        configuration.faults.seed = seed
+        return configuration
+    }
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        // The executable owns logging: stderr, so stdout carries only the listening line.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: DevServer.name)
+        let configuration = try makeConfiguration()
+        try await DevServer.run(configuration: configuration, logger: logger, handlingSignals: true) { port in
+            // Straight to file descriptor 1, unbuffered: a parent reading a pipe sees it at once.
+            let line = Array("listening on http://\(configuration.host):\(port)\n".utf8)
+            _ = line.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+        }
+    }
+}
+
+/// The environment without Foundation.
+enum ProcessInfoEnvironment {
+    static func value(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
+    }
 }

@@ -47,7 +47,9 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
     /// Checks `literal` against the JSON number grammar; nil if it does not match or if its
     /// magnitude does not fit in a `Double`.
     public init?(literal: String) {
-        guard case .number(let number)? = try? JSONValue.parse(Array(literal.utf8), maxDepth: 1)
+        // The parser would skip surrounding whitespace; a literal must be the number alone.
+        guard case .number(let number)? = try? JSONValue.parse(Array(literal.utf8), maxDepth: 1),
+            number.literal == literal
         else { return nil }
         self = number
     }

@@ -39,11 +39,11 @@ public enum SessionValidator {
         } catch {
             return .failure(SessionValidationError(issues: [SessionIssue(parseError: error)]))
         }
-        return validate(value)
+        return validate(parsed: value)
     }
 
-    /// The same checks on a document that is already parsed.
-    public static func validate(_ value: JSONValue) -> Result<SessionDocument, SessionValidationError> {
+    /// The same checks on a document that is already parsed (no size limit applies).
+    public static func validate(parsed value: JSONValue) -> Result<SessionDocument, SessionValidationError> {
         let decoder = SessionDecoder()
         let session = decoder.session(value)
         if let session, decoder.issues.isEmpty {

@@ -1,0 +1,86 @@
+import SQLiteSupport
+
+/// An error from the checkpoint store: a stable ``code``, a human ``message``, and the SQLite error behind it.
+///
+/// The code is what callers switch on (and what goes into logs and metrics); new codes can be added
+/// without breaking anyone because ``Code`` is a struct over a private enum.
+public struct CheckpointError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Sendable {
+            case cannotOpen = "cannot_open"
+            case busy
+            case diskFull = "disk_full"
+            case corrupt
+            case readOnly = "read_only"
+            case ioError = "io_error"
+            case schemaTooNew = "schema_too_new"
+            case noIntent = "no_intent"
+            case conflictingResult = "conflicting_result"
+            case database
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// The database file or its lock file could not be opened or created.
+        public static let cannotOpen = Code(.cannotOpen)
+        /// Another process held the database longer than the busy timeout.
+        public static let busy = Code(.busy)
+        /// The disk (or quota) is full: nothing was written.
+        public static let diskFull = Code(.diskFull)
+        /// The file is damaged or is not a SQLite database.
+        public static let corrupt = Code(.corrupt)
+        /// The database or its folder is read-only for this user.
+        public static let readOnly = Code(.readOnly)
+        /// The operating system reported an I/O error.
+        public static let ioError = Code(.ioError)
+        /// The database was migrated by a newer dopesync that knows migrations this one does not.
+        public static let schemaTooNew = Code(.schemaTooNew)
+        /// ``CheckpointStore/recordResult(sessionID:stepKey:serverID:now:)`` for a step with no recorded intent.
+        public static let noIntent = Code(.noIntent)
+        /// A step already done with one server id was reported done with another: the record may exist twice.
+        public static let conflictingResult = Code(.conflictingResult)
+        /// Any other SQLite failure (a bug, or a schema changed behind our back).
+        public static let database = Code(.database)
+
+        /// A short stable string (`disk_full`, `busy`, ...).
+        public var description: String { value.rawValue }
+    }
+
+    public let code: Code
+    public let message: String
+    /// The underlying SQLite error, if any.
+    public let cause: SQLiteError?
+
+    public init(code: Code, message: String, cause: SQLiteError? = nil) {
+        self.code = code
+        self.message = message
+        self.cause = cause
+    }
+
+    public var description: String {
+        var text = "checkpoint store: \(message) [\(code)]"
+        if let cause { text += " (\(cause))" }
+        return text
+    }
+
+    /// Maps a SQLite failure to a code on purpose, so that a full disk or a damaged file reads
+    /// as such to an operator instead of as "SQLite error 13".
+    static func from(_ error: SQLiteError, path: String, doing: String) -> CheckpointError {
+        switch error.code.primary {
+        case .busy, .locked:
+            CheckpointError(code: .busy, message: "\(path) stayed locked by another process while \(doing)", cause: error)
+        case .full:
+            CheckpointError(code: .diskFull, message: "the disk holding \(path) is full; free space and run again (nothing was lost: the last change was not written)", cause: error)
+        case .corrupt, .notADatabase:
+            CheckpointError(code: .corrupt, message: "\(path) is damaged or not a dopesync database; move it aside to start with an empty one (idempotency keys keep the server free of duplicates)", cause: error)
+        case .readOnly:
+            CheckpointError(code: .readOnly, message: "\(path) (or its folder) is read-only for this user", cause: error)
+        case .cantOpen:
+            CheckpointError(code: .cannotOpen, message: "cannot open \(path)", cause: error)
+        case .ioError:
+            CheckpointError(code: .ioError, message: "I/O error on \(path) while \(doing)", cause: error)
+        default:
+            CheckpointError(code: .database, message: "SQLite failed while \(doing) on \(path)", cause: error)
+        }
+    }
+}

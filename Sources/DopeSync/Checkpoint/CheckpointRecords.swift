@@ -1,0 +1,179 @@
+import Foundation
+
+/// A step whose response arrived: what the planner needs to skip it and to notice a changed record.
+public struct CompletedStep: Sendable, Hashable {
+    /// The id the server gave the record.
+    public let serverID: Int64
+    /// The hex SHA-256 of the record's content as it was uploaded.
+    public let contentDigest: String
+    public let doneAt: Date
+
+    public init(serverID: Int64, contentDigest: String, doneAt: Date) {
+        self.serverID = serverID
+        self.contentDigest = contentDigest
+        self.doneAt = doneAt
+    }
+}
+
+/// One step as the database knows it, for `inspect` and for tests.
+public struct StepRecord: Sendable, Hashable {
+    public enum State: String, Sendable {
+        /// The intent is recorded: the request may or may not have reached the server.
+        case sent
+        /// The response arrived and its server id is recorded: never sent again.
+        case done
+    }
+    public let sessionID: String
+    public let stepKey: String
+    public let idempotencyKey: String
+    public let requestFingerprint: String
+    public let contentDigest: String
+    public let state: State
+    public let serverID: Int64?
+    public let sentAt: Date
+    public let doneAt: Date?
+    /// The bundle that last recorded this step's intent.
+    public let bundleName: String?
+}
+
+/// What ``CheckpointStore/recordIntent(sessionID:stepKey:idempotencyKey:requestFingerprint:contentDigest:bundleName:now:)`` found.
+public enum StepIntentOutcome: Sendable, Hashable {
+    /// First intent for this step.
+    case recorded
+    /// The step was sent before (its response never arrived); its previous fingerprint is given so the
+    /// caller can tell a byte-identical resend from a changed request (which a server rejects with
+    /// `idempotency_key_reused`).
+    case resent(previousFingerprint: String)
+    /// The step is already done (for example by another bundle of the same session in another run):
+    /// do not send it; nothing was changed.
+    case alreadyDone(CompletedStep)
+}
+
+/// Why a bundle was deferred or failed: stored in the database and written to `failed/NAME.error`.
+public struct BundleFailure: Sendable, Hashable {
+    /// A short stable code (`validation_failed`, `changed_after_upload`, `http_422`, `unreachable`, ...).
+    public var reason: String
+    /// The step key that failed, when an upload step failed.
+    public var step: String?
+    public var httpStatus: Int?
+    /// The validation error or the server's message.
+    public var message: String?
+
+    public init(reason: String, step: String? = nil, httpStatus: Int? = nil, message: String? = nil) {
+        self.reason = reason
+        self.step = step
+        self.httpStatus = httpStatus
+        self.message = message
+    }
+}
+
+/// Who holds a claim: enough for `status` to show the owner and for a person to find the process.
+public struct ClaimOwner: Sendable, Hashable {
+    public var host: String
+    public var pid: Int32
+    public var runID: String
+
+    public init(host: String, pid: Int32, runID: String) {
+        self.host = host
+        self.pid = pid
+        self.runID = runID
+    }
+
+    /// This process, on this host, in the run `runID`.
+    public static func current(runID: String) -> ClaimOwner {
+        ClaimOwner(host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier, runID: runID)
+    }
+}
+
+/// A claim recorded in the database. A claim whose run died stays until the bundle is taken back;
+/// `status` can tell by the bundle still being in `processing/` with its lock free.
+public struct ClaimRecord: Sendable, Hashable {
+    public let bundleName: String
+    public let owner: ClaimOwner
+    public let claimedAt: Date
+}
+
+/// The last thing that happened to a bundle.
+public struct BundleOutcome: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public static let claimed = BundleOutcome(rawValue: "claimed")
+    public static let deferred = BundleOutcome(rawValue: "deferred")
+    /// Given back to `incoming/` without counting an attempt (401/403, shutdown, circuit breaker).
+    public static let returned = BundleOutcome(rawValue: "returned")
+    public static let failed = BundleOutcome(rawValue: "failed")
+    public static let done = BundleOutcome(rawValue: "done")
+    /// `requeue`: back from `failed/` with a fresh attempt count.
+    public static let requeued = BundleOutcome(rawValue: "requeued")
+    public var description: String { rawValue }
+}
+
+/// The retry bookkeeping of one bundle, keyed by its file name in the spool.
+public struct BundleState: Sendable, Hashable {
+    public let name: String
+    public let sessionID: String?
+    /// Deferrals counted since it was first seen or last requeued.
+    public let attempts: Int
+    /// When this bundle was first claimed (or requeued): the clock of the max-age rule.
+    public let firstSeen: Date
+    public let nextAttemptAt: Date?
+    public let lastError: BundleFailure?
+    public let lastOutcome: BundleOutcome?
+    public let updatedAt: Date
+    /// Steps this bundle's claims completed, counted in the same transaction as each result.
+    public let stepsDone: Int
+    /// Steps in the bundle's plan, when the run loop recorded it.
+    public let stepsTotal: Int?
+}
+
+/// What ``CheckpointStore/recordDeferral(name:sessionID:error:now:policy:)`` decided.
+public struct Deferral: Sendable, Hashable {
+    /// Attempts counted so far, this one included.
+    public let attempts: Int
+    /// When the bundle is due again: also the mtime to give it in `incoming/`.
+    public let nextAttemptAt: Date
+    public let firstSeen: Date
+    /// The policy's attempts or age are used up: the caller moves the bundle to `failed/` instead.
+    public let exhausted: Bool
+
+    public init(attempts: Int, nextAttemptAt: Date, firstSeen: Date, exhausted: Bool) {
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.firstSeen = firstSeen
+        self.exhausted = exhausted
+    }
+}
+
+/// One `dopesync run`, for `status`.
+public struct RunRecord: Sendable, Hashable {
+    public let runID: String
+    public let host: String
+    public let pid: Int32
+    public let startedAt: Date
+    /// Nil while the run is going on, or if it died.
+    public let finishedAt: Date?
+    public let summary: RunSummary?
+}
+
+/// The numbers of a run's summary line.
+public struct RunSummary: Sendable, Hashable {
+    public var claimed: Int
+    public var done: Int
+    public var deferred: Int
+    public var failed: Int
+    public var requests: Int
+    public var bytes: Int64
+    public var seconds: Double
+    public var exitCode: Int32
+
+    public init(claimed: Int = 0, done: Int = 0, deferred: Int = 0, failed: Int = 0, requests: Int = 0, bytes: Int64 = 0, seconds: Double = 0, exitCode: Int32 = 0) {
+        self.claimed = claimed
+        self.done = done
+        self.deferred = deferred
+        self.failed = failed
+        self.requests = requests
+        self.bytes = bytes
+        self.seconds = seconds
+        self.exitCode = exitCode
+    }
+}

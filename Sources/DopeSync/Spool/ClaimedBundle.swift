@@ -1,0 +1,254 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A bundle this process owns: it sits in `processing/` and an open descriptor holds an exclusive
+/// `flock` on it for as long as it is worked on.
+///
+/// Ownership is the lock, not a pid in a file: when the process dies (killed, crashed, rebooted) the
+/// kernel drops the lock, and the next run finds the bundle in `processing/` with its lock free and takes
+/// it back (``Spool/claimOrphan(_:)``). No liveness check, no clock, no stale pid reused after a reboot.
+///
+/// A move (``moveToDone()``, ``moveToFailed(_:)``, ``giveBack(nextAttemptAt:)``) renames the bundle out of
+/// `processing/` while the lock is still held, then ends the claim. ``release()`` ends it without a move
+/// (the bundle stays in `processing/` for the next run). Forgetting both is safe: `deinit` releases.
+public final class ClaimedBundle: Sendable {
+    public let spool: Spool
+    /// The name in `processing/` (the same as it had in `incoming/`).
+    public let name: String
+    /// The size when claimed.
+    public let size: Int64
+    /// The mtime it had in `incoming/` (for a bundle deferred before: its next-attempt time).
+    public let modified: Date
+    /// True when it was taken back from a run that died, rather than claimed from `incoming/`.
+    public let isOrphan: Bool
+    let device: UInt64
+    let inode: UInt64
+
+    private struct State {
+        var descriptor: Int32?
+    }
+    private let state: Mutex<State>
+
+    init(spool: Spool, name: String, descriptor: Int32, device: UInt64, inode: UInt64, size: Int64, modified: Date, isOrphan: Bool) {
+        self.spool = spool
+        self.name = name
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.modified = modified
+        self.isOrphan = isOrphan
+        self.state = Mutex(State(descriptor: descriptor))
+    }
+
+    deinit {
+        release()
+    }
+
+    /// `processing/NAME`: where to read the bundle while it is claimed.
+    public var path: String { spool.path(.processing, name) }
+
+    /// Whether the claim is still held (no move and no release yet).
+    public var isHeld: Bool { state.withLock { $0.descriptor != nil } }
+
+    /// Ends the claim without moving the bundle: it stays in `processing/` and the next run takes it back.
+    public func release() {
+        state.withLock { state in
+            if let descriptor = state.descriptor { close(descriptor) }
+            state.descriptor = nil
+        }
+    }
+
+    /// Moves the bundle to `done/` and ends the claim. Returns its name there (suffixed if taken).
+    /// Call it only after the last step's result is checkpointed.
+    @discardableResult
+    public func moveToDone() throws(SpoolError) -> String {
+        try move { (_: Int32) throws(SpoolError) -> String in
+            let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
+            // Durable before the caller records "done": else a power loss could bring the bundle back into
+            // processing/ after the database said done (harmless, it would be resumed, but confusing).
+            // Best effort: the rename has happened, so reporting the move as failed would be wrong.
+            SpoolFiles.syncDirectoriesAfterMove(spool.path(.done), spool.path(.processing))
+            return final
+        }
+    }
+
+    /// Writes `failed/NAME.error`, then moves the bundle to `failed/NAME`, and ends the claim. Returns the
+    /// bundle's name in `failed/` (suffixed if taken; the sidecar's `bundle:` says the same name).
+    ///
+    /// The sidecar comes first and is synced before the bundle moves, so nobody ever sees a failed bundle
+    /// without its reason. The sidecar's name is also the reservation of the name: it is created with
+    /// no-replace semantics, so two processes failing bundles of the same name pick different suffixes.
+    @discardableResult
+    public func moveToFailed(_ sidecar: ErrorSidecar) throws(SpoolError) -> String {
+        try move { (_: Int32) throws(SpoolError) -> String in
+            let folder = spool.path(.failed)
+            for n in 0..<100_000 {
+                let candidate = Spool.suffixedName(name, n)
+                if SpoolFiles.identity(ofPath: folder + "/" + candidate) != nil { continue }
+                var text = sidecar
+                text.bundle = candidate
+                let temporary = folder + "/.\(candidate).error.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+                let writeError = SpoolFiles.writeSynced(text.rendered(), to: temporary)
+                guard writeError == 0 else {
+                    throw SpoolError(code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary, errno: writeError)
+                }
+                let sidecarPath = folder + "/" + candidate + ".error"
+                let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath)
+                if reserveError == EEXIST { unlink(temporary); continue }
+                guard reserveError == 0 else {
+                    unlink(temporary)
+                    throw SpoolError(code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath, errno: reserveError)
+                }
+                // The sidecar's entry must be on disk before the bundle's; if that cannot be made sure, the
+                // bundle does not move (and the sidecar, which would describe nothing, goes).
+                do throws(SpoolError) {
+                    try SpoolFiles.syncDirectory(folder)
+                } catch {
+                    unlink(sidecarPath)
+                    throw error
+                }
+                let moveError = SpoolFiles.renameNoReplace(path, folder + "/" + candidate)
+                if moveError == EEXIST {
+                    // A file of that name appeared without going through a sidecar (a person): this sidecar
+                    // is ours and describes nothing; drop it and try the next name.
+                    unlink(sidecarPath)
+                    continue
+                }
+                guard moveError == 0 else {
+                    unlink(sidecarPath)
+                    throw SpoolError(code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: path, errno: moveError)
+                }
+                SpoolFiles.syncDirectoriesAfterMove(folder, spool.path(.processing))
+                return candidate
+            }
+            throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
+        }
+    }
+
+    /// Gives the bundle back to `incoming/` and ends the claim. Returns its name there (suffixed if taken:
+    /// then tell the checkpoint store with ``CheckpointStore/renamed(from:to:now:)``).
+    ///
+    /// - Parameter nextAttemptAt: for a deferral, the next-attempt time, set as the file's mtime so a scan
+    ///   skips it until then. Nil (given back uncounted: 401/403, shutdown) leaves the mtime as it is, so
+    ///   the bundle is due at once. Setting a time needs the file's owner (or CAP_FOWNER); if that fails
+    ///   with EPERM the bundle is given back anyway (the store's `next_attempt_at` still has the time).
+    @discardableResult
+    public func giveBack(nextAttemptAt: Date? = nil) throws(SpoolError) -> String {
+        try move { (descriptor: Int32) throws(SpoolError) -> String in
+            if let nextAttemptAt {
+                // atime untouched (UTIME_OMIT); mtime = next attempt.
+                var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), spoolTimespec(nextAttemptAt)]
+                if futimens(descriptor, &times) != 0 && errno != EPERM {
+                    throw SpoolError(code: .moveFailed, message: "cannot set the next-attempt time", path: path, errno: errno)
+                }
+            }
+            let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.incoming), name: name)
+            // Not strictly needed (a lost give-back leaves an orphan that is taken back), but a bundle
+            // that reappears in processing/ after the database counted its attempt would be retried early.
+            SpoolFiles.syncDirectoriesAfterMove(spool.path(.incoming), spool.path(.processing))
+            return final
+        }
+    }
+
+    /// Checks that the claim is held and `processing/NAME` is still our file, runs `body` with the claim's
+    /// descriptor (the lock held, and the state locked so two moves of one claim cannot interleave), and
+    /// ends the claim if it succeeded. A failed move keeps the claim: the caller may retry or release (the
+    /// bundle then stays in `processing/` for the next run).
+    private func move(_ body: (Int32) throws(SpoolError) -> String) throws(SpoolError) -> String {
+        let path = self.path
+        return try state.withLock { (state: inout State) throws(SpoolError) -> String in
+            guard let descriptor = state.descriptor else {
+                throw SpoolError(code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
+            }
+            guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode else {
+                throw SpoolError(code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)", path: path)
+            }
+            let final = try body(descriptor)
+            close(descriptor)
+            state.descriptor = nil
+            return final
+        }
+    }
+}
+
+extension Spool {
+    /// Claims a bundle found by ``scan(now:minAge:)``: exactly one of any number of claimers, in any number
+    /// of processes, gets it. Returns nil when another claimer won (or the file is gone, or `processing/`
+    /// holds a bundle of the same name: it is claimed again once that one has moved on).
+    ///
+    /// Steps: open `incoming/NAME` (no symlinks), `flock(LOCK_EX|LOCK_NB)` (busy: someone else has it),
+    /// check that `incoming/NAME` is still this inode (it may have been claimed, finished and replaced by a
+    /// new file of the same name between our open and our lock), rename it to `processing/NAME` without
+    /// replacing (ENOENT: someone else was first), and check the inode again there.
+    ///
+    /// No fsync: if a crash loses the rename, the bundle is back in `incoming/` and is claimed again, and
+    /// it resumes from its checkpoints; syncing every claim would only slow claiming.
+    public func claim(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
+        let source = path(.incoming, entry.name)
+        guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
+        let target = path(.processing, entry.name)
+        let error = SpoolFiles.renameNoReplace(source, target)
+        guard error == 0 else {
+            close(descriptor)
+            if error == ENOENT || error == EEXIST { return nil }
+            throw SpoolError(code: .claimFailed, message: "cannot move bundle into processing/", path: source, errno: error)
+        }
+        guard let moved = SpoolFiles.identity(ofPath: target), moved == (identity.device, identity.inode) else {
+            // Someone swapped the file between our check and the rename: what we moved is not locked by us
+            // and stays in processing/ as an orphan for the next run; nothing is lost.
+            close(descriptor)
+            return nil
+        }
+        return ClaimedBundle(spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
+                             inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: false)
+    }
+
+    /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
+    /// held (a live run is working on it) or gone. Safe against the owner moving it at the same moment:
+    /// after locking, `processing/NAME` must still be the inode we locked.
+    public func claimOrphan(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
+        let source = path(.processing, entry.name)
+        guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
+        return ClaimedBundle(spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
+                             inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: true)
+    }
+
+    /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
+    /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
+    /// locked by someone else.
+    private static func openAndLock(_ path: String) throws(SpoolError) -> (Int32, (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool))? {
+        // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
+        // must not inherit (and keep alive) our lock.
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let error = errno
+            if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
+            throw SpoolError(code: .claimFailed, message: "cannot open bundle", path: path, errno: error)
+        }
+        guard let identity = SpoolFiles.identity(ofDescriptor: descriptor), identity.isRegular else {
+            close(descriptor)
+            return nil
+        }
+        var locked = flock(descriptor, LOCK_EX | LOCK_NB)
+        while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
+        guard locked == 0 else {
+            let error = errno
+            close(descriptor)
+            if error == EWOULDBLOCK { return nil }
+            throw SpoolError(code: .claimFailed, message: "cannot lock bundle", path: path, errno: error)
+        }
+        // Between our open and our lock, the owner may have moved the file on (and a new file of the same
+        // name may have arrived): the lock is ours only if the path still names the inode we locked.
+        guard let current = SpoolFiles.identity(ofPath: path), current == (identity.device, identity.inode) else {
+            close(descriptor)
+            return nil
+        }
+        return (descriptor, identity)
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+
+/// `failed/NAME.error`: why a bundle needs a person. Plain text, one `key: value` a line, for people and
+/// for grep:
+///
+/// ```
+/// bundle: range-2024-05-01.tar.gz
+/// session: 6F1C...
+/// failed_at: 2024-05-01T12:00:00Z
+/// reason: http_422
+/// step: dope:0B2E...
+/// http_status: 422
+/// message: ammunitionId: unknown_reference (was 999)
+/// attempts: 0
+/// first_seen: 2024-05-01T11:59:58Z
+/// ```
+///
+/// Keys without a value are left out. Values are one line each: a backslash is written `\\`, a newline
+/// `\n`, a carriage return `\r`, so a multi-line server message stays on its line. Times are ISO 8601 UTC.
+/// The parser keeps keys it does not know in ``otherFields`` (a newer dopesync may add some).
+public struct ErrorSidecar: Sendable, Hashable {
+    /// The bundle's name in `failed/` (set by the move, which may add a suffix).
+    public var bundle: String
+    public var session: String?
+    public var failedAt: Date
+    /// A short code: `validation_failed`, `changed_after_upload`, `http_422`, `max_attempts`, ...
+    public var reason: String
+    public var step: String?
+    public var httpStatus: Int?
+    public var message: String?
+    public var attempts: Int?
+    public var firstSeen: Date?
+    /// Keys this version does not know, as read.
+    public var otherFields: [String: String] = [:]
+
+    public init(bundle: String, session: String? = nil, failedAt: Date, reason: String, step: String? = nil,
+                httpStatus: Int? = nil, message: String? = nil, attempts: Int? = nil, firstSeen: Date? = nil) {
+        self.bundle = bundle
+        self.session = session
+        self.failedAt = failedAt
+        self.reason = reason
+        self.step = step
+        self.httpStatus = httpStatus
+        self.message = message
+        self.attempts = attempts
+        self.firstSeen = firstSeen
+    }
+
+    /// A sidecar from a failure as the checkpoint store keeps it.
+    public init(bundle: String, session: String?, failedAt: Date, failure: BundleFailure, attempts: Int? = nil, firstSeen: Date? = nil) {
+        self.init(bundle: bundle, session: session, failedAt: failedAt, reason: failure.reason, step: failure.step,
+                  httpStatus: failure.httpStatus, message: failure.message, attempts: attempts, firstSeen: firstSeen)
+    }
+
+    /// The failure it describes.
+    public var failure: BundleFailure {
+        BundleFailure(reason: reason, step: step, httpStatus: httpStatus, message: message)
+    }
+
+    /// The file's text, each line ending in a newline.
+    public func rendered() -> String {
+        var fields: [(String, String?)] = [
+            ("bundle", bundle),
+            ("session", session),
+            ("failed_at", Self.format(failedAt)),
+            ("reason", reason),
+            ("step", step),
+            ("http_status", httpStatus.map(String.init)),
+            ("message", message),
+            ("attempts", attempts.map(String.init)),
+            ("first_seen", firstSeen.map(Self.format)),
+        ]
+        fields += otherFields.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        return fields.compactMap { key, value in value.map { "\(key): \(Self.escape($0))\n" } }.joined()
+    }
+
+    /// Reads a sidecar's text. Nil when a required key (`bundle`, `failed_at`, `reason`) is missing or
+    /// unreadable; unknown keys and lines without `: ` are tolerated.
+    public init?(parsing text: String) {
+        var values: [String: String] = [:]
+        // Split on "\n" only (and drop a "\r" before it): other Unicode line breaks are part of a value.
+        // (On scalars: as Characters, "\r\n" is one grapheme that contains no "\n" Character.)
+        for scalars in text.unicodeScalars.split(separator: "\n") {
+            var line = String(String.UnicodeScalarView(scalars))
+            if line.unicodeScalars.last == "\r" { line.unicodeScalars.removeLast() }
+            guard let separator = line.range(of: ": ") ?? (line.hasSuffix(":") ? line.range(of: ":", options: .backwards) : nil) else { continue }
+            let key = String(line[..<separator.lowerBound]).trimmingCharacters(in: .whitespaces)
+            values[key] = Self.unescape(String(line[separator.upperBound...]))
+        }
+        guard let bundle = values.removeValue(forKey: "bundle"),
+              let failedAt = values.removeValue(forKey: "failed_at").flatMap(Self.parseDate),
+              let reason = values.removeValue(forKey: "reason")
+        else { return nil }
+        self.init(bundle: bundle, failedAt: failedAt, reason: reason)
+        session = values.removeValue(forKey: "session")
+        step = values.removeValue(forKey: "step")
+        httpStatus = values.removeValue(forKey: "http_status").flatMap { Int($0) }
+        message = values.removeValue(forKey: "message")
+        attempts = values.removeValue(forKey: "attempts").flatMap { Int($0) }
+        firstSeen = values.removeValue(forKey: "first_seen").flatMap(Self.parseDate)
+        otherFields = values
+    }
+
+    /// Reads `failed/NAME.error`, or nil if it is missing or not a sidecar.
+    public static func read(from path: String) -> ErrorSidecar? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return ErrorSidecar(parsing: String(decoding: data, as: UTF8.self))
+    }
+
+    static func format(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle())
+    }
+
+    static func parseDate(_ text: String) -> Date? {
+        try? Date.ISO8601FormatStyle().parse(text)
+    }
+
+    static func escape(_ value: String) -> String {
+        var out = ""
+        out.reserveCapacity(value.utf8.count)
+        for character in value.unicodeScalars {
+            switch character {
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            default: out.unicodeScalars.append(character)
+            }
+        }
+        return out
+    }
+
+    static func unescape(_ value: String) -> String {
+        var out = ""
+        var escaping = false
+        for character in value.unicodeScalars {
+            if escaping {
+                switch character {
+                case "n": out += "\n"
+                case "r": out += "\r"
+                default: out.unicodeScalars.append(character)
+                }
+                escaping = false
+            } else if character == "\\" {
+                escaping = true
+            } else {
+                out.unicodeScalars.append(character)
+            }
+        }
+        if escaping { out += "\\" }
+        return out
+    }
+}
+
+extension Spool {
+    /// The sidecar path of a bundle in `failed/`.
+    public func sidecarPath(forFailed name: String) -> String { path(.failed, name + ".error") }
+}

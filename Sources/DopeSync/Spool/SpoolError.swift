@@ -1,0 +1,65 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An error from the spool: a stable ``code``, a human ``message``, the path it concerns and the `errno`.
+///
+/// ``Code/cannotCreate`` and ``Code/notWritable`` mean "the spool cannot be created or written"
+/// (exit 73, `EX_CANTCREAT`, in the CLI).
+public struct SpoolError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Sendable {
+            case cannotCreate = "cannot_create"
+            case notWritable = "not_writable"
+            case scanFailed = "scan_failed"
+            case claimFailed = "claim_failed"
+            case moveFailed = "move_failed"
+            case notClaimed = "not_claimed"
+            case sidecarFailed = "sidecar_failed"
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// A spool folder could not be created.
+        public static let cannotCreate = Code(.cannotCreate)
+        /// A spool folder exists but this user cannot write into it.
+        public static let notWritable = Code(.notWritable)
+        /// A folder could not be listed.
+        public static let scanFailed = Code(.scanFailed)
+        /// A bundle could not be opened, locked or renamed for a reason other than a lost race.
+        public static let claimFailed = Code(.claimFailed)
+        /// A bundle could not be moved to its target folder (it stays where it was, still claimed).
+        public static let moveFailed = Code(.moveFailed)
+        /// The claim was already released or its bundle already moved out of `processing/`.
+        public static let notClaimed = Code(.notClaimed)
+        /// `failed/NAME.error` could not be written (the bundle was not moved).
+        public static let sidecarFailed = Code(.sidecarFailed)
+
+        public var description: String { value.rawValue }
+    }
+
+    public let code: Code
+    public let message: String
+    public let path: String?
+    /// The `errno` of the failed call, if one failed.
+    public let errno: Int32?
+
+    public init(code: Code, message: String, path: String? = nil, errno: Int32? = nil) {
+        self.code = code
+        self.message = message
+        self.path = path
+        self.errno = errno
+    }
+
+    /// Whether the CLI should exit with 73 (`EX_CANTCREAT`).
+    public var isSpoolUnwritable: Bool { code == .cannotCreate || code == .notWritable }
+
+    public var description: String {
+        var text = message
+        if let path { text += " (\(path))" }
+        if let errno { text += ": \(String(cString: strerror(errno)))" }
+        return text + " [\(code)]"
+    }
+}

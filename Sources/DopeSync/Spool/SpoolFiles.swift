@@ -1,0 +1,110 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The file-system calls the spool's moves are made of.
+enum SpoolFiles {
+    /// `rename` that fails with EEXIST instead of replacing an existing target. Returns 0 or an errno.
+    ///
+    /// Linux's `renameat2(RENAME_NOREPLACE)` is atomic; glibc has it since 2.28 but Swift's Glibc module
+    /// does not export it, so it is looked up with `dlsym`. Where the file system refuses it (EINVAL: NFS,
+    /// some overlay mounts) or the kernel lacks it (ENOSYS), `link` + `unlink` does the same job: `link`
+    /// fails with EEXIST atomically, so two processes still cannot both take one name. A crash between the
+    /// two leaves the bundle under both names (one inode), never under none.
+    static func renameNoReplace(_ source: String, _ target: String) -> Int32 {
+        #if os(Linux)
+        if let renameat2 = renameat2Function {
+            if renameat2(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 { return 0 }
+            let error = errno
+            guard error == EINVAL || error == ENOSYS else { return error }
+        }
+        #endif
+        if link(source, target) != 0 { return errno }
+        if unlink(source) != 0 { return errno }
+        return 0
+    }
+
+    #if os(Linux)
+    private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    private static let renameat2Function: Renameat2? = {
+        guard let symbol = dlsym(nil, "renameat2") else { return nil }
+        return unsafeBitCast(symbol, to: Renameat2.self)
+    }()
+    #endif
+
+    /// Renames `source` into `folder` under `name` or, when taken, the first free suffixed name.
+    /// Returns the name used. Never replaces a file.
+    static func moveNoReplace(_ source: String, toFolder folder: String, name: String) throws(SpoolError) -> String {
+        for n in 0..<100_000 {
+            let candidate = Spool.suffixedName(name, n)
+            let error = renameNoReplace(source, folder + "/" + candidate)
+            if error == 0 { return candidate }
+            guard error == EEXIST else {
+                throw SpoolError(code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: source, errno: error)
+            }
+        }
+        throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
+    }
+
+    /// Makes the folder's entries durable: after `rename` returns, the new entry may still exist only in
+    /// memory, and a power loss could bring back the old one.
+    static func syncDirectory(_ path: String) throws(SpoolError) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw SpoolError(code: .moveFailed, message: "cannot open folder to sync it", path: path, errno: errno)
+        }
+        defer { close(descriptor) }
+        // EINVAL: a file system that cannot sync folders (some network mounts); nothing more can be done.
+        if fsync(descriptor) != 0 && errno != EINVAL {
+            throw SpoolError(code: .moveFailed, message: "cannot sync folder", path: path, errno: errno)
+        }
+    }
+
+    /// Syncs both folders of a rename that has happened. Best effort: a failure here cannot undo the
+    /// rename, and reporting the move as failed would make the caller act on a bundle that has moved.
+    static func syncDirectoriesAfterMove(_ target: String, _ source: String) {
+        try? syncDirectory(target)
+        try? syncDirectory(source)
+    }
+
+    /// The (device, inode) a path names now, without following a symlink; nil if it names nothing.
+    static func identity(ofPath path: String) -> (UInt64, UInt64)? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
+    static func identity(ofDescriptor descriptor: Int32) -> (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool)? {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size), info.st_mode & S_IFMT == S_IFREG)
+    }
+
+    /// Writes `text` to `path` (a new file) and syncs it.
+    static func writeSynced(_ text: String, to path: String) -> Int32 {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { return errno }
+        var bytes = Array(text.utf8)
+        var offset = 0
+        var failure: Int32 = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeMutableBytes { buffer in
+                write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                failure = errno
+                break
+            }
+            offset += written
+        }
+        if failure == 0 && fsync(descriptor) != 0 { failure = errno }
+        if close(descriptor) != 0 && failure == 0 { failure = errno }
+        if failure != 0 { unlink(path) }
+        return failure
+    }
+}

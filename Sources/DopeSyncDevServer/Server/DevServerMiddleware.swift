@@ -1,0 +1,87 @@
+import HTTPTypes
+import Hummingbird
+import Logging
+
+extension HTTPField.Name {
+    /// Marks a replayed response (api.yaml's `Replayed` header).
+    static let idempotentReplayed = HTTPField.Name("Idempotent-Replayed")!
+    static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
+}
+
+/// Outermost middleware: faults for `/api` POSTs, bearer auth, the spec's error bodies, one log
+/// line and one request-log entry per request.
+struct DevServerMiddleware: RouterMiddleware {
+    typealias Context = DevServerRequestContext
+
+    let state: DevServerState
+
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        let started = ContinuousClock.now
+        let path = request.uri.path
+        var context = context
+        var fault: String? = nil
+        var response: Response
+        do {
+            if request.method == .post, path.hasPrefix("/api/") {
+                context.faults = state.faults.decide()
+                switch context.faults.early {
+                case .serverError(let status)?:
+                    fault = "server_error"
+                    throw APIError(
+                        status: HTTPResponse.Status(code: status), code: .internal,
+                        message: "injected fault (--fail-rate)", field: nil,
+                        retryAfterSeconds: status == 503 ? state.faults.configuration.retryAfterSeconds : nil)
+                case .rateLimited?:
+                    fault = "rate_limited"
+                    throw APIError(
+                        status: .tooManyRequests, code: .rateLimited, message: "injected fault (--rate-limit-rate)",
+                        field: nil, retryAfterSeconds: state.faults.configuration.retryAfterSeconds)
+                case nil:
+                    break
+                }
+            }
+            if path != "/api/health" { try state.authorize(request) }
+            response = try await next(request, context)
+        } catch let error as APIError {
+            response = error.response
+        } catch is ConnectionDroppedAfterCommit {
+            record(request, path: path, status: 201, replayed: false, fault: Observatory.droppedFault, since: started, context: context)
+            throw ConnectionDroppedAfterCommit()
+        } catch let error as any HTTPResponseError {
+            // Hummingbird's own errors (no such route, a bad parameter): the spec's body all the same.
+            let code: APIError.Code = error.status == .notFound ? .notFound : error.status.code >= 500 ? .internal : .validationFailed
+            response = APIError(status: error.status, code: code, message: "\(error.status.reasonPhrase)", field: nil).response
+        } catch {
+            context.logger.error("request failed", metadata: ["error": "\(error)"])
+            response = APIError(status: .internalServerError, code: .internal, message: "internal error", field: nil).response
+        }
+        let replayed = response.headers[.idempotentReplayed] == "true"
+        record(request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started, context: context)
+        return response
+    }
+
+    private func record(
+        _ request: Request, path: String, status: Int, replayed: Bool, fault: String?, since started: ContinuousClock.Instant,
+        context: Context
+    ) {
+        let elapsed = ContinuousClock.now - started
+        let microseconds = Int(elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000)
+        let key = request.headers[.idempotencyKey]
+        state.observatory.record(
+            method: request.method.rawValue, path: path, idempotencyKey: key, status: status, replayed: replayed,
+            fault: fault, durationMicroseconds: microseconds)
+        if context.logger.logLevel <= .info {
+            var metadata: Logger.Metadata = [
+                "http.method": "\(request.method.rawValue)",
+                "http.path": "\(path)",
+                "http.status": "\(status)",
+                "duration_ms": "\(Double(microseconds) / 1000)",
+                "replayed": "\(replayed)",
+            ]
+            if let fault { metadata["fault"] = "\(fault)" }
+            context.logger.info("request", metadata: metadata)
+        }
+    }
+}

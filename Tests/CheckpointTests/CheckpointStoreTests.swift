@@ -1,0 +1,281 @@
+@testable import DopeSync
+import Foundation
+import SQLiteSupport
+import Testing
+
+@Suite struct CheckpointStoreTests {
+    let folder: TemporaryFolder
+    let now = Date(timeIntervalSince1970: 1_700_000_000)
+    init() throws { folder = try TemporaryFolder("store") }
+
+    func open() throws -> CheckpointStore { try CheckpointStore(path: folder.sub("dopesync.sqlite"), now: now) }
+
+    // MARK: Migrations
+
+    @Test func freshDatabaseGetsEveryMigrationOnceAndReopensWithoutChange() throws {
+        let store = try open()
+        #expect(try store.appliedMigrations() == ["v1-steps-bundles-runs"])
+        #expect(store.lockPath == folder.sub("dopesync.sqlite.lock"))
+        #expect(FileManager.default.fileExists(atPath: store.lockPath))
+        let again = try open()
+        #expect(try again.appliedMigrations() == ["v1-steps-bundles-runs"])
+        let mode = try SQLiteDatabase(path: store.path).read { try $0.queryFirst("PRAGMA journal_mode")?.string(0) }
+        #expect(mode == "wal")
+    }
+
+    @Test func manyStoresOpeningAtOnceMigrateOnce() async throws {
+        let path = folder.sub("race.sqlite")
+        let results = await withTaskGroup(of: Result<[String], CheckpointError>.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    // A dedicated thread per opener, so the openings really overlap.
+                    await withCheckedContinuation { continuation in
+                        Thread.detachNewThread {
+                            continuation.resume(returning: Result { () throws(CheckpointError) in
+                                try CheckpointStore(path: path).appliedMigrations()
+                            })
+                        }
+                    }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.count == 8)
+        for result in results { #expect(try result.get() == ["v1-steps-bundles-runs"]) }
+    }
+
+    @Test func aDatabaseFromANewerVersionIsRefused() throws {
+        let store = try open()
+        let path = store.path
+        let raw = try SQLiteDatabase(path: path)
+        try raw.write { _ = try $0.query("INSERT INTO schema_migrations (name, applied_at) VALUES ('v99-from-the-future', 0)") }
+        let error = #expect(throws: CheckpointError.self) { try CheckpointStore(path: path) }
+        #expect(error?.code == .schemaTooNew)
+    }
+
+    @Test func openErrorsHaveCodes() throws {
+        let missingFolder = #expect(throws: CheckpointError.self) { try CheckpointStore(path: folder.sub("no/such/folder/db.sqlite")) }
+        #expect(missingFolder?.code == .cannotOpen)
+
+        try writeFile(folder.sub("garbage.sqlite"), String(repeating: "this is not a database ", count: 100))
+        let garbage = #expect(throws: CheckpointError.self) { try CheckpointStore(path: folder.sub("garbage.sqlite")) }
+        #expect(garbage?.code == .corrupt)
+        #expect(garbage?.message.contains("garbage.sqlite") == true)
+    }
+
+    // MARK: Steps
+
+    @Test func intentThenResultThenCompleted() throws {
+        let store = try open()
+        try store.recordClaim(name: "b.tar.gz", owner: ClaimOwner(host: "h", pid: 1, runID: "r1"), now: now)
+        let first = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
+                                           contentDigest: "d1", bundleName: "b.tar.gz", now: now)
+        #expect(first == .recorded)
+        #expect(try store.completedSteps(sessionID: "S").isEmpty)
+
+        // No answer came; the step is sent again.
+        let again = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
+                                           contentDigest: "d1", bundleName: "b.tar.gz", now: now.addingTimeInterval(5))
+        #expect(again == .resent(previousFingerprint: "f1"))
+
+        let done = try store.recordResult(sessionID: "S", stepKey: "session", serverID: 41, now: now.addingTimeInterval(6))
+        #expect(done.serverID == 41)
+        let completed = try store.completedSteps(sessionID: "S")
+        #expect(completed == ["session": CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))])
+
+        // The same result again is harmless; the result counted once toward the bundle's progress.
+        try store.recordResult(sessionID: "S", stepKey: "session", serverID: 41)
+        let bundle = try #require(try store.bundleState(name: "b.tar.gz"))
+        #expect(bundle.stepsDone == 1)
+        #expect(bundle.sessionID == "S")
+
+        // A done step is never sent again: the intent reports it and changes nothing.
+        let late = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f2",
+                                          contentDigest: "d2", bundleName: "other", now: now)
+        #expect(late == .alreadyDone(CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))))
+        let steps = try store.steps(sessionID: "S")
+        #expect(steps.count == 1)
+        #expect(steps.first?.state == .done)
+        #expect(steps.first?.requestFingerprint == "f1")
+        #expect(steps.first?.bundleName == "b.tar.gz")
+    }
+
+    @Test func conflictingOrMissingResultsAreErrors() throws {
+        let store = try open()
+        let noIntent = #expect(throws: CheckpointError.self) { try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 1) }
+        #expect(noIntent?.code == .noIntent)
+
+        try store.recordIntent(sessionID: "S", stepKey: "dope:1", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "b")
+        try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 7)
+        let conflict = #expect(throws: CheckpointError.self) { try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 8) }
+        #expect(conflict?.code == .conflictingResult)
+        #expect(try store.completedSteps(sessionID: "S")["dope:1"]?.serverID == 7)
+    }
+
+    @Test func completedStepsCarryTheDigestThatRevealsAChangedRecord() throws {
+        let store = try open()
+        for (key, digest) in [("session", "aa"), ("dope:1", "bb"), ("dope:2", "cc")] {
+            try store.recordIntent(sessionID: "S", stepKey: key, idempotencyKey: "k-\(key)", requestFingerprint: "f", contentDigest: digest, bundleName: "one")
+        }
+        try store.recordResult(sessionID: "S", stepKey: "session", serverID: 1)
+        try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 2)
+        // dope:2 was sent but never answered: not completed.
+
+        // A later bundle of the same session: dope:1 changed, dope:3 is new.
+        let later = ["session": "aa", "dope:1": "XX", "dope:2": "cc", "dope:3": "dd"]
+        let completed = try store.completedSteps(sessionID: "S")
+        let changed = later.filter { key, digest in completed[key].map { $0.contentDigest != digest } ?? false }.keys
+        let toSend = later.keys.filter { completed[$0] == nil }.sorted()
+        #expect(Array(changed) == ["dope:1"])
+        #expect(toSend == ["dope:2", "dope:3"])
+        #expect(try store.completedSteps(sessionID: "other").isEmpty)
+    }
+
+    // MARK: Bundles
+
+    @Test func deferralsCountAttemptsGrowTheDelayAndEndTheClaim() throws {
+        let store = try open()
+        let policy = DeferralPolicy(base: .seconds(60), factor: 2, cap: .seconds(150), maxAttempts: 3, maxAge: nil)
+        let error = BundleFailure(reason: "http_503", step: "dope:2", httpStatus: 503, message: "busy\nretry later")
+        try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 9, runID: "r"), now: now)
+        #expect(try store.claims().map(\.bundleName) == ["b"])
+
+        let first = try store.recordDeferral(name: "b", sessionID: "S", error: error, now: now, policy: policy)
+        #expect(first == Deferral(attempts: 1, nextAttemptAt: now.addingTimeInterval(60), firstSeen: now, exhausted: false))
+        #expect(try store.claims().isEmpty)
+
+        let later = now.addingTimeInterval(100)
+        try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 10, runID: "r2"), now: later)
+        let second = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
+        #expect(second == Deferral(attempts: 2, nextAttemptAt: later.addingTimeInterval(120), firstSeen: now, exhausted: false))
+        let third = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
+        #expect(third.nextAttemptAt == later.addingTimeInterval(150))
+        #expect(third.exhausted)
+
+        let state = try #require(try store.bundleState(name: "b"))
+        #expect(state.attempts == 3)
+        #expect(state.sessionID == "S")
+        #expect(state.lastError == error)
+        #expect(state.lastOutcome == .deferred)
+        #expect(state.nextAttemptAt == later.addingTimeInterval(150))
+        #expect(try store.bundles(withOutcome: .deferred).map(\.name) == ["b"])
+
+        try store.recordFailure(name: "b", sessionID: nil, error: BundleFailure(reason: "max_attempts"), now: later)
+        #expect(try store.bundleState(name: "b")?.lastOutcome == .failed)
+        #expect(try store.bundleState(name: "b")?.nextAttemptAt == nil)
+
+        // requeue: a fresh count and a fresh age clock; checkpoints untouched.
+        #expect(try store.resetAttempts(name: "b", now: later.addingTimeInterval(1)))
+        let requeued = try #require(try store.bundleState(name: "b"))
+        #expect(requeued.attempts == 0)
+        #expect(requeued.firstSeen == later.addingTimeInterval(1))
+        #expect(requeued.lastOutcome == .requeued)
+        #expect(try store.resetAttempts(name: "unknown") == false)
+    }
+
+    @Test func givingBackUncountedKeepsTheAttempts() throws {
+        let store = try open()
+        try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 1, runID: "r"), now: now)
+        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: "unreachable"), now: now)
+        try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 1, runID: "r2"), now: now)
+        try store.recordReturned(name: "b", now: now)
+        #expect(try store.bundleState(name: "b")?.attempts == 1)
+        #expect(try store.bundleState(name: "b")?.lastOutcome == .returned)
+        #expect(try store.claims().isEmpty)
+    }
+
+    @Test func aNewBundleReusingADoneBundlesNameStartsFresh() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        try store.recordClaim(name: "b", sessionID: "OLD", owner: owner, now: now)
+        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: "x"), now: now)
+        try store.recordDone(name: "b", sessionID: nil, now: now)
+        try store.recordClaim(name: "b", sessionID: "NEW", owner: owner, now: now.addingTimeInterval(10))
+        let state = try #require(try store.bundleState(name: "b"))
+        #expect(state.attempts == 0)
+        #expect(state.sessionID == "NEW")
+        #expect(state.firstSeen == now.addingTimeInterval(10))
+    }
+
+    @Test func forgetDeletesDoneRowsAndStepsNoOtherBundleNeeds() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        func finish(_ name: String, session: String) throws {
+            try store.recordClaim(name: name, sessionID: session, owner: owner)
+            try store.recordIntent(sessionID: session, stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: name)
+            try store.recordResult(sessionID: session, stepKey: "session", serverID: 1)
+            try store.recordDone(name: name, sessionID: session)
+        }
+        try finish("a1", session: "A")
+        try finish("a2", session: "A")
+        try finish("b1", session: "B")
+        try store.recordClaim(name: "busy", sessionID: "C", owner: owner)
+
+        #expect(try store.forget(names: ["a1", "b1", "busy", "never-heard-of"]) == 2)
+        #expect(try store.bundleState(name: "a1") == nil)
+        #expect(try store.bundleState(name: "busy") != nil)  // not done: kept
+        #expect(try store.completedSteps(sessionID: "A").count == 1)  // a2 still names session A
+        #expect(try store.completedSteps(sessionID: "B").isEmpty)
+        #expect(try store.claims().map(\.bundleName) == ["busy"])
+    }
+
+    @Test func renamedMovesRowClaimAndSteps() throws {
+        let store = try open()
+        try store.recordClaim(name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r"), now: now)
+        try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "b.tar.gz")
+        try store.renamed(from: "b.tar.gz", to: "b.1.tar.gz")
+        #expect(try store.bundleState(name: "b.tar.gz") == nil)
+        #expect(try store.bundleState(name: "b.1.tar.gz")?.sessionID == "S")
+        #expect(try store.claims().map(\.bundleName) == ["b.1.tar.gz"])
+        #expect(try store.steps(sessionID: "S").first?.bundleName == "b.1.tar.gz")
+        // The result now counts toward the renamed bundle.
+        try store.recordResult(sessionID: "S", stepKey: "session", serverID: 3)
+        #expect(try store.bundleState(name: "b.1.tar.gz")?.stepsDone == 1)
+    }
+
+    // MARK: Runs
+
+    @Test func runsAndTheLastSummary() throws {
+        let store = try open()
+        #expect(try store.lastRun() == nil)
+        try store.recordRunStarted(runID: "r1", host: "h", pid: 5, startedAt: now)
+        let summary = RunSummary(claimed: 3, done: 1, deferred: 1, failed: 1, requests: 40, bytes: 1 << 33, seconds: 2.5, exitCode: 1)
+        try store.recordRunFinished(runID: "r1", summary: summary, finishedAt: now.addingTimeInterval(3))
+        try store.recordRunStarted(runID: "r2", host: "h", pid: 6, startedAt: now.addingTimeInterval(60))
+        let last = try #require(try store.lastRun())
+        #expect(last.runID == "r2")
+        #expect(last.finishedAt == nil)
+        let finished = try #require(try store.lastFinishedRun())
+        #expect(finished.runID == "r1")
+        #expect(finished.summary == summary)
+        #expect(finished.finishedAt == now.addingTimeInterval(3))
+        let missing = #expect(throws: CheckpointError.self) { try store.recordRunFinished(runID: "nope", summary: summary) }
+        #expect(missing?.code == .database)
+    }
+}
+
+@Suite struct CheckpointErrorMappingTests {
+    @Test(arguments: [
+        (SQLiteResultCode.full, CheckpointError.Code.diskFull),
+        (.busy, .busy),
+        (SQLiteResultCode(rawValue: 5 | (2 << 8)), .busy),  // SQLITE_BUSY_SNAPSHOT: an extended code
+        (.corrupt, .corrupt),
+        (.notADatabase, .corrupt),
+        (.readOnly, .readOnly),
+        (.ioError, .ioError),
+        (.cantOpen, .cannotOpen),
+        (.constraint, .database),
+    ])
+    func sqliteFailuresGetCodes(sqlite: SQLiteResultCode, expected: CheckpointError.Code) {
+        let error = CheckpointError.from(SQLiteError(code: sqlite, message: "m"), path: "/spool/dopesync.sqlite", doing: "x")
+        #expect(error.code == expected)
+        #expect(error.message.contains("/spool/dopesync.sqlite"))
+        #expect(error.cause?.code == sqlite)
+    }
+
+    @Test func diskFullSaysWhatToDo() {
+        let error = CheckpointError.from(SQLiteError(code: .full, message: "database or disk is full"), path: "/s/db", doing: "x")
+        #expect(error.description.contains("full"))
+        #expect(error.description.contains("[disk_full]"))
+    }
+}

@@ -1,0 +1,295 @@
+@testable import DopeSync
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct SpoolTests {
+    let folder: TemporaryFolder
+    let spool: Spool
+    let now = Date()
+
+    init() throws {
+        folder = try TemporaryFolder("spool")
+        spool = Spool(root: folder.sub("spool/"))
+        try spool.create()
+    }
+
+    /// A bundle in `incoming/`, old enough to be due.
+    func arrive(_ name: String, _ contents: String? = nil, age: TimeInterval = 60) throws {
+        try writeFile(spool.path(.incoming, name), contents ?? name, modified: now.addingTimeInterval(-age))
+    }
+
+    /// Claims the first due bundle, which must be there.
+    func claimFirstDue() throws -> ClaimedBundle {
+        let entry = try #require(try spool.scan(now: now).first)
+        return try #require(try spool.claim(entry))
+    }
+
+    // MARK: Create
+
+    @Test func createMakesTheFiveFoldersAndIsIdempotent() throws {
+        #expect(spool.root == folder.sub("spool"))
+        #expect(names(in: spool.root) == ["done", "failed", "incoming", "processing", "tmp"])
+        try spool.create()
+        #expect(spool.databasePath == folder.sub("spool/dopesync.sqlite"))
+        #expect(spool.databaseLockPath == folder.sub("spool/dopesync.sqlite.lock"))
+    }
+
+    @Test func createFailsClearlyWhereAFolderCannotBe() throws {
+        try writeFile(folder.sub("a-file"))
+        let error = #expect(throws: SpoolError.self) { try Spool(root: folder.sub("a-file/spool")).create() }
+        #expect(error?.code == .cannotCreate)
+        #expect(error?.isSpoolUnwritable == true)
+    }
+
+    // MARK: Scan
+
+    @Test func scanKeepsOnlyDueRegularBundlesOldestFirst() throws {
+        try arrive("b.tar.gz", age: 30)
+        try arrive("a.zip", age: 90)
+        try arrive("c", age: 10)
+        try arrive(".hidden.tar.gz")
+        try arrive("upload.tmp")
+        try arrive("upload.part")
+        try arrive("young.tar.gz", age: 1)
+        try arrive("deferred.tar.gz", age: -3600)  // mtime in the future: its next-attempt time
+        try FileManager.default.createDirectory(atPath: spool.path(.incoming, "folder.tar.gz"), withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: spool.path(.incoming, "link.tar.gz"), withDestinationPath: spool.path(.incoming, "a.zip"))
+        #expect(mkfifo(spool.path(.incoming, "fifo.tar.gz"), 0o644) == 0)
+        try writeFile(spool.path(.tmp, "partial.tar.gz"), modified: now.addingTimeInterval(-600))
+
+        let due = try spool.scan(now: now, minAge: .seconds(5))
+        #expect(due.map(\.name) == ["a.zip", "b.tar.gz", "c"])
+        #expect(due.allSatisfy { $0.folder == .incoming && $0.size > 0 })
+
+        let all = try spool.scan(now: now, minAge: .zero)
+        #expect(all.map(\.name) == ["a.zip", "b.tar.gz", "c", "young.tar.gz"])
+
+        let later = try spool.scan(now: now.addingTimeInterval(3601), minAge: .zero)
+        #expect(later.last?.name == "deferred.tar.gz")
+    }
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["DOPESYNC_BENCH"] != nil))
+    func scanOf100000Files() throws {
+        for index in 0..<100_000 {
+            let descriptor = open(spool.path(.incoming, "bundle-\(index).tar.gz"), O_WRONLY | O_CREAT, 0o644)
+            close(descriptor)
+        }
+        let clock = ContinuousClock()
+        var count = 0
+        let elapsed = try clock.measure { count = try spool.scan(now: now.addingTimeInterval(60), minAge: .seconds(5)).count }
+        print("scan of 100,000 files: \(elapsed)")
+        #expect(count == 100_000)
+    }
+
+    // MARK: Claim
+
+    @Test func claimMovesIntoProcessingAndHoldsTheLock() throws {
+        try arrive("b.tar.gz", "payload")
+        let entry = try #require(try spool.scan(now: now).first)
+        let claim = try #require(try spool.claim(entry))
+        #expect(claim.name == "b.tar.gz")
+        #expect(claim.isHeld)
+        #expect(!claim.isOrphan)
+        #expect(contents(claim.path) == "payload")
+        #expect(names(in: spool.path(.incoming)).isEmpty)
+        // The same entry again: gone from incoming/.
+        #expect(try spool.claim(entry) == nil)
+        // While held it is no orphan.
+        let processing = try spool.processingEntries()
+        #expect(processing.map(\.name) == ["b.tar.gz"])
+        #expect(try spool.claimOrphan(processing[0]) == nil)
+    }
+
+    @Test func manyThreadsClaimingTheSameBundlesEachBundleOnce() throws {
+        for index in 0..<200 { try arrive("b\(index).tar.gz") }
+        let entries = try spool.scan(now: now)
+        #expect(entries.count == 200)
+        let spool = self.spool
+        let won = Mutex<[String]>([])
+        let failures = Mutex<[String]>([])
+        // Eight threads walk the same list, each from a different starting point, all claiming.
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for offset in 0..<entries.count {
+                let entry = entries[(offset + thread * 25) % entries.count]
+                do {
+                    if let claim = try spool.claim(entry) {
+                        won.withLock { $0.append(claim.name) }
+                        claim.release()
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        let claimed = won.withLock { $0 }
+        #expect(claimed.count == 200)
+        #expect(Set(claimed).count == 200)
+        #expect(names(in: spool.path(.processing)).count == 200)
+    }
+
+    @Test func aBundleOfTheSameNameAsOneInProcessingWaits() throws {
+        try arrive("b.tar.gz", "first")
+        let first = try claimFirstDue()
+        try arrive("b.tar.gz", "second")
+        let entry = try #require(try spool.scan(now: now).first)
+        #expect(try spool.claim(entry) == nil)
+        #expect(contents(first.path) == "first")
+        #expect(contents(spool.path(.incoming, "b.tar.gz")) == "second")
+        try first.moveToDone()
+        #expect(try spool.claim(entry)?.name == "b.tar.gz")
+    }
+
+    // MARK: Orphans
+
+    @Test func anOrphanIsTakenBackOnceItsHolderReleases() throws {
+        try arrive("b.tar.gz")
+        let claim = try claimFirstDue()
+        claim.release()  // what the kernel does when the process dies
+        #expect(!claim.isHeld)
+        let orphan = try #require(try spool.processingEntries().first)
+        let taken = try #require(try spool.claimOrphan(orphan))
+        #expect(taken.isOrphan)
+        #expect(try spool.claimOrphan(orphan) == nil)
+        #expect(try taken.moveToDone() == "b.tar.gz")
+        // A released claim can no longer move anything.
+        let error = #expect(throws: SpoolError.self) { try claim.moveToDone() }
+        #expect(error?.code == .notClaimed)
+    }
+
+    @Test func anOrphanIsTakenBackAfterItsHolderProcessIsKilled() throws {
+        try arrive("b.tar.gz")
+        let claim = try claimFirstDue()
+        claim.release()
+        let path = spool.path(.processing, "b.tar.gz")
+
+        // Another process holds the bundle's lock: flock(1) with -o keeps the lock in flock itself.
+        let holder = try Spawned("/usr/bin/flock", ["-o", path, "sh", "-c", "echo locked; exec cat"])
+        #expect(holder.output.readLine() == "locked")
+
+        let entry = try #require(try spool.processingEntries().first)
+        #expect(try spool.claimOrphan(entry) == nil)  // a live holder
+
+        holder.kill(SIGKILL)
+        #expect(holder.wait() == 128 + SIGKILL)
+        try holder.input.close()  // lets the orphaned `cat` end too
+        let taken = try #require(try spool.claimOrphan(entry))
+        #expect(taken.name == "b.tar.gz")
+    }
+
+    // MARK: Moves
+
+    @Test func suffixesKeepTheArchiveExtensionReadable() {
+        #expect(Spool.suffixedName("s.tar.gz", 0) == "s.tar.gz")
+        #expect(Spool.suffixedName("s.tar.gz", 1) == "s.1.tar.gz")
+        #expect(Spool.suffixedName("s.TAR.ZST", 2) == "s.2.TAR.ZST")
+        #expect(Spool.suffixedName("s.zip", 2) == "s.2.zip")
+        #expect(Spool.suffixedName("s.tgz", 3) == "s.3.tgz")
+        #expect(Spool.suffixedName("session", 1) == "session.1")
+        #expect(Spool.suffixedName("v1.2", 1) == "v1.2.1")
+        #expect(Spool.suffixedName(".tar.gz", 1) == ".tar.gz.1")
+        #expect(Spool.suffixedName("2024.05.01", 1) == "2024.05.01.1")
+    }
+
+    @Test func movesToDoneNeverReplace() throws {
+        try writeFile(spool.path(.done, "b.tar.gz"), "old")
+        try writeFile(spool.path(.done, "b.1.tar.gz"), "older")
+        try arrive("b.tar.gz", "new")
+        let claim = try claimFirstDue()
+        #expect(try claim.moveToDone() == "b.2.tar.gz")
+        #expect(!claim.isHeld)
+        #expect(contents(spool.path(.done, "b.tar.gz")) == "old")
+        #expect(contents(spool.path(.done, "b.1.tar.gz")) == "older")
+        #expect(contents(spool.path(.done, "b.2.tar.gz")) == "new")
+        #expect(names(in: spool.path(.processing)).isEmpty)
+    }
+
+    @Test func concurrentMovesToOneNameAllGetDistinctNames() throws {
+        let sources = (0..<16).map { folder.sub("source-\($0)") }
+        for (index, source) in sources.enumerated() { try writeFile(source, "\(index)") }
+        let target = spool.path(.done)
+        let spool = self.spool
+        let results = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: sources.count) { index in
+            let name = try? SpoolFiles.moveNoReplace(sources[index], toFolder: target, name: "same.tar.gz")
+            results.withLock { $0.append(name ?? "FAILED") }
+        }
+        let moved = results.withLock { $0 }
+        #expect(Set(moved).count == 16)
+        #expect(!moved.contains("FAILED"))
+        #expect(Set(names(in: target).compactMap { contents(spool.path(.done, $0)) }) == Set((0..<16).map(String.init)))
+    }
+
+    @Test func giveBackSetsTheNextAttemptTimeAsMtime() throws {
+        try arrive("b.tar.gz")
+        let claim = try claimFirstDue()
+        let next = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 600).rounded())
+        try writeFile(spool.path(.incoming, "b.tar.gz"), "a newer bundle of the same name", modified: now.addingTimeInterval(-60))
+        #expect(try claim.giveBack(nextAttemptAt: next) == "b.1.tar.gz")
+        #expect(modificationTime(spool.path(.incoming, "b.1.tar.gz")) == next)
+        #expect(try spool.scan(now: now, minAge: .zero).map(\.name) == ["b.tar.gz"])
+        #expect(try spool.scan(now: next, minAge: .zero).map(\.name).contains("b.1.tar.gz"))
+        #expect(try spool.scan(now: next, minAge: .seconds(5)).map(\.name) == ["b.tar.gz"])
+    }
+
+    @Test func giveBackUncountedKeepsTheMtime() throws {
+        try arrive("b.tar.gz", age: 120)
+        let entry = try #require(try spool.scan(now: now).first)
+        let claim = try #require(try spool.claim(entry))
+        #expect(try claim.giveBack() == "b.tar.gz")
+        #expect(modificationTime(spool.path(.incoming, "b.tar.gz")) == entry.modified)
+    }
+
+    @Test func moveToFailedWritesTheSidecarFirstAndSuffixesBoth() throws {
+        try writeFile(spool.path(.failed, "b.tar.gz"), "earlier failure")
+        try writeFile(spool.path(.failed, "b.tar.gz.error"), "bundle: b.tar.gz\n")
+        try arrive("b.tar.gz", "this one")
+        let claim = try claimFirstDue()
+        let failedAt = Date(timeIntervalSince1970: 1_700_000_000)
+        let sidecar = ErrorSidecar(bundle: "b.tar.gz", session: "S-1", failedAt: failedAt,
+                                   failure: BundleFailure(reason: "http_422", step: "dope:3", httpStatus: 422, message: "ammunitionId: unknown\nsecond line"),
+                                   attempts: 0, firstSeen: failedAt.addingTimeInterval(-5))
+        #expect(try claim.moveToFailed(sidecar) == "b.1.tar.gz")
+        #expect(contents(spool.path(.failed, "b.tar.gz")) == "earlier failure")
+        #expect(contents(spool.path(.failed, "b.1.tar.gz")) == "this one")
+        #expect(names(in: spool.path(.failed)) == ["b.1.tar.gz", "b.1.tar.gz.error", "b.tar.gz", "b.tar.gz.error"])
+        let text = try #require(contents(spool.sidecarPath(forFailed: "b.1.tar.gz")))
+        #expect(text == """
+            bundle: b.1.tar.gz
+            session: S-1
+            failed_at: 2023-11-14T22:13:20Z
+            reason: http_422
+            step: dope:3
+            http_status: 422
+            message: ammunitionId: unknown\\nsecond line
+            attempts: 0
+            first_seen: 2023-11-14T22:13:15Z
+
+            """)
+        var expected = sidecar
+        expected.bundle = "b.1.tar.gz"
+        #expect(ErrorSidecar.read(from: spool.sidecarPath(forFailed: "b.1.tar.gz")) == expected)
+        #expect(try spool.list(.failed).map(\.name).sorted() == ["b.1.tar.gz", "b.tar.gz"])
+    }
+
+    // MARK: Sidecar
+
+    @Test func sidecarRoundTripsAndToleratesWhatItDoesNotKnow() throws {
+        let sidecar = ErrorSidecar(bundle: "x", failedAt: Date(timeIntervalSince1970: 0), reason: "validation_failed",
+                                   message: "a\\b\r\nc\u{2028}d: e")
+        #expect(sidecar.rendered() == "bundle: x\nfailed_at: 1970-01-01T00:00:00Z\nreason: validation_failed\nmessage: a\\\\b\\r\\nc\u{2028}d: e\n")
+        #expect(ErrorSidecar(parsing: sidecar.rendered()) == sidecar)
+
+        let parsed = try #require(ErrorSidecar(parsing: "reason: r\r\nfailed_at: 2024-05-01T12:00:00Z\r\nbundle: b\nnoise\nfuture_key: v\nhttp_status: nope\n"))
+        #expect(parsed.bundle == "b")
+        #expect(parsed.httpStatus == nil)
+        #expect(parsed.otherFields == ["future_key": "v"])
+        #expect(ErrorSidecar(parsing: "bundle: b\nreason: r\n") == nil)  // no failed_at
+        #expect(ErrorSidecar.read(from: folder.sub("missing.error")) == nil)
+    }
+}

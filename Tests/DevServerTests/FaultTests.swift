@@ -1,0 +1,146 @@
+import AsyncHTTPClient
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+
+@Suite struct FaultTests {
+    static func configuration(_ change: (inout FaultConfiguration) -> Void) -> DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        change(&configuration.faults)
+        return configuration
+    }
+
+    @Test func failRateAnswers500Or503BeforeDoingAnything() async throws {
+        try await withDevServer(Self.configuration { $0.failRate = 1 }) { server in
+            let client = APIClient(server)
+            var statuses: Set<Int> = []
+            for _ in 0..<12 {
+                let response = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: UUID().uuidString)
+                statuses.insert(response.status)
+                #expect(response.errorCode == "internal")
+                if response.status == 503 { #expect(response.headers.first(name: "Retry-After") == "1") }
+            }
+            #expect(statuses == [500, 503])
+            // Not health, not admin, not reads.
+            #expect(try await client.get("/api/health").status == 200)
+            #expect(try await client.get("/api/sessions?clientId=\(BadRequest.uuid)").status == 200)
+            let stats = try await client.stats()
+            #expect((stats["faults"] as? [String: Any])?["server_error"] as? Int == 12)
+            #expect(try await client.createdCount("session") == 0)
+        }
+    }
+
+    @Test func rateLimitRateAnswers429WithRetryAfter() async throws {
+        try await withDevServer(Self.configuration { $0.rateLimitRate = 1; $0.retryAfterSeconds = 2 }) { server in
+            let client = APIClient(server)
+            let response = try await client.post("/api/sessions", json: Bodies.session())
+            #expect(response.status == 429)
+            #expect(response.errorCode == "rate_limited")
+            #expect(response.headers.first(name: "Retry-After") == "2")
+            #expect(try await client.createdCount("session") == 0)
+        }
+    }
+
+    @Test func dropAfterCommitClosesTheConnectionWithoutAnswerButKeepsRecordAndKey() async throws {
+        try await withDevServer(Self.configuration { $0.dropAfterCommitRate = 1 }) { server in
+            let client = APIClient(server)
+            let clientId = UUID().uuidString.lowercased()
+            let body = Bodies.session(clientId: clientId)
+            // A connection error, not a status line.
+            await #expect(throws: (any Error).self) {
+                _ = try await client.post("/api/sessions", json: body, idempotencyKey: "dropped")
+            }
+            let lookup = try await client.get("/api/sessions?clientId=\(clientId)")
+            let items = try #require(lookup.json["items"] as? [[String: Any]])
+            #expect(items.count == 1)
+
+            #expect(try await client.put("/admin/faults", json: #"{"dropAfterCommitRate":0}"#).status == 200)
+            let retry = try await client.post("/api/sessions", json: body, idempotencyKey: "dropped")
+            #expect(retry.status == 201)
+            #expect(retry.replayed)
+            #expect(retry.id == items[0]["id"] as? Int)
+
+            let log = try await client.get("/admin/requests").json["requests"] as? [[String: Any]] ?? []
+            let keyed = log.filter { $0["idempotencyKey"] as? String == "dropped" }
+            #expect(keyed.map { $0["dropped"] as? Bool } == [true, false])
+            #expect(keyed.map { $0["replayed"] as? Bool } == [false, true])
+            #expect(try await client.createdCount("session") == 1)
+        }
+    }
+
+    @Test func theSameSeedGivesTheSameFaults() async throws {
+        let configuration = Self.configuration { $0.failRate = 0.3; $0.rateLimitRate = 0.3; $0.seed = 42 }
+        func statuses() async throws -> [Int] {
+            try await withDevServer(configuration) { server in
+                let client = APIClient(server)
+                var statuses: [Int] = []
+                for _ in 0..<30 { statuses.append(try await client.post("/api/sessions", json: Bodies.session()).status) }
+                return statuses
+            }
+        }
+        let first = try await statuses()
+        let second = try await statuses()
+        #expect(first == second)
+        #expect(Set(first).isSuperset(of: [201, 429]))
+        #expect(first.contains(500) || first.contains(503))
+    }
+
+    @Test func latencyDelaysPosts() async throws {
+        try await withDevServer(Self.configuration { $0.latencyMilliseconds = 150...200 }) { server in
+            let client = APIClient(server)
+            let clock = ContinuousClock()
+            let start = clock.now
+            let response = try await client.post("/api/sessions", json: Bodies.session())
+            #expect(response.status == 201)
+            #expect(clock.now - start >= .milliseconds(150))
+        }
+    }
+
+    @Test func faultsCanBeChangedWhileRunning() async throws {
+        try await withDevServer { server in
+            let client = APIClient(server)
+            let changed = try await client.put("/admin/faults", json: #"{"failRate":1,"latencyMs":"0-5","seed":7}"#)
+            #expect(changed.json["failRate"] as? Double == 1)
+            #expect(changed.json["latencyMs"] as? String == "0-5")
+            #expect(try await client.post("/api/sessions", json: Bodies.session()).errorCode == "internal")
+            #expect(try await client.put("/admin/faults", json: #"{"failRate":2}"#).status == 422)
+        }
+    }
+}
+
+@Suite struct PersistenceTests {
+    @Test func dataSurvivesARestartOnTheSameDatabase() async throws {
+        try await withTemporaryDirectory { directory in
+            var configuration = DevServerConfiguration()
+            configuration.databasePath = directory + "/devserver.sqlite"
+            let clientId = UUID().uuidString.lowercased()
+            let (sessionId, treeBefore) = try await withDevServer(configuration) { server in
+                let client = APIClient(server)
+                let session = try #require(try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
+                _ = try await client.post("/api/sessions/\(session)/dope", json: Bodies.dope())
+                let group = try #require(try await client.post("/api/sessions/\(session)/groups", json: Bodies.group()).id)
+                _ = try await client.postImage(group: group, clientId: UUID().uuidString, bytes: SampleImages.webp)
+                return (session, try await client.get("/api/sessions/\(session)").body)
+            }
+            try await withDevServer(configuration) { server in
+                let client = APIClient(server)
+                #expect(try await client.get("/api/sessions/\(sessionId)").body == treeBefore)
+                let items = try await client.get("/api/sessions?clientId=\(clientId)").json["items"] as? [[String: Any]]
+                #expect(items?.count == 1)
+                // New ids continue after the old ones.
+                #expect(try #require(try await client.post("/api/sessions", json: Bodies.session()).id) > sessionId)
+            }
+        }
+    }
+
+    @Test func anUnopenableDatabaseMakesStartingFail() async throws {
+        var configuration = DevServerConfiguration()
+        configuration.databasePath = "/nonexistent-folder-\(UUID().uuidString)/db.sqlite"
+        await #expect(throws: (any Error).self) {
+            try await withDevServer(configuration) { _ in }
+        }
+    }
+}

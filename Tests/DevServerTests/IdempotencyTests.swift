@@ -1,0 +1,120 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@Suite struct IdempotencyTests {
+    @Test func theSameRequestWithTheSameKeyIsReplayedNotCreatedTwice() async throws {
+        try await withDevServer { server in
+            let client = APIClient(server)
+            let body = Bodies.session()
+            let first = try await client.post("/api/sessions", json: body, idempotencyKey: "session-1")
+            let second = try await client.post("/api/sessions", json: body, idempotencyKey: "session-1")
+            #expect(first.status == 201)
+            #expect(!first.replayed)
+            #expect(second.status == 201)
+            #expect(second.replayed)
+            #expect(second.body == first.body)
+            #expect(try await client.createdCount("session") == 1)
+
+            // Images are fingerprinted over the exact multipart bytes too.
+            let group = try await ImageTests.makeGroup(client)
+            let image1 = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
+            let image2 = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
+            #expect(image2.replayed)
+            #expect(image2.id == image1.id)
+            #expect(try await client.createdCount("image") == 1)
+
+            let log = try await client.get("/admin/requests").json["requests"] as? [[String: Any]] ?? []
+            let replays = log.filter { $0["replayed"] as? Bool == true }
+            #expect(replays.map { $0["idempotencyKey"] as? String } == ["session-1", "img"])
+            #expect(try await client.stats()["replays"] as? Int == 2)
+        }
+    }
+
+    @Test func theSameKeyForADifferentRequestIs422() async throws {
+        try await withDevServer { server in
+            let client = APIClient(server)
+            let first = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: "k")
+            #expect(first.status == 201)
+            let otherBody = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: "k")
+            #expect(otherBody.status == 422)
+            #expect(otherBody.errorCode == "idempotency_key_reused")
+            // Same bytes, another path: another request.
+            let session = try #require(first.id)
+            let dope = Bodies.dope()
+            #expect(try await client.post("/api/sessions/\(session)/dope", json: dope, idempotencyKey: "d").status == 201)
+            let otherSession = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
+            let otherPath = try await client.post("/api/sessions/\(otherSession)/dope", json: dope, idempotencyKey: "d")
+            #expect(otherPath.errorCode == "idempotency_key_reused")
+            #expect(try await client.createdCount("session") == 2)
+            #expect(try await client.createdCount("dope") == 1)
+        }
+    }
+
+    @Test func anErrorIsNotKeptSoTheKeyWorksLater() async throws {
+        var configuration = DevServerConfiguration()
+        configuration.references.rifleSetups = IDSet(1...1)
+        try await withDevServer(configuration) { server in
+            let client = APIClient(server)
+            let body = #"{"clientId":"\#(UUID().uuidString)","sessionDate":"2024-05-01T10:00:00Z","rifleSetupId":7}"#
+            let refused = try await client.post("/api/sessions", json: body, idempotencyKey: "later")
+            #expect(refused.errorCode == "unknown_reference")
+            #expect(try await client.post("/admin/references", json: #"{"rifles":[7]}"#).status == 200)
+            let accepted = try await client.post("/api/sessions", json: body, idempotencyKey: "later")
+            #expect(accepted.status == 201)
+            #expect(!accepted.replayed)
+        }
+    }
+
+    @Test func aConcurrentTwinGets409WhileTheFirstIsInFlight() async throws {
+        var configuration = DevServerConfiguration()
+        // Every POST holds its key for a second: the twin arrives while the first holds it.
+        configuration.faults.latencyMilliseconds = 1000...1000
+        try await withDevServer(configuration) { server in
+            let client = APIClient(server)
+            let body = Bodies.session()
+            async let first = client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            async let second = client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            let responses = try await [first, second]
+            #expect(responses.map(\.status).sorted() == [201, 409])
+            #expect(responses.first { $0.status == 409 }?.errorCode == "idempotency_key_in_use")
+            #expect(try await client.createdCount("session") == 1)
+            // Once the first is answered, the key replays.
+            let again = try await client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            #expect(again.replayed)
+        }
+    }
+
+    @Test func keysAreKeptPerCredentialAndSurviveARestart() async throws {
+        try await withTemporaryDirectory { directory in
+            var configuration = DevServerConfiguration()
+            configuration.databasePath = directory + "/devserver.sqlite"
+            let body = Bodies.session()
+            let firstId = try await withDevServer(configuration) { server in
+                try #require(try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
+            }
+            try await withDevServer(configuration) { server in
+                let replay = try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                #expect(replay.replayed)
+                #expect(replay.id == firstId)
+            }
+            configuration.token = "another-token"
+            try await withDevServer(configuration) { server in
+                let fresh = try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                #expect(fresh.status == 201)
+                #expect(!fresh.replayed)
+                #expect(fresh.id != firstId)
+            }
+        }
+    }
+
+    @Test func anOverlongKeyIsRefused() async throws {
+        try await withDevServer { server in
+            let response = try await APIClient(server).post(
+                "/api/sessions", json: Bodies.session(), idempotencyKey: String(repeating: "k", count: 256))
+            #expect(response.status == 422)
+            #expect(response.errorField == "Idempotency-Key")
+        }
+    }
+}
