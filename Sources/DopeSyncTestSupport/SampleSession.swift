@@ -61,8 +61,8 @@ public struct SampleSession: Sendable {
             return bytes
         }
 
-        sessionID = uuid()
-        images = [:]
+        let sessionID = uuid()
+        var images: [String: [UInt8]] = [:]
         var imageCounter = 0
         func addImage(_ prefix: String) -> String {
             imageCounter += 1
@@ -100,6 +100,8 @@ public struct SampleSession: Sendable {
             group["measurement"] = measurement
             return group
         }
+        self.sessionID = sessionID
+        self.images = images
         json = [
             "id": sessionID,
             "createdAt": "2026-05-04T09:30:00Z",

@@ -1,11 +1,6 @@
 import ArgumentParser
 import DopeSync
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import Foundation
 
 @main
 struct DopeSyncCommand: AsyncParsableCommand {
@@ -21,7 +16,7 @@ struct DopeSyncCommand: AsyncParsableCommand {
 func finish(_ outcome: CommandOutcome) throws {
     if !outcome.output.isEmpty { print(outcome.output) }
     if let diagnostics = outcome.diagnostics {
-        fputs(diagnostics + "\n", stderr)
+        FileHandle.standardError.write(Data((diagnostics + "\n").utf8))
     }
     if outcome.status != .success { throw ExitCode(outcome.status.rawValue) }
 }

@@ -50,7 +50,7 @@ import Testing
             let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
             #expect(document["valid"] as? Bool == false)
             let codes = (document["problems"] as! [[String: Any]]).compactMap { $0["code"] as? String }
-            #expect(codes.contains("link_entry") && codes.contains("invalid_session") && codes.contains("missing_image"))
+            #expect(codes.contains("link_entry") && codes.contains("invalid_session"))
         }
     }
 

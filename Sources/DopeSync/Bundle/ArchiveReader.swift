@@ -1,5 +1,9 @@
 import CArchive
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// What kind of thing an archive entry is. Only regular files and directories are acceptable in
 /// a bundle; everything else is named so the error can say what was found.
 enum ArchiveEntryKind: String, Sendable {
@@ -39,19 +43,20 @@ final class ArchiveReader {
         guard let archive = archive_read_new() else {
             throw BundleError(.io, culprit: path, message: "libarchive could not allocate a reader")
         }
-        self.archive = archive
-        self.path = path
         archive_read_support_filter_gzip(archive)
         archive_read_support_filter_bzip2(archive)
         archive_read_support_filter_xz(archive)
         archive_read_support_filter_zstd(archive)
         archive_read_support_format_tar(archive)  // ustar, pax, GNU tar
         archive_read_support_format_zip(archive)  // seekable when the file allows it, else streamable
+        // Opened before `self` is complete, so a failure frees the handle here and deinit never runs.
         if archive_read_open_filename(archive, path, blockSize) != ARCHIVE_OK {
             let message = Self.errorString(archive) ?? "cannot open"
             archive_read_free(archive)
             throw BundleError(.notAnArchive, culprit: path, message: message)
         }
+        self.archive = archive
+        self.path = path
     }
 
     deinit {
