@@ -64,7 +64,7 @@ public enum HostileArchive {
                 def readinto(self, b):
                     n = min(len(b), self.left); b[:n] = bytes(n); self.left -= n; return n
                 def readable(self): return True
-            with tarfile.open(out, "w:gz", compresslevel=1) as t:
+            with tarfile.open(out, "w:gz", compresslevel=9) as t:
                 info = tarfile.TarInfo("session.json"); info.size = len(session)
                 t.addfile(info, io.BytesIO(session))
                 info = tarfile.TarInfo("images/zeros.jpg"); info.size = size

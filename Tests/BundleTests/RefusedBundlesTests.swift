@@ -90,7 +90,7 @@ import Testing
             try whole.write(bytes)
             return whole
         },
-        Case(name: "gzip of a bare session.json (raw data)", code: .notAnArchive, culprit: "bundle") { directory in
+        Case(name: "gzip of a bare session.json (raw data)", code: .notAnArchive, culprit: "session.json.gz") { directory in
             let file = directory.appendingPathComponent("session.json")
             try file.write(SampleSession(seed: 1).sessionBytes)
             try runProcess("gzip", ["-k", file.path])
@@ -136,10 +136,16 @@ import Testing
         ),
 
         // session.json missing or invalid.
-        Case(name: "no session.json", code: .missingSession, culprit: "session.json", make: bundle { _, source in
-            try FileManager.default.moveItem(at: source.appendingPathComponent("session.json"), to: source.appendingPathComponent("other.json"))
-        }),
-        Case(name: "two top-level folders", code: .missingSession, culprit: "session.json", make: hostile([.file("a/session.json", [1]), .file("b/x", [1])])),
+        Case(name: "no session.json", code: .missingSession, culprit: "session.json") { directory in
+            let output = directory.appendingPathComponent("bundle")
+            try HostileArchive.write([.file("other.json", SampleSession(seed: 1).sessionBytes), .file("images/a.jpg", [0xFF, 0xD8, 0xFF])], to: output)
+            return output
+        },
+        Case(name: "two top-level folders", code: .missingSession, culprit: "session.json") { directory in
+            let output = directory.appendingPathComponent("bundle")
+            try HostileArchive.write([.file("a/session.json", SampleSession(seed: 1).sessionBytes), .file("b/x", [1])], to: output)
+            return output
+        },
         Case(name: "malformed JSON", code: .invalidSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("malformed")
             try HostileArchive.write([.file("session.json", Array("{\"id\": ".utf8))], to: output)
@@ -171,10 +177,10 @@ import Testing
         Case(name: "an image that is not JPEG/PNG/HEIC/WebP", code: .unsupportedImageType, culprit: "images/group1-1.jpg", make: bundle { _, source in
             try source.appendingPathComponent("images/group1-1.jpg").write(Array("GIF89a not allowed".utf8))
         }),
-        Case(name: "a manifest SHA-256 mismatch", code: .manifestMismatch, culprit: "images/group2-2.png", make: manifestBundle { source in
-            var bytes = [UInt8](try Data(contentsOf: source.appendingPathComponent("images/group2-2.png")))
+        Case(name: "a manifest SHA-256 mismatch", code: .manifestMismatch, culprit: "images/group2-4.heic", make: manifestBundle { source in
+            var bytes = [UInt8](try Data(contentsOf: source.appendingPathComponent("images/group2-4.heic")))
             bytes[bytes.count - 1] ^= 0xFF  // same size, other content
-            try source.appendingPathComponent("images/group2-2.png").write(bytes)
+            try source.appendingPathComponent("images/group2-4.heic").write(bytes)
         }),
         Case(name: "a manifest size mismatch", code: .manifestMismatch, culprit: "session.json", make: manifestBundle { source in
             try source.appendingPathComponent("session.json").write(SampleSession(seed: 5).sessionBytes + Array("  ".utf8))

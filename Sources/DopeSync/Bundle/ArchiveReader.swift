@@ -51,9 +51,9 @@ final class ArchiveReader {
         archive_read_support_format_zip(archive)  // seekable when the file allows it, else streamable
         // Opened before `self` is complete, so a failure frees the handle here and deinit never runs.
         if archive_read_open_filename(archive, path, blockSize) != ARCHIVE_OK {
-            let message = Self.errorString(archive) ?? "cannot open"
+            let error = Self.classify(Self.errorString(archive) ?? "cannot open", culprit: path, during: nil)
             archive_read_free(archive)
-            throw BundleError(.notAnArchive, culprit: path, message: message)
+            throw error
         }
         self.archive = archive
         self.path = path
@@ -101,14 +101,24 @@ final class ArchiveReader {
     }
 
     private func unreadable(during activity: String) -> BundleError {
-        let detail = Self.errorString(archive) ?? "unknown error"
-        // libarchive says "Truncated ..." or "Premature end" for cut-off streams; say so plainly.
+        Self.classify(Self.errorString(archive) ?? "unknown error", culprit: path, during: activity)
+    }
+
+    /// libarchive's message, turned into a code a person can act on: a cut-off stream says
+    /// "truncated" or "premature end", an unknown format "unrecognized archive format".
+    private static func classify(_ detail: String, culprit: String, during activity: String?) -> BundleError {
         let lowered = detail.lowercased()
         let code: BundleError.Code =
-            lowered.contains("truncated") || lowered.contains("premature") || lowered.contains("unexpected end")
-            ? .truncated
-            : (lowered.contains("unrecognized archive format") ? .notAnArchive : .damaged)
-        return BundleError(code, culprit: path, message: "\(activity): \(detail)")
+            if lowered.contains("truncated") || lowered.contains("premature") || lowered.contains("unexpected end") {
+                .truncated
+            } else if lowered.contains("unrecognized archive format") || lowered.contains("no such file")
+                || lowered.contains("failed to open") || lowered.contains("empty")
+            {
+                .notAnArchive
+            } else {
+                .damaged
+            }
+        return BundleError(code, culprit: culprit, message: activity.map { "\($0): \(detail)" } ?? detail)
     }
 
     private static func errorString(_ archive: OpaquePointer) -> String? {
