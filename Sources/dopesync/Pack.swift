@@ -10,7 +10,7 @@ struct Pack: AsyncParsableCommand {
     @Argument(help: "The session document (session.json as BUNDLE.md describes it).")
     var sessionFile: String
 
-    @Option(help: "The folder holding the images the session names (default: the session file's folder).")
+    @Option(help: "The folder holding the images the session names (default: images/ beside the session file).")
     var images: String?
 
     @Option(help: "Write the bundle to this file.")

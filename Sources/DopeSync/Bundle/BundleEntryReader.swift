@@ -28,24 +28,52 @@ public final class BundleEntryReader {
         _ image: BundleImage,
         _ body: (UnsafeRawBufferPointer) throws -> Void
     ) throws {
-        let reader = try position(at: image)
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
-        defer { buffer.deallocate() }
-        var hasher = SHA256()
-        var size: Int64 = 0
-        while true {
-            let count = try reader.readData(into: buffer)
-            if count == 0 { break }
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
-            hasher.update(bufferPointer: chunk)
-            size += Int64(count)
-            try body(chunk)
+        var stream = try openImage(image)
+        while let chunk = try stream.next() {
+            try chunk.withUnsafeBytes { try body($0) }
         }
-        guard size == image.size, hasher.finalize().hexString == image.sha256 else {
-            throw BundleError(
-                .damaged, culprit: image.entryPath,
-                message: "changed since it was validated (now \(size) bytes, was \(image.size))"
-            )
+    }
+
+    /// A pull-based stream of the image's bytes (for an HTTP body that asks for the next chunk
+    /// when it is ready for it). The last call checks size and SHA-256 against validation.
+    public func openImage(_ image: BundleImage) throws(BundleError) -> ImageChunks {
+        ImageChunks(reader: try position(at: image), image: image, chunkSize: chunkSize)
+    }
+
+    /// The bytes of one image, chunk by chunk; see ``BundleEntryReader/openImage(_:)``.
+    public struct ImageChunks {
+        fileprivate let reader: ArchiveReader
+        let image: BundleImage
+        let chunkSize: Int
+        private var hasher = SHA256()
+        private var size: Int64 = 0
+        private var finished = false
+
+        fileprivate init(reader: ArchiveReader, image: BundleImage, chunkSize: Int) {
+            self.reader = reader
+            self.image = image
+            self.chunkSize = chunkSize
+        }
+
+        /// The next chunk, or nil once the image is complete and verified.
+        public mutating func next() throws -> [UInt8]? {
+            if finished { return nil }
+            var chunk = [UInt8](repeating: 0, count: chunkSize)
+            let count = try chunk.withUnsafeMutableBytes { try reader.readData(into: $0) }
+            if count > 0 {
+                chunk.removeSubrange(count...)
+                hasher.update(data: chunk)
+                size += Int64(count)
+                return chunk
+            }
+            finished = true
+            guard size == image.size, hasher.finalize().hexString == image.sha256 else {
+                throw BundleError(
+                    .damaged, culprit: image.entryPath,
+                    message: "changed since it was validated (now \(size) bytes, was \(image.size))"
+                )
+            }
+            return nil
         }
     }
 

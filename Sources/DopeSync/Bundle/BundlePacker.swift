@@ -45,7 +45,7 @@ public struct BundlePacker: Sendable {
         var imagePaths: [(entry: String, source: String, size: Int64)] = []
         var errors: [BundleError] = []
         var seen: Set<String> = []
-        let folder = imagesDirectory ?? FileSystem.directory(of: sessionFile)
+        let folder = imagesDirectory ?? FileSystem.directory(of: sessionFile) + "/images"
         for reference in session.imageReferences where seen.insert(reference.fileName).inserted {
             let source = "\(folder)/\(reference.fileName)"
             guard FileSystem.isRegularFile(source) else {

@@ -1,0 +1,183 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// How the API answered one step, classified the way WORKER.md's failure table needs it.
+public enum StepResponse: Sendable, Equatable {
+    /// 2xx with the new (or replayed) record's id.
+    case created(id: Int64, replayed: Bool)
+    /// 400, 413, 415, 422, 404: the request can never succeed as sent.
+    case rejected(status: Int, code: String?, message: String)
+    /// 401 or 403: the credential is wrong, not the request.
+    case unauthorized(status: Int, message: String)
+    /// Timeout, lost connection, 408, 409, 425, 429, 5xx: try again later.
+    case retryable(status: Int?, retryAfter: Duration?, message: String)
+}
+
+/// Sends upload steps to the TrueDope API over one pooled HTTP client (connections reused).
+public struct APIClient: Sendable {
+    public struct Timeouts: Sendable {
+        public var connect: Duration = .seconds(5)
+        /// A JSON step, from sending to the end of the answer.
+        public var request: Duration = .seconds(30)
+        /// An image adds time by its size, at no less than this rate.
+        public var minimumBytesPerSecond: Int64 = 256 * 1024
+        public init() {}
+    }
+
+    let http: HTTPClient
+    let baseURL: String
+    let token: String
+    let timeouts: Timeouts
+
+    /// Runs `body` with a client whose pool holds up to `connections` connections, and shuts it
+    /// down afterwards.
+    public static func with<T: Sendable>(
+        baseURL: String,
+        token: String,
+        connections: Int,
+        timeouts: Timeouts = Timeouts(),
+        _ body: (APIClient) async throws -> T
+    ) async throws -> T {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(connect: .init(timeouts.connect), read: .init(timeouts.request))
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
+        configuration.decompression = .disabled
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        let client = APIClient(
+            http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
+            token: token, timeouts: timeouts
+        )
+        do {
+            let result = try await body(client)
+            try await http.shutdown()
+            return result
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+    }
+
+    /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
+    /// Returns the bytes sent alongside, for the run's counters.
+    public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (StepResponse, bytesSent: Int64) {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Idempotency-Key", value: step.idempotencyKey)
+        request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSync.version)")
+        var deadline = timeouts.request
+        let length: Int64
+        switch step.payload {
+        case .json(let bytes):
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: bytes))
+            length = Int64(bytes.count)
+        case .image(let image, let role, let groupID):
+            guard let images else { preconditionFailure("an image step needs the bundle's entry reader") }
+            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
+            request.headers.add(name: "Content-Type", value: framing.contentType)
+            length = framing.contentLength(imageSize: image.size)
+            do {
+                let chunks = try images.openImage(image)
+                request.body = .stream(MultipartBody(framing: framing, chunks: chunks), length: .known(length))
+            } catch {
+                return (.rejected(status: 0, code: "bundle_changed", message: "\(error)"), 0)
+            }
+            deadline += .seconds(Int64(image.size / timeouts.minimumBytesPerSecond))
+        }
+
+        do {
+            let response = try await http.execute(request, timeout: .init(deadline))
+            let body = try await response.body.collect(upTo: 1 << 20)
+            let status = Int(response.status.code)
+            let answer = Self.decodeAnswer(body)
+            if (200..<300).contains(status) {
+                guard let id = answer.id else {
+                    return (.retryable(status: status, retryAfter: nil, message: "a \(status) answer without an id"), length)
+                }
+                return (.created(id: id, replayed: response.headers.first(name: "Idempotent-Replayed") == "true"), length)
+            }
+            let message = answer.message ?? "HTTP \(status)"
+            switch status {
+            case 401, 403:
+                return (.unauthorized(status: status, message: message), length)
+            case 408, 409, 425, 429, 500...599:
+                let retryAfter = response.headers.first(name: "Retry-After").flatMap(Self.parseRetryAfter)
+                return (.retryable(status: status, retryAfter: retryAfter, message: message), length)
+            default:
+                return (.rejected(status: status, code: answer.code, message: message), length)
+            }
+        } catch {
+            return (.retryable(status: nil, retryAfter: nil, message: Self.describe(error)), length)
+        }
+    }
+
+    /// The API's `{"id": …}` or `{"error": {"code", "message", "field"}}`.
+    static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, code: String?, message: String?) {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView)) as? [String: Any] else {
+            return (nil, nil, nil)
+        }
+        if let id = object["id"] as? Int { return (Int64(id), nil, nil) }
+        guard let error = object["error"] as? [String: Any] else { return (nil, nil, nil) }
+        let code = error["code"] as? String
+        var message = error["message"] as? String ?? code ?? "error"
+        if let field = error["field"] as? String { message += " (field \(field))" }
+        if let code { message = "\(code): \(message)" }
+        return (nil, code, message)
+    }
+
+    /// `Retry-After` in seconds or as an HTTP date.
+    static func parseRetryAfter(_ value: String) -> Duration? {
+        if let seconds = Int(value.trimmingCharacters(in: .whitespaces)), seconds >= 0 { return .seconds(seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: value) else { return nil }
+        return .seconds(max(0, Int64(date.timeIntervalSinceNow.rounded(.up))))
+    }
+
+    static func describe(_ error: any Error) -> String {
+        let text = String(describing: error)
+        if text.contains("connectionRefused") || text.contains("Connection refused") { return "connection refused (is the API up?)" }
+        if text.contains("deadlineExceeded") || text.contains("readTimeout") { return "timed out" }
+        if text.contains("remoteConnectionClosed") { return "the server closed the connection without an answer" }
+        return text
+    }
+}
+
+/// The multipart body of an image step: the framing's head, the image streamed chunk by chunk
+/// from the archive, the tail. Memory holds one chunk, never the image.
+///
+/// `@unchecked Sendable`: AsyncHTTPClient asks for a Sendable sequence, but it iterates a body
+/// from one task at a time, and the archive reader under it belongs to this one step.
+struct MultipartBody: AsyncSequence, @unchecked Sendable {
+    typealias Element = ByteBuffer
+    let framing: MultipartFraming
+    let chunks: BundleEntryReader.ImageChunks
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        enum Part { case head, image, tail, end }
+        var part = Part.head
+        let framing: MultipartFraming
+        var chunks: BundleEntryReader.ImageChunks
+
+        mutating func next() async throws -> ByteBuffer? {
+            switch part {
+            case .head:
+                part = .image
+                return ByteBuffer(bytes: framing.head)
+            case .image:
+                if let chunk = try chunks.next() { return ByteBuffer(bytes: chunk) }
+                part = .end
+                return ByteBuffer(bytes: framing.tail)
+            case .tail, .end:
+                return nil
+            }
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(framing: framing, chunks: chunks) }
+}

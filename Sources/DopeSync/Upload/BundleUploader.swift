@@ -1,0 +1,205 @@
+import Foundation
+import Logging
+
+/// How one bundle's work ended.
+public enum UploadOutcome: Sendable, Equatable {
+    case done
+    case failed(reason: String)
+    case deferred
+    /// Given back without counting an attempt (credentials refused, run stopping).
+    case returned
+}
+
+/// In-run retries of one step: capped exponential backoff with full jitter, honouring
+/// `Retry-After` (AWS's "full jitter": a uniform delay between 0 and the capped exponential).
+public struct RetryPolicy: Sendable {
+    public var attempts = 4
+    public var base: Duration = .milliseconds(200)
+    public var cap: Duration = .seconds(5)
+    /// A `Retry-After` longer than this defers the bundle instead of holding a slot.
+    public var longestRetryAfter: Duration = .seconds(30)
+    public init() {}
+
+    /// The wait before retry number `retry` (1 for the first retry); `random` is in 0..<1.
+    public func delay(beforeRetry retry: Int, retryAfter: Duration?, random: Double) -> Duration? {
+        if let retryAfter { return retryAfter <= longestRetryAfter ? retryAfter : nil }
+        let exponential = base * Int(1 << min(retry - 1, 20))
+        return min(exponential, cap) * random
+    }
+}
+
+/// Uploads one claimed bundle: validate, plan, then each step in order with its checkpoint.
+struct BundleUploader: Sendable {
+    let store: CheckpointStore
+    let client: APIClient
+    let retry: RetryPolicy
+    let limits: BundleLimits
+    let counters: RunCounters
+    let logger: Logger
+
+    func process(_ claimed: ClaimedBundle) async -> UploadOutcome {
+        var logger = logger
+        logger[metadataKey: "bundle.name"] = "\(claimed.name)"
+        let now = Date()
+
+        let bundle: ValidatedBundle
+        do {
+            bundle = try BundleInspector(limits: limits).inspect(path: claimed.path)
+        } catch {
+            logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
+            let failure = BundleFailure(reason: error.code.description, message: error.description)
+            return fail(claimed, sessionID: nil, failure: failure, logger: logger)
+        }
+        let sessionID = bundle.session.session.id
+        logger[metadataKey: "session.id"] = "\(sessionID)"
+        let plan = UploadPlan(session: bundle.session, images: bundle.images)
+        do {
+            try store.recordClaim(name: claimed.name, sessionID: sessionID, owner: .current(runID: counters.runID), now: now)
+            try store.recordPlan(name: claimed.name, sessionID: sessionID, totalSteps: plan.steps.count, now: now)
+        } catch {
+            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            return giveBack(claimed, logger: logger)
+        }
+
+        let images = BundleEntryReader(bundle: bundle)
+        var serverIDs: [String: Int64] = [:]
+        let completed: [String: CompletedStep]
+        do {
+            completed = try store.completedSteps(sessionID: sessionID)
+        } catch {
+            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            return giveBack(claimed, logger: logger)
+        }
+
+        for step in plan.steps {
+            if let done = completed[step.key] {
+                guard done.contentDigest == step.contentDigest else {
+                    let failure = BundleFailure(
+                        reason: "changed_after_upload", step: step.key,
+                        message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
+                    )
+                    return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                }
+                serverIDs[step.key] = done.serverID
+                continue
+            }
+            if counters.shouldStop { return giveBack(claimed, logger: logger) }
+            guard let path = step.path(serverIDs: serverIDs) else {
+                preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
+            }
+            do {
+                let fingerprint = "POST \(path) \(step.contentDigest)"
+                _ = try store.recordIntent(
+                    sessionID: sessionID, stepKey: step.key, idempotencyKey: step.idempotencyKey,
+                    requestFingerprint: fingerprint, contentDigest: step.contentDigest, bundleName: claimed.name
+                )
+            } catch {
+                logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+                return giveBack(claimed, logger: logger)
+            }
+
+            switch await sendWithRetries(step, path: path, images: images, logger: logger) {
+            case .created(let id, let replayed):
+                do {
+                    _ = try store.recordResult(sessionID: sessionID, stepKey: step.key, serverID: id)
+                } catch {
+                    // The server has it; the deterministic key makes sending it again harmless.
+                    logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+                    return giveBack(claimed, logger: logger)
+                }
+                serverIDs[step.key] = id
+                logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
+            case .rejected(let status, _, let message):
+                logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
+                let failure = BundleFailure(reason: status == 0 ? "bundle_changed" : "http_\(status)", step: step.key, httpStatus: status == 0 ? nil : status, message: message)
+                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            case .unauthorized(let status, let message):
+                logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                counters.credentialsRefused()
+                return giveBack(claimed, logger: logger)
+            case .retryable(let status, _, let message):
+                counters.stepKeptFailing()
+                let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
+                return deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            }
+        }
+
+        do {
+            let final = try claimed.moveToDone()
+            try? store.recordDone(name: claimed.name, sessionID: sessionID)
+            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            logger.info("bundle synced", metadata: ["steps": "\(plan.steps.count)", "moved.to": "done/\(final)"])
+            return .done
+        } catch {
+            logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
+            claimed.release()  // stays in processing/, resumed (all steps done) by the next run
+            return .returned
+        }
+    }
+
+    private func sendWithRetries(_ step: UploadStep, path: String, images: BundleEntryReader, logger: Logger) async -> StepResponse {
+        var retry = 0
+        while true {
+            let (response, bytes) = await client.send(step, path: path, images: images)
+            counters.request(bytes: bytes, succeeded: { if case .created = response { true } else { false } }())
+            guard case .retryable(let status, let retryAfter, let message) = response else { return response }
+            retry += 1
+            guard retry < self.retry.attempts, !counters.shouldStop,
+                let delay = self.retry.delay(beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1))
+            else { return response }
+            logger.info("retrying a step", metadata: [
+                "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)", "retry": "\(retry)",
+            ])
+            try? await Task.sleep(for: delay)
+        }
+    }
+
+    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) -> UploadOutcome {
+        let state = try? store.bundleState(name: claimed.name)
+        let sidecar = ErrorSidecar(
+            bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
+            attempts: state?.attempts, firstSeen: state?.firstSeen
+        )
+        do {
+            let final = try claimed.moveToFailed(sidecar)
+            try? store.recordFailure(name: claimed.name, sessionID: sessionID, error: failure)
+            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
+            return .failed(reason: failure.reason)
+        } catch {
+            logger.error("cannot move the bundle to failed/", metadata: ["error": "\(error)"])
+            claimed.release()
+            return .returned
+        }
+    }
+
+    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) -> UploadOutcome {
+        do {
+            let deferral = try store.recordDeferral(name: claimed.name, sessionID: sessionID, error: failure)
+            if deferral.exhausted {
+                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            }
+            let final = try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt)
+            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            logger.info("bundle deferred", metadata: [
+                "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)", "reason": "\(failure.reason)",
+            ])
+            return .deferred
+        } catch {
+            logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
+            claimed.release()
+            return .returned
+        }
+    }
+
+    private func giveBack(_ claimed: ClaimedBundle, logger: Logger) -> UploadOutcome {
+        do {
+            _ = try claimed.giveBack(nextAttemptAt: nil)
+            try? store.recordReturned(name: claimed.name)
+        } catch {
+            logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
+            claimed.release()  // stays in processing/; the next run takes it back as an orphan
+        }
+        return .returned
+    }
+}

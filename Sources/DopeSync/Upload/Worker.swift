@@ -1,0 +1,164 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// What `dopesync run` was asked to do.
+public struct RunOptions: Sendable {
+    public var spoolRoot: String
+    public var apiURL: String
+    public var token: String
+    public var concurrency = 4
+    public var maxBundles: Int?
+    public var maxTime: Duration?
+    public var minAge: Duration = .seconds(5)
+    public var limits = BundleLimits.default
+    public var retry = RetryPolicy()
+    /// After this many steps in a row that kept failing, with none succeeding, the run stops
+    /// claiming (a circuit breaker, not a retry storm).
+    public var breakerThreshold = 3
+
+    public init(spoolRoot: String, apiURL: String, token: String) {
+        self.spoolRoot = spoolRoot
+        self.apiURL = apiURL
+        self.token = token
+    }
+}
+
+/// The run's shared counters and stop flags, behind one lock.
+final class RunCounters: Sendable {
+    struct State {
+        var summary = RunSummary()
+        var consecutiveFailingSteps = 0
+        var credentialsRefused = false
+        var breakerOpen = false
+    }
+    let runID: String
+    let breakerThreshold: Int
+    private let state = Mutex(State())
+
+    init(runID: String, breakerThreshold: Int) {
+        self.runID = runID
+        self.breakerThreshold = breakerThreshold
+    }
+
+    var shouldStop: Bool { state.withLock { $0.credentialsRefused || $0.breakerOpen } }
+    var snapshot: State { state.withLock { $0 } }
+
+    func request(bytes: Int64, succeeded: Bool) {
+        state.withLock {
+            $0.summary.requests += 1
+            $0.summary.bytes += bytes
+            if succeeded { $0.consecutiveFailingSteps = 0 }
+        }
+    }
+
+    func stepKeptFailing() {
+        state.withLock {
+            $0.consecutiveFailingSteps += 1
+            if $0.consecutiveFailingSteps >= breakerThreshold { $0.breakerOpen = true }
+        }
+    }
+
+    func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
+
+    func record(_ outcome: UploadOutcome) {
+        state.withLock {
+            switch outcome {
+            case .done: $0.summary.done += 1
+            case .failed: $0.summary.failed += 1
+            case .deferred: $0.summary.deferred += 1
+            case .returned: break
+            }
+        }
+    }
+
+    func claimed() { state.withLock { $0.summary.claimed += 1 } }
+}
+
+/// The bundles a run will try, handed out one at a time to its concurrent uploaders.
+final class BundleQueue: Sendable {
+    private let entries: Mutex<ArraySlice<SpoolEntry>>
+    init(_ entries: [SpoolEntry]) { self.entries = Mutex(entries[...]) }
+    func next() -> SpoolEntry? { entries.withLock { $0.popFirst() } }
+}
+
+/// `dopesync run`: one batch over the spool, for cron or a systemd timer.
+public struct Worker: Sendable {
+    public let options: RunOptions
+    public let logger: Logger
+
+    public init(options: RunOptions, logger: Logger) {
+        self.options = options
+        self.logger = logger
+    }
+
+    /// Processes what is due (orphans first), then returns the summary and the exit status.
+    public func run() async -> (RunSummary, ExitStatus) {
+        let started = ContinuousClock.now
+        let spool = Spool(root: options.spoolRoot)
+        let store: CheckpointStore
+        do {
+            try spool.create()
+            store = try CheckpointStore(spool: spool)
+        } catch {
+            logger.critical("the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
+        }
+        let runID = UUID().uuidString.lowercased()
+        let counters = RunCounters(runID: runID, breakerThreshold: options.breakerThreshold)
+        try? store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
+
+        // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
+        let orphans = (try? spool.processingEntries()) ?? []
+        let due = (try? spool.scan(minAge: options.minAge)) ?? []
+        let queue = BundleQueue(orphans + due)
+        let deadline = options.maxTime.map { started + $0 }
+        let maxBundles = options.maxBundles ?? Int.max
+
+        let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
+            let uploader = BundleUploader(store: store, client: client, retry: options.retry, limits: options.limits, counters: counters, logger: logger)
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<max(options.concurrency, 1) {
+                    group.addTask {
+                        while !counters.shouldStop {
+                            if let deadline, ContinuousClock.now >= deadline { return }
+                            guard let entry = queue.next() else { return }
+                            guard counters.snapshot.summary.claimed < maxBundles else { return }
+                            let claimed: ClaimedBundle?
+                            do {
+                                claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
+                            } catch {
+                                logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
+                                continue
+                            }
+                            guard let claimed else { continue }  // another run has it
+                            counters.claimed()
+                            counters.record(await uploader.process(claimed))
+                        }
+                    }
+                }
+            }
+        }
+        if clientResult == nil { logger.error("the HTTP client could not be shut down cleanly") }
+
+        let state = counters.snapshot
+        var summary = state.summary
+        summary.seconds = Double((ContinuousClock.now - started).components.seconds)
+            + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        let status: ExitStatus =
+            state.credentialsRefused ? .permissionDenied
+            : state.breakerOpen ? .temporaryFailure
+            : summary.failed > 0 ? .bundlesFailed : .success
+        summary.exitCode = status.rawValue
+        try? store.recordRunFinished(runID: runID, summary: summary)
+        return (summary, status)
+    }
+}
+
+extension RunSummary {
+    /// The one summary line a run ends with.
+    public var line: String {
+        "run finished: \(claimed) claimed, \(done) done, \(deferred) deferred, \(failed) failed; "
+            + "\(requests) requests, \(ByteCount(bytes)) sent; \(String(format: "%.1f", seconds)) s"
+    }
+}
