@@ -111,6 +111,8 @@ let package = Package(
             dependencies: [
                 "DopeSync",
                 "DopeSyncDevServer",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -139,6 +141,11 @@ let package = Package(
                 "DopeSyncDevServer", "DopeSyncTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "RunTests",
+            dependencies: ["DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport"],
             swiftSettings: strictness
         ),
         .testTarget(

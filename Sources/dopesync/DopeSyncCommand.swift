@@ -7,7 +7,7 @@ struct DopeSyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dopesync",
         abstract: "Upload offline range-session bundles from a spool to the TrueDope API.",
-        version: DopeSync.version,
+        version: DopeSyncInfo.version,
         subcommands: [Run.self, Inspect.self, Pack.self]
     )
 }

@@ -80,7 +80,7 @@ enum CheckpointMigrator {
         let applied = try appliedNames(database)
         let known = Set(migrations.map(\.name))
         if let unknown = applied.first(where: { !known.contains($0) }) {
-            throw CheckpointError(code: .schemaTooNew, message: "\(database.path) has migration \"\(unknown)\", unknown to this dopesync \(DopeSync.version): a newer version wrote it; upgrade dopesync")
+            throw CheckpointError(code: .schemaTooNew, message: "\(database.path) has migration \"\(unknown)\", unknown to this dopesync \(DopeSyncInfo.version): a newer version wrote it; upgrade dopesync")
         }
         for migration in migrations where !applied.contains(migration.name) {
             try database.write { connection in

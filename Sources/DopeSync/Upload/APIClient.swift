@@ -66,7 +66,7 @@ public struct APIClient: Sendable {
         request.method = .POST
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         request.headers.add(name: "Idempotency-Key", value: step.idempotencyKey)
-        request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSync.version)")
+        request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
         var deadline = timeouts.request
         let length: Int64
         switch step.payload {

@@ -1,0 +1,228 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Logging
+import Testing
+
+@testable import DopeSync
+
+/// `dopesync run` against the real dev server over real sockets, with real bundles, a real
+/// SQLite checkpoint file and a real spool.
+@Suite struct RunAgainstDevServerTests {
+    static let quiet = Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    /// Packs each sample into `spool/incoming/` as `dopesync pack` does.
+    static func spool(in directory: URL, samples: [SampleSession]) throws -> Spool {
+        let spool = Spool(root: directory.appendingPathComponent("spool").path)
+        try spool.create()
+        for (index, sample) in samples.enumerated() {
+            let source = directory.appendingPathComponent("src-\(index)")
+            try sample.writeLayout(to: source)
+            try BundlePacker().pack(sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil, destination: .spool(root: spool.root))
+        }
+        return spool
+    }
+
+    static func run(_ spool: Spool, _ server: RunningDevServer, token: String? = nil, apiURL: String? = nil) async -> (RunSummary, DopeSync.ExitStatus) {
+        var options = RunOptions(spoolRoot: spool.root, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
+        options.minAge = .zero
+        options.retry.base = .milliseconds(1)
+        options.retry.cap = .milliseconds(5)
+        return await Worker(options: options, logger: quiet).run()
+    }
+
+    static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: spool.path(folder)).filter { !$0.hasPrefix(".") }.sorted()
+    }
+
+    /// Makes deferred bundles due now: their next-attempt time is their mtime (the Postfix trick).
+    static func makeDue(_ spool: Spool) throws {
+        for name in try names(spool, .incoming) {
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -60)], ofItemAtPath: spool.path(.incoming, name))
+        }
+    }
+
+    @Test("after a run each session tree on the server equals its bundle, created in the spec's order")
+    func orderAndContent() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...4).map { SampleSession(seed: UInt64(100 + $0)) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            try await withDevServer { server in
+                let (summary, status) = await Self.run(spool, server)
+                #expect(status == .success)
+                #expect(summary.done == 4 && summary.failed == 0)
+                #expect(try Self.names(spool, .done).count == 4)
+                #expect(try Self.names(spool, .incoming).isEmpty && Self.names(spool, .processing).isEmpty)
+
+                let log = try await server.requestLog()
+                for sample in samples {
+                    let items = (try await server.getJSON("/api/sessions?clientId=\(sample.sessionID)") as! [String: Any])["items"] as! [[String: Any]]
+                    #expect(items.count == 1)
+                    let tree = try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
+                    let dope = (tree["dope"] as! [[String: Any]]).map { $0["clientId"] as! String }
+                    #expect(dope == (sample.json["dopeEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
+                    let chrono = tree["chrono"] as! [[String: Any]]
+                    let readings = chrono.flatMap { ($0["readings"] as! [[String: Any]]).map { $0["clientId"] as! String } }
+                    let sampleReadings = (sample.json["chronoSessions"] as! [[String: any Sendable]])
+                        .flatMap { ($0["velocityReadings"] as! [[String: any Sendable]]).map { $0["id"] as! String } }
+                    #expect(readings == sampleReadings)
+                    let groups = tree["groups"] as! [[String: Any]]
+                    #expect(groups.map { $0["clientId"] as! String } == (sample.json["groupEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
+                    let images = groups.flatMap { ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) } }
+                    #expect(images.count == sample.images.count)
+                    for (name, sha) in images { #expect(sha256Hex(sample.images[name]!) == sha) }
+
+                    // Creation order: this session's requests arrived in the plan's order.
+                    let bundle = try BundleInspector().inspect(path: spool.path(.done, "\(sample.sessionID).tar.gz"))
+                    let plan = UploadPlan(session: bundle.session, images: bundle.images).steps.map(\.idempotencyKey)
+                    let arrived = log.compactMap { $0.key }.filter { Set(plan).contains($0) }
+                    #expect(arrived == plan)
+                }
+            }
+        }
+    }
+
+    @Test("a server rejection fails the bundle with the step and message; once fixed, a requeue resumes without resending")
+    func serverRejectionThenResume() async throws {
+        try await withTemporaryDirectory { directory in
+            var sample = SampleSession(seed: 200)
+            var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
+            dope[2]["ammunitionId"] = 9999
+            sample.json["dopeEntries"] = dope
+            let spool = try Self.spool(in: directory, samples: [sample])
+            try await withDevServer { server in
+                let (_, status) = await Self.run(spool, server)
+                #expect(status == .bundlesFailed)
+                let name = "\(sample.sessionID).tar.gz"
+                #expect(try Self.names(spool, .failed) == [name, name + ".error"])
+                let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
+                #expect(sidecar.contains("step: dope:\(dope[2]["id"] as! String)"))
+                #expect(sidecar.contains("http_status: 422"))
+                #expect(sidecar.contains("unknown_reference"))
+                #expect(sidecar.contains("session: \(sample.sessionID)"))
+
+                try await server.postJSON("/admin/references", ["ammunition": [9999]])
+                try FileManager.default.moveItem(atPath: spool.path(.failed, name), toPath: spool.path(.incoming, name))
+                let before = try await server.requestLog().count
+                let (summary, again) = await Self.run(spool, server)
+                #expect(again == .success)
+                #expect(summary.done == 1)
+                let resent = try await server.requestLog().dropFirst(before)
+                #expect(!resent.contains { $0.path == "/api/sessions" })
+                #expect(resent.filter { $0.path.hasSuffix("/dope") }.count == dope.count - 2)
+                #expect(try await server.createdCounts()["session"] == 1)
+            }
+        }
+    }
+
+    @Test("a wrong token: exit 77 and every bundle back in incoming/, no attempt counted")
+    func wrongToken() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(300 + $0)) })
+            try await withDevServer { server in
+                let (_, status) = await Self.run(spool, server, token: "wrong")
+                #expect(status == .permissionDenied)
+                #expect(try Self.names(spool, .incoming).count == 3)
+                #expect(try Self.names(spool, .failed).isEmpty && Self.names(spool, .processing).isEmpty)
+                let store = try CheckpointStore(spool: spool)
+                for name in try Self.names(spool, .incoming) {
+                    #expect((try store.bundleState(name: name)?.attempts ?? 0) == 0)
+                }
+            }
+        }
+    }
+
+    @Test("no server: exit 75, bundles back in incoming/ with an attempt counted, none failed")
+    func noServer() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(400 + $0)) })
+            // A port that was just free: the server that had it is gone.
+            let deadURL = try await withDevServer { $0.baseURL }
+            var options = RunOptions(spoolRoot: spool.root, apiURL: deadURL, token: "t")
+            options.minAge = .zero
+            options.retry.base = .milliseconds(1)
+            let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+            #expect(status == .temporaryFailure)
+            #expect(summary.failed == 0)
+            #expect(try Self.names(spool, .incoming).count == 3)
+            #expect(try Self.names(spool, .failed).isEmpty && Self.names(spool, .processing).isEmpty)
+            let store = try CheckpointStore(spool: spool)
+            let attempts = try Self.names(spool, .incoming).map { try store.bundleState(name: $0)?.attempts ?? 0 }
+            #expect(attempts.contains { $0 >= 1 })
+        }
+    }
+
+    @Test("with failures, rate limits and lost answers, repeated runs converge with zero duplicates")
+    func faultsConverge() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...6).map { SampleSession(seed: UInt64(500 + $0)) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 0.1
+            configuration.faults.rateLimitRate = 0.1
+            configuration.faults.dropAfterCommitRate = 0.1
+            configuration.faults.retryAfterSeconds = 0
+            configuration.faults.seed = 42
+            try await withDevServer(configuration) { server in
+                var runs = 0
+                while try !Self.names(spool, .incoming).isEmpty, runs < 30 {
+                    _ = await Self.run(spool, server)
+                    try Self.makeDue(spool)
+                    runs += 1
+                }
+                #expect(try Self.names(spool, .done).count == samples.count, "after \(runs) runs")
+                let created = try await server.createdCounts()
+                #expect(created["session"] == samples.count)
+                #expect(created["image"] == samples.reduce(0) { $0 + $1.images.count })
+                let total = created.values.reduce(0, +)
+                #expect(total == samples.reduce(0) { $0 + $1.expectedRequestCount })
+                let stats = try await server.getJSON("/admin/stats") as! [String: Any]
+                let faults = stats["faults"] as! [String: Int]
+                #expect(faults["dropped_after_commit", default: 0] > 0, "the dangerous window was exercised")
+            }
+        }
+    }
+
+    @Test("a lost checkpoint database: the next runs still create nothing twice")
+    func lostCheckpointDatabase() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...4).map { SampleSession(seed: UInt64(600 + $0)) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            try await withDevServer { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.maxBundles = 2
+                options.concurrency = 1
+                _ = await Worker(options: options, logger: Self.quiet).run()
+                // Done bundles go back in, as if a client sent them again, and the database is gone.
+                for name in try Self.names(spool, .done) {
+                    try FileManager.default.moveItem(atPath: spool.path(.done, name), toPath: spool.path(.incoming, "again-" + name))
+                }
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: spool.databasePath + suffix) }
+                let (_, status) = await Self.run(spool, server)
+                #expect(status == .success)
+                #expect(try Self.names(spool, .done).count == 4)
+                let created = try await server.createdCounts()
+                #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
+            }
+        }
+    }
+
+    @Test("three runs started at once on one spool: each bundle claimed once, zero duplicates")
+    func threeConcurrentRuns() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...12).map { SampleSession(seed: UInt64(700 + $0)) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            try await withDevServer { server in
+                let results = await withTaskGroup(of: RunSummary.self) { group in
+                    for _ in 0..<3 { group.addTask { await Self.run(spool, server).0 } }
+                    return await group.reduce(into: [RunSummary]()) { $0.append($1) }
+                }
+                #expect(results.reduce(0) { $0 + $1.claimed } == samples.count)
+                #expect(try Self.names(spool, .done).count == samples.count)
+                let created = try await server.createdCounts()
+                #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
+            }
+        }
+    }
+}
