@@ -34,6 +34,11 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Only bundles unmodified for this long (0 turns the guard off).", transform: parseDuration)
     var minAge: Duration = .seconds(5)
 
+    @Option(help: "A live progress line: auto (on a terminal), always, never.")
+    var progress: Progress = .auto
+
+    enum Progress: String, ExpressibleByArgument { case auto, always, never }
+
     @Option(help: "Log lines as text or json.")
     var logFormat: LogFormat = .text
 
@@ -72,6 +77,21 @@ struct Run: AsyncParsableCommand {
         options.maxBundles = maxBundles
         options.maxTime = maxTime
         options.minAge = minAge
+        options.showProgress = progress == .always || (progress == .auto && isatty(STDERR_FILENO) == 1)
+
+        // SIGINT/SIGTERM: stop claiming, let steps in flight finish (or time out), give back.
+        let stop = options.stop
+        let signalSources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                logger.notice("signal received: finishing the steps in flight, then giving bundles back", metadata: ["signal": "\(number)"])
+                stop.request()
+            }
+            source.resume()
+            return source
+        }
+        defer { signalSources.forEach { $0.cancel() } }
         let (summary, status) = await Worker(options: options, logger: logger).run()
         print(summary.line)
         if status != .success { throw ExitCode(status.rawValue) }

@@ -1,4 +1,5 @@
 @testable import DopeSync
+import DopeSyncTestSupport
 import Foundation
 import Synchronization
 import Testing

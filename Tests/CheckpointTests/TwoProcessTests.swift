@@ -1,4 +1,5 @@
 import DopeSync
+import DopeSyncTestSupport
 import Foundation
 import SQLiteSupport
 import Synchronization

@@ -16,12 +16,24 @@ public struct RunOptions: Sendable {
     /// After this many steps in a row that kept failing, with none succeeding, the run stops
     /// claiming (a circuit breaker, not a retry storm).
     public var breakerThreshold = 3
+    /// Set by SIGINT/SIGTERM: stop claiming, let the step in flight finish, give the rest back.
+    public var stop = StopRequest()
+    /// A live progress line on standard error (for a terminal; cron gets plain log lines).
+    public var showProgress = false
 
     public init(spoolRoot: String, apiURL: String, token: String) {
         self.spoolRoot = spoolRoot
         self.apiURL = apiURL
         self.token = token
     }
+}
+
+/// A request to stop a run early, safe to set from a signal handler's queue.
+public final class StopRequest: Sendable {
+    private let flag = Atomic<Bool>(false)
+    public init() {}
+    public func request() { flag.store(true, ordering: .relaxed) }
+    public var isRequested: Bool { flag.load(ordering: .relaxed) }
 }
 
 /// The run's shared counters and stop flags, behind one lock.
@@ -34,14 +46,16 @@ final class RunCounters: Sendable {
     }
     let runID: String
     let breakerThreshold: Int
+    let stop: StopRequest
     private let state = Mutex(State())
 
-    init(runID: String, breakerThreshold: Int) {
+    init(runID: String, breakerThreshold: Int, stop: StopRequest) {
         self.runID = runID
         self.breakerThreshold = breakerThreshold
+        self.stop = stop
     }
 
-    var shouldStop: Bool { state.withLock { $0.credentialsRefused || $0.breakerOpen } }
+    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.breakerOpen } }
     var snapshot: State { state.withLock { $0 } }
 
     func request(bytes: Int64, succeeded: Bool) {
@@ -105,38 +119,44 @@ public struct Worker: Sendable {
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         }
         let runID = UUID().uuidString.lowercased()
-        let counters = RunCounters(runID: runID, breakerThreshold: options.breakerThreshold)
+        let counters = RunCounters(runID: runID, breakerThreshold: options.breakerThreshold, stop: options.stop)
         try? store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
         let orphans = (try? spool.processingEntries()) ?? []
         let due = (try? spool.scan(minAge: options.minAge)) ?? []
         let queue = BundleQueue(orphans + due)
+        let total = min(orphans.count + due.count, options.maxBundles ?? Int.max)
         let deadline = options.maxTime.map { started + $0 }
         let maxBundles = options.maxBundles ?? Int.max
 
         let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
             let uploader = BundleUploader(store: store, client: client, retry: options.retry, limits: options.limits, counters: counters, logger: logger)
-            await withTaskGroup(of: Void.self) { group in
-                for _ in 0..<max(options.concurrency, 1) {
-                    group.addTask {
-                        while !counters.shouldStop {
-                            if let deadline, ContinuousClock.now >= deadline { return }
-                            guard let entry = queue.next() else { return }
-                            guard counters.snapshot.summary.claimed < maxBundles else { return }
-                            let claimed: ClaimedBundle?
-                            do {
-                                claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
-                            } catch {
-                                logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
-                                continue
+            await withTaskGroup(of: Void.self) { progressGroup in
+                if options.showProgress {
+                    progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
+                }
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<max(options.concurrency, 1) {
+                        group.addTask {
+                            while !counters.shouldStop {
+                                if let deadline, ContinuousClock.now >= deadline { return }
+                                guard counters.snapshot.summary.claimed < maxBundles, let entry = queue.next() else { return }
+                                let claimed: ClaimedBundle?
+                                do {
+                                    claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
+                                } catch {
+                                    logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
+                                    continue
+                                }
+                                guard let claimed else { continue }  // another run has it
+                                counters.claimed()
+                                counters.record(await uploader.process(claimed))
                             }
-                            guard let claimed else { continue }  // another run has it
-                            counters.claimed()
-                            counters.record(await uploader.process(claimed))
                         }
                     }
                 }
+                progressGroup.cancelAll()
             }
         }
         if clientResult == nil { logger.error("the HTTP client could not be shut down cleanly") }
@@ -152,6 +172,22 @@ public struct Worker: Sendable {
         summary.exitCode = status.rawValue
         try? store.recordRunFinished(runID: runID, summary: summary)
         return (summary, status)
+    }
+}
+
+extension Worker {
+    /// Redraws one line on standard error twice a second until cancelled.
+    static func showProgress(_ counters: RunCounters, total: Int, started: ContinuousClock.Instant) async {
+        while !Task.isCancelled {
+            let summary = counters.snapshot.summary
+            let seconds = max((ContinuousClock.now - started) / .seconds(1), 0.001)
+            let line = "\r\u{1B}[2K\(summary.done + summary.failed + summary.deferred)/\(total) bundles "
+                + "(\(summary.done) done, \(summary.failed) failed, \(summary.deferred) deferred), "
+                + "\(summary.requests) requests, \(ByteCount(summary.bytes)), \(Int(Double(summary.requests) / seconds)) req/s"
+            FileHandle.standardError.write(Data(line.utf8))
+            try? await Task.sleep(for: .milliseconds(500))
+        }
+        FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
     }
 }
 
