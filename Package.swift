@@ -98,6 +98,7 @@ let package = Package(
             dependencies: [
                 "DopeSync",
                 "DopeSyncDevServer",
+                "DopeSyncTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),

@@ -6,6 +6,6 @@ struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dopesync-bench",
         abstract: "Benchmarks for dopesync (run by `make bench`).",
-        subcommands: [DevServerLoad.self]
+        subcommands: [DevServerLoad.self, MakeBundles.self, RawCapacity.self]
     )
 }

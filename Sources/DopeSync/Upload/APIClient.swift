@@ -60,34 +60,56 @@ public struct APIClient: Sendable {
     }
 
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
-    /// Returns the bytes sent alongside, for the run's counters.
+    /// Returns the bytes sent alongside, for the run's counters. Images stream from the archive.
     public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (StepResponse, bytesSent: Int64) {
+        var request = makeRequest(step, path: path)
+        switch step.payload {
+        case .json(let bytes):
+            request.body = .bytes(ByteBuffer(bytes: bytes))
+            return await execute(request, length: Int64(bytes.count), imageSize: 0)
+        case .image(let image, let role, let groupID):
+            guard let images else { preconditionFailure("an image step needs the bundle's entry reader") }
+            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
+            request.headers.add(name: "Content-Type", value: framing.contentType)
+            let length = framing.contentLength(imageSize: image.size)
+            do {
+                request.body = .stream(MultipartBody(framing: framing, chunks: try images.openImage(image)), length: .known(length))
+            } catch {
+                return (.rejected(status: 0, code: "bundle_changed", message: "\(error)"), 0)
+            }
+            return await execute(request, length: length, imageSize: image.size)
+        }
+    }
+
+    /// The same request with the image's bytes already in memory: for measuring the API's raw
+    /// capacity without the archive (`dopesync-bench raw-capacity`).
+    public func sendPrepared(_ step: UploadStep, path: String, images: [String: [UInt8]]) async -> StepResponse {
+        var request = makeRequest(step, path: path)
+        switch step.payload {
+        case .json(let bytes):
+            request.body = .bytes(ByteBuffer(bytes: bytes))
+            return await execute(request, length: Int64(bytes.count), imageSize: 0).0
+        case .image(let image, let role, let groupID):
+            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
+            request.headers.add(name: "Content-Type", value: framing.contentType)
+            request.body = .bytes(ByteBuffer(bytes: framing.head + (images[image.fileName] ?? []) + framing.tail))
+            return await execute(request, length: framing.contentLength(imageSize: image.size), imageSize: image.size).0
+        }
+    }
+
+    private func makeRequest(_ step: UploadStep, path: String) -> HTTPClientRequest {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = .POST
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         request.headers.add(name: "Idempotency-Key", value: step.idempotencyKey)
         request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
-        var deadline = timeouts.request
-        let length: Int64
-        switch step.payload {
-        case .json(let bytes):
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: bytes))
-            length = Int64(bytes.count)
-        case .image(let image, let role, let groupID):
-            guard let images else { preconditionFailure("an image step needs the bundle's entry reader") }
-            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
-            request.headers.add(name: "Content-Type", value: framing.contentType)
-            length = framing.contentLength(imageSize: image.size)
-            do {
-                let chunks = try images.openImage(image)
-                request.body = .stream(MultipartBody(framing: framing, chunks: chunks), length: .known(length))
-            } catch {
-                return (.rejected(status: 0, code: "bundle_changed", message: "\(error)"), 0)
-            }
-            deadline += .seconds(Int64(image.size / timeouts.minimumBytesPerSecond))
-        }
+        if case .json = step.payload { request.headers.add(name: "Content-Type", value: "application/json") }
+        return request
+    }
 
+    /// Sends and classifies per WORKER.md's failure table. The deadline grows with the image.
+    private func execute(_ request: HTTPClientRequest, length: Int64, imageSize: Int64) async -> (StepResponse, bytesSent: Int64) {
+        let deadline = timeouts.request + .seconds(imageSize / timeouts.minimumBytesPerSecond)
         do {
             let response = try await http.execute(request, timeout: .init(deadline))
             let body = try await response.body.collect(upTo: 1 << 20)
