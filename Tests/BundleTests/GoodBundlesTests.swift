@@ -94,7 +94,7 @@ import Testing
             let second = try BundlePacker().pack(sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
 
             #expect(first == spool.path + "/incoming/\(sample.sessionID).tar.gz")
-            #expect(second == spool.path + "/incoming/\(sample.sessionID)-1.tar.gz")
+            #expect(second == spool.path + "/incoming/\(sample.sessionID).1.tar.gz")
             #expect(try FileManager.default.contentsOfDirectory(atPath: spool.appendingPathComponent("tmp").path).isEmpty)
         }
     }

@@ -73,7 +73,8 @@ enum FileSystem {
     /// Writes a file atomically: into a dot-named temporary file in `temporaryDirectory`
     /// (same file system as the target), fsynced, then renamed to `target`. A reader of the
     /// target's folder never sees a half-written file. With `replace: false` an existing name
-    /// is never replaced: a suffix is added before the extension and the final path returned.
+    /// is never replaced: the spool's suffix rule applies (`s.tar.gz` → `s.1.tar.gz`) and the
+    /// final path is returned.
     @discardableResult
     static func writeAtomically(
         to target: String,
@@ -100,38 +101,12 @@ enum FileSystem {
             guard rename(temporary, target) == 0 else { throw FileSystemError(path: target, operation: "rename into place", errno: errno) }
             final = target
         } else {
-            final = try linkWithoutReplacing(temporary, preferred: target)
-            unlink(temporary)
+            let folder = directory(of: target)
+            final = folder + "/" + (try SpoolFiles.moveNoReplace(temporary, toFolder: folder, name: name))
         }
         committed = true
         syncDirectory(directory(of: final))
         return final
-    }
-
-    /// Links `source` at `preferred`, or at the first free suffixed name (`a.tar.gz` →
-    /// `a-1.tar.gz`, `a-2.tar.gz`, …). `link(2)` fails rather than replace, so two processes can
-    /// never pick the same name.
-    static func linkWithoutReplacing(_ source: String, preferred: String) throws(FileSystemError) -> String {
-        var attempt = 0
-        while true {
-            let candidate = attempt == 0 ? preferred : suffixed(preferred, attempt)
-            if link(source, candidate) == 0 { return candidate }
-            guard errno == EEXIST else { throw FileSystemError(path: candidate, operation: "link", errno: errno) }
-            attempt += 1
-        }
-    }
-
-    /// `dir/name.tar.gz` with suffix 2 → `dir/name-2.tar.gz`: the suffix goes before the archive
-    /// extension, so the name still says what the file is.
-    static func suffixed(_ path: String, _ suffix: Int) -> String {
-        let slash = path.lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
-        let folder = path[..<slash]
-        let name = path[slash...]
-        let knownExtensions = [".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz2", ".txz", ".tar", ".zip"]
-        let ext = knownExtensions.first { name.hasSuffix($0) && name.count > $0.count }
-            ?? name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : String(name[$0...]) }
-            ?? ""
-        return "\(folder)\(name.dropLast(ext.count))-\(suffix)\(ext)"
     }
 
     static func directory(of path: String) -> String {
