@@ -69,6 +69,9 @@ public struct BundlePacker: Sendable {
         }
         if !errors.isEmpty { throw BundleValidationError(bundle: sessionFile, errors: errors) }
 
+        if case .spool(let root) = destination {
+            try Spool(root: root).create()  // a new spool is made, as `run` would
+        }
         let manifest = Self.manifest(manifestFiles)
         let now = Int(Date().timeIntervalSince1970)
         let (target, temporaryDirectory, replace): (String, String, Bool) =

@@ -76,26 +76,68 @@ public final class CheckpointStore: Sendable {
         contentDigest: String, bundleName: String, now: Date = Date()
     ) throws(CheckpointError) -> StepIntentOutcome {
         try write("recording the intent of step \(stepKey)") { connection in
-            let existing = try connection.queryFirst(
-                "SELECT state, server_id, content_digest, done_at, request_fingerprint FROM steps WHERE session_id = ? AND step_key = ?",
-                [sessionID, stepKey])
-            if let existing {
-                if existing.string(0) == StepRecord.State.done.rawValue {
-                    return .alreadyDone(CompletedStep(
-                        serverID: Int64(existing.int(1) ?? 0), contentDigest: existing.string(2) ?? "",
-                        doneAt: Date(timeIntervalSince1970: existing.double(3) ?? 0)))
-                }
-                try connection.query("""
-                    UPDATE steps SET idempotency_key = ?, request_fingerprint = ?, content_digest = ?, sent_at = ?, bundle_name = ?
-                    WHERE session_id = ? AND step_key = ?
-                    """, [idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName, sessionID, stepKey])
-                return .resent(previousFingerprint: existing.string(4) ?? "")
+            try Self.recordIntent(
+                connection, sessionID: sessionID, stepKey: stepKey, idempotencyKey: idempotencyKey,
+                requestFingerprint: requestFingerprint, contentDigest: contentDigest, bundleName: bundleName, now: now)
+        }
+    }
+
+    private static func recordIntent(
+        _ connection: SQLiteConnection, sessionID: String, stepKey: String, idempotencyKey: String,
+        requestFingerprint: String, contentDigest: String, bundleName: String, now: Date
+    ) throws -> StepIntentOutcome {
+        let existing = try connection.queryFirst(
+            "SELECT state, server_id, content_digest, done_at, request_fingerprint FROM steps WHERE session_id = ? AND step_key = ?",
+            [sessionID, stepKey])
+        if let existing {
+            if existing.string(0) == StepRecord.State.done.rawValue {
+                return .alreadyDone(CompletedStep(
+                    serverID: Int64(existing.int(1) ?? 0), contentDigest: existing.string(2) ?? "",
+                    doneAt: Date(timeIntervalSince1970: existing.double(3) ?? 0)))
             }
             try connection.query("""
-                INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
-                VALUES (?, ?, ?, ?, ?, 'sent', ?, ?)
-                """, [sessionID, stepKey, idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName])
-            return .recorded
+                UPDATE steps SET idempotency_key = ?, request_fingerprint = ?, content_digest = ?, sent_at = ?, bundle_name = ?
+                WHERE session_id = ? AND step_key = ?
+                """, [idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName, sessionID, stepKey])
+            return .resent(previousFingerprint: existing.string(4) ?? "")
+        }
+        try connection.query("""
+            INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
+            VALUES (?, ?, ?, ?, ?, 'sent', ?, ?)
+            """, [sessionID, stepKey, idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName])
+        return .recorded
+    }
+
+    /// The intent of a step about to be sent, for ``recordResult(sessionID:stepKey:serverID:thenIntentOf:now:)``.
+    public struct StepIntent: Sendable {
+        public var stepKey: String
+        public var idempotencyKey: String
+        public var requestFingerprint: String
+        public var contentDigest: String
+        public var bundleName: String
+        public init(stepKey: String, idempotencyKey: String, requestFingerprint: String, contentDigest: String, bundleName: String) {
+            self.stepKey = stepKey
+            self.idempotencyKey = idempotencyKey
+            self.requestFingerprint = requestFingerprint
+            self.contentDigest = contentDigest
+            self.bundleName = bundleName
+        }
+    }
+
+    /// A step's result and the next step's intent in ONE transaction: what follows from "step N
+    /// is done" commits with it, and a bundle's upload costs one commit per step, not two.
+    @discardableResult
+    public func recordResult(
+        sessionID: String, stepKey: String, serverID: Int64, thenIntentOf next: StepIntent?, now: Date = Date()
+    ) throws(CheckpointError) -> CompletedStep {
+        try write("recording the result of step \(stepKey)") { connection in
+            let completed = try Self.recordResult(connection, sessionID: sessionID, stepKey: stepKey, serverID: serverID, now: now)
+            if let next {
+                try Self.recordIntent(
+                    connection, sessionID: sessionID, stepKey: next.stepKey, idempotencyKey: next.idempotencyKey,
+                    requestFingerprint: next.requestFingerprint, contentDigest: next.contentDigest, bundleName: next.bundleName, now: now)
+            }
+            return completed
         }
     }
 
@@ -108,31 +150,35 @@ public final class CheckpointStore: Sendable {
     @discardableResult
     public func recordResult(sessionID: String, stepKey: String, serverID: Int64, now: Date = Date()) throws(CheckpointError) -> CompletedStep {
         try write("recording the result of step \(stepKey)") { connection in
-            guard let row = try connection.queryFirst(
-                "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
-                [sessionID, stepKey])
-            else {
-                throw CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
-            }
-            let digest = row.string(2) ?? ""
-            if row.string(0) == StepRecord.State.done.rawValue {
-                let known = Int64(row.int(1) ?? 0)
-                guard known == serverID else {
-                    throw CheckpointError(code: .conflictingResult, message: "step \(stepKey) of session \(sessionID) was done with server id \(known), now reported as \(serverID): the record may exist twice on the server")
-                }
-                return CompletedStep(serverID: known, contentDigest: digest, doneAt: Date(timeIntervalSince1970: row.double(3) ?? 0))
-            }
-            try connection.query(
-                "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
-                [serverID, now.timeIntervalSince1970, sessionID, stepKey])
-            if let bundleName = row.string(4) {
-                try connection.query("""
-                    UPDATE bundles SET steps_done = steps_done + 1, session_id = COALESCE(session_id, ?), updated_at = ?
-                    WHERE name = ?
-                    """, [sessionID, now.timeIntervalSince1970, bundleName])
-            }
-            return CompletedStep(serverID: serverID, contentDigest: digest, doneAt: now)
+            try Self.recordResult(connection, sessionID: sessionID, stepKey: stepKey, serverID: serverID, now: now)
         }
+    }
+
+    private static func recordResult(_ connection: SQLiteConnection, sessionID: String, stepKey: String, serverID: Int64, now: Date) throws -> CompletedStep {
+        guard let row = try connection.queryFirst(
+            "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
+            [sessionID, stepKey])
+        else {
+            throw CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
+        }
+        let digest = row.string(2) ?? ""
+        if row.string(0) == StepRecord.State.done.rawValue {
+            let known = Int64(row.int(1) ?? 0)
+            guard known == serverID else {
+                throw CheckpointError(code: .conflictingResult, message: "step \(stepKey) of session \(sessionID) was done with server id \(known), now reported as \(serverID): the record may exist twice on the server")
+            }
+            return CompletedStep(serverID: known, contentDigest: digest, doneAt: Date(timeIntervalSince1970: row.double(3) ?? 0))
+        }
+        try connection.query(
+            "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
+            [serverID, now.timeIntervalSince1970, sessionID, stepKey])
+        if let bundleName = row.string(4) {
+            try connection.query("""
+                UPDATE bundles SET steps_done = steps_done + 1, session_id = COALESCE(session_id, ?), updated_at = ?
+                WHERE name = ?
+                """, [sessionID, now.timeIntervalSince1970, bundleName])
+        }
+        return CompletedStep(serverID: serverID, contentDigest: digest, doneAt: now)
     }
 
     /// The steps of a session that are done, by step key: the planner skips these, and compares each

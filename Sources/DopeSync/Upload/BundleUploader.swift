@@ -71,7 +71,23 @@ struct BundleUploader: Sendable {
             return giveBack(claimed, logger: logger)
         }
 
-        for step in plan.steps {
+        /// The intent a step is sent under; its fingerprint names the exact request.
+        func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
+            CheckpointStore.StepIntent(
+                stepKey: step.key, idempotencyKey: step.idempotencyKey,
+                requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest, bundleName: claimed.name
+            )
+        }
+        /// The next step to send after `index`, with its path, once the server ids it needs are known.
+        func nextToSend(after index: Int) -> (UploadStep, String)? {
+            for step in plan.steps[(index + 1)...] where completed[step.key] == nil {
+                return step.path(serverIDs: serverIDs).map { (step, $0) }
+            }
+            return nil
+        }
+
+        var intentRecorded: String? = nil  // the step whose intent the last transaction recorded
+        for (index, step) in plan.steps.enumerated() {
             if let done = completed[step.key] {
                 guard done.contentDigest == step.contentDigest else {
                     let failure = BundleFailure(
@@ -87,27 +103,34 @@ struct BundleUploader: Sendable {
             guard let path = step.path(serverIDs: serverIDs) else {
                 preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
             }
-            do {
-                let fingerprint = "POST \(path) \(step.contentDigest)"
-                _ = try store.recordIntent(
-                    sessionID: sessionID, stepKey: step.key, idempotencyKey: step.idempotencyKey,
-                    requestFingerprint: fingerprint, contentDigest: step.contentDigest, bundleName: claimed.name
-                )
-            } catch {
-                logger.error("checkpoint database error", metadata: ["error": "\(error)"])
-                return giveBack(claimed, logger: logger)
+            if intentRecorded != step.key {
+                do {
+                    let planned = intent(of: step, path: path)
+                    _ = try store.recordIntent(
+                        sessionID: sessionID, stepKey: step.key, idempotencyKey: planned.idempotencyKey,
+                        requestFingerprint: planned.requestFingerprint, contentDigest: planned.contentDigest, bundleName: claimed.name
+                    )
+                } catch {
+                    logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+                    return giveBack(claimed, logger: logger)
+                }
             }
 
             switch await sendWithRetries(step, path: path, images: images, logger: logger) {
             case .created(let id, let replayed):
+                serverIDs[step.key] = id
+                // The result and the next step's intent commit together: one transaction a step.
+                let next = nextToSend(after: index)
                 do {
-                    _ = try store.recordResult(sessionID: sessionID, stepKey: step.key, serverID: id)
+                    _ = try store.recordResult(
+                        sessionID: sessionID, stepKey: step.key, serverID: id, thenIntentOf: next.map { intent(of: $0.0, path: $0.1) }
+                    )
+                    intentRecorded = next?.0.key
                 } catch {
                     // The server has it; the deterministic key makes sending it again harmless.
                     logger.error("checkpoint database error", metadata: ["error": "\(error)"])
                     return giveBack(claimed, logger: logger)
                 }
-                serverIDs[step.key] = id
                 logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
             case .rejected(let status, _, let message):
                 logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
