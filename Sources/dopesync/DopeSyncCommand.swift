@@ -8,7 +8,7 @@ struct DopeSyncCommand: AsyncParsableCommand {
         commandName: "dopesync",
         abstract: "Upload offline range-session bundles from a spool to the TrueDope API.",
         version: DopeSyncInfo.version,
-        subcommands: [Run.self, Inspect.self, Pack.self]
+        subcommands: [Run.self, Status.self, Inspect.self, Requeue.self, Pack.self, Prune.self]
     )
 }
 

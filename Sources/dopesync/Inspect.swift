@@ -4,7 +4,10 @@ import DopeSync
 struct Inspect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Validate a bundle without uploading it and show what it holds.",
-        discussion: "Exit 0 for a valid bundle, 65 with every reason for an invalid one."
+        discussion: """
+            Exit 0 for a valid bundle, 65 with every reason for an invalid one. When the spool's checkpoint \
+            database knows the session, the steps already uploaded are listed with their server ids.
+            """
     )
 
     @Argument(help: "The bundle file (tar or zip, any supported compression).")
@@ -13,7 +16,10 @@ struct Inspect: AsyncParsableCommand {
     @Flag(help: "Print one JSON document instead of text.")
     var json = false
 
+    @Option(help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress.")
+    var spool = "./spool"
+
     func run() async throws {
-        try finish(InspectCommand.run(bundlePath: bundle, json: json))
+        try finish(InspectCommand.run(bundlePath: bundle, json: json, databasePath: Spool(root: spool).databasePath))
     }
 }

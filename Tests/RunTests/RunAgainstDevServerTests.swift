@@ -24,11 +24,7 @@ import Testing
     }
 
     static func run(_ spool: Spool, _ server: RunningDevServer, token: String? = nil, apiURL: String? = nil) async -> (RunSummary, DopeSync.ExitStatus) {
-        var options = RunOptions(spoolRoot: spool.root, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
-        options.minAge = .zero
-        options.retry.base = .milliseconds(1)
-        options.retry.cap = .milliseconds(5)
-        return await Worker(options: options, logger: quiet).run()
+        await runWorker(spool, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
     }
 
     static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {

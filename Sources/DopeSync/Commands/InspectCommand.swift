@@ -1,11 +1,25 @@
+import Foundation
+
 /// `dopesync inspect BUNDLE [--json]`: validates a bundle without uploading and says what it holds.
 public enum InspectCommand {
-    public static func run(bundlePath: String, json: Bool, limits: BundleLimits = .default) -> CommandOutcome {
-        let report: BundleReport
+    /// - Parameter databasePath: the checkpoint database; when it exists and knows the session, the report
+    ///   lists the steps done with their server ids. It is only read (a missing one is not created).
+    public static func run(bundlePath: String, json: Bool, databasePath: String? = nil, limits: BundleLimits = .default) -> CommandOutcome {
+        var report: BundleReport
         let status: ExitStatus
         do {
             report = BundleReport(try BundleInspector(limits: limits).inspect(path: bundlePath))
             status = .success
+            if let databasePath, let sessionID = report.sessionID, FileManager.default.fileExists(atPath: databasePath) {
+                // Best effort: a database that cannot be read does not make a valid bundle invalid.
+                let steps = (try? CheckpointStore(path: databasePath).steps(sessionID: sessionID)) ?? []
+                if !steps.isEmpty {
+                    report.completedSteps = steps.compactMap { step in
+                        guard step.state == .done, let serverID = step.serverID else { return nil }
+                        return BundleReport.CompletedStep(step: step.stepKey, serverID: Int(serverID))
+                    }
+                }
+            }
         } catch {
             report = BundleReport(error, limits: limits)
             status = .invalidData

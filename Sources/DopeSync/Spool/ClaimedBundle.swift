@@ -64,11 +64,15 @@ public final class ClaimedBundle: Sendable {
         }
     }
 
-    /// Moves the bundle to `done/` and ends the claim. Returns its name there (suffixed if taken).
+    /// Moves the bundle to `done/` with its mtime set to now, and ends the claim. Returns its name there (suffixed if taken).
     /// Call it only after the last step's result is checkpointed.
     @discardableResult
     public func moveToDone() throws(SpoolError) -> String {
-        try move { (_: Int32) throws(SpoolError) -> String in
+        try move { (descriptor: Int32) throws(SpoolError) -> String in
+            // mtime = now: in done/ the mtime is when the bundle got there, the clock of `prune --older-than`
+            // (a rename keeps the producer's mtime, or a deferred bundle's next-attempt time). Best effort.
+            var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), timespec(tv_sec: 0, tv_nsec: (1 << 30) - 1 /* UTIME_NOW */)]
+            _ = futimens(descriptor, &times)
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
             // Durable before the caller records "done": else a power loss could bring the bundle back into
             // processing/ after the database said done (harmless, it would be resumed, but confusing).

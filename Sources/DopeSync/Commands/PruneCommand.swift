@@ -1,0 +1,54 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `dopesync prune --older-than DURATION [--spool DIR]`: deletes bundles from `done/` that got there more
+/// than DURATION ago (by mtime, which the move to `done/` sets), and their checkpoint rows. It never looks
+/// at another folder: `prune` is the only thing that deletes a bundle, and only a synced one.
+///
+/// Exit 0; 73 when `done/` cannot be read or a file cannot be deleted (the others are still deleted).
+public enum PruneCommand {
+    public static func run(spoolRoot: String, olderThan: Duration, now: Date = Date()) -> CommandOutcome {
+        let spool = Spool(root: spoolRoot)
+        let (seconds, attoseconds) = olderThan.components
+        let cutoff = now.addingTimeInterval(-(Double(seconds) + Double(attoseconds) / 1e18))
+        let old: [SpoolEntry]
+        do {
+            old = try spool.list(.done).filter { $0.modified < cutoff }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
+        }
+
+        var lines: [String] = []
+        var diagnostics: [String] = []
+        var deleted: [String] = []
+        var bytes: Int64 = 0
+        for entry in old {
+            let error = spool.deleteDone(entry)
+            if error == 0 {
+                deleted.append(entry.name)
+                bytes += entry.size
+                lines.append("deleted done/\(entry.name) (\(entry.size) bytes)")
+            } else if error != ENOENT {
+                diagnostics.append("cannot delete \(spool.path(.done, entry.name)): \(String(cString: strerror(error)))")
+            }
+        }
+
+        var forgotten = 0
+        if !deleted.isEmpty && FileManager.default.fileExists(atPath: spool.databasePath) {
+            do {
+                forgotten = try CheckpointStore(spool: spool, now: now).forget(names: deleted)
+            } catch {
+                diagnostics.append("bundles deleted, but their checkpoint rows could not be: \(error)")
+            }
+        }
+        lines.append("pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten")
+        return CommandOutcome(output: lines.joined(separator: "\n"),
+                              diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"),
+                              status: diagnostics.isEmpty ? .success : .cannotCreate)
+    }
+}

@@ -1,0 +1,264 @@
+import Foundation
+
+/// `dopesync status [--spool DIR] [--json]`: what is in the spool and why, without SQL.
+///
+/// Cost: one `readdir` + `fstatat` pass per folder, two queries on the checkpoint database (deferred and
+/// failed bundles), one for claims and one for the last run, and one small read per `failed/*.error`.
+/// No archive is opened and nothing is written (a missing database is not created).
+public enum StatusCommand {
+    public static func run(spoolRoot: String, json: Bool, now: Date = Date()) -> CommandOutcome {
+        do {
+            let report = try SpoolStatus.gather(spool: Spool(root: spoolRoot), now: now)
+            return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
+        } catch let error as SpoolError {
+            return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .cannotCreate)
+        }
+    }
+}
+
+/// The document `dopesync status --json` prints. Field names are stable; times are ISO 8601 UTC,
+/// ages and durations in seconds.
+public struct SpoolStatus: Sendable, Codable, Equatable {
+    public struct Folder: Sendable, Codable, Equatable {
+        public var count: Int
+        public var bytes: Int64
+        /// Seconds since the oldest file's mtime (in `incoming/`, a waiting bundle's mtime is in the future:
+        /// it counts from now). Nil when the folder is empty.
+        public var oldestAgeSeconds: Double?
+    }
+    public struct Incoming: Sendable, Codable, Equatable {
+        public var dueNow: Int
+        /// Deferred bundles: their mtime (the next-attempt time) is in the future.
+        public var waitingForRetry: Int
+    }
+    public struct LastError: Sendable, Codable, Equatable {
+        public var reason: String
+        public var step: String?
+        public var httpStatus: Int?
+        public var message: String?
+    }
+    public struct Waiting: Sendable, Codable, Equatable {
+        public var name: String
+        /// Attempts counted (nil when the database does not know the bundle).
+        public var attempts: Int?
+        public var nextAttemptAt: Date
+        public var lastError: LastError?
+    }
+    public struct Failed: Sendable, Codable, Equatable {
+        public var name: String
+        public var session: String?
+        public var failedAt: Date?
+        /// From `failed/NAME.error`; from the database when the sidecar is missing or unreadable.
+        public var reason: String?
+        public var step: String?
+        public var httpStatus: Int?
+        public var message: String?
+        public var attempts: Int?
+        public var hasSidecar: Bool
+    }
+    public struct Claim: Sendable, Codable, Equatable {
+        public var name: String
+        public var host: String?
+        public var pid: Int32?
+        public var runID: String?
+        public var claimedAt: Date?
+        public var ageSeconds: Double
+        /// False: its claimer died (the lock is free); the next run takes it back and resumes it.
+        public var ownerAlive: Bool
+    }
+    public struct LastRun: Sendable, Codable, Equatable {
+        public var runID: String
+        public var host: String
+        public var pid: Int32
+        public var startedAt: Date
+        public var finishedAt: Date
+        public var claimed: Int
+        public var done: Int
+        public var deferred: Int
+        public var failed: Int
+        public var requests: Int
+        public var bytes: Int64
+        public var seconds: Double
+        public var exitCode: Int32
+    }
+
+    public var spool: String
+    public var database: String
+    public var databaseExists: Bool
+    public var generatedAt: Date
+    public var folders: [String: Folder]
+    public var incoming: Incoming
+    public var waiting: [Waiting]
+    public var failed: [Failed]
+    public var claims: [Claim]
+    public var lastRun: LastRun?
+
+    /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
+    public static func gather(spool: Spool, now: Date = Date()) throws -> SpoolStatus {
+        var folders: [String: Folder] = [:]
+        var listings: [Spool.Folder: [SpoolEntry]] = [:]
+        for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
+            let entries = try spool.list(folder)
+            listings[folder] = entries
+            let oldest = entries.lazy.map(\.modified).min()
+            folders[folder.rawValue] = Folder(
+                count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
+                oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
+        }
+
+        let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
+        let store = databaseExists ? try CheckpointStore(spool: spool, now: now) : nil
+        let deferred = try store.map { try Dictionary($0.bundles(withOutcome: .deferred).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let failedStates = try store.map { try Dictionary($0.bundles(withOutcome: .failed).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let claimRecords = try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+
+        let incomingEntries = listings[.incoming] ?? []
+        let waitingEntries = incomingEntries.filter { $0.modified > now }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        let waiting = waitingEntries.map { entry in
+            let state = deferred[entry.name]
+            return Waiting(name: entry.name, attempts: state?.attempts, nextAttemptAt: entry.modified,
+                           lastError: state?.lastError.map { LastError($0) })
+        }
+
+        let failed = (listings[.failed] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
+            let state = failedStates[entry.name]
+            if let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name)) {
+                return Failed(name: entry.name, session: sidecar.session, failedAt: sidecar.failedAt, reason: sidecar.reason,
+                              step: sidecar.step, httpStatus: sidecar.httpStatus, message: sidecar.message,
+                              attempts: sidecar.attempts ?? state?.attempts, hasSidecar: true)
+            }
+            return Failed(name: entry.name, session: state?.sessionID, failedAt: state?.updatedAt, reason: state?.lastError?.reason,
+                          step: state?.lastError?.step, httpStatus: state?.lastError?.httpStatus, message: state?.lastError?.message,
+                          attempts: state?.attempts, hasSidecar: false)
+        }
+
+        let claims = (listings[.processing] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
+            guard let alive = spool.isClaimHeld(entry) else { return nil }  // moved on since it was listed
+            let record = claimRecords[entry.name]
+            let since = record?.claimedAt ?? entry.modified
+            return Claim(name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
+                         claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive)
+        }
+
+        let lastRun = try store?.lastFinishedRun().flatMap { run -> LastRun? in
+            guard let finishedAt = run.finishedAt, let summary = run.summary else { return nil }
+            return LastRun(runID: run.runID, host: run.host, pid: run.pid, startedAt: run.startedAt, finishedAt: finishedAt,
+                           claimed: summary.claimed, done: summary.done, deferred: summary.deferred, failed: summary.failed,
+                           requests: summary.requests, bytes: summary.bytes, seconds: summary.seconds, exitCode: summary.exitCode)
+        }
+
+        return SpoolStatus(
+            spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
+            folders: folders, incoming: Incoming(dueNow: incomingEntries.count - waitingEntries.count, waitingForRetry: waitingEntries.count),
+            waiting: waiting, failed: failed, claims: claims, lastRun: lastRun)
+    }
+
+    /// One JSON document, keys sorted, times ISO 8601.
+    public func json() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        // Force-try: strings, numbers, dates and arrays of them only.
+        return String(decoding: try! encoder.encode(self), as: UTF8.self)
+    }
+
+    /// How many bundles of each list the text shows (the JSON has them all).
+    public static let textListLimit = 20
+
+    /// The report for a person.
+    public func text() -> String {
+        var lines = ["spool        \(spool)",
+                     "checkpoints  \(database)\(databaseExists ? "" : " (not created yet)")", ""]
+        lines.append("folder          count        size  oldest")
+        for name in ["incoming", "processing", "done", "failed"] {
+            guard let folder = folders[name] else { continue }
+            var line = name.padding(toLength: 12, withPad: " ", startingAt: 0)
+                + String(folder.count).leftPadded(9) + ByteCount(folder.bytes).description.leftPadded(12)
+                + "  " + (folder.oldestAgeSeconds.map(Self.age) ?? "-")
+            if name == "incoming" && folder.count > 0 {
+                line += "  (\(incoming.dueNow) due now, \(incoming.waitingForRetry) waiting for retry)"
+            }
+            lines.append(line)
+        }
+
+        lines += Self.section("waiting for retry (\(waiting.count)):", waiting) { bundle in
+            var line = "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"
+            if let attempts = bundle.attempts { line += ", \(attempts) attempt\(attempts == 1 ? "" : "s")" }
+            if let error = bundle.lastError { line += ", last error: \(Self.describe(error))" }
+            return line
+        }
+        lines += Self.section("failed (\(failed.count)), see failed/NAME.error; `dopesync requeue NAME` once fixed:", failed) { bundle in
+            var line = "\(bundle.name)  "
+            if let reason = bundle.reason {
+                line += Self.describe(LastError(reason: reason, step: bundle.step, httpStatus: bundle.httpStatus, message: bundle.message))
+            } else {
+                line += "no reason known (no sidecar, no checkpoint row)"
+            }
+            if let failedAt = bundle.failedAt { line += ", failed \(Self.time(failedAt))" }
+            return line
+        }
+        lines += Self.section("claims in progress (\(claims.count)):", claims) { claim in
+            var line = "\(claim.name)  "
+            if let host = claim.host, let pid = claim.pid, let runID = claim.runID {
+                line += "by \(host) pid \(pid) run \(runID), "
+            } else {
+                line += "owner unknown, "
+            }
+            line += "\(Self.age(claim.ageSeconds)) ago, "
+            line += claim.ownerAlive ? "owner alive" : "owner dead: an orphan, the next run takes it back"
+            return line
+        }
+        lines.append("")
+        if let run = lastRun {
+            lines.append("last run     \(run.runID) on \(run.host), finished \(Self.time(run.finishedAt)) (\(Self.age(generatedAt.timeIntervalSince(run.finishedAt))) ago), exit \(run.exitCode)")
+            lines.append("             claimed \(run.claimed), done \(run.done), deferred \(run.deferred), failed \(run.failed); \(run.requests) requests, \(ByteCount(run.bytes)), \(String(format: "%.1f", run.seconds)) s")
+        } else {
+            lines.append("last run     none recorded")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// A blank line, the title, and one indented line per item up to ``textListLimit``; nothing when empty.
+    static func section<Item>(_ title: String, _ items: [Item], _ line: (Item) -> String) -> [String] {
+        guard !items.isEmpty else { return [] }
+        var lines = ["", title] + items.prefix(textListLimit).map { "  " + line($0) }
+        if items.count > textListLimit { lines.append("  … and \(items.count - textListLimit) more (--json lists them all)") }
+        return lines
+    }
+
+    static func describe(_ error: LastError) -> String {
+        var text = error.reason
+        if let step = error.step { text += " at \(step)" }
+        if let status = error.httpStatus { text += " (HTTP \(status))" }
+        if let message = error.message, !message.isEmpty { text += ": \(message)" }
+        return text
+    }
+
+    static func time(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle())
+    }
+
+    /// `42s`, `5m 3s`, `2h 5m`, `3d 4h`.
+    static func age(_ seconds: Double) -> String {
+        let total = Int(max(0, seconds).rounded())
+        let (days, hours, minutes, secs) = (total / 86_400, total % 86_400 / 3600, total % 3600 / 60, total % 60)
+        if days > 0 { return "\(days)d \(hours)h" }
+        if hours > 0 { return "\(hours)h \(minutes)m" }
+        if minutes > 0 { return "\(minutes)m \(secs)s" }
+        return "\(secs)s"
+    }
+}
+
+extension SpoolStatus.LastError {
+    init(_ failure: BundleFailure) {
+        self.init(reason: failure.reason, step: failure.step, httpStatus: failure.httpStatus, message: failure.message)
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What operator commands (`status`, `requeue`, `prune`) do to the spool besides claiming.
+extension Spool {
+    /// Whether a bundle in `processing/` is held by a live claimer. False means its claimer died: an orphan
+    /// the next run takes back. Nil when the file is gone (moved on since it was listed).
+    ///
+    /// This only looks: a shared lock is tried without waiting and dropped at once. While it is held (a few
+    /// microseconds) a run's ``claimOrphan(_:)`` of the same file returns nil and simply takes it next run.
+    public func isClaimHeld(_ entry: SpoolEntry) -> Bool? {
+        let descriptor = open(path(.processing, entry.name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var result = flock(descriptor, LOCK_SH | LOCK_NB)
+        while result != 0 && errno == EINTR { result = flock(descriptor, LOCK_SH | LOCK_NB) }
+        if result == 0 {
+            flock(descriptor, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK ? true : nil
+    }
+
+    /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` (so it is due at once:
+    /// in `incoming/` the mtime is the next-attempt time), without replacing a file of the same name there.
+    /// Returns its name in `incoming/` (suffixed if taken). The sidecar is left for the caller.
+    public func requeueFailed(_ name: String, now: Date = Date()) throws(SpoolError) -> String {
+        let source = path(.failed, name)
+        var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), spoolTimespec(now)]
+        if utimensat(AT_FDCWD, source, &times, AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM {
+            throw SpoolError(code: .moveFailed, message: "cannot set the bundle's time before requeueing it", path: source, errno: errno)
+        }
+        let final = try SpoolFiles.moveNoReplace(source, toFolder: path(.incoming), name: name)
+        SpoolFiles.syncDirectoriesAfterMove(path(.incoming), path(.failed))
+        return final
+    }
+
+    /// `prune`: deletes `done/NAME` if it is still the file that was listed. Returns an errno or 0
+    /// (ENOENT: already gone).
+    public func deleteDone(_ entry: SpoolEntry) -> Int32 {
+        let target = path(.done, entry.name)
+        guard let identity = SpoolFiles.identity(ofPath: target) else { return ENOENT }
+        guard identity == (entry.device, entry.inode) else { return ENOENT }
+        return unlink(target) == 0 ? 0 : errno
+    }
+}

@@ -1,0 +1,31 @@
+import ArgumentParser
+import DopeSync
+
+struct Requeue: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Move failed bundles back to incoming/ with a fresh attempt count; they resume from their checkpoints.",
+        discussion: """
+            NAME is a file in failed/ (with or without the failed/ prefix). The bundle is due at once; a name \
+            taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \
+            the checkpoint database (dopesync status shows it). Exit 0; 1 when a NAME is not in failed/ (the \
+            others are still requeued); 73 when the spool cannot be read or written.
+            """
+    )
+
+    @Argument(help: "Bundles in failed/ to requeue.")
+    var names: [String] = []
+
+    @Flag(help: "Requeue every bundle in failed/.")
+    var all = false
+
+    @Option(help: "The spool folder.")
+    var spool = "./spool"
+
+    func validate() throws {
+        guard all != !names.isEmpty else { throw ValidationError("Give bundle names or --all (not both).") }
+    }
+
+    func run() async throws {
+        try finish(RequeueCommand.run(spoolRoot: spool, selection: all ? .all : .names(names)))
+    }
+}

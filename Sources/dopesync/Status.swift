@@ -1,0 +1,23 @@
+import ArgumentParser
+import DopeSync
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the spool: counts per folder, bundles waiting for retry, failures, claims, the last run.",
+        discussion: """
+            Reads only: opens no bundle and writes nothing. Incoming bundles whose mtime is in the future are \
+            waiting for retry (the mtime is the next attempt). A claim whose owner is dead is an orphan the \
+            next run takes back. Exit 0, or 73 when the spool cannot be read.
+            """
+    )
+
+    @Option(help: "The spool folder.")
+    var spool = "./spool"
+
+    @Flag(help: "Print one JSON document (stable field names) instead of text.")
+    var json = false
+
+    func run() async throws {
+        try finish(StatusCommand.run(spoolRoot: spool, json: json))
+    }
+}

@@ -1,0 +1,239 @@
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// `dopesync status`, `requeue`, `prune` and `inspect`'s checkpoint progress, as an operator meets them:
+/// the built binary on a real spool filled by real runs against the in-process dev server.
+@Suite struct OperatorCommandsTests {
+    static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: spool.path(folder)).filter { !$0.hasPrefix(".") }.sorted()
+    }
+
+    /// A session the dev server rejects with 422 (`unknown_reference`) at its third DOPE entry.
+    static func rejectedSample(seed: UInt64) -> SampleSession {
+        var sample = SampleSession(seed: seed)
+        var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
+        dope[2]["ammunitionId"] = 9999
+        sample.json["dopeEntries"] = dope
+        return sample
+    }
+
+    static func jsonObject(_ text: String) throws -> [String: Any] {
+        try JSONSerialization.jsonObject(with: Data(text.utf8)) as! [String: Any]
+    }
+
+    @Test("status --json after runs with one bundle done, one failed, one deferred; inspect shows the done one's checkpoints")
+    func statusAfterRuns() async throws {
+        try await withTemporarySpool { spool, directory in
+            let good = SampleSession(seed: 601)
+            let bad = Self.rejectedSample(seed: 602)
+            try pack(good, into: spool, scratch: directory)
+            let badName = try pack(bad, into: spool, scratch: directory)
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed)
+                #expect(summary.done == 1 && summary.failed == 1)
+            }
+            // A third bundle, then a run against a port whose server is gone: deferred, waiting for retry.
+            let later = SampleSession(seed: 603)
+            let laterName = try pack(later, into: spool, scratch: directory)
+            let deadURL = try await withDevServer { $0.baseURL }
+            let (deadSummary, deadStatus) = await runWorker(spool, apiURL: deadURL, token: "t")
+            #expect(deadSummary.deferred == 1)
+
+            let result = try runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            #expect(result.status == 0, "\(result.stderr)")
+            let document = try Self.jsonObject(result.stdout)
+            #expect(document["spool"] as? String == spool.root)
+            #expect(document["database"] as? String == spool.databasePath)
+            #expect(document["databaseExists"] as? Bool == true)
+            #expect(document["generatedAt"] is String)
+            let folders = document["folders"] as! [String: [String: Any]]
+            #expect(folders["done"]?["count"] as? Int == 1)
+            #expect(folders["failed"]?["count"] as? Int == 1)
+            #expect(folders["incoming"]?["count"] as? Int == 1)
+            #expect(folders["processing"]?["count"] as? Int == 0)
+            #expect((folders["done"]?["bytes"] as? Int ?? 0) > 0)
+            #expect(folders["done"]?["oldestAgeSeconds"] is Double || folders["done"]?["oldestAgeSeconds"] is Int)
+            #expect(folders["processing"]?["oldestAgeSeconds"] == nil)
+            let incoming = document["incoming"] as! [String: Any]
+            #expect(incoming["dueNow"] as? Int == 0)
+            #expect(incoming["waitingForRetry"] as? Int == 1)
+
+            let waiting = document["waiting"] as! [[String: Any]]
+            #expect(waiting.count == 1)
+            #expect(waiting.first?["name"] as? String == laterName)
+            #expect((waiting.first?["attempts"] as? Int ?? 0) >= 1)
+            #expect(waiting.first?["nextAttemptAt"] is String)
+            #expect((waiting.first?["lastError"] as? [String: Any])?["reason"] is String)
+
+            let failed = document["failed"] as! [[String: Any]]
+            #expect(failed.count == 1)
+            #expect(failed.first?["name"] as? String == badName)
+            #expect(failed.first?["reason"] as? String == "http_422")
+            #expect(failed.first?["httpStatus"] as? Int == 422)
+            #expect((failed.first?["message"] as? String ?? "").contains("unknown_reference"))
+            #expect(failed.first?["session"] as? String == bad.sessionID)
+            #expect(failed.first?["hasSidecar"] as? Bool == true)
+
+            #expect((document["claims"] as! [Any]).isEmpty)
+            let lastRun = document["lastRun"] as! [String: Any]
+            #expect(lastRun["deferred"] as? Int == 1)
+            #expect(lastRun["exitCode"] as? Int == Int(deadStatus.rawValue))
+            for key in ["runID", "host", "pid", "startedAt", "finishedAt", "claimed", "done", "failed", "requests", "bytes", "seconds"] {
+                #expect(lastRun[key] != nil, "lastRun.\(key)")
+            }
+
+            let text = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(text.status == 0)
+            #expect(text.stdout.contains(spool.databasePath))
+            #expect(text.stdout.contains("0 due now, 1 waiting for retry"))
+            #expect(text.stdout.contains("\(badName)  http_422 at dope:"))
+            #expect(text.stdout.contains("deferred 1"))
+
+            // inspect: the done bundle's steps, all checkpointed, with server ids.
+            let inspect = try runBuilt("dopesync", ["inspect", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root])
+            #expect(inspect.status == 0, "\(inspect.stderr)")
+            #expect(inspect.stdout.contains("checkpoints  \(good.expectedRequestCount) of \(good.expectedRequestCount) steps done"), "\(inspect.stdout)")
+            #expect(inspect.stdout.contains("    session → server id"))
+            let inspectJSON = try Self.jsonObject(try runBuilt("dopesync", ["inspect", "--json", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root]).stdout)
+            #expect((inspectJSON["completedSteps"] as? [Any])?.count == good.expectedRequestCount)
+        }
+    }
+
+    @Test("status: a claim whose owner is alive, and one whose owner died, told apart without taking either")
+    func statusClaims() async throws {
+        try await withTemporarySpool { spool, _ in
+            for name in ["held.tar.gz", "orphan.tar.gz"] {
+                FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data("x".utf8))
+            }
+            let entries = try spool.scan(minAge: .zero)
+            let held = try #require(try spool.claim(entries.first { $0.name == "held.tar.gz" }!))
+            try #require(try spool.claim(entries.first { $0.name == "orphan.tar.gz" }!)).release()
+            let store = try CheckpointStore(spool: spool)
+            try store.recordClaim(name: "held.tar.gz", owner: ClaimOwner(host: "h", pid: 42, runID: "r1"))
+
+            let status = try SpoolStatus.gather(spool: spool)
+            let claims = Dictionary(uniqueKeysWithValues: status.claims.map { ($0.name, $0) })
+            #expect(claims["held.tar.gz"]?.ownerAlive == true)
+            #expect(claims["held.tar.gz"]?.runID == "r1" && claims["held.tar.gz"]?.pid == 42)
+            #expect(claims["orphan.tar.gz"]?.ownerAlive == false)
+            #expect(held.isHeld)
+            // status took nothing: the orphan can still be taken back, the held one cannot.
+            let processing = try spool.processingEntries()
+            #expect(try spool.claimOrphan(processing.first { $0.name == "held.tar.gz" }!) == nil)
+            #expect(try spool.claimOrphan(processing.first { $0.name == "orphan.tar.gz" }!) != nil)
+            held.release()
+        }
+    }
+
+    @Test("status of a spool that does not exist: exit 73")
+    func statusUnreadable() throws {
+        let result = try runBuilt("dopesync", ["status", "--spool", "/nonexistent/spool"])
+        #expect(result.status == 73)
+        #expect(result.stderr.contains("/nonexistent/spool"))
+    }
+
+    @Test("requeue after the cause is fixed: the bundle resumes, and the session is not sent again")
+    func requeueResumes() async throws {
+        try await withTemporarySpool { spool, directory in
+            let bad = Self.rejectedSample(seed: 610)
+            let name = try pack(bad, into: spool, scratch: directory)
+            try await withDevServer { server in
+                let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed)
+                #expect(try Self.names(spool, .failed) == [name, name + ".error"])
+
+                try await server.postJSON("/admin/references", ["ammunition": [9999]])
+                let requeue = try runBuilt("dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
+                #expect(requeue.status == 0, "\(requeue.stderr)")
+                #expect(requeue.stdout.contains("requeued failed/\(name) -> incoming/\(name)"), "\(requeue.stdout)")
+                #expect(requeue.stdout.contains("3 steps already done"), "\(requeue.stdout)")
+                #expect(try Self.names(spool, .failed).isEmpty)  // the sidecar went with it
+                #expect(try Self.names(spool, .incoming) == [name])
+                let modified = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate] as! Date
+                #expect(abs(modified.timeIntervalSinceNow) < 60)
+                let state = try CheckpointStore(spool: spool).bundleState(name: name)
+                #expect(state?.attempts == 0 && state?.lastOutcome == .requeued)
+
+                let before = try await server.requestLog().count
+                let (summary, again) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(again == .success)
+                #expect(summary.done == 1)
+                let resent = try await server.requestLog().dropFirst(before)
+                #expect(!resent.contains { $0.path == "/api/sessions" })
+                #expect(!resent.isEmpty)
+                #expect(try await server.createdCounts()["session"] == 1)
+                #expect(try Self.names(spool, .done) == [name])
+            }
+        }
+    }
+
+    @Test("requeue of an unknown name: exit 1 naming it; known names are still requeued, under a suffix if taken")
+    func requeueUnknownName() async throws {
+        try await withTemporarySpool { spool, _ in
+            FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz"), contents: Data("failed one".utf8))
+            FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz.error"), contents: Data("bundle: a.tar.gz\n".utf8))
+            FileManager.default.createFile(atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
+
+            let result = try runBuilt("dopesync", ["requeue", "a.tar.gz", "nope.tar.gz", "--spool", spool.root])
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("nope.tar.gz"), "\(result.stderr)")
+            #expect(result.stdout.contains("requeued failed/a.tar.gz -> incoming/a.1.tar.gz"), "\(result.stdout)")
+            #expect(try Self.names(spool, .incoming) == ["a.1.tar.gz", "a.tar.gz"])
+            #expect(try String(contentsOfFile: spool.path(.incoming, "a.tar.gz"), encoding: .utf8) == "newer one")
+            #expect(try String(contentsOfFile: spool.path(.incoming, "a.1.tar.gz"), encoding: .utf8) == "failed one")
+            #expect(try Self.names(spool, .failed).isEmpty)
+
+            #expect(try runBuilt("dopesync", ["requeue", "--spool", spool.root]).status == 64)
+            #expect(try runBuilt("dopesync", ["requeue", "x", "--all", "--spool", spool.root]).status == 64)
+            let empty = try runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            #expect(empty.status == 0)
+            #expect(empty.stdout.contains("nothing to requeue"))
+        }
+    }
+
+    @Test("prune deletes only old bundles in done/ and their checkpoint rows; no other folder is touched")
+    func pruneOnlyOldDone() async throws {
+        try await withTemporarySpool { spool, _ in
+            let old = Date(timeIntervalSinceNow: -10 * 86_400)
+            let store = try CheckpointStore(spool: spool)
+            let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+            for name in ["old-1.tar.gz", "old-2.tar.gz", "new.tar.gz"] {
+                FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
+                try store.recordClaim(name: name, owner: owner)
+                try store.recordDone(name: name, sessionID: "session-\(name)")
+            }
+            for name in ["old-1.tar.gz", "old-2.tar.gz"] {
+                try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: spool.path(.done, name))
+            }
+            // Old files everywhere else, each with a row: none may go.
+            var others: [String] = []
+            for folder in [Spool.Folder.incoming, .processing, .failed, .tmp] {
+                let name = "\(folder.rawValue)-old.tar.gz"
+                FileManager.default.createFile(atPath: spool.path(folder, name), contents: Data("keep".utf8))
+                try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: spool.path(folder, name))
+                others.append(spool.path(folder, name))
+            }
+            try store.recordClaim(name: "failed-old.tar.gz", owner: owner)
+            try store.recordFailure(name: "failed-old.tar.gz", sessionID: nil, error: BundleFailure(reason: "http_422"))
+
+            let result = try runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("deleted done/old-1.tar.gz (100 bytes)"))
+            #expect(result.stdout.contains("pruned 2 bundles from done/, 200 bytes"), "\(result.stdout)")
+            #expect(result.stdout.contains("2 checkpoint rows forgotten"))
+            #expect(try Self.names(spool, .done) == ["new.tar.gz"])
+            for path in others { #expect(FileManager.default.fileExists(atPath: path), "\(path)") }
+            #expect(try store.bundleState(name: "old-1.tar.gz") == nil)
+            #expect(try store.bundleState(name: "old-2.tar.gz") == nil)
+            #expect(try store.bundleState(name: "new.tar.gz") != nil)
+            #expect(try store.bundleState(name: "failed-old.tar.gz") != nil)
+
+            #expect(try runBuilt("dopesync", ["prune", "--spool", spool.root]).status == 64)
+            #expect(try runBuilt("dopesync", ["prune", "--older-than", "soon", "--spool", spool.root]).status == 64)
+        }
+    }
+}
