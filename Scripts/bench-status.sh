@@ -32,7 +32,7 @@ for i in range(failed):
                 f"http_status: 422\nmessage: ammunitionId: unknown_reference (was 9999)\nattempts: 0\n")
 PY
 
-"$BIN/dopesync" status --spool "$SPOOL" | head -12
+"$BIN/dopesync" status --spool "$SPOOL" | head -12 || true
 if command -v hyperfine >/dev/null; then
   hyperfine --warmup 1 --runs "$RUNS" --export-json "$SPOOL.json" \
     "$BIN/dopesync status --spool $SPOOL" "$BIN/dopesync status --json --spool $SPOOL"
