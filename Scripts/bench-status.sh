@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: `dopesync status` (text and --json) on a spool with 100,000 bundles in incoming/ (a tenth of
 # them waiting for retry: mtime in the future) and 1,000 in failed/ with their sidecars. Small files:
-# status opens no bundle, so their size does not matter. Median of several runs (hyperfine when
+# status opens no bundle, so their size does not matter. With sqlite3 at hand, the checkpoint database
+# holds rows for them and 100,000 bundles of history. Median of several runs (hyperfine when
 # available, else /usr/bin/time). Release build expected in $BIN.
 set -euo pipefail
 BIN=${BIN:-.build/release}
@@ -32,7 +33,25 @@ for i in range(failed):
                 f"http_status: 422\nmessage: ammunitionId: unknown_reference (was 9999)\nattempts: 0\n")
 PY
 
-"$BIN/dopesync" status --spool "$SPOOL" | head -12
+# The checkpoint database as after months of runs: a run that claims nothing creates it, then rows for the
+# 10,000 waiting bundles (deferred), the failed ones, and 100,000 bundles long done (history).
+if command -v sqlite3 >/dev/null; then
+  DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run --spool "$SPOOL" --api http://127.0.0.1:9 --min-age 100d --progress never >/dev/null
+  sqlite3 "$SPOOL/dopesync.sqlite" <<SQL
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $INCOMING - 1)
+INSERT INTO bundles (name, attempts, first_seen, next_attempt_at, last_error_reason, last_error_message, last_outcome, updated_at)
+SELECT printf('bundle-%06d.tar.gz', i), 1 + i % 5, unixepoch(), unixepoch() + 600 + i, 'unreachable', 'connection refused', 'deferred', unixepoch()
+FROM n WHERE i % 10 = 0;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $FAILED - 1)
+INSERT INTO bundles (name, first_seen, last_error_reason, last_outcome, updated_at)
+SELECT printf('failed-%05d.tar.gz', i), unixepoch(), 'http_422', 'failed', unixepoch() FROM n;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)
+INSERT INTO bundles (name, first_seen, last_outcome, updated_at, steps_done)
+SELECT printf('old-%06d.tar.gz', i), unixepoch() - 86400, 'done', unixepoch() - 86400, 20 FROM n;
+SQL
+fi
+
+"$BIN/dopesync" status --spool "$SPOOL" | head -12 || true
 if command -v hyperfine >/dev/null; then
   hyperfine --warmup 1 --runs "$RUNS" --export-json "$SPOOL.json" \
     "$BIN/dopesync status --spool $SPOOL" "$BIN/dopesync status --json --spool $SPOOL"

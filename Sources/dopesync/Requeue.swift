@@ -7,7 +7,7 @@ struct Requeue: AsyncParsableCommand {
         discussion: """
             NAME is a file in failed/ (with or without the failed/ prefix). The bundle is due at once; a name \
             taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \
-            the checkpoint database (dopesync status shows it). Exit 0; 1 when a NAME is not in failed/ (the \
+            the checkpoint database (the bundle's row in SPOOL/dopesync.sqlite, last_error_*). Exit 0; 1 when a NAME is not in failed/ (the \
             others are still requeued); 73 when the spool cannot be read or written.
             """
     )

@@ -10,7 +10,7 @@ import Darwin
 /// fresh attempt count. Their checkpoints stay, so they resume where they stopped.
 ///
 /// - `failed/NAME.error` is removed once the bundle has moved: the checkpoint database keeps the last error
-///   (shown by `status` until the next outcome), and a stale sidecar would make the bundle's next failure
+///   (its `bundles` row, `last_error_*`, until the next failure), and a stale sidecar would make the bundle's next failure
 ///   take a suffixed name.
 /// - A name already taken in `incoming/` gets a suffix; nothing is overwritten.
 /// - Exit 0 when every name was requeued; 1 when a name is not a bundle in `failed/` (the others are still

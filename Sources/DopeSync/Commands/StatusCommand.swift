@@ -8,7 +8,9 @@ import Foundation
 public enum StatusCommand {
     public static func run(spoolRoot: String, json: Bool, now: Date = Date()) -> CommandOutcome {
         do {
-            let report = try SpoolStatus.gather(spool: Spool(root: spoolRoot), now: now)
+            // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
+            let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
+            let report = try SpoolStatus.gather(spool: Spool(root: root), now: now)
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
