@@ -141,7 +141,8 @@ struct BundleUploader: Sendable {
                 counters.credentialsRefused()
                 return giveBack(claimed, logger: logger)
             case .retryable(let status, _, let message):
-                counters.stepKeptFailing()
+                // No HTTP answer after every retry: the API is unreachable, stop claiming now.
+                if status == nil { counters.apiUnreachable() } else { counters.stepKeptFailing() }
                 let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
                 return deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }

@@ -73,6 +73,8 @@ final class RunCounters: Sendable {
         }
     }
 
+    func apiUnreachable() { state.withLock { $0.breakerOpen = true } }
+
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
 
     func record(_ outcome: UploadOutcome) {
