@@ -109,6 +109,9 @@ if "$BIN/dopesync" run --help > /dev/null 2>&1; then
   heading "The spool after the run"
   show_spool
 
+  heading "dopesync status --spool \$SPOOL"
+  "$BIN/dopesync" status --spool "$SPOOL" | sed 's/^/   /'
+
   heading "Why bundles failed: failed/*.error"
   for sidecar in "$SPOOL"/failed/*.error; do
     [ -e "$sidecar" ] || continue
@@ -135,9 +138,8 @@ if "$BIN/dopesync" run --help > /dev/null 2>&1; then
     curl -fsS -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
       -d '{"ammunition": [9999]}' "$URL/admin/references" > /dev/null
     say "POST /admin/references {\"ammunition\": [9999]}"
-    mv "$SPOOL/failed/$unknown" "$SPOOL/incoming/$unknown"
-    rm "$SPOOL/failed/$unknown.error"
-    say "mv failed/$unknown incoming/; rm failed/$unknown.error   (dopesync requeue: not yet, see README)"
+    heading "dopesync requeue $unknown"
+    "$BIN/dopesync" requeue --spool "$SPOOL" "$unknown"
     status=0
     DOPESYNC_API_TOKEN=$TOKEN "$BIN/dopesync" run --spool "$SPOOL" --api "$URL" --min-age 0 || status=$?
     say "exit $status"
