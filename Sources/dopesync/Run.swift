@@ -120,7 +120,7 @@ struct JSONLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var fields: [String: String] = ["time": ISO8601DateFormatter().string(from: Date()), "level": "\(event.level)", "message": "\(event.message)", "logger": label]
+        var fields: [String: String] = ["time": Date().formatted(.iso8601), "level": "\(event.level)", "message": "\(event.message)", "logger": label]
         for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) { fields[key] = "\(value)" }
         if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
             FileHandle.standardError.write(data + Data("\n".utf8))

@@ -107,7 +107,7 @@ import Testing
     func statusClaims() async throws {
         try await withTemporarySpool { spool, _ in
             for name in ["held.tar.gz", "orphan.tar.gz"] {
-                FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data("x".utf8))
+                _ = FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data("x".utf8))
             }
             let entries = try spool.scan(minAge: .zero)
             let held = try #require(try spool.claim(entries.first { $0.name == "held.tar.gz" }!))
@@ -174,9 +174,9 @@ import Testing
     @Test("requeue of an unknown name: exit 1 naming it; known names are still requeued, under a suffix if taken")
     func requeueUnknownName() async throws {
         try await withTemporarySpool { spool, _ in
-            FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz"), contents: Data("failed one".utf8))
-            FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz.error"), contents: Data("bundle: a.tar.gz\n".utf8))
-            FileManager.default.createFile(atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
+            _ = FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz"), contents: Data("failed one".utf8))
+            _ = FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz.error"), contents: Data("bundle: a.tar.gz\n".utf8))
+            _ = FileManager.default.createFile(atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
 
             let result = try runBuilt("dopesync", ["requeue", "a.tar.gz", "nope.tar.gz", "--spool", spool.root])
             #expect(result.status == 1)
@@ -202,7 +202,7 @@ import Testing
             let store = try CheckpointStore(spool: spool)
             let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
             for name in ["old-1.tar.gz", "old-2.tar.gz", "new.tar.gz"] {
-                FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
+                _ = FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
                 try store.recordClaim(name: name, owner: owner)
                 try store.recordDone(name: name, sessionID: "session-\(name)")
             }
@@ -213,7 +213,7 @@ import Testing
             var others: [String] = []
             for folder in [Spool.Folder.incoming, .processing, .failed, .tmp] {
                 let name = "\(folder.rawValue)-old.tar.gz"
-                FileManager.default.createFile(atPath: spool.path(folder, name), contents: Data("keep".utf8))
+                _ = FileManager.default.createFile(atPath: spool.path(folder, name), contents: Data("keep".utf8))
                 try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: spool.path(folder, name))
                 others.append(spool.path(folder, name))
             }

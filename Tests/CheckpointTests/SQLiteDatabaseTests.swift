@@ -11,7 +11,7 @@ import Testing
         options.writeLockPath = directory.appendingPathComponent("db.lock").path
         let database = try SQLiteDatabase(path: directory.appendingPathComponent("db.sqlite").path, options: options)
         try database.write { try $0.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)") }
-        try database.write { try $0.query("INSERT INTO t (name) VALUES (?)", ["a"]) }
+        _ = try database.write { try $0.query("INSERT INTO t (name) VALUES (?)", ["a"]) }
         #expect(throws: SQLiteError.self) {
             try database.write { connection in
                 try connection.query("INSERT INTO t (name) VALUES (?)", ["b"])

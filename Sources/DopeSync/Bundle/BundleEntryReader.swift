@@ -58,10 +58,19 @@ public final class BundleEntryReader {
         /// The next chunk, or nil once the image is complete and verified.
         public mutating func next() throws -> [UInt8]? {
             if finished { return nil }
-            var chunk = [UInt8](repeating: 0, count: chunkSize)
-            let count = try chunk.withUnsafeMutableBytes { try reader.readData(into: $0) }
+            // Read straight into uninitialised storage: no zero-fill of a chunk per read.
+            var readError: (any Error)?
+            let chunk = [UInt8](unsafeUninitializedCapacity: chunkSize) { buffer, initialized in
+                do {
+                    initialized = try reader.readData(into: UnsafeMutableRawBufferPointer(buffer))
+                } catch {
+                    readError = error
+                    initialized = 0
+                }
+            }
+            if let readError { throw readError }
+            let count = chunk.count
             if count > 0 {
-                chunk.removeSubrange(count...)
                 hasher.update(data: chunk)
                 size += Int64(count)
                 return chunk

@@ -1,7 +1,7 @@
 import Foundation
 
 /// One image a record names, found in the bundle and recognised by its bytes.
-public struct BundleImage: Sendable, Hashable, Codable {
+public struct BundleImage: Sendable, Hashable {
     /// The plain file name the records use.
     public var fileName: String
     /// The entry's full path inside the archive (the root folder included), for streaming it.
@@ -11,17 +11,6 @@ public struct BundleImage: Sendable, Hashable, Codable {
     public var type: ImageType
     /// Position among the archive's regular files, in archive order.
     var ordinal: Int
-
-    enum CodingKeys: String, CodingKey { case fileName, entryPath, size, sha256, type }
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        fileName = try container.decode(String.self, forKey: .fileName)
-        entryPath = try container.decode(String.self, forKey: .entryPath)
-        size = try container.decode(Int64.self, forKey: .size)
-        sha256 = try container.decode(String.self, forKey: .sha256)
-        type = try container.decode(ImageType.self, forKey: .type)
-        ordinal = 0
-    }
 
     init(fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int) {
         self.fileName = fileName

@@ -23,6 +23,7 @@ public struct BundlePacker: Sendable {
     }
 
     /// Packs and returns the path written.
+    @discardableResult
     public func pack(sessionFile: String, imagesDirectory: String?, destination: Destination) throws -> String {
         let sessionBytes: [UInt8]
         do {

@@ -181,7 +181,7 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     let chunks: BundleEntryReader.ImageChunks
 
     struct AsyncIterator: AsyncIteratorProtocol {
-        enum Part { case head, image, tail, end }
+        enum Part { case head, image, end }
         var part = Part.head
         let framing: MultipartFraming
         var chunks: BundleEntryReader.ImageChunks
@@ -195,7 +195,7 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
                 if let chunk = try chunks.next() { return ByteBuffer(bytes: chunk) }
                 part = .end
                 return ByteBuffer(bytes: framing.tail)
-            case .tail, .end:
+            case .end:
                 return nil
             }
         }

@@ -165,8 +165,7 @@ public struct Worker: Sendable {
 
         let state = counters.snapshot
         var summary = state.summary
-        summary.seconds = Double((ContinuousClock.now - started).components.seconds)
-            + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         let status: ExitStatus =
             state.credentialsRefused ? .permissionDenied
             : state.breakerOpen ? .temporaryFailure
