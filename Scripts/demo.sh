@@ -96,71 +96,72 @@ session_id() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["
 
 api_get() { curl -fsS -H "Authorization: Bearer $TOKEN" "$URL$1"; }
 
-if "$BIN/dopesync" run --help > /dev/null 2>&1; then
-  heading "dopesync run --spool \$SPOOL --api $URL --min-age 0"
+# The job file jobs/local.yaml holds the settings; the options given here win over it (this demo's
+# own spool and server port, no min-age wait), and DOPESYNC_API_TOKEN wins over its token-file.
+run_dopesync() {
+  DOPESYNC_API_TOKEN=$TOKEN "$BIN/dopesync" run --job jobs/local.yaml --spool "$SPOOL" --api "$URL" --min-age 0 \
+    --metrics-file "$WORK/dopesync.prom"
+}
+
+heading "dopesync run --job jobs/local.yaml --spool \$SPOOL --api $URL --min-age 0 --metrics-file \$WORK/dopesync.prom"
+status=0
+run_dopesync || status=$?
+case $status in
+  0) say "exit 0: every bundle synced" ;;
+  1) say "exit 1: the run finished and at least one bundle went to failed/ (expected here)" ;;
+  *) echo "dopesync run exited $status (see the exit codes in README.md)" >&2; exit "$status" ;;
+esac
+
+heading "The spool after the run"
+show_spool
+
+heading "dopesync status --spool \$SPOOL"
+"$BIN/dopesync" status --spool "$SPOOL" | sed 's/^/   /'
+
+heading "What monitoring sees: the metrics file (Prometheus textfile), a few lines"
+grep -E '^dopesync_(last_run_bundles|last_run_exit_code|spool_bundles)' "$WORK/dopesync.prom" | sed 's/^/   /'
+
+heading "Why bundles failed: failed/*.error"
+for sidecar in "$SPOOL"/failed/*.error; do
+  [ -e "$sidecar" ] || continue
+  echo "   $(basename "$sidecar"):"
+  sed 's/^/     /' "$sidecar"
+done
+
+heading "One synced session as the server stores it (range-day-1)"
+client_id=$(session_id range-day-1)
+say "GET /api/sessions?clientId=$client_id"
+server_id=$(api_get "/api/sessions?clientId=$client_id" | python3 -c 'import json,sys; items=json.load(sys.stdin)["items"]; print(items[0]["id"] if items else "")')
+if [ -n "$server_id" ]; then
+  say "GET /api/sessions/$server_id"
+  api_get "/api/sessions/$server_id" | python3 -m json.tool
+else
+  say "not on the server yet (was its bundle deferred? see incoming/ above)"
+fi
+
+heading "Fixing the rejected bundle: the server learns ammunition 9999, the bundle goes back to incoming/"
+unknown=$(session_id unknown-ammo).tar.gz
+if [ -e "$SPOOL/failed/$unknown" ]; then
+  api_get "/admin/requests?limit=0" > "$WORK/seq.json"
+  since=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nextSeq"])' "$WORK/seq.json")
+  curl -fsS -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d '{"ammunition": [9999]}' "$URL/admin/references" > /dev/null
+  say "POST /admin/references {\"ammunition\": [9999]}"
+  heading "dopesync requeue $unknown"
+  "$BIN/dopesync" requeue --spool "$SPOOL" "$unknown"
   status=0
-  DOPESYNC_API_TOKEN=$TOKEN "$BIN/dopesync" run --spool "$SPOOL" --api "$URL" --min-age 0 || status=$?
-  case $status in
-    0) say "exit 0: every bundle synced" ;;
-    1) say "exit 1: the run finished and at least one bundle went to failed/ (expected here)" ;;
-    *) echo "dopesync run exited $status (see the exit codes in README.md)" >&2; exit "$status" ;;
-  esac
-
-  heading "The spool after the run"
-  show_spool
-
-  heading "dopesync status --spool \$SPOOL"
-  "$BIN/dopesync" status --spool "$SPOOL" | sed 's/^/   /'
-
-  heading "Why bundles failed: failed/*.error"
-  for sidecar in "$SPOOL"/failed/*.error; do
-    [ -e "$sidecar" ] || continue
-    echo "   $(basename "$sidecar"):"
-    sed 's/^/     /' "$sidecar"
-  done
-
-  heading "One synced session as the server stores it (range-day-1)"
-  client_id=$(session_id range-day-1)
-  say "GET /api/sessions?clientId=$client_id"
-  server_id=$(api_get "/api/sessions?clientId=$client_id" | python3 -c 'import json,sys; items=json.load(sys.stdin)["items"]; print(items[0]["id"] if items else "")')
-  if [ -n "$server_id" ]; then
-    say "GET /api/sessions/$server_id"
-    api_get "/api/sessions/$server_id" | python3 -m json.tool
-  else
-    say "not on the server yet (was its bundle deferred? see incoming/ above)"
-  fi
-
-  heading "Fixing the rejected bundle: the server learns ammunition 9999, the bundle goes back to incoming/"
-  unknown=$(session_id unknown-ammo).tar.gz
-  if [ -e "$SPOOL/failed/$unknown" ]; then
-    api_get "/admin/requests?limit=0" > "$WORK/seq.json"
-    since=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nextSeq"])' "$WORK/seq.json")
-    curl -fsS -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-      -d '{"ammunition": [9999]}' "$URL/admin/references" > /dev/null
-    say "POST /admin/references {\"ammunition\": [9999]}"
-    heading "dopesync requeue $unknown"
-    "$BIN/dopesync" requeue --spool "$SPOOL" "$unknown"
-    status=0
-    DOPESYNC_API_TOKEN=$TOKEN "$BIN/dopesync" run --spool "$SPOOL" --api "$URL" --min-age 0 || status=$?
-    say "exit $status"
-    say "requests the server saw in this second run (the session and the first two DOPE entries are not sent again):"
-    api_get "/admin/requests?since=$since" | python3 -c '
+  run_dopesync || status=$?
+  say "exit $status"
+  say "requests the server saw in this second run (the session and the first two DOPE entries are not sent again):"
+  api_get "/admin/requests?since=$since" | python3 -c '
 import json, sys
 for r in json.load(sys.stdin)["requests"]:
-    if r["path"].startswith("/api/"):
-        note = "  (injected fault: " + str(r["fault"]) + ")" if r.get("fault") else ""
-        print("     %-5s %-45s %s%s%s" % (r["method"], r["path"], r["status"], "  (replayed)" if r.get("replayed") else "", note))'
-    show_spool
-  else
-    say "the bundle is not in failed/ (see above), nothing to fix"
-  fi
+  if r["path"].startswith("/api/"):
+      note = "  (injected fault: " + str(r["fault"]) + ")" if r.get("fault") else ""
+      print("     %-5s %-45s %s%s%s" % (r["method"], r["path"], r["status"], "  (replayed)" if r.get("replayed") else "", note))'
+  show_spool
 else
-  heading "dopesync run is not available in this build yet: validating each bundle instead"
-  for bundle in "$SPOOL"/incoming/*; do
-    status=0
-    "$BIN/dopesync" inspect "$bundle" || status=$?
-    say "exit $status"
-  done
+  say "the bundle is not in failed/ (see above), nothing to fix"
 fi
 
 heading "Done"

@@ -7,77 +7,72 @@ struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Upload what is due in the spool's incoming/ (and orphans in processing/), then exit.",
         discussion: """
-            One batch, for cron or a systemd timer. Exit codes: 0 done (nothing failed), 1 a bundle \
-            went to failed/, 73 spool unusable, 75 API unreachable or kept failing, 77 credentials \
-            refused. Environment: DOPESYNC_API_URL, DOPESYNC_API_TOKEN (the token is never printed).
+            One batch, for cron or a systemd timer. Settings come from, highest first: these options, \
+            the environment (DOPESYNC_API_URL, DOPESYNC_API_TOKEN, DOPESYNC_SPOOL, DOPESYNC_CONCURRENCY, \
+            ... one DOPESYNC_ variable per option), the --job file, the defaults. The token is never printed.
+            Exit codes: 0 done (nothing failed), 1 a bundle went to failed/, 64 bad command line, \
+            73 spool unusable, 75 API unreachable or kept failing, 77 credentials refused, \
+            78 the job file or configuration is invalid.
             """
     )
 
-    @Option(help: "The spool folder.")
-    var spool = "./spool"
+    @Option(help: "A job file (YAML) with any of these options as keys; see jobs/local.yaml.")
+    var job: String?
 
-    @Option(help: "The API's base URL (default: $DOPESYNC_API_URL).")
+    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
+    var spool: String?
+
+    @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
     var api: String?
 
-    @Option(help: "A file holding the API token (default: $DOPESYNC_API_TOKEN).")
+    @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
     var tokenFile: String?
 
-    @Option(help: "Bundles uploaded at once.")
-    var concurrency = 4
+    @Option(help: "Bundles uploaded at once, 1 to 64 (default 4).")
+    var concurrency: Int?
 
     @Option(help: "Claim at most this many bundles.")
     var maxBundles: Int?
 
-    @Option(help: "Stop claiming after this long (e.g. 90s, 10m, 1h).", transform: parseDuration)
-    var maxTime: Duration?
+    @Option(help: "Stop claiming after this long (e.g. 90s, 10m, 1h).")
+    var maxTime: String?
 
-    @Option(help: "Only bundles unmodified for this long (0 turns the guard off).", transform: parseDuration)
-    var minAge: Duration = .seconds(5)
+    @Option(help: "Only bundles unmodified for this long; 0 turns the guard off (default 5s).")
+    var minAge: String?
 
     @Option(help: "A live progress line: auto (on a terminal), always, never.")
-    var progress: Progress = .auto
-
-    enum Progress: String, ExpressibleByArgument { case auto, always, never }
+    var progress: String?
 
     @Option(help: "Log lines as text or json.")
-    var logFormat: LogFormat = .text
+    var logFormat: String?
 
-    enum LogFormat: String, ExpressibleByArgument { case text, json }
-
-    func validate() throws {
-        guard concurrency >= 1 else { throw ValidationError("--concurrency must be at least 1.") }
-        if let maxBundles, maxBundles < 0 { throw ValidationError("--max-bundles must not be negative.") }
-    }
+    @Option(help: "After the run, write Prometheus metrics to this file (node_exporter's textfile collector).")
+    var metricsFile: String?
 
     func run() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        guard let apiURL = api ?? environment["DOPESYNC_API_URL"], !apiURL.isEmpty else {
-            throw ValidationError("Give the API's URL with --api or DOPESYNC_API_URL.")
-        }
-        let token: String
-        if let tokenFile {
-            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
-                throw ValidationError("Cannot read the token file \(tokenFile).")
-            }
-            token = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        } else if let value = environment["DOPESYNC_API_TOKEN"], !value.isEmpty {
-            token = value
-        } else {
-            throw ValidationError("Give the API token with --token-file or DOPESYNC_API_TOKEN.")
-        }
+        let typed: [(RunSetting, String?)] = [
+            (.spool, spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
+            (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
+            (.logFormat, logFormat), (.metricsFile, metricsFile),
+        ]
+        let settings = try await resolveSettings(
+            commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
+            job: job, purpose: .run)
 
-        let format = logFormat
+        let format = settings.logFormat
         LoggingSystem.bootstrap { label in
             format == .json ? JSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardError(label: label)
         }
         var logger = Logger(label: "dopesync")
         logger.logLevel = .info
-        var options = RunOptions(spoolRoot: spool, apiURL: apiURL, token: token)
-        options.concurrency = concurrency
-        options.maxBundles = maxBundles
-        options.maxTime = maxTime
-        options.minAge = minAge
-        options.showProgress = progress == .always || (progress == .auto && isatty(STDERR_FILENO) == 1)
+        for warning in settings.warnings { logger.warning("\(warning)") }
+        var options = RunOptions(spoolRoot: settings.spool, apiURL: settings.apiURL, token: settings.token)
+        options.concurrency = settings.concurrency
+        options.maxBundles = settings.maxBundles
+        options.maxTime = settings.maxTime
+        options.minAge = settings.minAge
+        options.metricsFile = settings.metricsFile
+        options.showProgress = settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
 
         // SIGINT/SIGTERM: stop claiming, let steps in flight finish (or time out), give back.
         let stop = options.stop
@@ -100,12 +95,24 @@ struct Run: AsyncParsableCommand {
 
 /// `90s`, `10m`, `1h`, `2d`, `500ms`, or plain seconds.
 func parseDuration(_ text: String) throws -> Duration {
-    let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
-    for (suffix, seconds) in units where text.hasSuffix(suffix) {
-        if let value = Double(text.dropLast(suffix.count)), value >= 0 { return .milliseconds(Int64(value * seconds * 1000)) }
+    guard let duration = DurationText.parse(text) else {
+        throw ValidationError("Not a duration: \(text) (\(DurationText.examples)).")
     }
-    if let value = Double(text), value >= 0 { return .milliseconds(Int64(value * 1000)) }
-    throw ValidationError("Not a duration: \(text) (use e.g. 500ms, 30s, 10m, 1h, 2d).")
+    return duration
+}
+
+/// Resolves the settings from the command line, the environment and `--job`; a mistake ends the
+/// process with a line naming the key and the file (exit 78, or 64 for the command line).
+func resolveSettings(
+    commandLine: [RunSetting: String], job: String?, purpose: RunConfiguration.Purpose
+) async throws -> RunConfiguration {
+    do throws(ConfigurationError) {
+        return try await RunConfiguration.resolve(
+            commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job, purpose: purpose)
+    } catch {
+        FileHandle.standardError.write(Data("dopesync: error: \(error)\n".utf8))
+        throw ExitCode(error.exitStatus.rawValue)
+    }
 }
 
 /// One JSON object per log line on standard error, metadata as fields.

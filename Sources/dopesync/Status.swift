@@ -11,13 +11,17 @@ struct Status: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The spool folder.")
-    var spool = "./spool"
+    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
+    var spool: String?
+
+    @Option(help: "Take the spool from this job file (as `dopesync run --job` does).")
+    var job: String?
 
     @Flag(help: "Print one JSON document (stable field names) instead of text.")
     var json = false
 
     func run() async throws {
+        let spool = try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
         try finish(StatusCommand.run(spoolRoot: spool, json: json))
     }
 }

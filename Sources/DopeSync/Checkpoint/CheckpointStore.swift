@@ -416,6 +416,14 @@ public final class CheckpointStore: Sendable {
         try lastRun(finishedOnly: true)
     }
 
+    /// When a run last finished with exit 0 or 1 (the API answered and took the credentials).
+    public func lastSuccessfulRunFinishedAt() throws(CheckpointError) -> Date? {
+        try read("reading the last successful run") { connection in
+            try connection.queryFirst("SELECT max(finished_at) FROM runs WHERE finished_at IS NOT NULL AND exit_code IN (0, 1)")
+                .flatMap { $0.double(0) }.map(Date.init(timeIntervalSince1970:))
+        }
+    }
+
     private func lastRun(finishedOnly: Bool) throws(CheckpointError) -> RunRecord? {
         try read("reading the last run") { connection in
             let filter = finishedOnly ? "WHERE finished_at IS NOT NULL" : ""

@@ -88,19 +88,11 @@ enum SpoolFiles {
     static func writeSynced(_ text: String, to path: String) -> Int32 {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { return errno }
-        var bytes = Array(text.utf8)
-        var offset = 0
         var failure: Int32 = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { buffer in
-                write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-            }
-            if written < 0 {
-                if errno == EINTR { continue }
-                failure = errno
-                break
-            }
-            offset += written
+        do {
+            try FileSystem.writeAll(Array(text.utf8), to: descriptor, path: path)
+        } catch {
+            failure = error.errno
         }
         if failure == 0 && fsync(descriptor) != 0 { failure = errno }
         if close(descriptor) != 0 && failure == 0 { failure = errno }

@@ -109,6 +109,19 @@ enum FileSystem {
         return final
     }
 
+    /// Writes all of `bytes` to an open file, retrying short writes and EINTR.
+    static func writeAll(_ bytes: [UInt8], to descriptor: Int32, path: String) throws(FileSystemError) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { buffer in write(descriptor, buffer.baseAddress! + offset, buffer.count - offset) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw FileSystemError(path: path, operation: "write", errno: errno)
+            }
+            offset += written
+        }
+    }
+
     static func directory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])

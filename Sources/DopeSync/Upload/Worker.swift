@@ -20,6 +20,8 @@ public struct RunOptions: Sendable {
     public var stop = StopRequest()
     /// A live progress line on standard error (for a terminal; cron gets plain log lines).
     public var showProgress = false
+    /// Where to write a Prometheus textfile after the run (``RunMetrics``), if anywhere.
+    public var metricsFile: String?
 
     public init(spoolRoot: String, apiURL: String, token: String) {
         self.spoolRoot = spoolRoot
@@ -172,6 +174,14 @@ public struct Worker: Sendable {
             : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
         try? store.recordRunFinished(runID: runID, summary: summary)
+        if let metricsFile = options.metricsFile {
+            // A metrics file that cannot be written is logged, never a reason to fail the run.
+            do {
+                try RunMetrics.gather(spool: spool, store: store, summary: summary).write(to: metricsFile)
+            } catch {
+                logger.error("cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
+            }
+        }
         return (summary, status)
     }
 }

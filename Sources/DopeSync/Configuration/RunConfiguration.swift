@@ -1,0 +1,275 @@
+import Configuration
+import Foundation
+import Yams
+
+/// `dopesync run`'s settings, resolved from (highest first) the command line, the environment,
+/// a job file and the built-in defaults, as WORKER.md's "Configuration" orders them.
+///
+/// The lookups go through swift-configuration's providers (an in-memory provider for the parsed
+/// options, `EnvironmentVariablesProvider`, `FileProvider<YAMLSnapshot>`), one source at a time,
+/// so every error can name the source to edit. Yams (which swift-configuration parses YAML with)
+/// lists the file's keys first: swift-configuration only answers for keys it is asked about, and
+/// an operator's typo (`concurency: 8`) must be an error, not a silently ignored line.
+public struct RunConfiguration: Sendable, CustomStringConvertible {
+    public enum ProgressMode: String, Sendable, CaseIterable { case auto, always, never }
+    public enum LogFormat: String, Sendable, CaseIterable { case text, json }
+
+    /// What the command needs: `run` needs the API and its token; `status`, `requeue` and `prune`
+    /// need only the spool (but still refuse a job file with mistakes in it).
+    public enum Purpose: Sendable { case run, spoolOnly }
+
+    public var spool = "./spool"
+    public var apiURL = ""
+    /// The bearer token. Never printed: `description` and the log metadata leave it out.
+    public var token = ""
+    public var concurrency = 4
+    public var maxBundles: Int?
+    public var maxTime: Duration?
+    public var minAge: Duration = .seconds(5)
+    public var progress = ProgressMode.auto
+    public var logFormat = LogFormat.text
+    public var metricsFile: String?
+    /// Where each given setting came from, by key (the token's source under `token`).
+    public var sources: [String: SettingSource] = [:]
+    /// Things an operator should fix that do not stop the run (a token file others can read).
+    public var warnings: [String] = []
+
+    public init() {}
+
+    /// Resolves the settings. `commandLine` holds the options the user typed, by setting key,
+    /// as typed; `jobFile` is `--job`'s path.
+    public static func resolve(
+        commandLine: [RunSetting: String] = [:],
+        environment: [String: String],
+        jobFile: String?,
+        purpose: Purpose = .run
+    ) async throws(ConfigurationError) -> RunConfiguration {
+        var layers = [SettingLayer.commandLine(commandLine), .environment(environment)]
+        if let jobFile { layers.append(try await .jobFile(path: jobFile)) }
+
+        var configuration = RunConfiguration()
+        func lookup(_ setting: RunSetting) throws(ConfigurationError) -> (text: String, source: SettingSource)? {
+            for layer in layers {
+                if let found = try layer.value(of: setting) {
+                    configuration.sources[setting.key] = found.source
+                    return found
+                }
+            }
+            return nil
+        }
+        func parsed<Value>(_ setting: RunSetting, expected: String, _ parse: (String) -> Value?) throws(ConfigurationError) -> Value? {
+            guard let (text, source) = try lookup(setting) else { return nil }
+            guard let value = parse(text.trimmingCharacters(in: .whitespaces)) else {
+                throw ConfigurationError(.badValue, key: setting.key, source: source, message: "\"\(text)\" is not \(expected)")
+            }
+            return value
+        }
+
+        if let spool = try parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) { configuration.spool = spool }
+        if let concurrency = try parsed(.concurrency, expected: "a whole number from 1 to 64", { Int($0).flatMap { (1...64).contains($0) ? $0 : nil } }) {
+            configuration.concurrency = concurrency
+        }
+        configuration.maxBundles = try parsed(.maxBundles, expected: "a whole number of bundles, 0 or more") { Int($0).flatMap { $0 >= 0 ? $0 : nil } }
+        configuration.maxTime = try parsed(.maxTime, expected: "a duration (\(DurationText.examples))", DurationText.parse)
+        if let minAge = try parsed(.minAge, expected: "a duration (\(DurationText.examples))", DurationText.parse) { configuration.minAge = minAge }
+        if let progress = try parsed(.progress, expected: "auto, always or never", ProgressMode.init(rawValue:)) { configuration.progress = progress }
+        if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) { configuration.logFormat = format }
+        guard purpose == .run else { return configuration }
+
+        // Checked only for `run`: `status` on a machine without the metrics folder must still work.
+        configuration.metricsFile = try parsed(.metricsFile, expected: "a file path in a folder that exists") { path in
+            var isDirectory: ObjCBool = false
+            let folder = (path as NSString).deletingLastPathComponent
+            let exists = FileManager.default.fileExists(atPath: folder.isEmpty ? "." : folder, isDirectory: &isDirectory)
+            return !path.isEmpty && exists && isDirectory.boolValue ? path : nil
+        }
+
+        guard let api = try parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) else {
+            throw ConfigurationError(
+                .missing, key: RunSetting.api.key, source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
+                message: "the API's URL is not set: give --api, \(RunSetting.api.environmentVariable) or `api:` in a job file")
+        }
+        configuration.apiURL = api
+        try configuration.resolveToken(tokenFile: lookup(.tokenFile), environment: environment, jobFile: jobFile)
+        return configuration
+    }
+
+    /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
+    /// `token-file` from the environment or the job file.
+    private mutating func resolveToken(
+        tokenFile: (text: String, source: SettingSource)?, environment: [String: String], jobFile: String?
+    ) throws(ConfigurationError) {
+        let fromEnvironment = environment[RunSetting.tokenEnvironmentVariable].map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
+            token = fromEnvironment
+            sources["token"] = .environment(variable: RunSetting.tokenEnvironmentVariable)
+            return
+        }
+        guard let (path, source) = tokenFile else {
+            throw ConfigurationError(
+                .missing, key: RunSetting.tokenFile.key, source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
+                message: "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file")
+        }
+        let contents: [UInt8]
+        do {
+            contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
+        } catch {
+            throw ConfigurationError(.unreadableTokenFile, key: RunSetting.tokenFile.key, source: source, message: "cannot read the token file \(path): \(error)")
+        }
+        let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty, !text.contains(where: \.isNewline) else {
+            throw ConfigurationError(
+                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
+                message: "the token file \(path) must hold the token alone on one line")
+        }
+        token = text
+        sources["token"] = source
+        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int, mode & 0o077 != 0 {
+            warnings.append("the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
+        }
+    }
+
+    static func apiURL(_ text: String) -> String? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
+            let host = url.host, !host.isEmpty
+        else { return nil }
+        return text
+    }
+
+    /// For the log line a run starts with: every setting and its source, never the token.
+    public var description: String {
+        var parts = ["spool=\(spool)", "api=\(apiURL)", "concurrency=\(concurrency)", "min-age=\(minAge)"]
+        if let maxBundles { parts.append("max-bundles=\(maxBundles)") }
+        if let maxTime { parts.append("max-time=\(maxTime)") }
+        if let metricsFile { parts.append("metrics-file=\(metricsFile)") }
+        parts.append("token=<redacted>")
+        return parts.joined(separator: " ")
+    }
+}
+
+/// One source of settings, asked through its swift-configuration provider.
+struct SettingLayer: Sendable {
+    let provider: any ConfigProvider
+    /// The provider's key for a setting.
+    let key: @Sendable (RunSetting) -> AbsoluteConfigKey
+    /// What to tell the operator a value came from.
+    let source: @Sendable (RunSetting) -> SettingSource
+    /// Keys written with no value (`max-bundles:`): "not set", like a missing line.
+    var unsetKeys: Set<String> = []
+
+    func value(of setting: RunSetting) throws(ConfigurationError) -> (text: String, source: SettingSource)? {
+        guard !unsetKeys.contains(setting.key) else { return nil }
+        let result: LookupResult
+        do {
+            result = try provider.value(forKey: key(setting), type: .string)
+        } catch {
+            throw ConfigurationError(.wrongType, key: setting.key, source: source(setting), message: "expected one value, not a list or a mapping")
+        }
+        guard case .string(let text)? = result.value?.content else { return nil }
+        return (text, source(setting))
+    }
+
+    static func commandLine(_ options: [RunSetting: String]) -> SettingLayer {
+        var values: [AbsoluteConfigKey: ConfigValue] = [:]
+        for (setting, text) in options { values[AbsoluteConfigKey([setting.key])] = ConfigValue(.string(text), isSecret: false) }
+        return SettingLayer(provider: InMemoryProvider(name: "command line", values: values), key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
+    }
+
+    static func environment(_ variables: [String: String]) -> SettingLayer {
+        let provider = EnvironmentVariablesProvider(
+            environmentVariables: variables, secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
+        // The provider spells `dopesync.max.time` as DOPESYNC_MAX_TIME.
+        return SettingLayer(
+            provider: provider,
+            key: { AbsoluteConfigKey($0.environmentVariable.lowercased().split(separator: "_").map(String.init)) },
+            source: { .environment(variable: $0.environmentVariable) })
+    }
+
+    static func jobFile(path: String) async throws(ConfigurationError) -> SettingLayer {
+        let lines = try JobFileKeys.scan(path: path)
+        let provider: any ConfigProvider
+        if lines.keys.isEmpty {
+            provider = InMemoryProvider(name: path, values: [:])  // an empty (or all-comment) job file is allowed
+        } else {
+            do {
+                let location = ConfigReader(provider: InMemoryProvider(values: ["filePath": ConfigValue(.string(path), isSecret: false)]))
+                provider = try await FileProvider<YAMLSnapshot>(config: location)
+            } catch {
+                throw ConfigurationError(.unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil), message: "cannot read the job file: \(error)")
+            }
+        }
+        return SettingLayer(
+            provider: provider, key: { AbsoluteConfigKey([$0.key]) }, source: { .jobFile(path: path, line: lines.keys[$0.key]) },
+            unsetKeys: lines.nullKeys)
+    }
+}
+
+/// The keys of a job file with their line numbers, checked against the known settings.
+struct JobFileKeys {
+    /// Key → 1-based line.
+    var keys: [String: Int] = [:]
+    /// Keys written with no value (`max-bundles:`), which mean "not set", like a missing line.
+    var nullKeys: Set<String> = []
+
+    static func scan(path: String) throws(ConfigurationError) -> JobFileKeys {
+        let whole = SettingSource.jobFile(path: path, line: nil)
+        let text: String
+        do {
+            text = String(decoding: try FileSystem.readFile(path, maxBytes: 1024 * 1024), as: UTF8.self)
+        } catch {
+            throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "cannot read the job file: \(error)")
+        }
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch {
+            throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "not valid YAML: \(error)")
+        }
+        var scanned = JobFileKeys()
+        guard let root else { return scanned }
+        guard let mapping = root.mapping else {
+            throw ConfigurationError(.wrongType, key: nil, source: .jobFile(path: path, line: root.mark?.line), message: "a job file is a list of `key: value` lines")
+        }
+        let known = Set(RunSetting.all.map(\.key))
+        for (keyNode, valueNode) in mapping {
+            let line = keyNode.mark?.line
+            let source = SettingSource.jobFile(path: path, line: line)
+            guard let key = keyNode.string else {
+                throw ConfigurationError(.wrongType, key: nil, source: source, message: "a key must be a plain name")
+            }
+            if key == "token" || key == "api-token" {
+                throw ConfigurationError(
+                    .unknownKey, key: key, source: source,
+                    message: "a job file never holds the token; put it in a file named by `token-file:` (mode 600) or in \(RunSetting.tokenEnvironmentVariable)")
+            }
+            guard known.contains(key) else {
+                let hint = RunSetting.all.map(\.key).min { editDistance($0, key) < editDistance($1, key) }
+                    .flatMap { editDistance($0, key) <= 2 ? " (did you mean \($0)?)" : nil }
+                    ?? " (known keys: \(RunSetting.all.map(\.key).joined(separator: ", ")))"
+                throw ConfigurationError(.unknownKey, key: key, source: source, message: "unknown key\(hint)")
+            }
+            switch valueNode {
+            case .scalar:
+                if valueNode.null != nil { scanned.nullKeys.insert(key) }
+            case .mapping, .sequence, .alias:
+                throw ConfigurationError(.wrongType, key: key, source: source, message: "expected one value, not a list or a mapping")
+            }
+            scanned.keys[key] = line
+        }
+        return scanned
+    }
+
+    /// Levenshtein distance, for "did you mean" on short keys.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in stride(from: 1, through: b.count, by: 1) {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
+    }
+}

@@ -1,0 +1,290 @@
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// Job files (`--job`), environment overrides and command-line options: what wins, and what an
+/// operator is told when a file is wrong. Real YAML files on disk, and the built binary for exit codes.
+@Suite struct JobFileTests {
+    static func write(_ text: String, to directory: URL, name: String = "job.yaml") throws -> String {
+        let path = directory.appendingPathComponent(name).path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    static func tokenFile(in directory: URL, _ token: String = "s3cret-token", mode: Int = 0o600) throws -> String {
+        let path = directory.appendingPathComponent("token").path
+        try (token + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
+        return path
+    }
+
+    /// Expects `resolve` to fail; returns the error.
+    static func failure(
+        commandLine: [RunSetting: String] = [:], environment: [String: String] = [:], jobFile: String?
+    ) async -> ConfigurationError? {
+        do {
+            _ = try await RunConfiguration.resolve(commandLine: commandLine, environment: environment, jobFile: jobFile)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test("a job file sets every run option; each value's source names the file and line")
+    func everyKey() async throws {
+        try await withTemporaryDirectory { directory in
+            let token = try Self.tokenFile(in: directory)
+            let job = try Self.write("""
+                # a comment
+                spool: /srv/spool
+                api: https://api.example.test/v1
+                token-file: \(token)
+                concurrency: 8
+                max-bundles: 250
+                max-time: 4m
+                min-age: 30s
+                progress: never
+                log-format: json
+                metrics-file: \(directory.path)/dopesync.prom
+                """, to: directory)
+            let settings = try await RunConfiguration.resolve(environment: [:], jobFile: job)
+            #expect(settings.spool == "/srv/spool")
+            #expect(settings.apiURL == "https://api.example.test/v1")
+            #expect(settings.token == "s3cret-token")
+            #expect(settings.concurrency == 8)
+            #expect(settings.maxBundles == 250)
+            #expect(settings.maxTime == .seconds(240))
+            #expect(settings.minAge == .seconds(30))
+            #expect(settings.progress == .never)
+            #expect(settings.logFormat == .json)
+            #expect(settings.metricsFile == "\(directory.path)/dopesync.prom")
+            #expect(settings.sources["concurrency"] == .jobFile(path: job, line: 5))
+            #expect(settings.sources["token"] == .jobFile(path: job, line: 4))
+            #expect(settings.warnings.isEmpty)
+            #expect(!settings.description.contains("s3cret"), "the settings' log line must not show the token")
+        }
+    }
+
+    @Test("the command line beats the environment, which beats the job file, which beats the defaults")
+    func precedence() async throws {
+        try await withTemporaryDirectory { directory in
+            let job = try Self.write("spool: ./from-file\napi: http://file.test\nconcurrency: 2\nmin-age: 1m\nmax-bundles:\n", to: directory)
+            let environment = [
+                "DOPESYNC_API_URL": "http://environment.test", "DOPESYNC_CONCURRENCY": "3", "DOPESYNC_API_TOKEN": "from-environment",
+                "DOPESYNC_MAX_TIME": "90s",
+            ]
+            let settings = try await RunConfiguration.resolve(
+                commandLine: [.concurrency: "5"], environment: environment, jobFile: job)
+            #expect(settings.concurrency == 5)  // command line
+            #expect(settings.sources["concurrency"] == .commandLine)
+            #expect(settings.apiURL == "http://environment.test")  // environment over the file
+            #expect(settings.sources["api"] == .environment(variable: "DOPESYNC_API_URL"))
+            #expect(settings.maxTime == .seconds(90))
+            #expect(settings.spool == "./from-file")  // file over the default
+            #expect(settings.minAge == .seconds(60))
+            #expect(settings.maxBundles == nil, "`max-bundles:` with no value means no limit")
+            #expect(settings.progress == .auto)  // default
+            #expect(settings.token == "from-environment")
+
+            // --token-file on the command line beats DOPESYNC_API_TOKEN.
+            let token = try Self.tokenFile(in: directory, "from-file")
+            let explicit = try await RunConfiguration.resolve(commandLine: [.tokenFile: token], environment: environment, jobFile: job)
+            #expect(explicit.token == "from-file")
+        }
+    }
+
+    @Test("an unknown key names the file, the line and the key, with a suggestion for a typo")
+    func unknownKey() async throws {
+        try await withTemporaryDirectory { directory in
+            let job = try Self.write("spool: ./spool\napi: http://x.test\nconcurency: 8\n", to: directory)
+            let error = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job))
+            #expect(error.code == .unknownKey)
+            #expect(error.key == "concurency")
+            #expect(error.source == .jobFile(path: job, line: 3))
+            #expect("\(error)" == "\(job):3: concurency: unknown key (did you mean concurrency?) [unknown_key]")
+            #expect(error.exitStatus == .configuration)
+
+            let far = try Self.write("colour: blue\n", to: directory, name: "far.yaml")
+            let farError = try #require(await Self.failure(jobFile: far))
+            #expect("\(farError)".contains("known keys: spool, api, token-file"))
+
+            let secret = try Self.write("token: abc\n", to: directory, name: "secret.yaml")
+            let secretError = try #require(await Self.failure(jobFile: secret))
+            #expect(secretError.code == .unknownKey)
+            #expect("\(secretError)".contains("never holds the token"))
+        }
+    }
+
+    @Test("wrong types and bad values name the key and where the value came from")
+    func badValues() async throws {
+        try await withTemporaryDirectory { directory in
+            let cases: [(yaml: String, code: ConfigurationError.Code, key: String, says: String)] = [
+                ("concurrency: four\n", .badValue, "concurrency", "\"four\" is not a whole number from 1 to 64"),
+                ("concurrency: 0\n", .badValue, "concurrency", "from 1 to 64"),
+                ("min-age: soon\n", .badValue, "min-age", "is not a duration"),
+                ("max-bundles: -1\n", .badValue, "max-bundles", "0 or more"),
+                ("progress: sometimes\n", .badValue, "progress", "auto, always or never"),
+                ("api: localhost:8080\n", .badValue, "api", "is not an http:// or https:// URL"),
+                ("spool: [a, b]\n", .wrongType, "spool", "not a list or a mapping"),
+                ("spool:\n  path: /x\n", .wrongType, "spool", "not a list or a mapping"),
+                ("metrics-file: /no/such/folder/m.prom\n", .badValue, "metrics-file", "a folder that exists"),
+            ]
+            for (index, example) in cases.enumerated() {
+                let job = try Self.write(example.yaml, to: directory, name: "case\(index).yaml")
+                let error = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job), "\(example.yaml)")
+                #expect(error.code == example.code, "\(example.yaml)")
+                #expect(error.key == example.key, "\(example.yaml)")
+                #expect("\(error)".hasPrefix("\(job):1: \(example.key): "), "\(error)")
+                #expect("\(error)".contains(example.says), "\(error)")
+            }
+
+            let fromEnvironment = try #require(await Self.failure(environment: ["DOPESYNC_MAX_TIME": "ten minutes"], jobFile: nil))
+            #expect(fromEnvironment.source == .environment(variable: "DOPESYNC_MAX_TIME"))
+            #expect("\(fromEnvironment)" == "max-time: \"ten minutes\" is not a duration (e.g. 500ms, 30s, 10m, 1h, 2d) (from the environment variable DOPESYNC_MAX_TIME) [bad_value]")
+            #expect(fromEnvironment.exitStatus == .configuration)
+
+            let typed = try #require(await Self.failure(commandLine: [.minAge: "later"], jobFile: nil))
+            #expect(typed.exitStatus == .usage)
+
+            let notYAML = try Self.write("spool: [unclosed\n", to: directory, name: "broken.yaml")
+            let parseError = try #require(await Self.failure(jobFile: notYAML))
+            #expect(parseError.code == .unreadableJobFile)
+            #expect("\(parseError)".hasPrefix("\(notYAML): not valid YAML"))
+
+            let missingFile = try #require(await Self.failure(jobFile: directory.path + "/absent.yaml"))
+            #expect(missingFile.code == .unreadableJobFile)
+            #expect("\(missingFile)".contains("absent.yaml"))
+        }
+    }
+
+    @Test("the API and the token are required for run, with a message saying where to give them")
+    func requiredSettings() async throws {
+        try await withTemporaryDirectory { directory in
+            let noAPI = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: nil))
+            #expect(noAPI.code == .missing && noAPI.key == "api")
+            #expect("\(noAPI)".contains("--api, DOPESYNC_API_URL or `api:` in a job file"))
+
+            let noToken = try #require(await Self.failure(environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            #expect(noToken.code == .missing && noToken.key == "token-file")
+
+            let job = try Self.write("api: http://x.test\ntoken-file: \(directory.path)/absent\n", to: directory)
+            let unreadable = try #require(await Self.failure(jobFile: job))
+            #expect(unreadable.code == .unreadableTokenFile)
+            #expect(unreadable.source == .jobFile(path: job, line: 2))
+
+            let empty = try Self.tokenFile(in: directory, "")
+            let emptyError = try #require(await Self.failure(commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            #expect(emptyError.code == .unreadableTokenFile)
+            #expect(!"\(emptyError)".isEmpty)
+
+            // status, requeue and prune need only the spool.
+            let spoolOnly = try await RunConfiguration.resolve(environment: [:], jobFile: nil, purpose: .spoolOnly)
+            #expect(spoolOnly.spool == "./spool")
+        }
+    }
+
+    @Test("a token file others can read is used, with a warning to chmod it")
+    func readableTokenFileWarns() async throws {
+        try await withTemporaryDirectory { directory in
+            let token = try Self.tokenFile(in: directory, mode: 0o644)
+            let settings = try await RunConfiguration.resolve(commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
+            #expect(settings.token == "s3cret-token")
+            #expect(settings.warnings == ["the token file \(token) can be read by other users (mode 644); chmod 600 it"])
+        }
+    }
+
+    @Test("the shipped job files are valid")
+    func shippedJobFiles() async throws {
+        let root = packageRoot()
+        let local = try await RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
+        #expect(local.spool == "./spool" && local.apiURL == "http://127.0.0.1:8080")
+        // production.yaml names a metrics folder that exists only on a server: check the rest.
+        let production = try await RunConfiguration.resolve(
+            commandLine: [.metricsFile: "/tmp/dopesync.prom"], environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
+        #expect(production.spool == "/var/spool/dopesync" && production.maxTime == .seconds(240))
+    }
+
+    @Test("dopesync run --job with a typo exits 78 naming the key and the file; a bad option exits 64")
+    func exitCodesOfTheBinary() async throws {
+        try await withTemporaryDirectory { directory in
+            let job = try Self.write("api: http://127.0.0.1:9\nmax-tim: 5m\n", to: directory)
+            let typo = try runBuilt("dopesync", ["run", "--job", job], environment: ["DOPESYNC_API_TOKEN": "t"])
+            #expect(typo.status == 78)
+            #expect(typo.stderr.contains("\(job):2: max-tim: unknown key (did you mean max-time?) [unknown_key]"), "\(typo.stderr)")
+
+            let status = try runBuilt("dopesync", ["status", "--job", job])
+            #expect(status.status == 78, "status refuses the same job file")
+
+            let environment = try runBuilt("dopesync", ["run", "--api", "http://127.0.0.1:9"], environment: ["DOPESYNC_API_TOKEN": "t", "DOPESYNC_CONCURRENCY": "lots"])
+            #expect(environment.status == 78)
+            #expect(environment.stderr.contains("DOPESYNC_CONCURRENCY"))
+
+            let option = try runBuilt("dopesync", ["run", "--api", "http://127.0.0.1:9", "--max-time", "forever"], environment: ["DOPESYNC_API_TOKEN": "t"])
+            #expect(option.status == 64)
+        }
+    }
+
+    @Test("a run from a job file syncs, never prints the token, and writes the metrics file")
+    func runFromJobFile() async throws {
+        try await withTemporarySpool { spool, directory in
+            for seed in [701, 702] as [UInt64] { try pack(SampleSession(seed: seed), into: spool, scratch: directory) }
+            try await withDevServer { server in
+                let token = try Self.tokenFile(in: directory, server.token)
+                let metrics = directory.appendingPathComponent("dopesync.prom").path
+                let job = try Self.write("""
+                    spool: \(spool.root)
+                    api: \(server.baseURL)
+                    token-file: \(token)
+                    min-age: 0
+                    metrics-file: \(metrics)
+                    """, to: directory)
+                let result = try runBuilt("dopesync", ["run", "--job", job])
+                #expect(result.status == 0, "\(result.stderr)")
+                #expect(result.stdout.contains("2 done"))
+                #expect(!(result.stdout + result.stderr).contains(server.token), "the token must never be printed")
+
+                let text = try String(contentsOfFile: metrics, encoding: .utf8)
+                let samples = Dictionary(
+                    text.split(separator: "\n").filter { !$0.hasPrefix("#") }.map { line in
+                        let parts = line.split(separator: " ")
+                        return (String(parts[0]), Double(parts[1])!)
+                    }, uniquingKeysWith: { $1 })
+                #expect(samples["dopesync_last_run_bundles{outcome=\"done\"}"] == 2)
+                #expect(samples["dopesync_last_run_bundles{outcome=\"failed\"}"] == 0)
+                #expect(samples["dopesync_last_run_exit_code"] == 0)
+                #expect(samples["dopesync_spool_bundles{folder=\"done\"}"] == 2)
+                #expect(samples["dopesync_spool_bundles{folder=\"incoming\"}"] == 0)
+                #expect((samples["dopesync_last_run_requests"] ?? 0) > 10)
+                let lastSuccess = try #require(samples["dopesync_last_success_timestamp_seconds"])
+                #expect(abs(lastSuccess - Date().timeIntervalSince1970) < 600)
+                // Every sample has HELP and TYPE lines, and nothing but the .prom file is left in the folder.
+                for name in Set(samples.keys.map { String($0.prefix { $0 != "{" }) }) {
+                    #expect(text.contains("# TYPE \(name) gauge"), "\(name)")
+                }
+                let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.contains(".prom") }
+                #expect(leftovers == ["dopesync.prom"])
+
+                // A later run that cannot reach the API: exit 75 in the file, the last success kept.
+                try pack(SampleSession(seed: 703), into: spool, scratch: directory)
+                let dead = try runBuilt("dopesync", ["run", "--job", job, "--api", "http://127.0.0.1:9"])
+                #expect(dead.status == 75, "\(dead.stderr)")
+                let after = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(after.contains("dopesync_last_run_exit_code 75\n"))
+                #expect(after.contains("dopesync_last_success_timestamp_seconds \(RunMetrics.format(lastSuccess))\n"))
+                #expect(after.contains("dopesync_spool_waiting_for_retry_bundles 1\n"))
+            }
+        }
+    }
+}
+
+/// The checkout's root (the folder holding Package.swift), found from this file's path.
+func packageRoot(file: String = #filePath) -> String {
+    var url = URL(fileURLWithPath: file)
+    while url.path != "/" {
+        url.deleteLastPathComponent()
+        if FileManager.default.fileExists(atPath: url.appendingPathComponent("Package.swift").path) { return url.path }
+    }
+    return FileManager.default.currentDirectoryPath
+}

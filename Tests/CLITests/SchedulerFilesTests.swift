@@ -1,0 +1,134 @@
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+/// jobs/systemd/dopesync.service, dopesync.timer and jobs/cron.example: systemd itself checks the
+/// units (`systemd-analyze verify`), and the command lines they hold are run with the built binary,
+/// so a renamed option cannot leave them broken.
+@Suite struct SchedulerFilesTests {
+    /// `[Section]` → key → values (a key may repeat, as `ReadWritePaths=` does).
+    static func parseUnit(_ path: String) throws -> [String: [String: [String]]] {
+        var sections: [String: [String: [String]]] = [:]
+        var current: String?
+        for (number, raw) in try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            if line.hasPrefix("[") && line.hasSuffix("]") {
+                current = String(line.dropFirst().dropLast())
+                continue
+            }
+            guard let section = current, let equals = line.firstIndex(of: "=") else {
+                Issue.record("\(path):\(number + 1): not a `Key=Value` line inside a section: \(line)")
+                continue
+            }
+            sections[section, default: [:]][String(line[..<equals]), default: []].append(String(line[line.index(after: equals)...]))
+        }
+        return sections
+    }
+
+    static let unitFolder = packageRoot() + "/jobs/systemd"
+
+    @Test("systemd-analyze verify accepts the service and the timer without a warning")
+    func systemdVerify() async throws {
+        guard let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first(where: FileManager.default.isExecutableFile) else {
+            // Not on this machine: the structural checks of the next tests still run.
+            return
+        }
+        try await withTemporaryDirectory { directory in
+            // The unit names /usr/local/bin/dopesync; verify checks that ExecStart's program exists.
+            let service = try String(contentsOfFile: Self.unitFolder + "/dopesync.service", encoding: .utf8)
+                .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
+            try service.write(to: directory.appendingPathComponent("dopesync.service"), atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: Self.unitFolder + "/dopesync.timer", toPath: directory.appendingPathComponent("dopesync.timer").path)
+            let result = try runProcess(analyze, ["verify", "dopesync.service", "dopesync.timer"], in: directory, allowFailure: true)
+            #expect(result.status == 0, "\(result.stderr)")
+            // Unknown keys are only warnings to systemd ("ignoring"): a typo in a sandboxing option
+            // would silently switch it off, so any output fails the test.
+            #expect(result.stderr.isEmpty, "\(result.stderr)")
+        }
+    }
+
+    @Test("the timer fires every 5 minutes, catches up after downtime and spreads a fleet's starts")
+    func timerSchedule() throws {
+        let timer = try Self.parseUnit(Self.unitFolder + "/dopesync.timer")
+        #expect(timer["Timer"]?["OnCalendar"] == ["*:0/5"])
+        #expect(timer["Timer"]?["Persistent"] == ["true"])
+        #expect(timer["Timer"]?["RandomizedDelaySec"]?.isEmpty == false)
+        #expect(timer["Timer"]?["Unit"] == ["dopesync.service"])
+        #expect(timer["Install"]?["WantedBy"] == ["timers.target"])
+    }
+
+    @Test("the service is a oneshot run as an unprivileged user in a sandbox, and its command line works")
+    func serviceRunsTheBinary() async throws {
+        let unit = try Self.parseUnit(Self.unitFolder + "/dopesync.service")
+        let service = try #require(unit["Service"])
+        #expect(service["Type"] == ["oneshot"])
+        #expect(service["User"] == ["dopesync"])
+        for (key, value) in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes")] {
+            #expect(service[key] == [value], "\(key)")
+        }
+        #expect(service["KillSignal"] == ["SIGTERM"], "dopesync gives bundles back on SIGTERM")
+
+        let execStart = try #require(service["ExecStart"]?.first)
+        try await withTemporaryDirectory { directory in
+            // Run exactly those arguments: %d is systemd's credentials folder, and the environment
+            // points the production job at a scratch spool and a closed port (nothing to upload).
+            let credentials = directory.appendingPathComponent("credentials")
+            try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
+            try "token\n".write(to: credentials.appendingPathComponent("api-token"), atomically: true, encoding: .utf8)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.appendingPathComponent("api-token").path)
+            let words = execStart.replacingOccurrences(of: "%d", with: credentials.path).split(separator: " ").map(String.init)
+            #expect(words.first == "/usr/local/bin/dopesync")
+            let arguments = words.dropFirst().map { $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0 }
+            let result = try runBuilt("dopesync", arguments, environment: [
+                "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path, "DOPESYNC_API_URL": "http://127.0.0.1:9",
+                "DOPESYNC_METRICS_FILE": directory.appendingPathComponent("dopesync.prom").path,
+            ])
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            #expect(result.stdout.contains("run finished: 0 claimed"))
+        }
+    }
+
+    @Test("cron.example's lines are valid /etc/cron.d entries whose commands the binary accepts")
+    func cronExample() async throws {
+        let lines = try String(contentsOfFile: packageRoot() + "/jobs/cron.example", encoding: .utf8)
+            .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") && !$0.contains("=") }
+        #expect(lines.count == 2, "\(lines)")
+        let ranges = [0...59, 0...23, 1...31, 1...12, 0...7]
+        var commands: [String] = []
+        for line in lines {
+            let fields = line.split(separator: " ", maxSplits: 6, omittingEmptySubsequences: true).map(String.init)
+            try #require(fields.count == 7, "\(line)")
+            for (field, range) in zip(fields.prefix(5), ranges) {
+                // `*`, `*/5`, a number, or a comma list of numbers, each within its field's range.
+                let valid = field.split(separator: ",").allSatisfy { part in
+                    let base = part.split(separator: "/").first.map(String.init) ?? ""
+                    return base == "*" || Int(base).map(range.contains) == true
+                }
+                #expect(valid, "field \(field) of: \(line)")
+            }
+            #expect(fields[5] == "dopesync", "runs as the unprivileged user")
+            commands.append(fields[6])
+        }
+        #expect(commands[0].contains("dopesync run --job /etc/dopesync/production.yaml"))
+        #expect(commands[1].contains("dopesync prune --job /etc/dopesync/production.yaml --older-than 30d"))
+
+        try await withTemporaryDirectory { directory in
+            let environment = [
+                "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path, "DOPESYNC_API_URL": "http://127.0.0.1:9",
+                "DOPESYNC_API_TOKEN": "t", "DOPESYNC_METRICS_FILE": directory.appendingPathComponent("dopesync.prom").path,
+            ]
+            for command in commands {
+                // The words from the subcommand on, up to the redirection into logger
+                // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).
+                let invocation = try #require(command.components(separatedBy: " 2>&1").first?.components(separatedBy: "dopesync ").last)
+                let arguments = invocation.split(separator: " ").map(String.init)
+                    .map { $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0 }
+                #expect(["run", "prune"].contains(arguments.first), "\(arguments)")
+                let result = try runBuilt("dopesync", arguments, environment: environment)
+                #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            }
+        }
+    }
+}
