@@ -10,11 +10,11 @@ import Glibc
 /// Not Foundation's `Process`: its `waitUntilExit()` was seen hanging under the test runner after the child
 /// was killed. Every pipe end this side keeps is close-on-exec, so a child started at the same time by
 /// another test cannot inherit it (and keep a pipe open that a reader waits to see closed).
-public final class Spawned {
+public final class Spawned: Sendable {
     public let pid: pid_t
     public let input: FileHandle
     public let output: FileHandle
-    private var status: Int32?
+    private let status = Mutex<Int32?>(nil)
     private static let spawnLock = Mutex<Void>(())
 
     /// With `silenceErrors`, the child's standard error goes to /dev/null.
@@ -71,13 +71,28 @@ public final class Spawned {
     /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it.
     @discardableResult
     public func wait() -> Int32 {
-        if let status { return status }
+        if let known = status.withLock({ $0 }) { return known }
         var raw: Int32 = 0
         while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
         let exited = raw & 0x7f == 0
         let result = exited ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
-        status = result
+        status.withLock { $0 = result }
         return result
+    }
+
+    /// `wait()` on a thread of its own: for a child that talks to the in-process dev server.
+    public func finished() async -> Int32 {
+        await onOwnThread { self.wait() }
+    }
+}
+
+/// Runs blocking work (waiting for a child process, reading its pipe) on a thread of its own, so
+/// it never holds one of the cooperative pool's threads. On a 2-core machine that pool has two,
+/// and the in-process dev server a child talks to needs them: two tests blocking at once there
+/// stall the server until the child's requests time out.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
     }
 }
 

@@ -66,6 +66,8 @@ struct Run: AsyncParsableCommand {
         var logger = Logger(label: "dopesync")
         logger.logLevel = .info
         for warning in settings.warnings { logger.warning("\(warning)") }
+        // Which settings came from where, for the operator reading the log later; never the token.
+        logger.info("run starting", metadata: ["job": "\(job ?? "-")", "settings": "\(settings)"])
         var options = RunOptions(spoolRoot: settings.spool, apiURL: settings.apiURL, token: settings.token)
         options.concurrency = settings.concurrency
         options.maxBundles = settings.maxBundles

@@ -240,7 +240,7 @@ import Testing
                     min-age: 0
                     metrics-file: \(metrics)
                     """, to: directory)
-                let result = try runBuilt("dopesync", ["run", "--job", job])
+                let result = try await runBuiltOffPool("dopesync", ["run", "--job", job])
                 #expect(result.status == 0, "\(result.stderr)")
                 #expect(result.stdout.contains("2 done"))
                 #expect(!(result.stdout + result.stderr).contains(server.token), "the token must never be printed")
@@ -268,7 +268,7 @@ import Testing
 
                 // A later run that cannot reach the API: exit 75 in the file, the last success kept.
                 try pack(SampleSession(seed: 703), into: spool, scratch: directory)
-                let dead = try runBuilt("dopesync", ["run", "--job", job, "--api", "http://127.0.0.1:9"])
+                let dead = try await runBuiltOffPool("dopesync", ["run", "--job", job, "--api", "http://127.0.0.1:9"])
                 #expect(dead.status == 75, "\(dead.stderr)")
                 let after = try String(contentsOfFile: metrics, encoding: .utf8)
                 #expect(after.contains("dopesync_last_run_exit_code 75\n"))

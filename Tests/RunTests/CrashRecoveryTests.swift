@@ -35,10 +35,10 @@ import Glibc
                     // A random moment, the point of the test: from process start-up to mid-upload.
                     try await Task.sleep(for: .milliseconds(Int.random(in: 5...400, using: &generator)))
                     child.kill(SIGKILL)
-                    if child.wait() == 128 + SIGKILL { kills += 1 }
+                    if await child.finished() == 128 + SIGKILL { kills += 1 }
                 }
                 let last = try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
-                #expect(last.wait() == 0)
+                #expect(await last.finished() == 0)
 
                 #expect(kills >= 20, "\(kills) kills in \(children) children")
                 #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)

@@ -222,4 +222,90 @@ import Testing
             }
         }
     }
+
+    @Test("three dopesync processes started at once on one spool: each bundle claimed by one, zero duplicates")
+    func threeConcurrentProcesses() async throws {
+        try await withTemporaryDirectory { directory in
+            // About 50 requests a bundle at a few milliseconds each: the batch lasts about a second,
+            // far longer than starting a process, so the three runs overlap.
+            let samples = (1...12).map { SampleSession(seed: UInt64(750 + $0), shape: .realistic) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 2...5
+            try await withDevServer(configuration) { server in
+                var environment = ProcessInfo.processInfo.environment
+                environment["DOPESYNC_API_TOKEN"] = server.token
+                let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--concurrency", "2"]
+                let children = try (0..<3).map { _ in try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true) }
+                var claimed: [Int] = []
+                for child in children {
+                    let summary = await onOwnThread { child.output.readLine() ?? "" }
+                    #expect(await child.finished() == 0, "\(summary)")
+                    let count = summary.split(separator: " ").dropFirst(2).first.flatMap { Int($0) }
+                    claimed.append(try #require(count, "no summary line: \(summary)"))
+                }
+                #expect(claimed.reduce(0, +) == samples.count, "claims per run: \(claimed)")
+                #expect(claimed.count { $0 > 0 } >= 2, "the runs overlapped: \(claimed)")
+                #expect(try Self.names(spool, .done).count == samples.count)
+                let created = try await server.createdCounts()
+                #expect(created["session"] == samples.count)
+                #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
+            }
+        }
+    }
+
+    @Test("--max-time: the run stops claiming at the deadline, finishes what it claimed, leaves the rest untouched")
+    func maxTimeStopsClaiming() async throws {
+        try await withTemporaryDirectory { directory in
+            // About 50 requests a bundle at 20 ms each: a second a bundle, ten seconds for all.
+            let samples = (1...10).map { SampleSession(seed: UInt64(800 + $0), shape: .realistic) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 20...20
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.concurrency = 1
+                options.maxTime = .milliseconds(300)
+                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                #expect(status == .success)
+                #expect(summary.claimed >= 1 && summary.claimed < samples.count, "\(summary.line)")
+                #expect(summary.done == summary.claimed, "a claimed bundle is finished, not cut off")
+                #expect(try Self.names(spool, .done).count == summary.done)
+                let left = try Self.names(spool, .incoming)
+                #expect(left.count == samples.count - summary.claimed)
+                let store = try CheckpointStore(spool: spool)
+                for name in left {
+                    #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0, "not an attempt: \(name)")
+                    let modified = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate] as! Date
+                    #expect(modified <= Date(), "due at once for the next run, not deferred: \(name)")
+                }
+            }
+        }
+    }
+
+    @Test("a server failing most requests opens the breaker: exit 75 after a handful of requests, none failed")
+    func mostRequestsFailingOpensTheBreaker() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...8).map { SampleSession(seed: UInt64(850 + $0)) }
+            let spool = try Self.spool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 0.8
+            configuration.faults.seed = 7
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.retry.base = .milliseconds(1)
+                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                #expect(status == .temporaryFailure)
+                #expect(summary.failed == 0)
+                // Without the breaker: 8 bundles, each step tried 4 times, most giving up.
+                #expect(summary.requests <= 20 + options.concurrency, "\(summary.line)")
+                let (incoming, processing, done, failed) = try (
+                    Self.names(spool, .incoming), Self.names(spool, .processing), Self.names(spool, .done), Self.names(spool, .failed))
+                #expect(processing.isEmpty && failed.isEmpty)
+                #expect(incoming.count + done.count == samples.count)
+            }
+        }
+    }
 }

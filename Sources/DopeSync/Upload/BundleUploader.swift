@@ -142,7 +142,7 @@ struct BundleUploader: Sendable {
                 return giveBack(claimed, logger: logger)
             case .retryable(let status, _, let message):
                 // No HTTP answer after every retry: the API is unreachable, stop claiming now.
-                if status == nil { counters.apiUnreachable() } else { counters.stepKeptFailing() }
+                if let reason = counters.stepKeptFailing(answered: status != nil) { Self.breakerOpened(reason, logger: logger) }
                 let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
                 return deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
@@ -165,7 +165,8 @@ struct BundleUploader: Sendable {
         var retry = 0
         while true {
             let (response, bytes) = await client.send(step, path: path, images: images)
-            counters.request(bytes: bytes, succeeded: { if case .created = response { true } else { false } }())
+            let failed: Bool = if case .retryable = response { true } else { false }
+            if let reason = counters.request(bytes: bytes, failed: failed) { Self.breakerOpened(reason, logger: logger) }
             guard case .retryable(let status, let retryAfter, let message) = response else { return response }
             retry += 1
             guard retry < self.retry.attempts, !counters.shouldStop,
@@ -176,6 +177,11 @@ struct BundleUploader: Sendable {
             ])
             try? await Task.sleep(for: delay)
         }
+    }
+
+    /// Logged once, by the upload whose request or step opened the breaker.
+    private static func breakerOpened(_ reason: String, logger: Logger) {
+        logger.error("circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)", metadata: ["reason": "\(reason)"])
     }
 
     private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) -> UploadOutcome {

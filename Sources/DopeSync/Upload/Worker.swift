@@ -13,9 +13,8 @@ public struct RunOptions: Sendable {
     public var minAge: Duration = .seconds(5)
     public var limits = BundleLimits.default
     public var retry = RetryPolicy()
-    /// After this many steps in a row that kept failing, with none succeeding, the run stops
-    /// claiming (a circuit breaker, not a retry storm).
-    public var breakerThreshold = 3
+    /// When the run stops claiming because the API is down or most requests fail (exit 75).
+    public var breaker = CircuitBreaker.Policy()
     /// Set by SIGINT/SIGTERM: stop claiming, let the step in flight finish, give the rest back.
     public var stop = StopRequest()
     /// A live progress line on standard error (for a terminal; cron gets plain log lines).
@@ -42,40 +41,36 @@ public final class StopRequest: Sendable {
 final class RunCounters: Sendable {
     struct State {
         var summary = RunSummary()
-        var consecutiveFailingSteps = 0
         var credentialsRefused = false
-        var breakerOpen = false
+        var breaker: CircuitBreaker
     }
     let runID: String
-    let breakerThreshold: Int
     let stop: StopRequest
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    init(runID: String, breakerThreshold: Int, stop: StopRequest) {
+    init(runID: String, breaker: CircuitBreaker.Policy, stop: StopRequest) {
         self.runID = runID
-        self.breakerThreshold = breakerThreshold
         self.stop = stop
+        self.state = Mutex(State(breaker: CircuitBreaker(policy: breaker)))
     }
 
-    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.breakerOpen } }
+    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.breaker.isOpen } }
     var snapshot: State { state.withLock { $0 } }
 
-    func request(bytes: Int64, succeeded: Bool) {
+    /// Counts a request; `failed` for a retryable failure (5xx, 429, no answer). Returns the
+    /// breaker's reason when this request opened it.
+    func request(bytes: Int64, failed: Bool) -> String? {
         state.withLock {
             $0.summary.requests += 1
             $0.summary.bytes += bytes
-            if succeeded { $0.consecutiveFailingSteps = 0 }
+            return $0.breaker.record(failed ? .requestFailed : .requestAnswered)
         }
     }
 
-    func stepKeptFailing() {
-        state.withLock {
-            $0.consecutiveFailingSteps += 1
-            if $0.consecutiveFailingSteps >= breakerThreshold { $0.breakerOpen = true }
-        }
+    /// A step gave up after its retries; returns the breaker's reason when this opened it.
+    func stepKeptFailing(answered: Bool) -> String? {
+        state.withLock { $0.breaker.record(.stepKeptFailing(answered: answered)) }
     }
-
-    func apiUnreachable() { state.withLock { $0.breakerOpen = true } }
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
 
@@ -123,7 +118,7 @@ public struct Worker: Sendable {
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         }
         let runID = UUID().uuidString.lowercased()
-        let counters = RunCounters(runID: runID, breakerThreshold: options.breakerThreshold, stop: options.stop)
+        let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         try? store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
@@ -170,7 +165,7 @@ public struct Worker: Sendable {
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         let status: ExitStatus =
             state.credentialsRefused ? .permissionDenied
-            : state.breakerOpen ? .temporaryFailure
+            : state.breaker.isOpen ? .temporaryFailure
             : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
         try? store.recordRunFinished(runID: runID, summary: summary)
