@@ -129,7 +129,6 @@ import Testing
                 ("api: localhost:8080\n", .badValue, "api", "is not an http:// or https:// URL"),
                 ("spool: [a, b]\n", .wrongType, "spool", "not a list or a mapping"),
                 ("spool:\n  path: /x\n", .wrongType, "spool", "not a list or a mapping"),
-                ("metrics-file: /no/such/folder/m.prom\n", .badValue, "metrics-file", "a folder that exists"),
             ]
             for (index, example) in cases.enumerated() {
                 let job = try Self.write(example.yaml, to: directory, name: "case\(index).yaml")
@@ -177,7 +176,16 @@ import Testing
             let empty = try Self.tokenFile(in: directory, "")
             let emptyError = try #require(await Self.failure(commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
             #expect(emptyError.code == .unreadableTokenFile)
-            #expect(!"\(emptyError)".isEmpty)
+            #expect(emptyError.exitStatus == .configuration, "a token file is configuration, even when named by an option")
+
+            // A token typed where the file's path belongs is never echoed.
+            let mistake = try #require(await Self.failure(commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            #expect(mistake.code == .unreadableTokenFile)
+            #expect(!"\(mistake)".contains("s3cretTokenValue"), "\(mistake)")
+
+            // An empty variable counts as not set.
+            let unset = try #require(await Self.failure(environment: ["DOPESYNC_API_URL": "", "DOPESYNC_API_TOKEN": "t"], jobFile: nil))
+            #expect(unset.code == .missing && unset.key == "api")
 
             // status, requeue and prune need only the spool.
             let spoolOnly = try await RunConfiguration.resolve(environment: [:], jobFile: nil, purpose: .spoolOnly)
@@ -200,10 +208,9 @@ import Testing
         let root = packageRoot()
         let local = try await RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
         #expect(local.spool == "./spool" && local.apiURL == "http://127.0.0.1:8080")
-        // production.yaml names a metrics folder that exists only on a server: check the rest.
-        let production = try await RunConfiguration.resolve(
-            commandLine: [.metricsFile: "/tmp/dopesync.prom"], environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
+        let production = try await RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
         #expect(production.spool == "/var/spool/dopesync" && production.maxTime == .seconds(240))
+        #expect(production.apiURL == "https://api.truedope.example")
     }
 
     @Test("dopesync run --job with a typo exits 78 naming the key and the file; a bad option exits 64")
@@ -266,16 +273,31 @@ import Testing
                 let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.contains(".prom") }
                 #expect(leftovers == ["dopesync.prom"])
 
-                // A later run that cannot reach the API: exit 75 in the file, the last success kept.
+                // A later run whose token is refused: exit 77 in the file, the last success kept,
+                // the new bundle back in incoming/ and counted in the backlog.
                 try pack(SampleSession(seed: 703), into: spool, scratch: directory)
-                let dead = try await runBuiltOffPool("dopesync", ["run", "--job", job, "--api", "http://127.0.0.1:9"])
-                #expect(dead.status == 75, "\(dead.stderr)")
+                let wrongToken = try Self.tokenFile(in: directory, "wrong")
+                let refused = try await runBuiltOffPool("dopesync", ["run", "--job", job, "--token-file", wrongToken])
+                #expect(refused.status == 77, "\(refused.stderr)")
                 let after = try String(contentsOfFile: metrics, encoding: .utf8)
-                #expect(after.contains("dopesync_last_run_exit_code 75\n"))
+                #expect(after.contains("dopesync_last_run_exit_code 77\n"))
                 #expect(after.contains("dopesync_last_success_timestamp_seconds \(RunMetrics.format(lastSuccess))\n"))
-                #expect(after.contains("dopesync_spool_waiting_for_retry_bundles 1\n"))
+                #expect(after.contains("dopesync_spool_bundles{folder=\"incoming\"} 1\n"))
             }
         }
+    }
+
+    @Test("which runs count as healthy for dopesync_last_success_timestamp_seconds")
+    func healthyRuns() {
+        let idle = RunMetrics.SpoolSnapshot(folders: [], waitingForRetry: 0)
+        let backingOff = RunMetrics.SpoolSnapshot(folders: [], waitingForRetry: 3)
+        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 2, exitCode: 0), after: idle))
+        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), after: idle), "a bad bundle is the data's fault")
+        #expect(RunMetrics.isHealthy(RunSummary(exitCode: 0), after: idle), "nothing to do and nothing waiting")
+        #expect(!RunMetrics.isHealthy(RunSummary(exitCode: 0), after: backingOff), "idle while bundles wait out an outage proves nothing")
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), after: backingOff))
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, deferred: 1, exitCode: 75), after: backingOff))
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, exitCode: 77), after: idle))
     }
 }
 

@@ -9,52 +9,55 @@ import Testing
         var breaker = CircuitBreaker()
         #expect(breaker.record(.stepKeptFailing(answered: false)) == "the API did not answer")
         #expect(breaker.isOpen)
+        #expect(breaker.record(.stepAnswered) == nil, "it stays open for the rest of the run")
+        #expect(breaker.isOpen)
     }
 
-    @Test("three steps in a row that kept failing open it; a success in between resets the count")
+    @Test("three steps in a row that kept failing open it; a step answered in between resets the count")
     func failingStepsInARow() {
         var breaker = CircuitBreaker()
         breaker.record(.stepKeptFailing(answered: true))
         breaker.record(.stepKeptFailing(answered: true))
-        breaker.record(.requestAnswered)
+        breaker.record(.stepAnswered)
         breaker.record(.stepKeptFailing(answered: true))
         breaker.record(.stepKeptFailing(answered: true))
         #expect(!breaker.isOpen)
         #expect(breaker.record(.stepKeptFailing(answered: true)) == "3 steps in a row kept failing after their retries")
     }
 
-    @Test("more than half of the last 20 requests failing opens it; half does not")
-    func mostRequestsFailing() {
-        var half = CircuitBreaker()
-        for index in 0..<200 { half.record(index.isMultiple(of: 2) ? .requestFailed : .requestAnswered) }
-        #expect(!half.isOpen, "a server failing every other request is slow, not down: retries get through")
-
-        var most = CircuitBreaker()
+    @Test("more than half of the last 10 steps failing opens it, even never 3 in a row")
+    func mostStepsFailing() {
+        var breaker = CircuitBreaker()
         var opened: String?
-        for index in 0..<200 where opened == nil {
-            opened = most.record(index % 3 == 0 ? .requestAnswered : .requestFailed)
+        // fail, fail, answered, repeated: two of every three steps keep failing.
+        for index in 0..<30 where opened == nil {
+            opened = breaker.record(index % 3 == 2 ? .stepAnswered : .stepKeptFailing(answered: true))
         }
-        // Two of every three fail: the 11th failure comes with the 17th request.
-        #expect(opened == "11 of the last 17 requests failed")
+        #expect(opened == "6 of the last 8 steps kept failing after their retries")
     }
 
-    @Test("a server failing every request opens it at the 11th: more than half of a whole window")
-    func everyRequestFailing() {
+    @Test("a server that fails some steps but answers most never opens it")
+    func someStepsFailing() {
         var breaker = CircuitBreaker()
-        for _ in 0..<10 { breaker.record(.requestFailed) }
+        // One step in three keeps failing (after retries, that is a badly broken server), forever.
+        for index in 0..<1000 { breaker.record(index % 3 == 0 ? .stepKeptFailing(answered: true) : .stepAnswered) }
         #expect(!breaker.isOpen)
-        #expect(breaker.record(.requestFailed) == "11 of the last 11 requests failed")
+        // Every other step: 5 of every 10, never more than half of a window, never 3 in a row.
+        var half = CircuitBreaker()
+        for index in 0..<1000 { half.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }
+        #expect(!half.isOpen)
     }
 
     @Test("the window slides: old failures age out")
     func windowSlides() {
-        var recovering = CircuitBreaker()
-        for _ in 0..<10 { recovering.record(.requestAnswered) }
-        for _ in 0..<10 { recovering.record(.requestFailed) }  // 10 of 20: not more than half
-        #expect(!recovering.isOpen)
-        for _ in 0..<20 { recovering.record(.requestAnswered) }  // the 10 failures age out of the window
-        for _ in 0..<10 { recovering.record(.requestFailed) }  // 10 of 20 again, not 20 of 30
-        #expect(!recovering.isOpen)
-        #expect(recovering.record(.requestFailed) == "11 of the last 20 requests failed")
+        var breaker = CircuitBreaker()
+        for index in 0..<10 { breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }  // 5 of 10
+        for _ in 0..<10 { breaker.record(.stepAnswered) }  // those 5 age out
+        for index in 0..<10 { breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }  // 5 of 10 again
+        #expect(!breaker.isOpen)
+        breaker.record(.stepKeptFailing(answered: true))  // replaces the oldest, a failure: still 5
+        #expect(!breaker.isOpen)
+        breaker.record(.stepKeptFailing(answered: true))  // replaces an answered step: 6 of 10
+        #expect(breaker.openReason == "6 of the last 10 steps kept failing after their retries")
     }
 }

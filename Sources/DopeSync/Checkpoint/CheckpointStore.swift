@@ -393,13 +393,17 @@ public final class CheckpointStore: Sendable {
         }
     }
 
-    public func recordRunFinished(runID: String, summary: RunSummary, finishedAt: Date = Date()) throws(CheckpointError) {
+    /// Records the run's summary. `healthy`: whether the run shows the API working (it ended 0 or 1,
+    /// deferred nothing, and either claimed something or found nothing waiting for retry); nil
+    /// when it was not judged (no metrics file asked for).
+    public func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool? = nil, finishedAt: Date = Date()) throws(CheckpointError) {
         try write("recording the end of run \(runID)") { connection in
             try connection.query("""
-                UPDATE runs SET finished_at = ?, claimed = ?, done = ?, deferred = ?, failed = ?, requests = ?, bytes = ?, seconds = ?, exit_code = ?
+                UPDATE runs SET finished_at = ?, claimed = ?, done = ?, deferred = ?, failed = ?, requests = ?, bytes = ?, seconds = ?, exit_code = ?,
+                    healthy = ?
                 WHERE run_id = ?
                 """, [finishedAt.timeIntervalSince1970, summary.claimed, summary.done, summary.deferred, summary.failed,
-                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), runID])
+                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy.map { $0 ? 1 : 0 }, runID])
             if connection.changes == 0 {
                 throw CheckpointError(code: .database, message: "run \(runID) was never recorded as started")
             }
@@ -416,10 +420,10 @@ public final class CheckpointStore: Sendable {
         try lastRun(finishedOnly: true)
     }
 
-    /// When a run last finished with exit 0 or 1 (the API answered and took the credentials).
-    public func lastSuccessfulRunFinishedAt() throws(CheckpointError) -> Date? {
-        try read("reading the last successful run") { connection in
-            try connection.queryFirst("SELECT max(finished_at) FROM runs WHERE finished_at IS NOT NULL AND exit_code IN (0, 1)")
+    /// When a run judged healthy last finished (see `recordRunFinished`).
+    public func lastHealthyRunFinishedAt() throws(CheckpointError) -> Date? {
+        try read("reading the last healthy run") { connection in
+            try connection.queryFirst("SELECT max(finished_at) FROM runs WHERE finished_at IS NOT NULL AND healthy = 1")
                 .flatMap { $0.double(0) }.map(Date.init(timeIntervalSince1970:))
         }
     }

@@ -69,6 +69,10 @@ let checkpointMigrations: [CheckpointMigration] = [
         );
         CREATE INDEX runs_by_start ON runs (started_at);
         """),
+    // Whether a run shows the API working (see `CheckpointStore.recordRunFinished`); NULL: not judged.
+    CheckpointMigration(name: "v2-runs-healthy", sql: """
+        ALTER TABLE runs ADD COLUMN healthy INTEGER;
+        """),
 ]
 
 enum CheckpointMigrator {

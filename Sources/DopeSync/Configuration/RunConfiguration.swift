@@ -76,13 +76,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) { configuration.logFormat = format }
         guard purpose == .run else { return configuration }
 
-        // Checked only for `run`: `status` on a machine without the metrics folder must still work.
-        configuration.metricsFile = try parsed(.metricsFile, expected: "a file path in a folder that exists") { path in
-            var isDirectory: ObjCBool = false
-            let folder = (path as NSString).deletingLastPathComponent
-            let exists = FileManager.default.fileExists(atPath: folder.isEmpty ? "." : folder, isDirectory: &isDirectory)
-            return !path.isEmpty && exists && isDirectory.boolValue ? path : nil
-        }
+        // Not checked for a folder that exists: monitoring that is not set up yet must never
+        // stop uploads. A file that cannot be written is logged by the run.
+        configuration.metricsFile = try parsed(.metricsFile, expected: "a file path") { $0.isEmpty ? nil : $0 }
 
         guard let api = try parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) else {
             throw ConfigurationError(
@@ -114,7 +110,10 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         do {
             contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
         } catch {
-            throw ConfigurationError(.unreadableTokenFile, key: RunSetting.tokenFile.key, source: source, message: "cannot read the token file \(path): \(error)")
+            // A path with no "/" that cannot be read may be the token itself, given by mistake:
+            // never echo that into a log.
+            let shown = path.contains("/") ? "\(error)" : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
+            throw ConfigurationError(.unreadableTokenFile, key: RunSetting.tokenFile.key, source: source, message: "cannot read the token file: \(shown)")
         }
         let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty, !text.contains(where: \.isNewline) else {
@@ -176,8 +175,9 @@ struct SettingLayer: Sendable {
     }
 
     static func environment(_ variables: [String: String]) -> SettingLayer {
+        // An empty variable (`DOPESYNC_API_URL=`) counts as not set, as it does for the shell's defaults.
         let provider = EnvironmentVariablesProvider(
-            environmentVariables: variables, secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
+            environmentVariables: variables.filter { !$0.value.isEmpty }, secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
         // The provider spells `dopesync.max.time` as DOPESYNC_MAX_TIME.
         return SettingLayer(
             provider: provider,

@@ -110,6 +110,9 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
         return "\(place)\(culprit)\(message)\(origin) [\(code)]"
     }
 
-    /// Bad values typed on the command line are usage errors (64); everything else is 78.
-    public var exitStatus: ExitStatus { source == .commandLine ? .usage : .configuration }
+    /// A bad value typed on the command line is a usage error (64); everything else, an
+    /// unreadable token file named on the command line included, is a configuration error (78).
+    public var exitStatus: ExitStatus {
+        source == .commandLine && (code == .badValue || code == .wrongType) ? .usage : .configuration
+    }
 }

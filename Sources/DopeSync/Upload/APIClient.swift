@@ -43,10 +43,6 @@ public struct APIClient: Sendable {
         var configuration = HTTPClient.Configuration()
         configuration.timeout = .init(connect: .init(timeouts.connect), read: .init(timeouts.request))
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
-        // A refused connection fails the request at once; the step's own retries (backoff with
-        // jitter, then the circuit breaker) decide what happens next. With the pool's own retrying,
-        // each request waited out the whole connect timeout first: 20 s per step when the API is down.
-        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.decompression = .disabled
         let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let client = APIClient(

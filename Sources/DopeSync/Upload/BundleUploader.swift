@@ -116,8 +116,10 @@ struct BundleUploader: Sendable {
                 }
             }
 
-            switch await sendWithRetries(step, path: path, images: images, logger: logger) {
+            let (response, cutShort) = await sendWithRetries(step, path: path, images: images, logger: logger)
+            switch response {
             case .created(let id, let replayed):
+                counters.stepAnswered()
                 serverIDs[step.key] = id
                 // The result and the next step's intent commit together: one transaction a step.
                 let next = nextToSend(after: index)
@@ -133,6 +135,7 @@ struct BundleUploader: Sendable {
                 }
                 logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
             case .rejected(let status, _, let message):
+                counters.stepAnswered()
                 logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
                 let failure = BundleFailure(reason: status == 0 ? "bundle_changed" : "http_\(status)", step: step.key, httpStatus: status == 0 ? nil : status, message: message)
                 return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
@@ -141,8 +144,15 @@ struct BundleUploader: Sendable {
                 counters.credentialsRefused()
                 return giveBack(claimed, logger: logger)
             case .retryable(let status, _, let message):
-                // No HTTP answer after every retry: the API is unreachable, stop claiming now.
-                if let reason = counters.stepKeptFailing(answered: status != nil) { Self.breakerOpened(reason, logger: logger) }
+                // Retries cut short because the run is stopping (the breaker opened for another
+                // bundle, a signal, refused credentials): not this bundle's attempt, give it back.
+                if cutShort { return giveBack(claimed, logger: logger) }
+                // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
+                if let reason = counters.stepKeptFailing(answered: status != nil) {
+                    logger.error(
+                        "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
+                        metadata: ["reason": "\(reason)"])
+                }
                 let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
                 return deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
@@ -161,27 +171,26 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func sendWithRetries(_ step: UploadStep, path: String, images: BundleEntryReader, logger: Logger) async -> StepResponse {
+    /// Sends a step, retrying what is retryable; `cutShort` when the run's stop ended the retries early.
+    private func sendWithRetries(
+        _ step: UploadStep, path: String, images: BundleEntryReader, logger: Logger
+    ) async -> (response: StepResponse, cutShort: Bool) {
         var retry = 0
         while true {
             let (response, bytes) = await client.send(step, path: path, images: images)
-            let failed: Bool = if case .retryable = response { true } else { false }
-            if let reason = counters.request(bytes: bytes, failed: failed) { Self.breakerOpened(reason, logger: logger) }
-            guard case .retryable(let status, let retryAfter, let message) = response else { return response }
+            counters.request(bytes: bytes)
+            guard case .retryable(let status, let retryAfter, let message) = response else { return (response, false) }
             retry += 1
-            guard retry < self.retry.attempts, !counters.shouldStop,
-                let delay = self.retry.delay(beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1))
-            else { return response }
+            guard retry < self.retry.attempts else { return (response, false) }
+            guard !counters.shouldStop else { return (response, true) }
+            guard let delay = self.retry.delay(beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1)) else {
+                return (response, false)
+            }
             logger.info("retrying a step", metadata: [
                 "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)", "retry": "\(retry)",
             ])
             try? await Task.sleep(for: delay)
         }
-    }
-
-    /// Logged once, by the upload whose request or step opened the breaker.
-    private static func breakerOpened(_ reason: String, logger: Logger) {
-        logger.error("circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)", metadata: ["reason": "\(reason)"])
     }
 
     private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) -> UploadOutcome {

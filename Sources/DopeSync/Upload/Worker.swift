@@ -57,15 +57,15 @@ final class RunCounters: Sendable {
     var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.breaker.isOpen } }
     var snapshot: State { state.withLock { $0 } }
 
-    /// Counts a request; `failed` for a retryable failure (5xx, 429, no answer). Returns the
-    /// breaker's reason when this request opened it.
-    func request(bytes: Int64, failed: Bool) -> String? {
+    func request(bytes: Int64) {
         state.withLock {
             $0.summary.requests += 1
             $0.summary.bytes += bytes
-            return $0.breaker.record(failed ? .requestFailed : .requestAnswered)
         }
     }
+
+    /// A step the server took or answered for good (4xx).
+    func stepAnswered() { state.withLock { _ = $0.breaker.record(.stepAnswered) } }
 
     /// A step gave up after its retries; returns the breaker's reason when this opened it.
     func stepKeptFailing(answered: Bool) -> String? {
@@ -168,11 +168,21 @@ public struct Worker: Sendable {
             : state.breaker.isOpen ? .temporaryFailure
             : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
-        try? store.recordRunFinished(runID: runID, summary: summary)
+        // With a metrics file, the backlog is listed first: it decides whether this run was healthy.
+        // A metrics file that cannot be written is logged, never a reason to fail the run.
+        var backlog: RunMetrics.SpoolSnapshot?
         if let metricsFile = options.metricsFile {
-            // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
-                try RunMetrics.gather(spool: spool, store: store, summary: summary).write(to: metricsFile)
+                backlog = try RunMetrics.SpoolSnapshot.take(of: spool, store: store)
+            } catch {
+                logger.error("cannot list the spool for the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
+            }
+        }
+        try? store.recordRunFinished(runID: runID, summary: summary, healthy: backlog.map { RunMetrics.isHealthy(summary, after: $0) })
+        if let metricsFile = options.metricsFile, let backlog {
+            do {
+                let metrics = RunMetrics(finishedAt: Date(), lastSuccessAt: try store.lastHealthyRunFinishedAt(), summary: summary, spool: backlog)
+                try metrics.write(to: metricsFile)
             } catch {
                 logger.error("cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
             }
