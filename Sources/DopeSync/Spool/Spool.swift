@@ -69,8 +69,10 @@ public struct Spool: Sendable, Hashable {
             let parent = (path as NSString).deletingLastPathComponent
             if !parent.isEmpty && parent != path { try makeDirectory(parent, intermediate: true) }
         }
-        // EEXIST: another process created it between our stat and mkdir, which is fine.
-        if mkdir(path, 0o755) != 0 && errno != EEXIST {
+        // The umask decides, as for mkdir(1): 0022 gives 0755; a service with UMask=0007 gives
+        // 0770, so producers in its group can drop bundles. EEXIST: another process created it
+        // between our stat and mkdir, which is fine.
+        if mkdir(path, 0o777) != 0 && errno != EEXIST {
             throw SpoolError(code: .cannotCreate, message: "cannot create spool folder", path: path, errno: errno)
         }
     }
