@@ -35,6 +35,9 @@ public final class CheckpointStore: Sendable {
         options.synchronous = .normal
         options.busyTimeoutMilliseconds = busyTimeoutMilliseconds
         options.writeLockPath = self.lockPath
+        // A run commits once per upload step with the same few statements: parsing them every
+        // time cost more than running them.
+        options.reusesPreparedStatements = true
         do {
             database = try SQLiteDatabase(path: path, options: options)
         } catch {
