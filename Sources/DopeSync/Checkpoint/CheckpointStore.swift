@@ -127,6 +127,21 @@ public final class CheckpointStore: Sendable {
         }
     }
 
+    /// The intents of several steps about to be sent one after another, in ONE transaction: the
+    /// uploader records them ahead so that a step's result can commit while the next step is
+    /// already on the wire (its intent committed before it was sent, as always). Each intent is
+    /// recorded as by ``recordIntent(sessionID:stepKey:idempotencyKey:requestFingerprint:contentDigest:bundleName:now:)``.
+    @discardableResult
+    public func recordIntents(sessionID: String, _ intents: [StepIntent], now: Date = Date()) throws(CheckpointError) -> [StepIntentOutcome] {
+        try write("recording the intents of \(intents.count) steps") { connection in
+            try intents.map { intent in
+                try Self.recordIntent(
+                    connection, sessionID: sessionID, stepKey: intent.stepKey, idempotencyKey: intent.idempotencyKey,
+                    requestFingerprint: intent.requestFingerprint, contentDigest: intent.contentDigest, bundleName: intent.bundleName, now: now)
+            }
+        }
+    }
+
     /// A step's result and the next step's intent in ONE transaction: what follows from "step N
     /// is done" commits with it, and a bundle's upload costs one commit per step, not two.
     @discardableResult
