@@ -36,8 +36,10 @@ stop_server
 echo "dopesync run: $(cat "$WORK/run.time")"
 
 start_server naive
-subset=$(ls "$WORK/pristine" | head -n "$SUBSET" | sed "s|^|$WORK/pristine/|")
-/usr/bin/time -f "%e" -o "$WORK/naive.time" Scripts/naive-sync.sh "$URL" bench $subset
+# An array slice, not `ls | head`: under pipefail, ls killed by head's early exit (SIGPIPE) aborts the script.
+pristine=("$WORK"/pristine/*)
+subset=("${pristine[@]:0:$SUBSET}")
+/usr/bin/time -f "%e" -o "$WORK/naive.time" Scripts/naive-sync.sh "$URL" bench "${subset[@]}"
 stop_server
 echo "naive tar/jq/curl script: $SUBSET bundles in $(cat "$WORK/naive.time") s"
 

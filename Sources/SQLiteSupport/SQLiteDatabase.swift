@@ -114,6 +114,8 @@ public struct SQLiteRow: Sendable {
 /// It must not escape that closure: the database's lock is held only while the closure runs.
 public struct SQLiteConnection {
     let handle: OpaquePointer
+    /// The database's prepared statements kept for reuse, when it keeps them.
+    let statements: PreparedStatements?
 
     /// Runs one or more statements that take no parameters and return no rows (DDL, PRAGMAs).
     public func execute(_ sql: String) throws(SQLiteError) {
@@ -145,10 +147,24 @@ public struct SQLiteConnection {
         _ arguments: [any SQLiteBindable] = [],
         _ body: (SQLiteRow) throws(SQLiteError) -> Void
     ) throws(SQLiteError) {
-        var statement: OpaquePointer?
-        try check(sqlite3_prepare_v2(handle, sql, -1, &statement, nil), sql: sql)
+        // Reuse a prepared statement when the database keeps them: parsing and planning cost more
+        // than running the short statements of a checkpoint. Taken out of the cache while in use,
+        // so a nested query with the same text prepares its own.
+        var statement = statements?.take(sql)
+        if statement == nil {
+            let flags = statements == nil ? 0 : UInt32(SQLITE_PREPARE_PERSISTENT)
+            try check(sqlite3_prepare_v3(handle, sql, -1, flags, &statement, nil), sql: sql)
+        }
         guard let statement else { return }  // an empty statement
-        defer { sqlite3_finalize(statement) }
+        defer {
+            if let statements {
+                sqlite3_reset(statement)
+                sqlite3_clear_bindings(statement)
+                statements.giveBack(statement, for: sql)
+            } else {
+                sqlite3_finalize(statement)
+            }
+        }
 
         for (offset, argument) in arguments.enumerated() {
             try check(bind(argument.sqliteValue, at: Int32(offset + 1), in: statement), sql: sql)
@@ -220,6 +236,33 @@ public struct SQLiteConnection {
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 }
 
+/// Prepared statements kept by their SQL text, for a database opened with
+/// ``SQLiteOptions/reusesPreparedStatements``.
+///
+/// Not Sendable: it lives inside the database's lock, with the handle its statements belong to.
+final class PreparedStatements {
+    /// Enough for every distinct statement a store runs; a statement past it is prepared each time.
+    static let capacity = 64
+    private var bySQL: [String: OpaquePointer] = [:]
+
+    func take(_ sql: String) -> OpaquePointer? { bySQL.removeValue(forKey: sql) }
+
+    /// Keeps `statement` (already reset) for the next use of `sql`, or finalises it.
+    func giveBack(_ statement: OpaquePointer, for sql: String) {
+        if bySQL[sql] == nil, bySQL.count < Self.capacity {
+            bySQL[sql] = statement
+        } else {
+            sqlite3_finalize(statement)
+        }
+    }
+
+    /// Before the connection closes: SQLite keeps a connection with live statements open.
+    func finalizeAll() {
+        for statement in bySQL.values { sqlite3_finalize(statement) }
+        bySQL.removeAll()
+    }
+}
+
 /// How a database file is opened.
 public struct SQLiteOptions: Sendable {
     public enum Synchronous: String, Sendable { case off = "OFF", normal = "NORMAL", full = "FULL" }
@@ -235,6 +278,10 @@ public struct SQLiteOptions: Sendable {
     /// at the same instant (the "WAL-reset" bug, fixed in 3.44). Serialising writers across
     /// processes with one advisory lock closes that window; readers are not affected.
     public var writeLockPath: String? = nil
+    /// Keeps each statement prepared after its first use and reuses it (statements are matched
+    /// by their SQL text, so bind values as parameters). For a process that runs the same short
+    /// transactions many times, such as the worker's one checkpoint commit per upload step.
+    public var reusesPreparedStatements = false
 
     public init() {}
 }
@@ -242,8 +289,9 @@ public struct SQLiteOptions: Sendable {
 /// One SQLite database file, used from any task; a connection is lent to one closure at a time.
 public final class SQLiteDatabase: Sendable {
     public let path: String
-    // Safety: the handle is only used inside `lock`, so no two threads use it at once.
+    // Safety: the handle and its statements are only used inside `lock`, so no two threads use them at once.
     private nonisolated(unsafe) let handle: OpaquePointer
+    private nonisolated(unsafe) let statements: PreparedStatements?
     private let lock = Mutex<Void>(())
     private let writeLockDescriptor: Int32?
 
@@ -273,7 +321,7 @@ public final class SQLiteDatabase: Sendable {
 
         // Set up the connection before `self` is complete, so a failure here closes it exactly once.
         do {
-            let connection = SQLiteConnection(handle: handle)
+            let connection = SQLiteConnection(handle: handle, statements: nil)
             try connection.execute("PRAGMA foreign_keys = ON")
             if !readOnly {
                 try Self.withWriteLock(lockDescriptor) { () throws(SQLiteError) in
@@ -288,6 +336,7 @@ public final class SQLiteDatabase: Sendable {
         }
         self.handle = handle
         self.writeLockDescriptor = lockDescriptor
+        self.statements = options.reusesPreparedStatements ? PreparedStatements() : nil
     }
 
     deinit {
@@ -295,6 +344,7 @@ public final class SQLiteDatabase: Sendable {
     }
 
     private func closeHandle() {
+        lock.withLock { _ in statements?.finalizeAll() }
         // Closing the last connection checkpoints the WAL: a write, so it takes the write lock.
         Self.withWriteLock(writeLockDescriptor) { () -> Void in sqlite3_close_v2(handle) }
         if let writeLockDescriptor { close(writeLockDescriptor) }
@@ -312,10 +362,11 @@ public final class SQLiteDatabase: Sendable {
     public func write<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try withConnection { connection in
             try Self.withWriteLock(writeLockDescriptor) {
-                try connection.execute("BEGIN IMMEDIATE")
+                // Prepared statements rather than `execute`: they are reused when the database keeps them.
+                try connection.query("BEGIN IMMEDIATE")
                 do {
                     let result = try body(connection)
-                    try connection.execute("COMMIT")
+                    try connection.query("COMMIT")
                     return result
                 } catch {
                     // After some errors SQLite has already rolled back; a second rollback is harmless.
@@ -330,7 +381,7 @@ public final class SQLiteDatabase: Sendable {
         // The result stays on this task; only the lock is shared.
         var outcome: Result<T, any Error>?
         lock.withLock { _ in
-            outcome = Result { try body(SQLiteConnection(handle: handle)) }
+            outcome = Result { try body(SQLiteConnection(handle: handle, statements: statements)) }
         }
         return try outcome!.get()
     }

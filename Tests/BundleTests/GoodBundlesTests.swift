@@ -124,9 +124,53 @@ import Testing
                     var bytes: [UInt8] = []
                     try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
                     #expect(bytes == sample.images[reference.fileName])
+                    #expect(image.bytes == nil)  // larger than a chunk: streamed, never held whole
                 }
                 if path == packed { #expect(reader.openCount == 1) }
             }
+        }
+    }
+
+    @Test("small images are kept from validation with their validated bytes, within a bundle's budget")
+    func smallImagesAreKeptFromValidation() async throws {
+        try await withTemporaryDirectory { directory in
+            var shape = SampleSession.Shape()
+            shape.groups = 3
+            shape.imagesPerGroup = 2
+            shape.imageBytes = 200_000  // each under the 256 KiB limit; 5 fit in the 1 MiB budget
+            let sample = SampleSession(seed: 11, shape: shape)
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            var small = SampleSession.Shape()
+            small.imageBytes = 4096
+            let smallSample = SampleSession(seed: 12, shape: small)
+            let smallSource = directory.appendingPathComponent("small")
+            try smallSample.writeLayout(to: smallSource)
+            let zipped = directory.appendingPathComponent("small.zip")
+            try ArchiveProducer.zipDeflate.archive(smallSource, to: zipped)
+            let packed = try BundlePacker().pack(
+                sessionFile: smallSource.appendingPathComponent("session.json").path, imagesDirectory: smallSource.appendingPathComponent("images").path,
+                destination: .file(directory.appendingPathComponent("small.tgz").path)
+            )
+
+            for (path, expected) in [(packed, smallSample), (zipped.path, smallSample)] {
+                let bundle = try BundleInspector().inspect(path: path)
+                for image in bundle.images.values {
+                    // zip entries may not declare a size up front: then they are streamed, which is fine.
+                    if let bytes = image.bytes { #expect(bytes == expected.images[image.fileName]) }
+                }
+                if path == packed { #expect(bundle.images.values.allSatisfy { $0.bytes != nil }) }
+            }
+
+            let large = try BundlePacker().pack(
+                sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: source.appendingPathComponent("images").path,
+                destination: .file(directory.appendingPathComponent("large.tgz").path)
+            )
+            let bundle = try BundleInspector().inspect(path: large)
+            let kept = bundle.images.values.filter { $0.bytes != nil }
+            #expect(bundle.images.count > 5)
+            #expect(kept.count == 5)
+            for image in kept { #expect(image.bytes == sample.images[image.fileName]) }
         }
     }
 }

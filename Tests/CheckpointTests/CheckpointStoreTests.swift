@@ -119,6 +119,24 @@ import Testing
         #expect(steps.first?.bundleName == "b.tar.gz")
     }
 
+    @Test func intentsRecordedAheadInOneCommitEachTakeTheirResultLater() throws {
+        let store = try open()
+        try store.recordIntent(sessionID: "S", stepKey: "dope:1", idempotencyKey: "k1", requestFingerprint: "f1", contentDigest: "d1", bundleName: "b")
+        try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 7)
+        let intents = ["dope:1", "dope:2", "dope:3"].map {
+            CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "k-\($0)", requestFingerprint: "f-\($0)", contentDigest: "d", bundleName: "b")
+        }
+        let outcomes = try store.recordIntents(sessionID: "S", intents)
+        #expect(outcomes.count == 3)
+        if case .alreadyDone(let done) = outcomes[0] { #expect(done.serverID == 7) } else { Issue.record("dope:1 is done: \(outcomes[0])") }
+        #expect(outcomes[1...].allSatisfy { $0 == .recorded })
+        // Recorded, not done: each result comes after its own answer.
+        #expect(try store.completedSteps(sessionID: "S").keys.sorted() == ["dope:1"])
+        try store.recordResult(sessionID: "S", stepKey: "dope:2", serverID: 8)
+        #expect(try store.completedSteps(sessionID: "S")["dope:2"]?.serverID == 8)
+        #expect(try store.steps(sessionID: "S").map(\.state) == [.done, .done, .sent])
+    }
+
     @Test func conflictingOrMissingResultsAreErrors() throws {
         let store = try open()
         let noIntent = #expect(throws: CheckpointError.self) { try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 1) }

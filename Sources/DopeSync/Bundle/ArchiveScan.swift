@@ -26,13 +26,23 @@ struct ArchiveScan: Sendable {
     var directories: Set<String> = []
     /// `session.json` and `manifest.json` found at the top or one folder down, by full path.
     var buffered: [String: [UInt8]] = [:]
+    /// The bytes of small files in an `images/` folder, by full path, kept so that sending them
+    /// needs no second pass over the archive (see ``retainedFileLimit``).
+    var retained: [String: [UInt8]] = [:]
     var entryCount = 0
     var unpackedBytes: Int64 = 0
     var compressedBytes: Int64 = 0
+    var retainedBytes: Int64 = 0
     /// Problems that do not make the rest of the archive untrustworthy; reading went on.
     var errors: [BundleError] = []
 
     static let bufferedNames: Set<String> = ["session.json", "manifest.json"]
+    /// An image no larger than one read chunk is kept from this pass and sent from memory: a
+    /// second pass would decompress the archive again up to it and stream it in pieces, which
+    /// for a small image costs more than the image. Larger images are streamed as before.
+    static let retainedFileLimit: Int64 = 256 * 1024
+    /// What a bundle's retained images may hold in all, so memory stays bounded whatever the bundle.
+    static let retainedTotalLimit: Int64 = 1 << 20
 
     /// Reads the whole archive at `path` once. Throws only for errors that stop the reading
     /// (unreadable, truncated, damaged, limits passed); other problems land in ``errors``.
@@ -72,6 +82,15 @@ struct ArchiveScan: Sendable {
                     }
                 }
 
+                var retain: [UInt8]? = nil
+                if accepted, keep == nil, components.count >= 2, components[components.count - 2] == "images",
+                    let declared = header.declaredSize, declared <= retainedFileLimit,
+                    scan.retainedBytes + declared <= retainedTotalLimit
+                {
+                    retain = []
+                    retain!.reserveCapacity(Int(declared))
+                }
+
                 // Every entry's data goes through the volume checks, even one already refused:
                 // letting libarchive skip it would unpack it unseen, and a bomb could hide there.
                 var hasher = SHA256()
@@ -88,6 +107,9 @@ struct ArchiveScan: Sendable {
                     hasher.update(bufferPointer: chunk)
                     if prefix.count < ImageType.sniffLength {
                         prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
+                    }
+                    if retain != nil {
+                        if size > retainedFileLimit { retain = nil } else { retain!.append(contentsOf: chunk) }
                     }
                     if keep != nil {
                         if size > limits.maxSessionBytes {
@@ -107,6 +129,10 @@ struct ArchiveScan: Sendable {
                     sha256: hasher.finalize().hexString, prefix: prefix
                 ))
                 if let keep { scan.buffered[path] = keep }
+                if let retain, scan.retainedBytes + size <= retainedTotalLimit {
+                    scan.retained[path] = retain
+                    scan.retainedBytes += size
+                }
             }
             if scan.entryCount == 0 {
                 throw BundleError(.notAnArchive, culprit: path, message: "the archive is empty")

@@ -11,14 +11,18 @@ public struct BundleImage: Sendable, Hashable {
     public var type: ImageType
     /// Position among the archive's regular files, in archive order.
     var ordinal: Int
+    /// The validated bytes themselves, when the image is small enough to keep from validation
+    /// (``ArchiveScan/retainedFileLimit``); nil when it is streamed from the archive.
+    var bytes: [UInt8]?
 
-    init(fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int) {
+    init(fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int, bytes: [UInt8]? = nil) {
         self.fileName = fileName
         self.entryPath = entryPath
         self.size = size
         self.sha256 = sha256
         self.type = type
         self.ordinal = ordinal
+        self.bytes = bytes
     }
 }
 
@@ -104,7 +108,7 @@ public struct BundleInspector: Sendable {
             }
             images[reference.fileName] = BundleImage(
                 fileName: reference.fileName, entryPath: entryPath, size: file.size,
-                sha256: file.sha256, type: type, ordinal: file.ordinal
+                sha256: file.sha256, type: type, ordinal: file.ordinal, bytes: scan.retained[entryPath]
             )
         }
 

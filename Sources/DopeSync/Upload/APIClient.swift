@@ -72,6 +72,11 @@ public struct APIClient: Sendable {
             let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
             request.headers.add(name: "Content-Type", value: framing.contentType)
             let length = framing.contentLength(imageSize: image.size)
+            if let bytes = image.bytes {
+                // Kept from validation (small): the validated bytes, in one buffer, no second archive pass.
+                request.body = .bytes(ByteBuffer(bytes: framing.head + bytes + framing.tail))
+                return await execute(request, length: length, imageSize: image.size)
+            }
             do {
                 request.body = .stream(MultipartBody(framing: framing, chunks: try images.openImage(image)), length: .known(length))
             } catch {

@@ -30,6 +30,12 @@ public struct RetryPolicy: Sendable {
 
 /// Uploads one claimed bundle: validate, plan, then each step in order with its checkpoint.
 struct BundleUploader: Sendable {
+    /// How many steps' intents one commit records ahead of sending them. Each is committed before
+    /// its step is sent; recording them ahead takes the intent commit off most steps' path. A run
+    /// that stops leaves at most this many intents of steps never sent, which are sent (for the
+    /// first time, under the same keys) when the bundle is resumed.
+    static let intentsAhead = 32
+
     let store: CheckpointStore
     let client: APIClient
     let retry: RetryPolicy
@@ -78,15 +84,30 @@ struct BundleUploader: Sendable {
                 requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest, bundleName: claimed.name
             )
         }
-        /// The next step to send after `index`, with its path, once the server ids it needs are known.
-        func nextToSend(after index: Int) -> (UploadStep, String)? {
-            for step in plan.steps[(index + 1)...] where completed[step.key] == nil {
-                return step.path(serverIDs: serverIDs).map { (step, $0) }
+        /// The intents of the step at `index` and of the steps after it whose requests are known now
+        /// (the server ids their paths need are known), at most ``intentsAhead``, in plan order.
+        func intentsToRecord(from index: Int) -> [CheckpointStore.StepIntent] {
+            var intents: [CheckpointStore.StepIntent] = []
+            for step in plan.steps[index...] where completed[step.key] == nil {
+                guard intents.count < Self.intentsAhead, let path = step.path(serverIDs: serverIDs) else { break }
+                intents.append(intent(of: step, path: path))
             }
-            return nil
+            return intents
         }
 
-        var intentRecorded: String? = nil  // the step whose intent the last transaction recorded
+        var intentsRecorded: Set<String> = []
+        // The last step's result, committing while the next step is sent (its intent is already
+        // committed). Settled before the next result commits, and before the bundle goes anywhere.
+        var pendingResult: Task<CheckpointError?, Never>? = nil
+        func settlePendingResult() async -> Bool {
+            guard let pending = pendingResult else { return true }
+            pendingResult = nil
+            guard let error = await pending.value else { return true }
+            // The server has it; the deterministic key makes sending it again harmless.
+            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            return false
+        }
+
         for (index, step) in plan.steps.enumerated() {
             if let done = completed[step.key] {
                 guard done.contentDigest == step.contentDigest else {
@@ -94,44 +115,49 @@ struct BundleUploader: Sendable {
                         reason: "changed_after_upload", step: step.key,
                         message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
                     )
+                    guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
                     return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
                 }
                 serverIDs[step.key] = done.serverID
                 continue
             }
-            if counters.shouldStop { return giveBack(claimed, logger: logger) }
+            if counters.shouldStop {
+                _ = await settlePendingResult()
+                return giveBack(claimed, logger: logger)
+            }
             guard let path = step.path(serverIDs: serverIDs) else {
                 preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
             }
-            if intentRecorded != step.key {
+            if !intentsRecorded.contains(step.key) {
+                // This step's intent, and those of the next steps already known, in one commit.
                 do {
-                    let planned = intent(of: step, path: path)
-                    _ = try store.recordIntent(
-                        sessionID: sessionID, stepKey: step.key, idempotencyKey: planned.idempotencyKey,
-                        requestFingerprint: planned.requestFingerprint, contentDigest: planned.contentDigest, bundleName: claimed.name
-                    )
+                    let intents = intentsToRecord(from: index)
+                    try store.recordIntents(sessionID: sessionID, intents)
+                    intentsRecorded.formUnion(intents.map(\.stepKey))
                 } catch {
                     logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+                    _ = await settlePendingResult()
                     return giveBack(claimed, logger: logger)
                 }
             }
 
             let (response, cutShort) = await sendWithRetries(step, path: path, images: images, logger: logger)
+            guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
             switch response {
             case .created(let id, let replayed):
                 counters.stepAnswered()
                 serverIDs[step.key] = id
-                // The result and the next step's intent commit together: one transaction a step.
-                let next = nextToSend(after: index)
-                do {
-                    _ = try store.recordResult(
-                        sessionID: sessionID, stepKey: step.key, serverID: id, thenIntentOf: next.map { intent(of: $0.0, path: $0.1) }
-                    )
-                    intentRecorded = next?.0.key
-                } catch {
-                    // The server has it; the deterministic key makes sending it again harmless.
-                    logger.error("checkpoint database error", metadata: ["error": "\(error)"])
-                    return giveBack(claimed, logger: logger)
+                // The result commits on its own (one commit a step) while the next step is sent.
+                // Low priority: handling the other bundles' responses goes first on the pool's few
+                // threads; awaiting it in settlePendingResult raises it when it is needed.
+                let (store, stepKey) = (self.store, step.key)
+                pendingResult = Task(priority: .low) {
+                    do throws(CheckpointError) {
+                        try store.recordResult(sessionID: sessionID, stepKey: stepKey, serverID: id)
+                        return nil
+                    } catch {
+                        return error
+                    }
                 }
                 logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
             case .rejected(let status, _, let message):
@@ -158,6 +184,7 @@ struct BundleUploader: Sendable {
             }
         }
 
+        guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
         do {
             let final = try claimed.moveToDone()
             try? store.recordDone(name: claimed.name, sessionID: sessionID)
