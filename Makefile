@@ -1,8 +1,9 @@
 # dopesync: `make demo` runs the whole job end to end; `make test` runs every test.
 SWIFT ?= swift
 SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
-# Tools the tests drive as real archive producers: GNU tar, bsdtar, zip, zstd, xz, bzip2.
-TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3
+# Tools the tests drive as real archive producers (GNU tar, bsdtar, zip, zstd, xz, bzip2), and
+# what the demo and the benchmark's plain-script comparison call (curl, jq, python3).
+TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
 .PHONY: deps build test demo bench clean
 
@@ -10,7 +11,7 @@ TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3
 deps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3; do \
+	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq; do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

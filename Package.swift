@@ -150,7 +150,9 @@ let package = Package(
         ),
         .testTarget(
             name: "RunTests",
-            dependencies: ["DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport"],
+            dependencies: [
+                "DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport", "SQLiteSupport",
+            ],
             swiftSettings: strictness
         ),
         .testTarget(

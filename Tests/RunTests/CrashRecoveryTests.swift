@@ -1,6 +1,8 @@
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
+import SQLiteSupport
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -9,8 +11,8 @@ import Glibc
 
 @testable import DopeSync
 
-/// Real `dopesync run` processes, killed with SIGKILL at random moments: nothing is lost and
-/// nothing is created twice.
+/// Real processes killed with SIGKILL: `dopesync run` at random moments, and the API itself in
+/// the middle of a run. Nothing is lost and nothing is created twice.
 @Suite struct CrashRecoveryTests {
     @Test("SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/")
     func killedRunsLoseNothingAndDuplicateNothing() async throws {
@@ -48,6 +50,70 @@ import Glibc
                 #expect(created["session"] == samples.count)
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
             }
+        }
+    }
+
+    /// A real `dopesync-devserver` process on `port` (0: a free one), its records in `database`.
+    static func startServer(port: Int, database: String) async throws -> (server: Spawned, url: String) {
+        let server = try Spawned(
+            builtProduct("dopesync-devserver").path,
+            ["--port", "\(port)", "--db", database, "--token", "t", "--latency-ms", "10-20", "--log-level", "error"],
+            silenceErrors: true)
+        let line = await onOwnThread { server.output.readLine() } ?? ""
+        guard line.hasPrefix("listening on ") else {
+            server.kill(SIGKILL)
+            _ = await server.finished()
+            throw POSIXError(.EADDRINUSE)  // the only way it fails to print the line here
+        }
+        return (server, String(line.dropFirst("listening on ".count)))
+    }
+
+    @Test("the API killed mid-run and back on the same port half a second later: the run rides it out, every record once")
+    func apiRestartMidRun() async throws {
+        try await withTemporaryDirectory { directory in
+            // About 50 requests a bundle at 10-20 ms, two at a time: the run lasts about 4 s.
+            let samples = (1...10).map { SampleSession(seed: UInt64(870 + $0), shape: .realistic) }
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let database = directory.appendingPathComponent("server.sqlite").path
+            var (server, url) = try await Self.startServer(port: 0, database: database)
+            let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })
+
+            var options = RunOptions(spoolRoot: spool.root, apiURL: url, token: "t")
+            options.minAge = .zero
+            options.concurrency = 2
+            let finished = Atomic<Bool>(false)
+            let run = Task {
+                let result = await Worker(options: options, logger: RunAgainstDevServerTests.quiet).run()
+                finished.store(true, ordering: .relaxed)
+                return result
+            }
+            // The scenario's own timing: a deploy restarts the API half a second into the run.
+            try await Task.sleep(for: .milliseconds(500))
+            server.kill(SIGKILL)
+            _ = await server.finished()
+            let stillRunning = !finished.load(ordering: .relaxed)
+            #expect(stillRunning, "the run was still going when the API went away")
+            try await Task.sleep(for: .milliseconds(500))
+            (server, _) = try await Self.startServer(port: port, database: database)
+
+            let (summary, status) = await run.value
+            #expect(status == .success, "\(summary.line)")
+            #expect(summary.done == samples.count && summary.deferred == 0, "\(summary.line)")
+            #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)
+
+            server.kill(SIGTERM)
+            _ = await server.finished()
+
+            // The server's own records, from its database (its /admin/stats counts only what the
+            // second process created): every record of every bundle, each exactly once.
+            let records = try SQLiteDatabase(path: database).read { connection in
+                try connection.query("SELECT kind, count(*), count(DISTINCT client_id) FROM records GROUP BY kind").map {
+                    (kind: $0.string(0) ?? "", count: $0.int(1) ?? 0, distinct: $0.int(2) ?? 0)
+                }
+            }
+            #expect(records.first { $0.kind == "session" }?.count == samples.count)
+            #expect(records.reduce(0) { $0 + $1.count } == samples.reduce(0) { $0 + $1.expectedRequestCount }, "\(records)")
+            #expect(records.allSatisfy { $0.count == $0.distinct }, "zero duplicates: \(records)")
         }
     }
 }
