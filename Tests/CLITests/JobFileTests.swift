@@ -289,15 +289,14 @@ import Testing
 
     @Test("which runs count as healthy for dopesync_last_success_timestamp_seconds")
     func healthyRuns() {
-        let idle = RunMetrics.SpoolSnapshot(folders: [], waitingForRetry: 0)
-        let backingOff = RunMetrics.SpoolSnapshot(folders: [], waitingForRetry: 3)
-        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 2, exitCode: 0), after: idle))
-        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), after: idle), "a bad bundle is the data's fault")
-        #expect(RunMetrics.isHealthy(RunSummary(exitCode: 0), after: idle), "nothing to do and nothing waiting")
-        #expect(!RunMetrics.isHealthy(RunSummary(exitCode: 0), after: backingOff), "idle while bundles wait out an outage proves nothing")
-        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), after: backingOff))
-        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, deferred: 1, exitCode: 75), after: backingOff))
-        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, exitCode: 77), after: idle))
+        let idle = 0, backingOff = 3  // bundles waiting for retry after the run
+        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 2, exitCode: 0), waitingForRetry: idle))
+        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), waitingForRetry: idle), "a bad bundle is the data's fault")
+        #expect(RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: idle), "nothing to do and nothing waiting")
+        #expect(!RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: backingOff), "idle while bundles wait out an outage proves nothing")
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), waitingForRetry: backingOff))
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, deferred: 1, exitCode: 75), waitingForRetry: backingOff))
+        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, exitCode: 77), waitingForRetry: idle))
     }
 }
 

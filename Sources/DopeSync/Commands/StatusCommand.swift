@@ -26,8 +26,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     public struct Folder: Sendable, Codable, Equatable {
         public var count: Int
         public var bytes: Int64
-        /// Seconds since the oldest file's mtime (in `incoming/`, a waiting bundle's mtime is in the future:
-        /// it counts from now). Nil when the folder is empty.
+        /// Seconds since the oldest file's mtime; in `incoming/`, since the checkpoint database first
+        /// saw it, because a deferred bundle's mtime is its next attempt, in the future. Nil when empty.
         public var oldestAgeSeconds: Double?
     }
     public struct Incoming: Sendable, Codable, Equatable {
@@ -99,25 +99,16 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
 
     /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
     public static func gather(spool: Spool, now: Date = Date()) throws -> SpoolStatus {
-        var folders: [String: Folder] = [:]
-        var listings: [Spool.Folder: [SpoolEntry]] = [:]
-        for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
-            let entries = try spool.list(folder)
-            listings[folder] = entries
-            let oldest = entries.lazy.map(\.modified).min()
-            folders[folder.rawValue] = Folder(
-                count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
-                oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
-        }
-
         let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
         let store = databaseExists ? try CheckpointStore(spool: spool, now: now) : nil
         let deferred = try store.map { try Dictionary($0.bundles(withOutcome: .deferred).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let backlog = try SpoolBacklog.list(spool, firstSeen: deferred.mapValues(\.firstSeen), now: now)
+        let listings = backlog.listings
+        let folders = backlog.folders
         let failedStates = try store.map { try Dictionary($0.bundles(withOutcome: .failed).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
         let claimRecords = try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
 
-        let incomingEntries = listings[.incoming] ?? []
-        let waitingEntries = incomingEntries.filter { $0.modified > now }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        let waitingEntries = (listings[.incoming] ?? []).filter { $0.modified > now }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
         let waiting = waitingEntries.map { entry in
             let state = deferred[entry.name]
             return Waiting(name: entry.name, attempts: state?.attempts, nextAttemptAt: entry.modified,
@@ -153,7 +144,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
 
         return SpoolStatus(
             spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
-            folders: folders, incoming: Incoming(dueNow: incomingEntries.count - waitingEntries.count, waitingForRetry: waitingEntries.count),
+            folders: folders, incoming: Incoming(dueNow: (listings[.incoming]?.count ?? 0) - waitingEntries.count, waitingForRetry: waitingEntries.count),
             waiting: waiting, failed: failed, claims: claims, lastRun: lastRun)
     }
 
@@ -262,5 +253,31 @@ extension SpoolStatus.LastError {
 extension String {
     fileprivate func leftPadded(_ width: Int) -> String {
         count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}
+
+/// The spool's folders listed once: count, bytes and oldest age of each, as `status` and the
+/// metrics file show them.
+struct SpoolBacklog: Sendable {
+    var listings: [Spool.Folder: [SpoolEntry]]
+    var folders: [String: SpoolStatus.Folder]
+
+    /// Bundles in `incoming/` whose next attempt (their mtime) is still to come.
+    func waitingForRetry(now: Date) -> Int { listings[.incoming]?.count { $0.modified > now } ?? 0 }
+
+    /// `firstSeen`: deferred bundles' first-seen times from the checkpoint database, by name.
+    static func list(_ spool: Spool, firstSeen: [String: Date], now: Date) throws -> SpoolBacklog {
+        var backlog = SpoolBacklog(listings: [:], folders: [:])
+        for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
+            let entries = try spool.list(folder)
+            backlog.listings[folder] = entries
+            let oldest = entries.lazy.map { entry in
+                folder == .incoming ? min(firstSeen[entry.name] ?? entry.modified, now) : entry.modified
+            }.min()
+            backlog.folders[folder.rawValue] = SpoolStatus.Folder(
+                count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
+                oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
+        }
+        return backlog
     }
 }

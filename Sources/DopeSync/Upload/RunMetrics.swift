@@ -6,13 +6,7 @@ import Foundation
 ///
 /// Written under a temporary dot-name in the same folder, then renamed: the collector reads only
 /// `*.prom` files and never sees half a file.
-public struct RunMetrics: Sendable, Equatable {
-    public struct Folder: Sendable, Equatable {
-        public var bundles: Int
-        public var bytes: Int64
-        public var oldestAgeSeconds: Double
-    }
-
+public struct RunMetrics: Sendable {
     public var finishedAt: Date
     /// The last run judged healthy (this one or an earlier one): it ended with exit 0 or 1,
     /// deferred nothing, and either claimed something or found nothing waiting for retry. An
@@ -20,47 +14,28 @@ public struct RunMetrics: Sendable, Equatable {
     /// does not count: during an outage this time stops moving, which is what an alert wants.
     public var lastSuccessAt: Date?
     public var summary: RunSummary
-    public var spool: SpoolSnapshot
+    /// The spool after the run, listed as `status` lists it.
+    var backlog: SpoolBacklog
+    var waitingForRetry: Int
 
-    public static func == (a: RunMetrics, b: RunMetrics) -> Bool {
-        a.text() == b.text()
+    init(finishedAt: Date, lastSuccessAt: Date?, summary: RunSummary, backlog: SpoolBacklog) {
+        self.finishedAt = finishedAt
+        self.lastSuccessAt = lastSuccessAt
+        self.summary = summary
+        self.backlog = backlog
+        self.waitingForRetry = backlog.waitingForRetry(now: finishedAt)
     }
 
-    /// The backlog per folder, listed once at the end of a run.
-    public struct SpoolSnapshot: Sendable {
-        public var folders: [(name: String, folder: Folder)]
-        public var waitingForRetry: Int
-
-        /// Ages in `incoming/` count from when the checkpoint database first saw the bundle: a
-        /// deferred bundle's mtime is its next attempt, in the future, and would read as new.
-        static func take(of spool: Spool, store: CheckpointStore, now: Date = Date()) throws -> SpoolSnapshot {
-            let firstSeen = Dictionary(
-                try store.bundles(withOutcome: .deferred).map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a })
-            var folders: [(String, Folder)] = []
-            var waiting = 0
-            for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
-                let entries = try spool.list(folder)
-                var oldest: Date?
-                for entry in entries {
-                    var since = entry.modified
-                    if folder == .incoming {
-                        if entry.modified > now { waiting += 1 }
-                        since = min(firstSeen[entry.name] ?? entry.modified, now)
-                    }
-                    oldest = min(oldest ?? since, since)
-                }
-                folders.append((folder.rawValue, Folder(
-                    bundles: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
-                    oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) } ?? 0)))
-            }
-            return SpoolSnapshot(folders: folders, waitingForRetry: waiting)
-        }
+    /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
+    static func backlog(of spool: Spool, store: CheckpointStore, now: Date = Date()) throws -> SpoolBacklog {
+        let deferred = try store.bundles(withOutcome: .deferred)
+        return try SpoolBacklog.list(spool, firstSeen: Dictionary(deferred.map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a }), now: now)
     }
 
     /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`).
-    static func isHealthy(_ summary: RunSummary, after spool: SpoolSnapshot) -> Bool {
+    static func isHealthy(_ summary: RunSummary, waitingForRetry: Int) -> Bool {
         [ExitStatus.success.rawValue, ExitStatus.bundlesFailed.rawValue].contains(summary.exitCode)
-            && summary.deferred == 0 && (summary.claimed > 0 || spool.waitingForRetry == 0)
+            && summary.deferred == 0 && (summary.claimed > 0 || waitingForRetry == 0)
     }
 
     /// The textfile, in Prometheus' exposition format.
@@ -83,15 +58,14 @@ public struct RunMetrics: Sendable, Equatable {
                 ("{outcome=\"failed\"}", Double(summary.failed))])
         metric("dopesync_last_run_requests", "HTTP requests the last run sent, retries included.", [("", Double(summary.requests))])
         metric("dopesync_last_run_sent_bytes", "Request body bytes the last run sent.", [("", Double(summary.bytes))])
-        metric("dopesync_spool_bundles", "Bundles in each spool folder after the last run.",
-               spool.folders.map { ("{folder=\"\($0.name)\"}", Double($0.folder.bundles)) })
-        metric("dopesync_spool_bytes", "Bytes of the bundles in each spool folder after the last run.",
-               spool.folders.map { ("{folder=\"\($0.name)\"}", Double($0.folder.bytes)) })
+        let folders = ["incoming", "processing", "done", "failed"].compactMap { name in backlog.folders[name].map { ("{folder=\"\(name)\"}", $0) } }
+        metric("dopesync_spool_bundles", "Bundles in each spool folder after the last run.", folders.map { ($0.0, Double($0.1.count)) })
+        metric("dopesync_spool_bytes", "Bytes of the bundles in each spool folder after the last run.", folders.map { ($0.0, Double($0.1.bytes)) })
         metric("dopesync_spool_oldest_age_seconds",
                "Age of the oldest bundle in each spool folder (0 when empty); in incoming, counted from when it was first seen.",
-               spool.folders.map { ("{folder=\"\($0.name)\"}", $0.folder.oldestAgeSeconds) })
+               folders.map { ($0.0, $0.1.oldestAgeSeconds ?? 0) })
         metric("dopesync_spool_waiting_for_retry_bundles", "Deferred bundles in incoming/ whose next attempt is still to come.",
-               [("", Double(spool.waitingForRetry))])
+               [("", Double(waitingForRetry))])
         return out
     }
 

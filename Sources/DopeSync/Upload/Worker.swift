@@ -168,20 +168,15 @@ public struct Worker: Sendable {
             : state.breaker.isOpen ? .temporaryFailure
             : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
-        // With a metrics file, the backlog is listed first: it decides whether this run was healthy.
-        // A metrics file that cannot be written is logged, never a reason to fail the run.
-        var backlog: RunMetrics.SpoolSnapshot?
-        if let metricsFile = options.metricsFile {
-            do {
-                backlog = try RunMetrics.SpoolSnapshot.take(of: spool, store: store)
-            } catch {
-                logger.error("cannot list the spool for the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
-            }
-        }
-        try? store.recordRunFinished(runID: runID, summary: summary, healthy: backlog.map { RunMetrics.isHealthy(summary, after: $0) })
+        // With a metrics file the backlog is listed first: it decides whether this run was healthy.
+        let now = Date()
+        let backlog = options.metricsFile.map { _ in Result { try RunMetrics.backlog(of: spool, store: store, now: now) } }
+        let healthy = (try? backlog?.get()).map { RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now)) }
+        try? store.recordRunFinished(runID: runID, summary: summary, healthy: healthy)
         if let metricsFile = options.metricsFile, let backlog {
+            // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
-                let metrics = RunMetrics(finishedAt: Date(), lastSuccessAt: try store.lastHealthyRunFinishedAt(), summary: summary, spool: backlog)
+                let metrics = RunMetrics(finishedAt: now, lastSuccessAt: try store.lastHealthyRunFinishedAt(), summary: summary, backlog: try backlog.get())
                 try metrics.write(to: metricsFile)
             } catch {
                 logger.error("cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
