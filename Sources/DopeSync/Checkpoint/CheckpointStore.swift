@@ -78,17 +78,14 @@ public final class CheckpointStore: Sendable {
         sessionID: String, stepKey: String, idempotencyKey: String, requestFingerprint: String,
         contentDigest: String, bundleName: String, now: Date = Date()
     ) throws(CheckpointError) -> StepIntentOutcome {
-        try write("recording the intent of step \(stepKey)") { connection in
-            try Self.recordIntent(
-                connection, sessionID: sessionID, stepKey: stepKey, idempotencyKey: idempotencyKey,
-                requestFingerprint: requestFingerprint, contentDigest: contentDigest, bundleName: bundleName, now: now)
-        }
+        let intent = StepIntent(
+            stepKey: stepKey, idempotencyKey: idempotencyKey, requestFingerprint: requestFingerprint,
+            contentDigest: contentDigest, bundleName: bundleName)
+        return try recordIntents(sessionID: sessionID, [intent], now: now)[0]
     }
 
-    private static func recordIntent(
-        _ connection: SQLiteConnection, sessionID: String, stepKey: String, idempotencyKey: String,
-        requestFingerprint: String, contentDigest: String, bundleName: String, now: Date
-    ) throws -> StepIntentOutcome {
+    private static func recordIntent(_ connection: SQLiteConnection, sessionID: String, _ intent: StepIntent, now: Date) throws -> StepIntentOutcome {
+        let stepKey = intent.stepKey
         let existing = try connection.queryFirst(
             "SELECT state, server_id, content_digest, done_at, request_fingerprint FROM steps WHERE session_id = ? AND step_key = ?",
             [sessionID, stepKey])
@@ -101,17 +98,19 @@ public final class CheckpointStore: Sendable {
             try connection.query("""
                 UPDATE steps SET idempotency_key = ?, request_fingerprint = ?, content_digest = ?, sent_at = ?, bundle_name = ?
                 WHERE session_id = ? AND step_key = ?
-                """, [idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName, sessionID, stepKey])
+                """, [intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970, intent.bundleName,
+                      sessionID, stepKey])
             return .resent(previousFingerprint: existing.string(4) ?? "")
         }
         try connection.query("""
             INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
             VALUES (?, ?, ?, ?, ?, 'sent', ?, ?)
-            """, [sessionID, stepKey, idempotencyKey, requestFingerprint, contentDigest, now.timeIntervalSince1970, bundleName])
+            """, [sessionID, stepKey, intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970,
+                  intent.bundleName])
         return .recorded
     }
 
-    /// The intent of a step about to be sent, for ``recordResult(sessionID:stepKey:serverID:thenIntentOf:now:)``.
+    /// The intent of a step about to be sent, for ``recordIntents(sessionID:_:now:)``.
     public struct StepIntent: Sendable {
         public var stepKey: String
         public var idempotencyKey: String
@@ -133,29 +132,8 @@ public final class CheckpointStore: Sendable {
     /// recorded as by ``recordIntent(sessionID:stepKey:idempotencyKey:requestFingerprint:contentDigest:bundleName:now:)``.
     @discardableResult
     public func recordIntents(sessionID: String, _ intents: [StepIntent], now: Date = Date()) throws(CheckpointError) -> [StepIntentOutcome] {
-        try write("recording the intents of \(intents.count) steps") { connection in
-            try intents.map { intent in
-                try Self.recordIntent(
-                    connection, sessionID: sessionID, stepKey: intent.stepKey, idempotencyKey: intent.idempotencyKey,
-                    requestFingerprint: intent.requestFingerprint, contentDigest: intent.contentDigest, bundleName: intent.bundleName, now: now)
-            }
-        }
-    }
-
-    /// A step's result and the next step's intent in ONE transaction: what follows from "step N
-    /// is done" commits with it, and a bundle's upload costs one commit per step, not two.
-    @discardableResult
-    public func recordResult(
-        sessionID: String, stepKey: String, serverID: Int64, thenIntentOf next: StepIntent?, now: Date = Date()
-    ) throws(CheckpointError) -> CompletedStep {
-        try write("recording the result of step \(stepKey)") { connection in
-            let completed = try Self.recordResult(connection, sessionID: sessionID, stepKey: stepKey, serverID: serverID, now: now)
-            if let next {
-                try Self.recordIntent(
-                    connection, sessionID: sessionID, stepKey: next.stepKey, idempotencyKey: next.idempotencyKey,
-                    requestFingerprint: next.requestFingerprint, contentDigest: next.contentDigest, bundleName: next.bundleName, now: now)
-            }
-            return completed
+        try write("recording the intent of \(intents.map(\.stepKey).joined(separator: ", "))") { connection in
+            try intents.map { try Self.recordIntent(connection, sessionID: sessionID, $0, now: now) }
         }
     }
 
@@ -425,7 +403,7 @@ public final class CheckpointStore: Sendable {
                     healthy = ?
                 WHERE run_id = ?
                 """, [finishedAt.timeIntervalSince1970, summary.claimed, summary.done, summary.deferred, summary.failed,
-                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy.map { $0 ? 1 : 0 }, runID])
+                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy, runID])
             if connection.changes == 0 {
                 throw CheckpointError(code: .database, message: "run \(runID) was never recorded as started")
             }
