@@ -13,14 +13,9 @@ struct Prune: AsyncParsableCommand {
     @Option(help: "Delete what has been in done/ longer than this (e.g. 30d, 12h).", transform: parseDuration)
     var olderThan: Duration
 
-    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
-    var spool: String?
-
-    @Option(help: "Take the spool from this job file (as `dopesync run --job` does).")
-    var job: String?
+    @OptionGroup var spool: SpoolOption
 
     func run() async throws {
-        let spool = try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
-        try finish(PruneCommand.run(spoolRoot: spool, olderThan: olderThan))
+        try finish(PruneCommand.run(spoolRoot: try await spool.resolved(), olderThan: olderThan))
     }
 }

@@ -18,18 +18,13 @@ struct Requeue: AsyncParsableCommand {
     @Flag(help: "Requeue every bundle in failed/.")
     var all = false
 
-    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
-    var spool: String?
-
-    @Option(help: "Take the spool from this job file (as `dopesync run --job` does).")
-    var job: String?
+    @OptionGroup var spool: SpoolOption
 
     func validate() throws {
         guard all != !names.isEmpty else { throw ValidationError("Give bundle names or --all (not both).") }
     }
 
     func run() async throws {
-        let spool = try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
-        try finish(RequeueCommand.run(spoolRoot: spool, selection: all ? .all : .names(names)))
+        try finish(RequeueCommand.run(spoolRoot: try await spool.resolved(), selection: all ? .all : .names(names)))
     }
 }

@@ -16,11 +16,8 @@ struct Run: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "A job file (YAML) with any of these options as keys; see jobs/local.yaml.")
-    var job: String?
-
-    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
-    var spool: String?
+    /// `--spool` and `--job`; the job file may hold any of the options below as keys (see jobs/local.yaml).
+    @OptionGroup var place: SpoolOption
 
     @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
     var api: String?
@@ -51,13 +48,13 @@ struct Run: AsyncParsableCommand {
 
     func run() async throws {
         let typed: [(RunSetting, String?)] = [
-            (.spool, spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
+            (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
             (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
             (.logFormat, logFormat), (.metricsFile, metricsFile),
         ]
         let settings = try await resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
-            job: job, purpose: .run)
+            job: place.job, purpose: .run)
 
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in
@@ -67,7 +64,7 @@ struct Run: AsyncParsableCommand {
         logger.logLevel = .info
         for warning in settings.warnings { logger.warning("\(warning)") }
         // Which settings came from where, for the operator reading the log later; never the token.
-        logger.info("run starting", metadata: ["job": "\(job ?? "-")", "settings": "\(settings)"])
+        logger.info("run starting", metadata: ["job": "\(place.job ?? "-")", "settings": "\(settings)"])
         var options = RunOptions(spoolRoot: settings.spool, apiURL: settings.apiURL, token: settings.token)
         options.concurrency = settings.concurrency
         options.maxBundles = settings.maxBundles
@@ -101,6 +98,20 @@ func parseDuration(_ text: String) throws -> Duration {
         throw ValidationError("Not a duration: \(text) (\(DurationText.examples)).")
     }
     return duration
+}
+
+/// `--spool DIR` or `--job FILE` for the commands that only need the spool: resolved as
+/// `run` resolves it (option, then DOPESYNC_SPOOL, then the job file, then ./spool).
+struct SpoolOption: ParsableArguments {
+    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
+    var spool: String?
+
+    @Option(help: "A job file (YAML): for run, any of its options as keys (see jobs/local.yaml); for the others, its spool.")
+    var job: String?
+
+    func resolved() async throws -> String {
+        try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
+    }
 }
 
 /// Resolves the settings from the command line, the environment and `--job`; a mistake ends the

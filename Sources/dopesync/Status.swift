@@ -11,17 +11,12 @@ struct Status: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
-    var spool: String?
-
-    @Option(help: "Take the spool from this job file (as `dopesync run --job` does).")
-    var job: String?
+    @OptionGroup var spool: SpoolOption
 
     @Flag(help: "Print one JSON document (stable field names) instead of text.")
     var json = false
 
     func run() async throws {
-        let spool = try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
-        try finish(StatusCommand.run(spoolRoot: spool, json: json))
+        try finish(StatusCommand.run(spoolRoot: try await spool.resolved(), json: json))
     }
 }
