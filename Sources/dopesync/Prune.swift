@@ -16,6 +16,6 @@ struct Prune: AsyncParsableCommand {
     @OptionGroup var spool: SpoolOption
 
     func run() async throws {
-        try finish(PruneCommand.run(spoolRoot: try await spool.resolved(), olderThan: olderThan))
+        try finish(PruneCommand.run(spoolRoot: try spool.resolved(), olderThan: olderThan))
     }
 }

@@ -25,6 +25,6 @@ struct Requeue: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try finish(RequeueCommand.run(spoolRoot: try await spool.resolved(), selection: all ? .all : .names(names)))
+        try finish(RequeueCommand.run(spoolRoot: try spool.resolved(), selection: all ? .all : .names(names)))
     }
 }

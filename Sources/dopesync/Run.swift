@@ -52,7 +52,7 @@ struct Run: AsyncParsableCommand {
             (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
             (.logFormat, logFormat), (.metricsFile, metricsFile),
         ]
-        let settings = try await resolveSettings(
+        let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
             job: place.job, purpose: .run)
 
@@ -109,8 +109,8 @@ struct SpoolOption: ParsableArguments {
     @Option(help: "A job file (YAML): for run, any of its options as keys (see jobs/local.yaml); for the others, its spool.")
     var job: String?
 
-    func resolved() async throws -> String {
-        try await resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
+    func resolved() throws -> String {
+        try resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
     }
 }
 
@@ -118,9 +118,9 @@ struct SpoolOption: ParsableArguments {
 /// process with a line naming the key and the file (exit 78, or 64 for the command line).
 func resolveSettings(
     commandLine: [RunSetting: String], job: String?, purpose: RunConfiguration.Purpose
-) async throws -> RunConfiguration {
+) throws -> RunConfiguration {
     do throws(ConfigurationError) {
-        return try await RunConfiguration.resolve(
+        return try RunConfiguration.resolve(
             commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job, purpose: purpose)
     } catch {
         FileHandle.standardError.write(Data("dopesync: error: \(error)\n".utf8))

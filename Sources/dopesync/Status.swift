@@ -17,6 +17,6 @@ struct Status: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        try finish(StatusCommand.run(spoolRoot: try await spool.resolved(), json: json))
+        try finish(StatusCommand.run(spoolRoot: try spool.resolved(), json: json))
     }
 }

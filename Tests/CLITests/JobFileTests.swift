@@ -23,9 +23,9 @@ import Testing
     /// Expects `resolve` to fail; returns the error.
     static func failure(
         commandLine: [RunSetting: String] = [:], environment: [String: String] = [:], jobFile: String?
-    ) async -> ConfigurationError? {
+    ) -> ConfigurationError? {
         do {
-            _ = try await RunConfiguration.resolve(commandLine: commandLine, environment: environment, jobFile: jobFile)
+            _ = try RunConfiguration.resolve(commandLine: commandLine, environment: environment, jobFile: jobFile)
             return nil
         } catch {
             return error
@@ -49,7 +49,7 @@ import Testing
                 log-format: json
                 metrics-file: \(directory.path)/dopesync.prom
                 """, to: directory)
-            let settings = try await RunConfiguration.resolve(environment: [:], jobFile: job)
+            let settings = try RunConfiguration.resolve(environment: [:], jobFile: job)
             #expect(settings.spool == "/srv/spool")
             #expect(settings.apiURL == "https://api.example.test/v1")
             #expect(settings.token == "s3cret-token")
@@ -64,6 +64,8 @@ import Testing
             #expect(settings.sources["token"] == .jobFile(path: job, line: 4))
             #expect(settings.warnings.isEmpty)
             #expect(!settings.description.contains("s3cret"), "the settings' log line must not show the token")
+            #expect(settings.description.contains("concurrency=8 (\(job):5)"), "\(settings)")
+            #expect(settings.description.contains("token=<redacted> (\(job):4)"), "\(settings)")
         }
     }
 
@@ -75,7 +77,7 @@ import Testing
                 "DOPESYNC_API_URL": "http://environment.test", "DOPESYNC_CONCURRENCY": "3", "DOPESYNC_API_TOKEN": "from-environment",
                 "DOPESYNC_MAX_TIME": "90s",
             ]
-            let settings = try await RunConfiguration.resolve(
+            let settings = try RunConfiguration.resolve(
                 commandLine: [.concurrency: "5"], environment: environment, jobFile: job)
             #expect(settings.concurrency == 5)  // command line
             #expect(settings.sources["concurrency"] == .commandLine)
@@ -90,7 +92,7 @@ import Testing
 
             // --token-file on the command line beats DOPESYNC_API_TOKEN.
             let token = try Self.tokenFile(in: directory, "from-file")
-            let explicit = try await RunConfiguration.resolve(commandLine: [.tokenFile: token], environment: environment, jobFile: job)
+            let explicit = try RunConfiguration.resolve(commandLine: [.tokenFile: token], environment: environment, jobFile: job)
             #expect(explicit.token == "from-file")
         }
     }
@@ -99,19 +101,21 @@ import Testing
     func unknownKey() async throws {
         try await withTemporaryDirectory { directory in
             let job = try Self.write("spool: ./spool\napi: http://x.test\nconcurency: 8\n", to: directory)
-            let error = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job))
+            let error = try #require(Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job))
             #expect(error.code == .unknownKey)
             #expect(error.key == "concurency")
             #expect(error.source == .jobFile(path: job, line: 3))
             #expect("\(error)" == "\(job):3: concurency: unknown key (did you mean concurrency?) [unknown_key]")
             #expect(error.exitStatus == .configuration)
+            #expect(JobFileKeys.editDistance("max-tim", "max-time") == 1 && JobFileKeys.editDistance("", "api") == 3)
+            #expect(JobFileKeys.editDistance("spool", "spool") == 0 && JobFileKeys.editDistance("progres", "log-format") > 2)
 
             let far = try Self.write("colour: blue\n", to: directory, name: "far.yaml")
-            let farError = try #require(await Self.failure(jobFile: far))
+            let farError = try #require(Self.failure(jobFile: far))
             #expect("\(farError)".contains("known keys: spool, api, token-file"))
 
             let secret = try Self.write("token: abc\n", to: directory, name: "secret.yaml")
-            let secretError = try #require(await Self.failure(jobFile: secret))
+            let secretError = try #require(Self.failure(jobFile: secret))
             #expect(secretError.code == .unknownKey)
             #expect("\(secretError)".contains("never holds the token"))
         }
@@ -132,27 +136,27 @@ import Testing
             ]
             for (index, example) in cases.enumerated() {
                 let job = try Self.write(example.yaml, to: directory, name: "case\(index).yaml")
-                let error = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job), "\(example.yaml)")
+                let error = try #require(Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job), "\(example.yaml)")
                 #expect(error.code == example.code, "\(example.yaml)")
                 #expect(error.key == example.key, "\(example.yaml)")
                 #expect("\(error)".hasPrefix("\(job):1: \(example.key): "), "\(error)")
                 #expect("\(error)".contains(example.says), "\(error)")
             }
 
-            let fromEnvironment = try #require(await Self.failure(environment: ["DOPESYNC_MAX_TIME": "ten minutes"], jobFile: nil))
+            let fromEnvironment = try #require(Self.failure(environment: ["DOPESYNC_MAX_TIME": "ten minutes"], jobFile: nil))
             #expect(fromEnvironment.source == .environment(variable: "DOPESYNC_MAX_TIME"))
             #expect("\(fromEnvironment)" == "max-time: \"ten minutes\" is not a duration (e.g. 500ms, 30s, 10m, 1h, 2d) (from the environment variable DOPESYNC_MAX_TIME) [bad_value]")
             #expect(fromEnvironment.exitStatus == .configuration)
 
-            let typed = try #require(await Self.failure(commandLine: [.minAge: "later"], jobFile: nil))
+            let typed = try #require(Self.failure(commandLine: [.minAge: "later"], jobFile: nil))
             #expect(typed.exitStatus == .usage)
 
             let notYAML = try Self.write("spool: [unclosed\n", to: directory, name: "broken.yaml")
-            let parseError = try #require(await Self.failure(jobFile: notYAML))
+            let parseError = try #require(Self.failure(jobFile: notYAML))
             #expect(parseError.code == .unreadableJobFile)
             #expect("\(parseError)".hasPrefix("\(notYAML): not valid YAML"))
 
-            let missingFile = try #require(await Self.failure(jobFile: directory.path + "/absent.yaml"))
+            let missingFile = try #require(Self.failure(jobFile: directory.path + "/absent.yaml"))
             #expect(missingFile.code == .unreadableJobFile)
             #expect("\(missingFile)".contains("absent.yaml"))
         }
@@ -161,34 +165,34 @@ import Testing
     @Test("the API and the token are required for run, with a message saying where to give them")
     func requiredSettings() async throws {
         try await withTemporaryDirectory { directory in
-            let noAPI = try #require(await Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: nil))
+            let noAPI = try #require(Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: nil))
             #expect(noAPI.code == .missing && noAPI.key == "api")
             #expect("\(noAPI)".contains("--api, DOPESYNC_API_URL or `api:` in a job file"))
 
-            let noToken = try #require(await Self.failure(environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let noToken = try #require(Self.failure(environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
             #expect(noToken.code == .missing && noToken.key == "token-file")
 
             let job = try Self.write("api: http://x.test\ntoken-file: \(directory.path)/absent\n", to: directory)
-            let unreadable = try #require(await Self.failure(jobFile: job))
+            let unreadable = try #require(Self.failure(jobFile: job))
             #expect(unreadable.code == .unreadableTokenFile)
             #expect(unreadable.source == .jobFile(path: job, line: 2))
 
             let empty = try Self.tokenFile(in: directory, "")
-            let emptyError = try #require(await Self.failure(commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let emptyError = try #require(Self.failure(commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
             #expect(emptyError.code == .unreadableTokenFile)
             #expect(emptyError.exitStatus == .configuration, "a token file is configuration, even when named by an option")
 
             // A token typed where the file's path belongs is never echoed.
-            let mistake = try #require(await Self.failure(commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let mistake = try #require(Self.failure(commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
             #expect(mistake.code == .unreadableTokenFile)
             #expect(!"\(mistake)".contains("s3cretTokenValue"), "\(mistake)")
 
             // An empty variable counts as not set.
-            let unset = try #require(await Self.failure(environment: ["DOPESYNC_API_URL": "", "DOPESYNC_API_TOKEN": "t"], jobFile: nil))
+            let unset = try #require(Self.failure(environment: ["DOPESYNC_API_URL": "", "DOPESYNC_API_TOKEN": "t"], jobFile: nil))
             #expect(unset.code == .missing && unset.key == "api")
 
             // status, requeue and prune need only the spool.
-            let spoolOnly = try await RunConfiguration.resolve(environment: [:], jobFile: nil, purpose: .spoolOnly)
+            let spoolOnly = try RunConfiguration.resolve(environment: [:], jobFile: nil, purpose: .spoolOnly)
             #expect(spoolOnly.spool == "./spool")
         }
     }
@@ -197,7 +201,7 @@ import Testing
     func readableTokenFileWarns() async throws {
         try await withTemporaryDirectory { directory in
             let token = try Self.tokenFile(in: directory, mode: 0o644)
-            let settings = try await RunConfiguration.resolve(commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
+            let settings = try RunConfiguration.resolve(commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
             #expect(settings.token == "s3cret-token")
             #expect(settings.warnings == ["the token file \(token) can be read by other users (mode 644); chmod 600 it"])
         }
@@ -206,9 +210,9 @@ import Testing
     @Test("the shipped job files are valid")
     func shippedJobFiles() async throws {
         let root = packageRoot()
-        let local = try await RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
+        let local = try RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
         #expect(local.spool == "./spool" && local.apiURL == "http://127.0.0.1:8080")
-        let production = try await RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
+        let production = try RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
         #expect(production.spool == "/var/spool/dopesync" && production.maxTime == .seconds(240))
         #expect(production.apiURL == "https://api.truedope.example")
     }

@@ -5,9 +5,9 @@ import Yams
 /// `dopesync run`'s settings, resolved from (highest first) the command line, the environment,
 /// a job file and the built-in defaults, as WORKER.md's "Configuration" orders them.
 ///
-/// The lookups go through swift-configuration's providers (an in-memory provider for the parsed
-/// options, `EnvironmentVariablesProvider`, `FileProvider<YAMLSnapshot>`), one source at a time,
-/// so every error can name the source to edit. Yams (which swift-configuration parses YAML with)
+/// The lookups go through swift-configuration's snapshots (an in-memory provider for the parsed
+/// options, `EnvironmentVariablesProvider`, a `YAMLSnapshot` of the job file), one source at a
+/// time, so every error can name the source to edit. Yams (which swift-configuration parses YAML with)
 /// lists the file's keys first: swift-configuration only answers for keys it is asked about, and
 /// an operator's typo (`concurency: 8`) must be an error, not a silently ignored line.
 public struct RunConfiguration: Sendable, CustomStringConvertible {
@@ -43,9 +43,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         environment: [String: String],
         jobFile: String?,
         purpose: Purpose = .run
-    ) async throws(ConfigurationError) -> RunConfiguration {
+    ) throws(ConfigurationError) -> RunConfiguration {
         var layers = [SettingLayer.commandLine(commandLine), .environment(environment)]
-        if let jobFile { layers.append(try await .jobFile(path: jobFile)) }
+        if let jobFile { layers.append(try .jobFile(path: jobFile)) }
 
         var configuration = RunConfiguration()
         func lookup(_ setting: RunSetting) throws(ConfigurationError) -> (text: String, source: SettingSource)? {
@@ -135,20 +135,21 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         return text
     }
 
-    /// For the log line a run starts with: every setting and its source, never the token.
+    /// For the log line a run starts with: the settings and, for those not defaulted, where they
+    /// came from; never the token itself.
     public var description: String {
-        var parts = ["spool=\(spool)", "api=\(apiURL)", "concurrency=\(concurrency)", "min-age=\(minAge)"]
-        if let maxBundles { parts.append("max-bundles=\(maxBundles)") }
-        if let maxTime { parts.append("max-time=\(maxTime)") }
-        if let metricsFile { parts.append("metrics-file=\(metricsFile)") }
-        parts.append("token=<redacted>")
-        return parts.joined(separator: " ")
+        var parts: [(key: String, value: String)] = [("spool", spool), ("api", apiURL), ("concurrency", "\(concurrency)"), ("min-age", "\(minAge)")]
+        if let maxBundles { parts.append(("max-bundles", "\(maxBundles)")) }
+        if let maxTime { parts.append(("max-time", "\(maxTime)")) }
+        if let metricsFile { parts.append(("metrics-file", metricsFile)) }
+        parts.append(("token", "<redacted>"))
+        return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(separator: ", ")
     }
 }
 
-/// One source of settings, asked through its swift-configuration provider.
+/// One source of settings, asked through a swift-configuration snapshot.
 struct SettingLayer: Sendable {
-    let provider: any ConfigProvider
+    let snapshot: any ConfigSnapshot
     /// The provider's key for a setting.
     let key: @Sendable (RunSetting) -> AbsoluteConfigKey
     /// What to tell the operator a value came from.
@@ -160,7 +161,7 @@ struct SettingLayer: Sendable {
         guard !unsetKeys.contains(setting.key) else { return nil }
         let result: LookupResult
         do {
-            result = try provider.value(forKey: key(setting), type: .string)
+            result = try snapshot.value(forKey: key(setting), type: .string)
         } catch {
             throw ConfigurationError(.wrongType, key: setting.key, source: source(setting), message: "expected one value, not a list or a mapping")
         }
@@ -171,7 +172,8 @@ struct SettingLayer: Sendable {
     static func commandLine(_ options: [RunSetting: String]) -> SettingLayer {
         var values: [AbsoluteConfigKey: ConfigValue] = [:]
         for (setting, text) in options { values[AbsoluteConfigKey([setting.key])] = ConfigValue(.string(text), isSecret: false) }
-        return SettingLayer(provider: InMemoryProvider(name: "command line", values: values), key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
+        return SettingLayer(
+            snapshot: InMemoryProvider(name: "command line", values: values).snapshot(), key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
     }
 
     static func environment(_ variables: [String: String]) -> SettingLayer {
@@ -180,26 +182,27 @@ struct SettingLayer: Sendable {
             environmentVariables: variables.filter { !$0.value.isEmpty }, secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
         // The provider spells `dopesync.max.time` as DOPESYNC_MAX_TIME.
         return SettingLayer(
-            provider: provider,
+            snapshot: provider.snapshot(),
             key: { AbsoluteConfigKey($0.environmentVariable.lowercased().split(separator: "_").map(String.init)) },
             source: { .environment(variable: $0.environmentVariable) })
     }
 
-    static func jobFile(path: String) async throws(ConfigurationError) -> SettingLayer {
+    /// The job file is read once: Yams lists its keys, and its values are looked up in a
+    /// `YAMLSnapshot` made from the same bytes.
+    static func jobFile(path: String) throws(ConfigurationError) -> SettingLayer {
         let lines = try JobFileKeys.scan(path: path)
-        let provider: any ConfigProvider
+        let snapshot: any ConfigSnapshot
         if lines.keys.isEmpty {
-            provider = InMemoryProvider(name: path, values: [:])  // an empty (or all-comment) job file is allowed
+            snapshot = InMemoryProvider(name: path, values: [:]).snapshot()  // an empty (or all-comment) job file is allowed
         } else {
             do {
-                let location = ConfigReader(provider: InMemoryProvider(values: ["filePath": ConfigValue(.string(path), isSecret: false)]))
-                provider = try await FileProvider<YAMLSnapshot>(config: location)
+                snapshot = try YAMLSnapshot(data: lines.contents.span.bytes, providerName: path, parsingOptions: .default)
             } catch {
-                throw ConfigurationError(.unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil), message: "cannot read the job file: \(error)")
+                throw ConfigurationError(.unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil), message: "not valid YAML: \(error)")
             }
         }
         return SettingLayer(
-            provider: provider, key: { AbsoluteConfigKey([$0.key]) }, source: { .jobFile(path: path, line: lines.keys[$0.key]) },
+            snapshot: snapshot, key: { AbsoluteConfigKey([$0.key]) }, source: { .jobFile(path: path, line: lines.keys[$0.key]) },
             unsetKeys: lines.nullKeys)
     }
 }
@@ -210,22 +213,23 @@ struct JobFileKeys {
     var keys: [String: Int] = [:]
     /// Keys written with no value (`max-bundles:`), which mean "not set", like a missing line.
     var nullKeys: Set<String> = []
+    /// The file's bytes, for the values.
+    var contents: [UInt8] = []
 
     static func scan(path: String) throws(ConfigurationError) -> JobFileKeys {
         let whole = SettingSource.jobFile(path: path, line: nil)
-        let text: String
+        var scanned = JobFileKeys()
         do {
-            text = String(decoding: try FileSystem.readFile(path, maxBytes: 1024 * 1024), as: UTF8.self)
+            scanned.contents = try FileSystem.readFile(path, maxBytes: 1024 * 1024)
         } catch {
             throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "cannot read the job file: \(error)")
         }
         let root: Node?
         do {
-            root = try Yams.compose(yaml: text)
+            root = try Yams.compose(yaml: String(decoding: scanned.contents, as: UTF8.self))
         } catch {
             throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "not valid YAML: \(error)")
         }
-        var scanned = JobFileKeys()
         guard let root else { return scanned }
         guard let mapping = root.mapping else {
             throw ConfigurationError(.wrongType, key: nil, source: .jobFile(path: path, line: root.mark?.line), message: "a job file is a list of `key: value` lines")
@@ -262,14 +266,14 @@ struct JobFileKeys {
     /// Levenshtein distance, for "did you mean" on short keys.
     static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
-        var previous = Array(0...b.count)
-        for i in 1...max(a.count, 1) where !a.isEmpty {
-            var current = [i] + Array(repeating: 0, count: b.count)
-            for j in stride(from: 1, through: b.count, by: 1) {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        var previous = Array(0...b.count)  // distances from the first i characters of a
+        for (i, character) in a.enumerated() {
+            var current = [i + 1]
+            for j in b.indices {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (character == b[j] ? 0 : 1)))
             }
             previous = current
         }
-        return a.isEmpty ? b.count : previous[b.count]
+        return previous[b.count]
     }
 }
