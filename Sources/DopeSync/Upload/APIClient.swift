@@ -74,7 +74,12 @@ public struct APIClient: Sendable {
             let length = framing.contentLength(imageSize: image.size)
             if let bytes = image.bytes {
                 // Kept from validation (small): the validated bytes, in one buffer, no second archive pass.
-                request.body = .bytes(ByteBuffer(bytes: framing.head + bytes + framing.tail))
+                var body = ByteBuffer()
+                body.reserveCapacity(Int(length))  // one copy of the image, straight into the body
+                body.writeBytes(framing.head)
+                body.writeBytes(bytes)
+                body.writeBytes(framing.tail)
+                request.body = .bytes(body)
                 return await execute(request, length: length, imageSize: image.size)
             }
             do {
