@@ -31,3 +31,12 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
     options.retry.cap = .milliseconds(5)
     return await Worker(options: options, logger: Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })).run()
 }
+
+/// The built `dopesync run` as a child process on `spool` against `server` (its token in the
+/// environment, no min-age guard), standard error silenced; `extra` adds options.
+public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws -> Spawned {
+    var environment = ProcessInfo.processInfo.environment
+    environment["DOPESYNC_API_TOKEN"] = server.token
+    let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
+    return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
+}

@@ -24,22 +24,19 @@ import Glibc
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 10...20
             try await withDevServer(configuration) { server in
-                var environment = ProcessInfo.processInfo.environment
-                environment["DOPESYNC_API_TOKEN"] = server.token
-                let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"]
                 var generator = SplitMix64(seed: 2026)
                 var kills = 0
                 var children = 0
                 // Until 20 children died by SIGKILL mid-run (a child that finished first does not count).
                 while kills < 20, children < 80 {
                     children += 1
-                    let child = try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
+                    let child = try spawnRun(spool, against: server)
                     // A random moment, the point of the test: from process start-up to mid-upload.
                     try await Task.sleep(for: .milliseconds(Int.random(in: 5...400, using: &generator)))
                     child.kill(SIGKILL)
                     if await child.finished() == 128 + SIGKILL { kills += 1 }
                 }
-                let last = try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
+                let last = try spawnRun(spool, against: server)
                 #expect(await last.finished() == 0)
 
                 #expect(kills >= 20, "\(kills) kills in \(children) children")

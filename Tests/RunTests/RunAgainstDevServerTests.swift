@@ -233,10 +233,7 @@ import Testing
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5
             try await withDevServer(configuration) { server in
-                var environment = ProcessInfo.processInfo.environment
-                environment["DOPESYNC_API_TOKEN"] = server.token
-                let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--concurrency", "2"]
-                let children = try (0..<3).map { _ in try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true) }
+                let children = try (0..<3).map { _ in try spawnRun(spool, against: server, ["--concurrency", "2"]) }
                 var claimed: [Int] = []
                 for child in children {
                     let summary = await onOwnThread { child.output.readLine() ?? "" }
