@@ -71,13 +71,17 @@ public final class Spawned: Sendable {
     /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it.
     @discardableResult
     public func wait() -> Int32 {
-        if let known = status.withLock({ $0 }) { return known }
-        var raw: Int32 = 0
-        while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
-        let exited = raw & 0x7f == 0
-        let result = exited ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
-        status.withLock { $0 = result }
-        return result
+        // Under the lock: a second waiter waits for the first and gets the same status, instead of
+        // reaping nothing (ECHILD) itself.
+        status.withLock { status in
+            if let status { return status }
+            var raw: Int32 = 0
+            while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
+            let exited = raw & 0x7f == 0
+            let result = exited ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+            status = result
+            return result
+        }
     }
 
     /// `wait()` on a thread of its own: for a child that talks to the in-process dev server.
