@@ -60,7 +60,10 @@ import Testing
             return await group.reduce(into: []) { $0.append($1) }
         }
         #expect(results.count == 8)
-        for result in results { #expect(try result.get() == Self.allMigrations) }
+        for result in results {
+            let applied = try result.get()
+            #expect(applied == Self.allMigrations)
+        }
     }
 
     @Test func aDatabaseFromANewerVersionIsRefused() throws {

@@ -59,7 +59,9 @@ public final class CheckpointStore: Sendable {
     /// The names of the migrations applied to this database, in the order they were applied.
     public func appliedMigrations() throws(CheckpointError) -> [String] {
         try read("reading migrations") { connection in
-            try connection.query("SELECT name FROM schema_migrations ORDER BY applied_at, rowid").compactMap { $0.string(0) }
+            // In the order they were applied. Not by `applied_at`: that is the opener's clock when it
+            // started, and of two processes opening at once the later-started one may apply first.
+            try connection.query("SELECT name FROM schema_migrations ORDER BY rowid").compactMap { $0.string(0) }
         }
     }
 
