@@ -147,8 +147,38 @@ public final class CheckpointStore: Sendable {
     /// must look. A step with no intent throws ``CheckpointError/Code/noIntent`` (a bug in the caller).
     @discardableResult
     public func recordResult(sessionID: String, stepKey: String, serverID: Int64, now: Date = Date()) throws(CheckpointError) -> CompletedStep {
-        try write("recording the result of step \(stepKey)") { connection in
-            try Self.recordResult(connection, sessionID: sessionID, stepKey: stepKey, serverID: serverID, now: now)
+        try recordResults([StepResult(sessionID: sessionID, stepKey: stepKey, serverID: serverID)], now: now)[0].get()
+    }
+
+    /// A step's server id, for ``recordResults(_:now:)``.
+    public struct StepResult: Sendable, Equatable {
+        public var sessionID: String
+        public var stepKey: String
+        public var serverID: Int64
+        public init(sessionID: String, stepKey: String, serverID: Int64) {
+            self.sessionID = sessionID
+            self.stepKey = stepKey
+            self.serverID = serverID
+        }
+    }
+
+    /// Records several steps' results, of any sessions, in ONE transaction: the run's group commit
+    /// (``GroupCommit``) lets the results of all the bundles in flight share a commit.
+    ///
+    /// Each is recorded as by ``recordResult(sessionID:stepKey:serverID:now:)``, and each gets its own
+    /// outcome: one that cannot be recorded (``CheckpointError/Code/conflictingResult``,
+    /// ``CheckpointError/Code/noIntent``) changes nothing and does not stop the others. A failure of the
+    /// database itself throws, and then none is recorded.
+    public func recordResults(_ results: [StepResult], now: Date = Date()) throws(CheckpointError) -> [Result<CompletedStep, CheckpointError>] {
+        try write("recording the result of step \(results.map { "\($0.stepKey) of session \($0.sessionID)" }.joined(separator: ", "))") { connection in
+            try results.map { result in
+                do {
+                    return .success(try Self.recordResult(connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID, now: now))
+                } catch let refused as CheckpointError {
+                    // Refused before it wrote anything (the checks come first): the others go on.
+                    return .failure(refused)
+                }
+            }
         }
     }
 

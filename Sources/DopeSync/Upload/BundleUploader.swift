@@ -37,6 +37,8 @@ struct BundleUploader: Sendable {
     static let intentsAhead = 32
 
     let store: CheckpointStore
+    /// Where step results go: they commit with those of the other bundles in flight.
+    let results: GroupCommit
     let client: APIClient
     let retry: RetryPolicy
     let limits: BundleLimits
@@ -96,13 +98,14 @@ struct BundleUploader: Sendable {
         }
 
         var intentsRecorded: Set<String> = []
-        // The last step's result, committing while the next step is sent (its intent is already
-        // committed). Settled before the next result commits, and before the bundle goes anywhere.
-        var pendingResult: Task<CheckpointError?, Never>? = nil
+        // The last step's result, handed to the group commit: it commits while the next step is sent
+        // (whose intent is already committed). Settled before the next result is handed in, and
+        // before the bundle goes anywhere.
+        var pendingResult: GroupCommit.Ticket? = nil
         func settlePendingResult() async -> Bool {
             guard let pending = pendingResult else { return true }
             pendingResult = nil
-            guard let error = await pending.value else { return true }
+            guard let error = await results.settle(pending) else { return true }
             // The server has it; the deterministic key makes sending it again harmless.
             logger.error("checkpoint database error", metadata: ["error": "\(error)"])
             return false
@@ -147,18 +150,7 @@ struct BundleUploader: Sendable {
             case .created(let id, let replayed):
                 counters.stepAnswered()
                 serverIDs[step.key] = id
-                // The result commits on its own (one commit a step) while the next step is sent.
-                // Low priority: handling the other bundles' responses goes first on the pool's few
-                // threads; awaiting it in settlePendingResult raises it when it is needed.
-                let (store, stepKey) = (self.store, step.key)
-                pendingResult = Task(priority: .low) {
-                    do throws(CheckpointError) {
-                        try store.recordResult(sessionID: sessionID, stepKey: stepKey, serverID: id)
-                        return nil
-                    } catch {
-                        return error
-                    }
-                }
+                pendingResult = results.submit(CheckpointStore.StepResult(sessionID: sessionID, stepKey: step.key, serverID: id))
                 logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
             case .rejected(let status, _, let message):
                 counters.stepAnswered()

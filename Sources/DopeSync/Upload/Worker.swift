@@ -130,7 +130,8 @@ public struct Worker: Sendable {
         let maxBundles = options.maxBundles ?? Int.max
 
         let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
-            let uploader = BundleUploader(store: store, client: client, retry: options.retry, limits: options.limits, counters: counters, logger: logger)
+            let results = GroupCommit(store: store, batchSize: options.concurrency)
+            let uploader = BundleUploader(store: store, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters, logger: logger)
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }

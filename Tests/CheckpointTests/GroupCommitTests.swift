@@ -1,0 +1,132 @@
+@testable import DopeSync
+import Foundation
+import Testing
+
+/// When step results commit, and who hears of it: the rules on their own (no database, no
+/// threads; a waiter is a number), then the same over a real checkpoint database.
+@Suite struct GroupCommitTests {
+    typealias State = GroupCommitState<Int>
+
+    static func result(_ session: String, _ step: String = "session", id: Int64 = 1) -> CheckpointStore.StepResult {
+        CheckpointStore.StepResult(sessionID: session, stepKey: step, serverID: id)
+    }
+
+    @Test("a full batch (one result from each bundle in flight) commits in the background, before anybody waits")
+    func fullBatchCommitsInTheBackground() {
+        var state = State(batchSize: 3)
+        let (a, none1) = state.submit(Self.result("A"))
+        let (b, none2) = state.submit(Self.result("B"))
+        #expect(none1 == nil && none2 == nil, "results wait for the others")
+        let (c, batch) = state.submit(Self.result("C"))
+        #expect(batch?.tickets == [a, b, c])
+        #expect(batch?.results.map(\.sessionID) == ["A", "B", "C"])
+        #expect(state.isCommitting && state.waitingCount == 0)
+
+        // B's bundle needs its result while the batch commits: it waits for the commit under way.
+        guard case .wait = state.settle(b, waiter: 20) else { Issue.record("B should wait for the commit under way"); return }
+        let (resume, next) = state.committed(batch!, outcomes: [nil, nil, nil])
+        #expect(resume.map(\.0) == [20], "only B was waiting")
+        #expect(next == nil, "nothing else is due")
+        // A and C settle later and learn at once that theirs are committed.
+        guard case .resume(nil) = state.settle(a, waiter: 10), case .resume(nil) = state.settle(c, waiter: 30) else {
+            Issue.record("A and C are committed"); return
+        }
+    }
+
+    @Test("a bundle that needs a result still waiting commits everything waiting at once, on its own time")
+    func settlingCommitsWhatWaits() {
+        var state = State(batchSize: 4)
+        let (a, _) = state.submit(Self.result("A"))
+        let (b, _) = state.submit(Self.result("B"))
+        guard case .commit(let batch) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        #expect(batch.tickets == [a, b], "B's result rides along")
+        let (resume, next) = state.committed(batch, outcomes: [nil, nil])
+        #expect(resume.map(\.0) == [10])
+        #expect(next == nil)
+        guard case .resume(nil) = state.settle(b, waiter: 20) else { Issue.record("B rode along and is committed"); return }
+    }
+
+    @Test("results handed in during a commit go in the next batch, which starts when the commit ends if somebody needs it")
+    func nextBatchStartsWhenNeeded() {
+        var state = State(batchSize: 4)
+        let (a, _) = state.submit(Self.result("A"))
+        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        let (b, noBatch) = state.submit(Self.result("B"))
+        #expect(noBatch == nil)
+        guard case .wait = state.settle(b, waiter: 20) else { Issue.record("one commit at a time: B waits"); return }
+        let (resumeFirst, second) = state.committed(first, outcomes: [nil])
+        #expect(resumeFirst.map(\.0) == [10])
+        #expect(second?.tickets == [b], "B is waiting, so its batch starts at once")
+        let (resumeSecond, third) = state.committed(second!, outcomes: [nil])
+        #expect(resumeSecond.map(\.0) == [20])
+        #expect(third == nil)
+    }
+
+    @Test("results handed in during a commit that nobody needs yet wait for a full batch")
+    func unneededResultsWait() {
+        var state = State(batchSize: 3)
+        let (a, _) = state.submit(Self.result("A"))
+        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        _ = state.submit(Self.result("B"))
+        let (_, next) = state.committed(first, outcomes: [nil])
+        #expect(next == nil)
+        #expect(state.waitingCount == 1 && !state.isCommitting)
+    }
+
+    @Test("each waiter hears its own result's outcome: one refused result does not fail the others")
+    func outcomesGoToTheirOwnWaiters() {
+        var state = State(batchSize: 2)
+        let (a, _) = state.submit(Self.result("A"))
+        let (b, batch) = state.submit(Self.result("B"))
+        _ = state.settle(a, waiter: 10)
+        _ = state.settle(b, waiter: 20)
+        let conflict = CheckpointError(code: .conflictingResult, message: "B was done with another id")
+        let (resume, _) = state.committed(batch!, outcomes: [nil, conflict])
+        #expect(resume.count == 2)
+        #expect(resume.first { $0.0 == 10 }?.1 == nil)
+        #expect(resume.first { $0.0 == 20 }?.1?.code == .conflictingResult)
+    }
+
+    // MARK: Over a real database
+
+    @Test("four bundles handing in and settling results concurrently: every result is recorded, a refused one is reported to its own bundle")
+    func concurrentBundlesOverARealDatabase() async throws {
+        let folder = try TemporaryFolder("group-commit")
+        let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
+        let sessions = (0..<4).map { "S\($0)" }
+        let steps = (0..<25).map { "dope:\($0)" }
+        for session in sessions {
+            try store.recordIntents(sessionID: session, steps.map {
+                CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d", bundleName: "\(session).tar.gz")
+            })
+        }
+        // S3's last step is already done with another server id: recording it again is a conflict.
+        try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
+
+        let commits = GroupCommit(store: store, batchSize: sessions.count)
+        let errors = await withTaskGroup(of: [String].self) { group in
+            for session in sessions {
+                group.addTask {
+                    // Like an uploader: settle the previous result before handing in the next.
+                    var errors: [String] = []
+                    var previous: GroupCommit.Ticket?
+                    for (index, step) in steps.enumerated() {
+                        if let previous, let error = await commits.settle(previous) { errors.append("\(session): \(error.code)") }
+                        previous = commits.submit(CheckpointStore.StepResult(sessionID: session, stepKey: step, serverID: Int64(index + 1)))
+                    }
+                    if let previous, let error = await commits.settle(previous) { errors.append("\(session): \(error.code)") }
+                    return errors
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(errors == ["S3: conflicting_result"])
+        for session in sessions {
+            let done = try store.completedSteps(sessionID: session)
+            #expect(done.count == steps.count, "\(session)")
+            #expect(done["dope:0"]?.serverID == 1)
+        }
+        #expect(try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999, "the conflicting result changed nothing")
+        #expect(try store.completedSteps(sessionID: "S2")["dope:24"]?.serverID == 25)
+    }
+}
