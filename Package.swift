@@ -58,6 +58,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
@@ -81,6 +82,8 @@ let package = Package(
             name: "dopesync",
             dependencies: [
                 "DopeSync",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -101,6 +104,8 @@ let package = Package(
             name: "dopesync-bench",
             dependencies: [
                 "DopeSync",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 "DopeSyncDevServer",
                 "DopeSyncTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

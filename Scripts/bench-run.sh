@@ -2,15 +2,16 @@
 # Benchmark: `dopesync run` over realistic bundles (about 50 requests each, a few images) with
 # checkpoints on, next to (a) the dev server's raw capacity for the same request mix and
 # concurrency, measured in the same run, and (b) a plain tar/jq/curl script on a subset.
-# Also the memory check: one bundle of 200 images of 5 MB, peak RSS of the run. PAIRS (default 3)
-# raw/run pairs give the median ratio and the worker's CPU seconds per 1000 requests.
+# Also the memory check: one bundle of 200 images of 5 MB, peak RSS of the run. PAIRS (default 5)
+# raw/run pairs give the median ratio, and the CPU seconds per 1000 requests of the worker and of
+# the raw client (same HTTP client and executor): steadier than wall-clock ratios on a shared machine.
 set -euo pipefail
 BIN=${BIN:-.build/release}
 WORK=${BENCH_DIR:-bench-results}/run
 BUNDLES=${BUNDLES:-300}
 SUBSET=${SUBSET:-10}
 CONCURRENCY=${CONCURRENCY:-4}
-PAIRS=${PAIRS:-3}
+PAIRS=${PAIRS:-5}
 rm -rf "$WORK"; mkdir -p "$WORK"
 
 start_server() {  # start_server NAME → sets URL; the server logs to $WORK/NAME.log
@@ -58,16 +59,17 @@ rows = []
 for pair in range(1, pairs + 1):
     raw = open(f"{work}/raw-{pair}.txt").read()
     raw_bps = float(re.search(r"([\d.]+) bundles/s", raw).group(1)); raw_rps = float(re.search(r"([\d.]+) requests/s", raw).group(1))
+    raw_cpu = float(re.search(r"client CPU ([\d.]+) s", raw).group(1))
     run = open(f"{work}/run-{pair}.txt").read()
     requests = int(re.search(r"(\d+) requests", run).group(1)); seconds = float(re.search(r"; ([\d.]+) s", run).group(1))
     done = int(re.search(r"(\d+) done", run).group(1))
     cpu = sum(map(float, re.search(r"CPU ([\d.]+) user \+ ([\d.]+) sys", open(f"{work}/run-{pair}.time").read()).groups()))
-    rows.append((done / seconds, requests / seconds, raw_bps, raw_rps, (requests / seconds) / raw_rps, cpu / requests * 1000))
+    rows.append((done / seconds, requests / seconds, raw_bps, raw_rps, (requests / seconds) / raw_rps, cpu / requests * 1000, raw_cpu))
     print(f"pair {pair}: run {rows[-1][0]:.1f} bundles/s, {rows[-1][1]:.0f} requests/s; raw {raw_bps:.1f} bundles/s, {raw_rps:.0f} requests/s; "
-          f"ratio {rows[-1][4]:.2f}; worker CPU {rows[-1][5]:.2f} s per 1000 requests")
+          f"ratio {rows[-1][4]:.2f}; CPU per 1000 requests: worker {rows[-1][5]:.2f} s, raw client {rows[-1][6]:.2f} s")
 med = lambda i: statistics.median(r[i] for r in rows)
 naive = float(open(f"{work}/naive.time").read().split()[0])
-print(f"dopesync run (median of {pairs}): {med(0):.1f} bundles/s, {med(1):.0f} requests/s; worker CPU {med(5):.2f} s per 1000 requests")
+print(f"dopesync run (median of {pairs}): {med(0):.1f} bundles/s, {med(1):.0f} requests/s; CPU {med(5):.2f} s per 1000 requests (raw client {med(6):.2f} s)")
 print(f"raw capacity (same mix, concurrency, no worker; median): {med(2):.1f} bundles/s, {med(3):.0f} requests/s")
 print(f"ratio run/raw: median {med(4):.2f} of {', '.join(f'{r[4]:.2f}' for r in rows)} (target >= 0.8)")
 print(f"naive script: {subset / naive:.2f} bundles/s; ratio run/script: {med(0) / (subset / naive):.0f}x (target >= 30x)")

@@ -1,5 +1,7 @@
 import ArgumentParser
 import DopeSync
+import NIOCore
+import NIOPosix
 
 @main
 struct BenchCommand: AsyncParsableCommand {
@@ -8,4 +10,9 @@ struct BenchCommand: AsyncParsableCommand {
         abstract: "Benchmarks for dopesync (run by `make bench`).",
         subcommands: [DevServerLoad.self, MakeBundles.self, RawCapacity.self]
     )
+
+    static func main() async {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        await main(nil)
+    }
 }

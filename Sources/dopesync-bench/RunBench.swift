@@ -66,6 +66,7 @@ struct RawCapacity: AsyncParsableCommand {
         }
         let queue = WorkQueue(work)
         let started = ContinuousClock.now
+        let cpuBefore = processCPUSeconds()
         let requests = try await APIClient.with(baseURL: api, token: token, connections: concurrency) { client in
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<concurrency {
@@ -87,9 +88,19 @@ struct RawCapacity: AsyncParsableCommand {
             }
         }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
-        print(String(format: "raw capacity: %d bundles, %d requests in %.2f s: %.1f bundles/s, %.0f requests/s",
-            work.count, requests, seconds, Double(work.count) / seconds, Double(requests) / seconds))
+        let cpu = processCPUSeconds() - cpuBefore
+        print(String(format: "raw capacity: %d bundles, %d requests in %.2f s: %.1f bundles/s, %.0f requests/s; client CPU %.2f s per 1000 requests",
+            work.count, requests, seconds, Double(work.count) / seconds, Double(requests) / seconds, cpu / Double(requests) * 1000))
     }
+}
+
+/// User plus system CPU time of this process so far: what the load generator itself costs
+/// while it sends, next to the worker's CPU time for the same requests.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 final class WorkQueue: @unchecked Sendable {

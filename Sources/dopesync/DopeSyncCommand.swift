@@ -1,6 +1,8 @@
 import ArgumentParser
 import DopeSync
 import Foundation
+import NIOCore
+import NIOPosix
 
 @main
 struct DopeSyncCommand: AsyncParsableCommand {
@@ -10,6 +12,11 @@ struct DopeSyncCommand: AsyncParsableCommand {
         version: DopeSyncInfo.version,
         subcommands: [Run.self, Status.self, Inspect.self, Requeue.self, Pack.self, Prune.self]
     )
+
+    static func main() async {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        await main(nil)
+    }
 }
 
 /// Prints what a library command said and ends the process with its status.

@@ -27,6 +27,18 @@ import Testing
         await runWorker(spool, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
     }
 
+    /// The server's tree of the session with this client id (exactly one must exist).
+    static func sessionTree(_ server: RunningDevServer, clientID: String) async throws -> [String: Any] {
+        let items = (try await server.getJSON("/api/sessions?clientId=\(clientID)") as! [String: Any])["items"] as! [[String: Any]]
+        #expect(items.count == 1, "sessions with client id \(clientID)")
+        return try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
+    }
+
+    /// (file name, SHA-256) of every image of a session tree.
+    static func images(of tree: [String: Any]) -> [(String, String)] {
+        (tree["groups"] as! [[String: Any]]).flatMap { ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) } }
+    }
+
     static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: spool.path(folder)).filter { !$0.hasPrefix(".") }.sorted()
     }
@@ -52,9 +64,7 @@ import Testing
 
                 let log = try await server.requestLog()
                 for sample in samples {
-                    let items = (try await server.getJSON("/api/sessions?clientId=\(sample.sessionID)") as! [String: Any])["items"] as! [[String: Any]]
-                    #expect(items.count == 1)
-                    let tree = try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
+                    let tree = try await Self.sessionTree(server, clientID: sample.sessionID)
                     let dope = (tree["dope"] as! [[String: Any]]).map { $0["clientId"] as! String }
                     #expect(dope == (sample.json["dopeEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
                     let chrono = tree["chrono"] as! [[String: Any]]
@@ -64,7 +74,7 @@ import Testing
                     #expect(readings == sampleReadings)
                     let groups = tree["groups"] as! [[String: Any]]
                     #expect(groups.map { $0["clientId"] as! String } == (sample.json["groupEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
-                    let images = groups.flatMap { ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) } }
+                    let images = Self.images(of: tree)
                     #expect(images.count == sample.images.count)
                     for (name, sha) in images { #expect(sha256Hex(sample.images[name]!) == sha) }
 
@@ -74,6 +84,29 @@ import Testing
                     let arrived = log.compactMap { $0.key }.filter { Set(plan).contains($0) }
                     #expect(arrived == plan)
                 }
+            }
+        }
+    }
+
+    @Test("a bundle too big to validate on an event loop is validated on the blocking-work pool and syncs with every image intact")
+    func bigBundleSyncs() async throws {
+        try await withTemporaryDirectory { directory in
+            var shape = SampleSession.Shape()
+            shape.groups = 2
+            shape.imagesPerGroup = 2
+            shape.imageBytes = 1_200_000
+            let sample = SampleSession(seed: 77, shape: shape)
+            let spool = try Self.spool(in: directory, samples: [sample])
+            let name = "\(sample.sessionID).tar.gz"
+            let size = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.size] as! Int64
+            #expect(size >= BundleUploader.inspectedOffTheLoopFrom, "the bundle must be big enough to take the pool's path")
+            try await withDevServer { server in
+                let (summary, status) = await Self.run(spool, server)
+                #expect(status == .success && summary.done == 1)
+                #expect(try Self.names(spool, .done) == [name])
+                let images = Self.images(of: try await Self.sessionTree(server, clientID: sample.sessionID))
+                #expect(images.count == sample.images.count)
+                for (file, sha) in images { #expect(sha256Hex(sample.images[file]!) == sha, "\(file)") }
             }
         }
     }
