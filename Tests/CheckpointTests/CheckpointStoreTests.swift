@@ -224,6 +224,19 @@ import Testing
         #expect(try store.claims().isEmpty)
     }
 
+    @Test func aClaimRecordsTheSessionAndStepCountOfThePlanInOneGo() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        try store.recordClaim(name: "b", sessionID: "S", owner: owner, totalSteps: 12, now: now)
+        let state = try #require(try store.bundleState(name: "b"))
+        #expect(state.sessionID == "S" && state.stepsTotal == 12)
+        // Taken back by a later run before it planned: what is known is kept.
+        _ = try store.recordReturned(name: "b", now: now)
+        try store.recordClaim(name: "b", owner: owner, now: now.addingTimeInterval(5))
+        let again = try #require(try store.bundleState(name: "b"))
+        #expect(again.sessionID == "S" && again.stepsTotal == 12)
+    }
+
     @Test func aNewBundleReusingADoneBundlesNameStartsFresh() throws {
         let store = try open()
         let owner = ClaimOwner(host: "h", pid: 1, runID: "r")

@@ -251,32 +251,24 @@ public final class CheckpointStore: Sendable {
 
     // MARK: - Bundles and claims
 
-    /// Records that `owner` claimed the bundle `name` (moved it into `processing/`).
+    /// Records that `owner` claimed the bundle `name` (moved it into `processing/`), with its session
+    /// id and number of steps once the bundle is validated and planned (for progress).
     ///
     /// A bundle seen for the first time gets `first_seen = now`. A row left by a bundle that finished
     /// (`done`) under the same name belongs to another file: it is replaced by a fresh row.
-    public func recordClaim(name: String, sessionID: String? = nil, owner: ClaimOwner, now: Date = Date()) throws(CheckpointError) {
+    public func recordClaim(name: String, sessionID: String? = nil, owner: ClaimOwner, totalSteps: Int? = nil, now: Date = Date()) throws(CheckpointError) {
         try write("recording the claim of \(name)") { connection in
             let t = now.timeIntervalSince1970
             try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
             try connection.query("""
-                INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at) VALUES (?, ?, ?, 'claimed', ?)
+                INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
                 ON CONFLICT (name) DO UPDATE SET
-                    session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at
-                """, [name, sessionID, t, t])
+                    session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
+                    steps_total = COALESCE(excluded.steps_total, steps_total)
+                """, [name, sessionID, t, t, totalSteps])
             try connection.query(
                 "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
                 [name, owner.runID, owner.host, Int(owner.pid), t])
-        }
-    }
-
-    /// Records the bundle's session id and its number of steps once the plan is made (for progress).
-    public func recordPlan(name: String, sessionID: String, totalSteps: Int, now: Date = Date()) throws(CheckpointError) {
-        try write("recording the plan of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now)
-            try connection.query(
-                "UPDATE bundles SET session_id = ?, steps_total = ?, updated_at = ? WHERE name = ?",
-                [sessionID, totalSteps, now.timeIntervalSince1970, name])
         }
     }
 

@@ -64,8 +64,7 @@ struct BundleUploader: Sendable {
         logger[metadataKey: "session.id"] = "\(sessionID)"
         let plan = UploadPlan(session: bundle.session, images: bundle.images)
         do {
-            try store.recordClaim(name: claimed.name, sessionID: sessionID, owner: .current(runID: counters.runID), now: now)
-            try store.recordPlan(name: claimed.name, sessionID: sessionID, totalSteps: plan.steps.count, now: now)
+            try store.recordClaim(name: claimed.name, sessionID: sessionID, owner: .current(runID: counters.runID), totalSteps: plan.steps.count, now: now)
         } catch {
             logger.error("checkpoint database error", metadata: ["error": "\(error)"])
             return giveBack(claimed, logger: logger)
