@@ -11,13 +11,21 @@ import Testing
         CheckpointStore.StepResult(sessionID: session, stepKey: step, serverID: id)
     }
 
+    /// The batch a submit asks to commit, if any.
+    static func batch(_ action: State.SubmitAction) -> State.Batch? {
+        if case .commit(let batch) = action { return batch }
+        return nil
+    }
+
     @Test("a full batch (one result from each bundle in flight) commits in the background, before anybody waits")
     func fullBatchCommitsInTheBackground() {
         var state = State(batchSize: 3)
-        let (a, none1) = state.submit(Self.result("A"))
-        let (b, none2) = state.submit(Self.result("B"))
-        #expect(none1 == nil && none2 == nil, "results wait for the others")
-        let (c, batch) = state.submit(Self.result("C"))
+        let (a, first) = state.submit(Self.result("A"))
+        let (b, second) = state.submit(Self.result("B"))
+        #expect(first == .startTimer, "the first result to wait starts the timer that bounds its wait")
+        #expect(second == .none, "results wait for the others; one timer is enough")
+        let (c, action) = state.submit(Self.result("C"))
+        let batch = Self.batch(action)
         #expect(batch?.tickets == [a, b, c])
         #expect(batch?.results.map(\.sessionID) == ["A", "B", "C"])
         #expect(state.isCommitting && state.waitingCount == 0)
@@ -52,7 +60,7 @@ import Testing
         let (a, _) = state.submit(Self.result("A"))
         guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
         let (b, noBatch) = state.submit(Self.result("B"))
-        #expect(noBatch == nil)
+        #expect(Self.batch(noBatch) == nil)
         guard case .wait = state.settle(b, waiter: 20) else { Issue.record("one commit at a time: B waits"); return }
         let (resumeFirst, second) = state.committed(first, outcomes: [nil])
         #expect(resumeFirst.map(\.0) == [10])
@@ -77,19 +85,58 @@ import Testing
     func outcomesGoToTheirOwnWaiters() {
         var state = State(batchSize: 2)
         let (a, _) = state.submit(Self.result("A"))
-        let (b, batch) = state.submit(Self.result("B"))
+        let (b, action) = state.submit(Self.result("B"))
         _ = state.settle(a, waiter: 10)
         _ = state.settle(b, waiter: 20)
         let conflict = CheckpointError(code: .conflictingResult, message: "B was done with another id")
-        let (resume, _) = state.committed(batch!, outcomes: [nil, conflict])
+        let (resume, _) = state.committed(Self.batch(action)!, outcomes: [nil, conflict])
         #expect(resume.count == 2)
         #expect(resume.first { $0.0 == 10 }?.1 == nil)
         #expect(resume.first { $0.0 == 20 }?.1?.code == .conflictingResult)
     }
 
+    @Test("a result nobody needs yet commits when the maximum delay is up, even if the batch never fills")
+    func timerBoundsTheWait() {
+        var state = State(batchSize: 4)
+        let (a, action) = state.submit(Self.result("A"))
+        #expect(action == .startTimer)
+        let (b, _) = state.submit(Self.result("B"))
+        let batch = state.timerFired()
+        #expect(batch?.tickets == [a, b], "everything waiting commits, not only the result that started the timer")
+        let (_, next) = state.committed(batch!, outcomes: [nil, nil])
+        #expect(next == nil)
+        let (_, again) = state.submit(Self.result("C"))
+        #expect(again == .startTimer, "the next result to wait starts a new timer")
+    }
+
+    @Test("the timer firing during a commit makes the next batch start as soon as that commit ends")
+    func timerDuringACommit() {
+        var state = State(batchSize: 2)
+        _ = state.submit(Self.result("A"))
+        let (_, full) = state.submit(Self.result("B"))
+        let first = Self.batch(full)!
+        let (c, _) = state.submit(Self.result("C"))
+        #expect(state.timerFired() == nil, "one commit at a time")
+        let (_, next) = state.committed(first, outcomes: [nil, nil])
+        #expect(next?.tickets == [c], "C has waited its maximum: it does not wait for a full batch")
+    }
+
+    @Test("a batch that fills during a commit starts as soon as that commit ends")
+    func batchFilledDuringACommit() {
+        var state = State(batchSize: 2)
+        let (a, _) = state.submit(Self.result("A"))
+        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        let (b, _) = state.submit(Self.result("B"))
+        let (c, filled) = state.submit(Self.result("C"))
+        #expect(Self.batch(filled) == nil, "one commit at a time")
+        let (_, next) = state.committed(first, outcomes: [nil])
+        #expect(next?.tickets == [b, c])
+    }
+
     // MARK: Over a real database
 
-    @Test("four bundles handing in and settling results concurrently: every result is recorded, a refused one is reported to its own bundle")
+    @Test("four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
+          .timeLimit(.minutes(1)))
     func concurrentBundlesOverARealDatabase() async throws {
         let folder = try TemporaryFolder("group-commit")
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
@@ -128,5 +175,45 @@ import Testing
         }
         #expect(try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999, "the conflicting result changed nothing")
         #expect(try store.completedSteps(sessionID: "S2")["dope:24"]?.serverID == 25)
+        #expect(commits.committed.results == sessions.count * steps.count, "every result went through a transaction (the refused one changed nothing in it)")
+    }
+
+    @Test("one result from each of four bundles a round: one transaction a round, not one a result", .timeLimit(.minutes(1)))
+    func roundsShareATransaction() async throws {
+        let folder = try TemporaryFolder("group-commit-rounds")
+        let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
+        let sessions = (0..<4).map { "S\($0)" }
+        let steps = (0..<25).map { "dope:\($0)" }
+        for session in sessions {
+            try store.recordIntents(sessionID: session, steps.map {
+                CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d", bundleName: "\(session).tar.gz")
+            })
+        }
+        // The timer never decides here: only full batches and settles do.
+        let commits = GroupCommit(store: store, batchSize: sessions.count, maximumDelay: .seconds(3600))
+        var previous: [GroupCommit.Ticket] = []
+        for (index, step) in steps.enumerated() {
+            // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
+            for ticket in previous { #expect(await commits.settle(ticket) == nil) }
+            previous = sessions.map { commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1))) }
+        }
+        for ticket in previous { #expect(await commits.settle(ticket) == nil) }
+        #expect(commits.committed == (transactions: steps.count, results: sessions.count * steps.count))
+        for session in sessions { #expect(try store.completedSteps(sessionID: session).count == steps.count) }
+    }
+
+    @Test("a lone result that nobody settles is committed within the maximum delay", .timeLimit(.minutes(1)))
+    func loneResultCommitsWithinTheMaximumDelay() async throws {
+        let folder = try TemporaryFolder("group-commit-lone")
+        let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
+        try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "S.tar.gz")
+        let commits = GroupCommit(store: store, batchSize: 4, maximumDelay: .milliseconds(1))
+        let started = ContinuousClock.now
+        let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
+        // Nobody settles and the batch never fills: only the timer can commit it.
+        while try store.completedSteps(sessionID: "S").isEmpty { await Task.yield() }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(commits.committed.transactions == 1)
+        #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
     }
 }

@@ -30,7 +30,7 @@ import Testing
     /// The server's tree of the session with this client id (exactly one must exist).
     static func sessionTree(_ server: RunningDevServer, clientID: String) async throws -> [String: Any] {
         let items = (try await server.getJSON("/api/sessions?clientId=\(clientID)") as! [String: Any])["items"] as! [[String: Any]]
-        #expect(items.count == 1, "sessions with client id \(clientID)")
+        try #require(items.count == 1, "sessions with client id \(clientID)")
         return try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
     }
 
@@ -88,7 +88,7 @@ import Testing
         }
     }
 
-    @Test("a bundle too big to validate on an event loop is validated on the blocking-work pool and syncs with every image intact")
+    @Test("a bundle big enough to be validated on the blocking-work pool syncs with every image intact")
     func bigBundleSyncs() async throws {
         try await withTemporaryDirectory { directory in
             var shape = SampleSession.Shape()

@@ -10,10 +10,15 @@ import Synchronization
 /// (running while the next step is on the wire) had too. Results share a transaction:
 /// - once `batchSize` of them wait (the run's concurrency: one from each bundle in flight), they
 ///   commit in the background, before anybody needs them;
+/// - no result waits longer than the maximum delay for others to fill a batch: the first one to
+///   wait starts a timer (``SubmitAction/startTimer``), and when it fires (``timerFired()``)
+///   whatever waits commits. WORKER.md checkpoints a step "as soon as its response arrives"; this
+///   keeps that to milliseconds even when the batch cannot fill (one bundle left, the others
+///   claiming or moving, the next step a long upload or a retry's wait);
 /// - when a bundle settles a result still waiting and no commit is under way, everything waiting
 ///   commits at once, on that bundle's time;
 /// - one batch commits at a time; results handed in meanwhile go in the next, which starts as soon
-///   as the current one ends if it is full or somebody needs one of its results.
+///   as the current one ends if it is full, somebody needs one of its results, or the timer fired.
 ///
 /// `Waiter` is whatever resumes a settling bundle (a continuation; a number in tests).
 public struct GroupCommitState<Waiter> {
@@ -23,6 +28,15 @@ public struct GroupCommitState<Waiter> {
     public struct Batch: Sendable, Equatable {
         public let tickets: [Ticket]
         public let results: [CheckpointStore.StepResult]
+    }
+
+    /// What ``submit(_:)`` asks for besides the ticket.
+    public enum SubmitAction: Equatable {
+        case none
+        /// Commit this batch in the background (it is full).
+        case commit(Batch)
+        /// Call ``timerFired()`` after the maximum delay: this result is the first to wait.
+        case startTimer
     }
 
     /// What ``settle(_:waiter:)`` asks for.
@@ -39,6 +53,9 @@ public struct GroupCommitState<Waiter> {
     private var nextTicket = 0
     private var waiting: [(ticket: Ticket, result: CheckpointStore.StepResult)] = []
     private var committing: Set<Ticket>? = nil
+    private var timerPending = false
+    /// The timer fired during a commit: the next batch starts when it ends, full or not.
+    private var flushAfterCommit = false
     /// Outcomes of committed results whose bundle has not settled them yet (nil: committed).
     private var outcomes: [Ticket: CheckpointError?] = [:]
     /// Bundles waiting for a result that is not committed yet.
@@ -53,17 +70,31 @@ public struct GroupCommitState<Waiter> {
     /// Whether a batch is committing.
     public var isCommitting: Bool { committing != nil }
 
-    /// Hands in a result; returns its ticket, and a batch to commit in the background when this
-    /// result filled one and no commit is under way.
-    public mutating func submit(_ result: CheckpointStore.StepResult) -> (Ticket, Batch?) {
+    /// Hands in a result; returns its ticket, and what to do: commit a batch this result filled, or
+    /// start the timer that bounds how long it may wait.
+    public mutating func submit(_ result: CheckpointStore.StepResult) -> (Ticket, SubmitAction) {
         let ticket = nextTicket
         nextTicket += 1
         waiting.append((ticket, result))
-        return (ticket, waiting.count >= batchSize ? startBatch() : nil)
+        if waiting.count >= batchSize, let batch = startBatch() { return (ticket, .commit(batch)) }
+        // One timer at a time: a pending one fires no later than this result's own would.
+        guard !timerPending else { return (ticket, .none) }
+        timerPending = true
+        return (ticket, .startTimer)
+    }
+
+    /// The maximum delay has passed since the timer started: whatever waits commits now, or, with a
+    /// commit under way, as soon as it ends.
+    public mutating func timerFired() -> Batch? {
+        timerPending = false
+        if let batch = startBatch() { return batch }
+        if !waiting.isEmpty { flushAfterCommit = true }
+        return nil
     }
 
     /// A bundle needs `ticket`'s result committed before it goes on. Settle each ticket once.
     public mutating func settle(_ ticket: Ticket, waiter: Waiter) -> SettleAction {
+        precondition(ticket < nextTicket && waiters[ticket] == nil, "settle each ticket handed out, once")
         if let outcome = outcomes.removeValue(forKey: ticket) { return .resume(outcome) }
         waiters[ticket] = waiter
         if waiting.contains(where: { $0.ticket == ticket }), let batch = startBatch() { return .commit(batch) }
@@ -74,6 +105,7 @@ public struct GroupCommitState<Waiter> {
     /// resume, and the next batch to commit at once when one is due.
     public mutating func committed(_ batch: Batch, outcomes batchOutcomes: [CheckpointError?]) -> (resume: [(Waiter, CheckpointError?)], next: Batch?) {
         precondition(batch.tickets.count == batchOutcomes.count, "one outcome per result")
+        precondition(committing == Set(batch.tickets), "the batch that was committing")
         committing = nil
         var resume: [(Waiter, CheckpointError?)] = []
         for (ticket, outcome) in zip(batch.tickets, batchOutcomes) {
@@ -83,7 +115,7 @@ public struct GroupCommitState<Waiter> {
                 outcomes[ticket] = outcome
             }
         }
-        let due = waiting.count >= batchSize || waiting.contains { waiters[$0.ticket] != nil }
+        let due = waiting.count >= batchSize || flushAfterCommit || waiting.contains { waiters[$0.ticket] != nil }
         return (resume, due ? startBatch() : nil)
     }
 
@@ -91,6 +123,7 @@ public struct GroupCommitState<Waiter> {
         guard committing == nil, !waiting.isEmpty else { return nil }
         let batch = Batch(tickets: waiting.map(\.ticket), results: waiting.map(\.result))
         committing = Set(batch.tickets)
+        flushAfterCommit = false
         waiting.removeAll(keepingCapacity: true)
         return batch
     }
@@ -101,27 +134,45 @@ public struct GroupCommitState<Waiter> {
 ///
 /// Why: a commit of its own for every step cost about a fifth of the worker's CPU (each takes and
 /// drops the cross-process write lock, SQLite's own file locks, and writes a few WAL pages), and
-/// that CPU was taken from the API server on a small machine. With one result from each bundle in
-/// flight sharing a transaction, a run of 4 bundles at once commits about a quarter as often.
+/// that CPU was taken from the API server on a small machine. With the results of the bundles in
+/// flight sharing transactions, a run of 4 bundles at once commits about a third as often.
 public final class GroupCommit: Sendable {
     public typealias Ticket = GroupCommitState<Void>.Ticket
     private typealias State = GroupCommitState<CheckedContinuation<CheckpointError?, Never>>
     private let store: CheckpointStore
+    private let maximumDelay: Duration
     private let state: Mutex<State>
+    private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
 
-    public init(store: CheckpointStore, batchSize: Int) {
+    /// - Parameters:
+    ///   - batchSize: results that commit together as soon as they wait (the run's concurrency).
+    ///   - maximumDelay: the longest a result waits for others before it commits anyway.
+    public init(store: CheckpointStore, batchSize: Int, maximumDelay: Duration = .milliseconds(10)) {
         self.store = store
+        self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
     }
 
-    /// Hands in a step's result; it commits with others later. Settle the ticket before handing in
-    /// the bundle's next result and before moving the bundle.
+    /// Transactions committed so far, and the results they held.
+    public var committed: (transactions: Int, results: Int) { tally.withLock { $0 } }
+
+    /// Hands in a step's result; it commits with others, within the maximum delay. Settle the ticket
+    /// before handing in the bundle's next result and before moving the bundle.
     public func submit(_ result: CheckpointStore.StepResult) -> Ticket {
-        let (ticket, batch) = state.withLock { $0.submit(result) }
-        if let batch {
+        let (ticket, action) = state.withLock { $0.submit(result) }
+        switch action {
+        case .none:
+            break
+        case .commit(let batch):
             // In the background: the bundle that filled the batch goes on sending its next step.
-            // Low priority: answers from the API waiting to be handled go first.
+            // Low priority (on Swift's cooperative pool): answers waiting to be handled go first.
             Task(priority: .low) { self.commit(batch) }
+        case .startTimer:
+            let delay = maximumDelay
+            Task(priority: .low) {
+                try? await Task.sleep(for: delay)
+                if let batch = self.state.withLock({ $0.timerFired() }) { self.commit(batch) }
+            }
         }
         return ticket
     }
@@ -137,23 +188,22 @@ public final class GroupCommit: Sendable {
         }
     }
 
-    /// Commits `batch`, resumes its waiters, and goes on with the next batch while one is due.
+    /// Commits `batch` and resumes its waiters. A next batch that is due goes to a task of its own,
+    /// so whoever committed this one (a bundle settling its result) holds its thread for one commit.
     private func commit(_ batch: State.Batch) {
-        var batch = batch
-        while true {
-            let outcomes: [CheckpointError?]
-            do {
-                outcomes = try store.recordResults(batch.results).map { result in
-                    if case .failure(let error) = result { return error }
-                    return nil
-                }
-            } catch {
-                outcomes = Array(repeating: error, count: batch.results.count)
+        let outcomes: [CheckpointError?]
+        do {
+            outcomes = try store.recordResults(batch.results).map { result in
+                if case .failure(let error) = result { return error }
+                return nil
             }
-            let (resume, next) = state.withLock { $0.committed(batch, outcomes: outcomes) }
-            for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
-            guard let next else { return }
-            batch = next
+            tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
+        } catch {
+            // The database itself failed: every bundle of the batch hears it and gives its bundle back.
+            outcomes = Array(repeating: error, count: batch.results.count)
         }
+        let (resume, next) = state.withLock { $0.committed(batch, outcomes: outcomes) }
+        for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
+        if let next { Task(priority: .low) { self.commit(next) } }
     }
 }

@@ -191,14 +191,18 @@ struct BundleUploader: Sendable {
         }
     }
 
-    /// Above this size a bundle is validated on NIO's blocking-work thread pool (``inspect(_:size:limits:)``).
-    static let inspectedOffTheLoopFrom: Int64 = 4 << 20
+    /// From this size on, a bundle is validated on NIO's blocking-work thread pool
+    /// (``inspect(_:size:limits:)``). Compressed size: what it unpacks to is only known by reading
+    /// it, but ``BundleLimits`` caps the ratio at 100:1, so below this a bundle unpacks to at most
+    /// about 100 MiB (a tenth of a second to read and hash), and a realistic one (photos, which do
+    /// not compress) to about its own size, well under 10 ms.
+    static let inspectedOffTheLoopFrom: Int64 = 1 << 20
 
     /// Reads the whole bundle through and validates it. A big one goes to NIO's blocking-work thread
     /// pool: it takes up to a second or two, and the threads running the uploads are NIO's event
     /// loops in `dopesync` (Swift's global executor there), which must keep the other bundles'
-    /// connections moving. A small one (a few milliseconds at most) is read where it is: the hop to
-    /// the pool and back cost the run about a tenth more CPU in all, in thread switches.
+    /// connections moving. A small one is read where it is: sending every bundle to the pool and
+    /// back cost the run about a tenth more CPU in all, in thread switches.
     static func inspect(_ path: String, size: Int64, limits: BundleLimits) async -> Result<ValidatedBundle, BundleValidationError> {
         let inspect = { @Sendable in Result { () throws(BundleValidationError) in try BundleInspector(limits: limits).inspect(path: path) } }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
