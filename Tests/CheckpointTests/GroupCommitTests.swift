@@ -135,18 +135,25 @@ import Testing
 
     // MARK: Over a real database
 
-    @Test("four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
-          .timeLimit(.minutes(1)))
-    func concurrentBundlesOverARealDatabase() async throws {
-        let folder = try TemporaryFolder("group-commit")
+    static let sessions = (0..<4).map { "S\($0)" }
+    static let steps = (0..<25).map { "dope:\($0)" }
+
+    /// A checkpoint database in `folder` where four sessions have the intents of 25 steps each.
+    static func storeWithIntents(in folder: TemporaryFolder) throws -> (CheckpointStore, sessions: [String], steps: [String]) {
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
-        let sessions = (0..<4).map { "S\($0)" }
-        let steps = (0..<25).map { "dope:\($0)" }
         for session in sessions {
             try store.recordIntents(sessionID: session, steps.map {
                 CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d", bundleName: "\(session).tar.gz")
             })
         }
+        return (store, sessions, steps)
+    }
+
+    @Test("four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
+          .timeLimit(.minutes(1)))
+    func concurrentBundlesOverARealDatabase() async throws {
+        let folder = try TemporaryFolder("group-commit")
+        let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // S3's last step is already done with another server id: recording it again is a conflict.
         try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
 
@@ -181,14 +188,7 @@ import Testing
     @Test("one result from each of four bundles a round: one transaction a round, not one a result", .timeLimit(.minutes(1)))
     func roundsShareATransaction() async throws {
         let folder = try TemporaryFolder("group-commit-rounds")
-        let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
-        let sessions = (0..<4).map { "S\($0)" }
-        let steps = (0..<25).map { "dope:\($0)" }
-        for session in sessions {
-            try store.recordIntents(sessionID: session, steps.map {
-                CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d", bundleName: "\(session).tar.gz")
-            })
-        }
+        let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // The timer never decides here: only full batches and settles do.
         let commits = GroupCommit(store: store, batchSize: sessions.count, maximumDelay: .seconds(3600))
         var previous: [GroupCommit.Ticket] = []
