@@ -293,7 +293,7 @@ public final class SQLiteDatabase: Sendable {
     private nonisolated(unsafe) let handle: OpaquePointer
     private nonisolated(unsafe) let statements: PreparedStatements?
     private let lock = Mutex<Void>(())
-    private let writeLockDescriptor: Int32?
+    private let writeLock: WriteLock?
 
     /// Opens (and creates, unless `readOnly`) the database at `path`.
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
@@ -309,14 +309,14 @@ public final class SQLiteDatabase: Sendable {
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
 
-        var lockDescriptor: Int32? = nil
+        var writeLock: WriteLock? = nil
         if let lockPath = options.writeLockPath {
             let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 sqlite3_close_v2(handle)
                 throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
             }
-            lockDescriptor = descriptor
+            writeLock = WriteLock(descriptor: descriptor, path: lockPath, timeoutMilliseconds: options.busyTimeoutMilliseconds)
         }
 
         // Set up the connection before `self` is complete, so a failure here closes it exactly once.
@@ -324,18 +324,18 @@ public final class SQLiteDatabase: Sendable {
             let connection = SQLiteConnection(handle: handle, statements: nil)
             try connection.execute("PRAGMA foreign_keys = ON")
             if !readOnly {
-                try Self.withWriteLock(lockDescriptor) { () throws(SQLiteError) in
-                    if options.walJournal { try connection.execute("PRAGMA journal_mode = WAL") }
-                    try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
-                }
+                try writeLock?.acquire()
+                defer { writeLock?.release() }
+                if options.walJournal { try connection.execute("PRAGMA journal_mode = WAL") }
+                try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
             }
         } catch {
             sqlite3_close_v2(handle)
-            if let lockDescriptor { close(lockDescriptor) }
+            if let writeLock { close(writeLock.descriptor) }
             throw error
         }
         self.handle = handle
-        self.writeLockDescriptor = lockDescriptor
+        self.writeLock = writeLock
         self.statements = options.reusesPreparedStatements ? PreparedStatements() : nil
     }
 
@@ -345,9 +345,22 @@ public final class SQLiteDatabase: Sendable {
 
     private func closeHandle() {
         lock.withLock { _ in statements?.finalizeAll() }
+        guard let writeLock else {
+            sqlite3_close_v2(handle)
+            return
+        }
         // Closing the last connection checkpoints the WAL: a write, so it takes the write lock.
-        Self.withWriteLock(writeLockDescriptor) { () -> Void in sqlite3_close_v2(handle) }
-        if let writeLockDescriptor { close(writeLockDescriptor) }
+        // If another process keeps it past the timeout, close without that checkpoint (the WAL
+        // stays for the next writer to fold in) rather than write unlocked or wait for good.
+        do {
+            try writeLock.acquire()
+            sqlite3_close_v2(handle)
+            writeLock.release()
+        } catch {
+            dopesync_sqlite3_no_checkpoint_on_close(handle)
+            sqlite3_close_v2(handle)
+        }
+        close(writeLock.descriptor)
     }
 
     /// Lends the connection to `body` for reads (no transaction is opened).
@@ -361,18 +374,18 @@ public final class SQLiteDatabase: Sendable {
     /// SQLITE_BUSY on its first write; it waits (busy timeout) instead.
     public func write<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try withConnection { connection in
-            try Self.withWriteLock(writeLockDescriptor) {
-                // Prepared statements rather than `execute`: they are reused when the database keeps them.
-                try connection.query("BEGIN IMMEDIATE")
-                do {
-                    let result = try body(connection)
-                    try connection.query("COMMIT")
-                    return result
-                } catch {
-                    // After some errors SQLite has already rolled back; a second rollback is harmless.
-                    try? connection.execute("ROLLBACK")
-                    throw error
-                }
+            try writeLock?.acquire()
+            defer { writeLock?.release() }
+            // Prepared statements rather than `execute`: they are reused when the database keeps them.
+            try connection.query("BEGIN IMMEDIATE")
+            do {
+                let result = try body(connection)
+                try connection.query("COMMIT")
+                return result
+            } catch {
+                // After some errors SQLite has already rolled back; a second rollback is harmless.
+                try? connection.execute("ROLLBACK")
+                throw error
             }
         }
     }
@@ -386,10 +399,34 @@ public final class SQLiteDatabase: Sendable {
         return try outcome!.get()
     }
 
-    private static func withWriteLock<T, E: Error>(_ descriptor: Int32?, _ body: () throws(E) -> T) throws(E) -> T {
-        guard let descriptor else { return try body() }
-        while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
-        defer { flock(descriptor, LOCK_UN) }
-        return try body()
+}
+
+/// The cross-process write lock (`SQLiteOptions.writeLockPath`), taken with `flock(2)` but waited
+/// for no longer than the busy timeout: a process stopped or hung while it holds the lock must not
+/// hold every other writer for good. Past the timeout a write fails with SQLITE_BUSY, as a
+/// statement waiting for SQLite's own locks does.
+struct WriteLock: Sendable {
+    let descriptor: Int32
+    let path: String
+    let timeoutMilliseconds: Int32
+
+    func acquire() throws(SQLiteError) {
+        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
+        let deadline = ContinuousClock.now + .milliseconds(Int(timeoutMilliseconds))
+        var pause: UInt32 = 100  // microseconds, doubling to 10 ms
+        while true {
+            let failure = errno
+            guard failure == EWOULDBLOCK || failure == EINTR else {
+                throw SQLiteError(code: .ioError, message: "cannot lock \(path): errno \(failure)")
+            }
+            guard ContinuousClock.now < deadline else {
+                throw SQLiteError(code: .busy, message: "another process held the write lock \(path) for more than \(timeoutMilliseconds) ms")
+            }
+            usleep(pause)
+            pause = min(pause * 2, 10_000)
+            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
+        }
     }
+
+    func release() { flock(descriptor, LOCK_UN) }
 }

@@ -161,6 +161,33 @@ import Testing
         }
     }
 
+    @Test("a checkpoint database held by a stuck process: the run stops after the busy timeout with exit 73, every bundle back in incoming/, nothing sent")
+    func checkpointDatabaseHeldElsewhere() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
+            _ = try CheckpointStore(spool: spool)  // migrated, as after earlier runs
+            // A process stopped while it holds the write lock (another open file description
+            // conflicts as another process would).
+            let holder = open(spool.databaseLockPath, O_RDWR)
+            #expect(flock(holder, LOCK_EX) == 0)
+            defer { close(holder) }
+            try await withDevServer { server async throws in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.checkpointBusyTimeout = .milliseconds(100)
+                let started = ContinuousClock.now
+                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                #expect(status == .cannotCreate)
+                #expect(summary.done == 0 && summary.failed == 0 && summary.requests == 0)
+                let took = ContinuousClock.now - started
+                #expect(took >= .milliseconds(100) && took < .seconds(30), "it waited out the busy timeout, then ended instead of waiting for good: \(took)")
+                #expect(try Self.names(spool, .incoming).count == 3)
+                #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty)
+                #expect(try await server.requestLog().isEmpty)
+            }
+        }
+    }
+
     @Test("no server: exit 75, bundles back in incoming/ with an attempt counted, none failed")
     func noServer() async throws {
         try await withTemporaryDirectory { directory in

@@ -52,8 +52,8 @@ public final class CheckpointStore: Sendable {
     }
 
     /// Opens the spool's database (`SPOOL/dopesync.sqlite`, lock `SPOOL/dopesync.sqlite.lock`).
-    public convenience init(spool: Spool, now: Date = Date()) throws(CheckpointError) {
-        try self.init(path: spool.databasePath, lockPath: spool.databaseLockPath, now: now)
+    public convenience init(spool: Spool, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date()) throws(CheckpointError) {
+        try self.init(path: spool.databasePath, lockPath: spool.databaseLockPath, busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now)
     }
 
     /// The names of the migrations applied to this database, in the order they were applied.

@@ -66,7 +66,7 @@ struct BundleUploader: Sendable {
         do {
             try store.recordClaim(name: claimed.name, sessionID: sessionID, owner: .current(runID: counters.runID), totalSteps: plan.steps.count, now: now)
         } catch {
-            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            checkpointFailed(error, logger: logger)
             return giveBack(claimed, logger: logger)
         }
 
@@ -76,7 +76,7 @@ struct BundleUploader: Sendable {
         do {
             completed = try store.completedSteps(sessionID: sessionID)
         } catch {
-            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            checkpointFailed(error, logger: logger)
             return giveBack(claimed, logger: logger)
         }
 
@@ -108,7 +108,7 @@ struct BundleUploader: Sendable {
             pendingResult = nil
             guard let error = await results.settle(pending) else { return true }
             // The server has it; the deterministic key makes sending it again harmless.
-            logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+            checkpointFailed(error, logger: logger)
             return false
         }
 
@@ -139,7 +139,7 @@ struct BundleUploader: Sendable {
                     try store.recordIntents(sessionID: sessionID, intents)
                     intentsRecorded.formUnion(intents.map(\.stepKey))
                 } catch {
-                    logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+                    checkpointFailed(error, logger: logger)
                     _ = await settlePendingResult()
                     return giveBack(claimed, logger: logger)
                 }
@@ -197,6 +197,16 @@ struct BundleUploader: Sendable {
     /// about 100 MiB (a tenth of a second to read and hash), and a realistic one (photos, which do
     /// not compress) to about its own size, well under 10 ms.
     static let inspectedOffTheLoopFrom: Int64 = 1 << 20
+
+    /// Logs a checkpoint error; one of the database itself (``CheckpointError/isDatabaseFailure``)
+    /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
+    private func checkpointFailed(_ error: CheckpointError, logger: Logger) {
+        logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+        if error.isDatabaseFailure, counters.checkpointsFailed() {
+            logger.critical("the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                            metadata: ["error": "\(error)"])
+        }
+    }
 
     /// Reads the whole bundle through and validates it. A big one goes to NIO's blocking-work thread
     /// pool: it takes up to a second or two, and the threads running the uploads are NIO's event

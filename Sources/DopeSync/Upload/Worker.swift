@@ -21,6 +21,8 @@ public struct RunOptions: Sendable {
     public var showProgress = false
     /// Where to write a Prometheus textfile after the run (``RunMetrics``), if anywhere.
     public var metricsFile: String?
+    /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
+    public var checkpointBusyTimeout: Duration = .seconds(10)
 
     public init(spoolRoot: String, apiURL: String, token: String) {
         self.spoolRoot = spoolRoot
@@ -42,6 +44,8 @@ final class RunCounters: Sendable {
     struct State {
         var summary = RunSummary()
         var credentialsRefused = false
+        /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
+        var checkpointsFailed = false
         var breaker: CircuitBreaker
     }
     let runID: String
@@ -54,7 +58,7 @@ final class RunCounters: Sendable {
         self.state = Mutex(State(breaker: CircuitBreaker(policy: breaker)))
     }
 
-    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.breaker.isOpen } }
+    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.checkpointsFailed || $0.breaker.isOpen } }
     var snapshot: State { state.withLock { $0 } }
 
     func request(bytes: Int64) {
@@ -73,6 +77,14 @@ final class RunCounters: Sendable {
     }
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
+
+    /// Returns true for the first report only (one log line for the run).
+    func checkpointsFailed() -> Bool {
+        state.withLock { state in
+            defer { state.checkpointsFailed = true }
+            return !state.checkpointsFailed
+        }
+    }
 
     func record(_ outcome: UploadOutcome) {
         state.withLock {
@@ -112,7 +124,7 @@ public struct Worker: Sendable {
         let store: CheckpointStore
         do {
             try spool.create()
-            store = try CheckpointStore(spool: spool)
+            store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: Int32(min(options.checkpointBusyTimeout / .milliseconds(1), Double(Int32.max))))
         } catch {
             logger.critical("the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
@@ -166,6 +178,7 @@ public struct Worker: Sendable {
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         let status: ExitStatus =
             state.credentialsRefused ? .permissionDenied
+            : state.checkpointsFailed ? .cannotCreate
             : state.breaker.isOpen ? .temporaryFailure
             : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
