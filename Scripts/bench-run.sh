@@ -61,7 +61,8 @@ for pair in range(1, pairs + 1):
     raw_bps = float(re.search(r"([\d.]+) bundles/s", raw).group(1)); raw_rps = float(re.search(r"([\d.]+) requests/s", raw).group(1))
     raw_cpu = float(re.search(r"client CPU ([\d.]+) s", raw).group(1))
     run = open(f"{work}/run-{pair}.txt").read()
-    requests = int(re.search(r"(\d+) requests", run).group(1)); seconds = float(re.search(r"; ([\d.]+) s", run).group(1))
+    # Wall time from /usr/bin/time (two decimals; the run's summary line has one).
+    requests = int(re.search(r"(\d+) requests", run).group(1)); seconds = float(open(f"{work}/run-{pair}.time").read().split()[0])
     done = int(re.search(r"(\d+) done", run).group(1))
     cpu = sum(map(float, re.search(r"CPU ([\d.]+) user \+ ([\d.]+) sys", open(f"{work}/run-{pair}.time").read()).groups()))
     rows.append((done / seconds, requests / seconds, raw_bps, raw_rps, (requests / seconds) / raw_rps, cpu / requests * 1000, raw_cpu))
