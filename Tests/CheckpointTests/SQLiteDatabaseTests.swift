@@ -37,7 +37,7 @@ import Testing
 
         // Another holder (a second open file description conflicts like another process would),
         // stopped while it holds the lock.
-        let holder = open(options.writeLockPath!, O_RDWR)
+        let holder = open(options.writeLockPath!, O_RDWR | O_CLOEXEC)
         #expect(flock(holder, LOCK_EX) == 0)
         let started = ContinuousClock.now
         let error = #expect(throws: SQLiteError.self) {

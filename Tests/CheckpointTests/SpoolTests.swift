@@ -77,7 +77,7 @@ import Glibc
     @Test(.enabled(if: ProcessInfo.processInfo.environment["DOPESYNC_BENCH"] != nil))
     func scanOf100000Files() throws {
         for index in 0..<100_000 {
-            let descriptor = open(spool.path(.incoming, "bundle-\(index).tar.gz"), O_WRONLY | O_CREAT, 0o644)
+            let descriptor = open(spool.path(.incoming, "bundle-\(index).tar.gz"), O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             close(descriptor)
         }
         let clock = ContinuousClock()

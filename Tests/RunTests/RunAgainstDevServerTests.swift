@@ -168,7 +168,7 @@ import Testing
             _ = try CheckpointStore(spool: spool)  // migrated, as after earlier runs
             // A process stopped while it holds the write lock (another open file description
             // conflicts as another process would).
-            let holder = open(spool.databaseLockPath, O_RDWR)
+            let holder = open(spool.databaseLockPath, O_RDWR | O_CLOEXEC)
             #expect(flock(holder, LOCK_EX) == 0)
             defer { close(holder) }
             try await withDevServer { server async throws in
