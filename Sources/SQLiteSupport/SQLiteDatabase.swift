@@ -316,7 +316,7 @@ public final class SQLiteDatabase: Sendable {
                 sqlite3_close_v2(handle)
                 throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
             }
-            writeLock = WriteLock(descriptor: descriptor, path: lockPath, timeoutMilliseconds: options.busyTimeoutMilliseconds)
+            writeLock = WriteLock(descriptor: descriptor, path: lockPath, timeoutMilliseconds: max(options.busyTimeoutMilliseconds, 0))
         }
 
         // Set up the connection before `self` is complete, so a failure here closes it exactly once.
@@ -324,10 +324,16 @@ public final class SQLiteDatabase: Sendable {
             let connection = SQLiteConnection(handle: handle, statements: nil)
             try connection.execute("PRAGMA foreign_keys = ON")
             if !readOnly {
-                try writeLock?.acquire()
-                defer { writeLock?.release() }
-                if options.walJournal { try connection.execute("PRAGMA journal_mode = WAL") }
+                // `synchronous` belongs to this connection; only switching the file to WAL writes,
+                // so a database already in WAL opens without the write lock (and opens even while
+                // another process holds it).
                 try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
+                let mode = try connection.queryFirst("PRAGMA journal_mode")?.string(0)
+                if options.walJournal && mode?.lowercased() != "wal" {
+                    try writeLock?.acquire()
+                    defer { writeLock?.release() }
+                    try connection.execute("PRAGMA journal_mode = WAL")
+                }
             }
         } catch {
             sqlite3_close_v2(handle)
@@ -405,26 +411,41 @@ public final class SQLiteDatabase: Sendable {
 /// for no longer than the busy timeout: a process stopped or hung while it holds the lock must not
 /// hold every other writer for good. Past the timeout a write fails with SQLITE_BUSY, as a
 /// statement waiting for SQLite's own locks does.
-struct WriteLock: Sendable {
+///
+/// Once a wait has run out, later writes try the lock once instead of waiting again: a run that
+/// stops because of a stuck lock then stops in one timeout, not one for each write still to come
+/// (giving bundles back, recording the run). If the holder has let go, that one try succeeds.
+final class WriteLock: Sendable {
     let descriptor: Int32
     let path: String
     let timeoutMilliseconds: Int32
+    private let ranOut = Atomic<Bool>(false)
+
+    init(descriptor: Int32, path: String, timeoutMilliseconds: Int32) {
+        self.descriptor = descriptor
+        self.path = path
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
 
     func acquire() throws(SQLiteError) {
-        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
-        let deadline = ContinuousClock.now + .milliseconds(Int(timeoutMilliseconds))
-        var pause: UInt32 = 100  // microseconds, doubling to 10 ms
+        let wait = ranOut.load(ordering: .relaxed) ? 0 : timeoutMilliseconds
+        let deadline = ContinuousClock.now + .milliseconds(Int(wait))
+        var pause: UInt32 = 100  // microseconds, doubling to 5 ms: often enough to find a busy peer's gaps
         while true {
+            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 {
+                ranOut.store(false, ordering: .relaxed)
+                return
+            }
             let failure = errno
             guard failure == EWOULDBLOCK || failure == EINTR else {
                 throw SQLiteError(code: .ioError, message: "cannot lock \(path): errno \(failure)")
             }
             guard ContinuousClock.now < deadline else {
+                ranOut.store(true, ordering: .relaxed)
                 throw SQLiteError(code: .busy, message: "another process held the write lock \(path) for more than \(timeoutMilliseconds) ms")
             }
             usleep(pause)
-            pause = min(pause * 2, 10_000)
-            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return }
+            pause = min(pause * 2, 5_000)
         }
     }
 

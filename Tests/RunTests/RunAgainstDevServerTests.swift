@@ -161,7 +161,7 @@ import Testing
         }
     }
 
-    @Test("a checkpoint database held by a stuck process: the run stops after the busy timeout with exit 73, every bundle back in incoming/, nothing sent")
+    @Test("a checkpoint database held by a stuck process when a run starts: exit 73 after the busy timeout, nothing claimed, nothing sent")
     func checkpointDatabaseHeldElsewhere() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
@@ -184,6 +184,32 @@ import Testing
                 #expect(try Self.names(spool, .incoming).count == 3)
                 #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty)
                 #expect(try await server.requestLog().isEmpty)
+            }
+        }
+    }
+
+    @Test("the checkpoint database held by a stuck process in the middle of a run: exit 73, every bundle back in incoming/, none failed or lost",
+          .timeLimit(.minutes(1)))
+    func checkpointDatabaseHeldMidRun() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 20...20  // time to take the lock between two steps
+            try await withDevServer(configuration) { server async throws in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.checkpointBusyTimeout = .milliseconds(200)
+                let run = Task { await Worker(options: options, logger: Self.quiet).run() }
+                // Once uploads are under way, a process takes the write lock and stops (SIGSTOP).
+                while try await server.requestLog().isEmpty { await Task.yield() }
+                let holder = open(spool.databaseLockPath, O_RDWR | O_CLOEXEC)
+                #expect(flock(holder, LOCK_EX) == 0)
+                defer { close(holder) }
+                let (summary, status) = await run.value
+                #expect(status == .cannotCreate)
+                #expect(summary.done == 0 && summary.failed == 0 && summary.deferred == 0)
+                #expect(try Self.names(spool, .incoming).count == 3)
+                #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty && Self.names(spool, .done).isEmpty)
             }
         }
     }

@@ -49,11 +49,14 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     public let code: Code
     public let message: String
 
-    /// Whether the database itself failed (held by another process past the busy timeout, a full
-    /// disk, an I/O error, damage, read-only, a failure SQLite does not name) rather than one
-    /// step's record (``Code/noIntent``, ``Code/conflictingResult``). Then no bundle can be
+    /// Whether the database itself failed: held by another process past the busy timeout, a full
+    /// disk, an I/O error, damage, read-only, or it cannot be opened. Then no bundle can be
     /// checkpointed, and a run stops claiming instead of giving every bundle back one by one.
-    public var isDatabaseFailure: Bool { code != .noIntent && code != .conflictingResult }
+    /// False for a problem with one record (``Code/noIntent``, ``Code/conflictingResult``, and the
+    /// unnamed ``Code/database``), which concerns one bundle.
+    public var isDatabaseFailure: Bool {
+        [Code.busy, .diskFull, .ioError, .readOnly, .corrupt, .cannotOpen].contains(code)
+    }
     /// The underlying SQLite error, if any.
     public let cause: SQLiteError?
 

@@ -273,6 +273,10 @@ struct BundleUploader: Sendable {
                 "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)", "reason": "\(failure.reason)",
             ])
             return .deferred
+        } catch let error as CheckpointError {
+            // Nothing moved yet: the bundle goes back uncounted.
+            checkpointFailed(error, logger: logger)
+            return giveBack(claimed, logger: logger)
         } catch {
             logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
             claimed.release()

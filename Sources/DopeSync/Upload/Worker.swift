@@ -124,14 +124,23 @@ public struct Worker: Sendable {
         let store: CheckpointStore
         do {
             try spool.create()
-            store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: Int32(min(options.checkpointBusyTimeout / .milliseconds(1), Double(Int32.max))))
+            store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: Int32(min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max))))
         } catch {
             logger.critical("the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         }
         let runID = UUID().uuidString.lowercased()
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
-        try? store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
+        do throws(CheckpointError) {
+            try store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
+        } catch {
+            // Only the run's own record otherwise; but a database that cannot be written at all
+            // could not checkpoint a single step: claim nothing.
+            if error.isDatabaseFailure {
+                logger.critical("the checkpoint database cannot be written: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
+                return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
+            }
+        }
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
         let orphans = (try? spool.processingEntries()) ?? []
