@@ -60,50 +60,47 @@ public struct APIClient: Sendable {
     }
 
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
-    /// Returns the bytes sent alongside, for the run's counters. Images stream from the archive.
+    /// Returns the bytes sent alongside, for the run's counters. An image kept from validation
+    /// (small) is sent from memory; others stream from the archive.
     public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (StepResponse, bytesSent: Int64) {
+        await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images)
+    }
+
+    /// The same request with every image's bytes already in memory: for measuring the API's raw
+    /// capacity without the archive (`dopesync-bench raw-capacity`).
+    public func sendPrepared(_ step: UploadStep, path: String, images: [String: [UInt8]]) async -> StepResponse {
+        await send(step, path: path, bytesInMemory: { images[$0.fileName] }, archive: nil).0
+    }
+
+    private func send(
+        _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: BundleEntryReader?
+    ) async -> (StepResponse, bytesSent: Int64) {
         var request = makeRequest(step, path: path)
         switch step.payload {
         case .json(let bytes):
             request.body = .bytes(ByteBuffer(bytes: bytes))
             return await execute(request, length: Int64(bytes.count), imageSize: 0)
         case .image(let image, let role, let groupID):
-            guard let images else { preconditionFailure("an image step needs the bundle's entry reader") }
             let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
             request.headers.add(name: "Content-Type", value: framing.contentType)
             let length = framing.contentLength(imageSize: image.size)
-            if let bytes = image.bytes {
-                // Kept from validation (small): the validated bytes, in one buffer, no second archive pass.
+            if let bytes = bytesInMemory(image) {
+                // One buffer sized up front: one copy of the image, straight into the body.
                 var body = ByteBuffer()
-                body.reserveCapacity(Int(length))  // one copy of the image, straight into the body
+                body.reserveCapacity(Int(length))
                 body.writeBytes(framing.head)
                 body.writeBytes(bytes)
                 body.writeBytes(framing.tail)
                 request.body = .bytes(body)
                 return await execute(request, length: length, imageSize: image.size)
             }
+            guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                request.body = .stream(MultipartBody(framing: framing, chunks: try images.openImage(image)), length: .known(length))
+                request.body = .stream(MultipartBody(framing: framing, chunks: try archive.openImage(image)), length: .known(length))
             } catch {
                 return (.rejected(status: 0, code: "bundle_changed", message: "\(error)"), 0)
             }
             return await execute(request, length: length, imageSize: image.size)
-        }
-    }
-
-    /// The same request with the image's bytes already in memory: for measuring the API's raw
-    /// capacity without the archive (`dopesync-bench raw-capacity`).
-    public func sendPrepared(_ step: UploadStep, path: String, images: [String: [UInt8]]) async -> StepResponse {
-        var request = makeRequest(step, path: path)
-        switch step.payload {
-        case .json(let bytes):
-            request.body = .bytes(ByteBuffer(bytes: bytes))
-            return await execute(request, length: Int64(bytes.count), imageSize: 0).0
-        case .image(let image, let role, let groupID):
-            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
-            request.headers.add(name: "Content-Type", value: framing.contentType)
-            request.body = .bytes(ByteBuffer(bytes: framing.head + (images[image.fileName] ?? []) + framing.tail))
-            return await execute(request, length: framing.contentLength(imageSize: image.size), imageSize: image.size).0
         }
     }
 
