@@ -337,7 +337,6 @@ public final class SQLiteDatabase: Sendable {
             }
         } catch {
             sqlite3_close_v2(handle)
-            if let writeLock { close(writeLock.descriptor) }
             throw error
         }
         self.handle = handle
@@ -366,7 +365,6 @@ public final class SQLiteDatabase: Sendable {
             dopesync_sqlite3_no_checkpoint_on_close(handle)
             sqlite3_close_v2(handle)
         }
-        close(writeLock.descriptor)
     }
 
     /// Lends the connection to `body` for reads (no transaction is opened).
@@ -404,7 +402,6 @@ public final class SQLiteDatabase: Sendable {
         }
         return try outcome!.get()
     }
-
 }
 
 /// The cross-process write lock (`SQLiteOptions.writeLockPath`), taken with `flock(2)` but waited
@@ -421,21 +418,22 @@ final class WriteLock: Sendable {
     let timeoutMilliseconds: Int32
     private let ranOut = Atomic<Bool>(false)
 
+    /// Takes ownership of `descriptor`: it is closed with the lock.
     init(descriptor: Int32, path: String, timeoutMilliseconds: Int32) {
         self.descriptor = descriptor
         self.path = path
         self.timeoutMilliseconds = timeoutMilliseconds
     }
 
+    deinit { close(descriptor) }
+
     func acquire() throws(SQLiteError) {
+        // The usual case, once per transaction: free at once, no clock read.
+        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return lockTaken() }
         let wait = ranOut.load(ordering: .relaxed) ? 0 : timeoutMilliseconds
         let deadline = ContinuousClock.now + .milliseconds(Int(wait))
         var pause: UInt32 = 100  // microseconds, doubling to 5 ms: often enough to find a busy peer's gaps
         while true {
-            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 {
-                ranOut.store(false, ordering: .relaxed)
-                return
-            }
             let failure = errno
             guard failure == EWOULDBLOCK || failure == EINTR else {
                 throw SQLiteError(code: .ioError, message: "cannot lock \(path): errno \(failure)")
@@ -446,7 +444,12 @@ final class WriteLock: Sendable {
             }
             usleep(pause)
             pause = min(pause * 2, 5_000)
+            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return lockTaken() }
         }
+    }
+
+    private func lockTaken() {
+        if ranOut.load(ordering: .relaxed) { ranOut.store(false, ordering: .relaxed) }
     }
 
     func release() { flock(descriptor, LOCK_UN) }
