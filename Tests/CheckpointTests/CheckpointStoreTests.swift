@@ -89,7 +89,7 @@ import Testing
 
     @Test func intentThenResultThenCompleted() throws {
         let store = try open()
-        try store.recordClaim(name: "b.tar.gz", owner: ClaimOwner(host: "h", pid: 1, runID: "r1"), now: now)
+        try store.recordClaim(name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r1"), totalSteps: 1, now: now)
         let first = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
                                            contentDigest: "d1", bundleName: "b.tar.gz", now: now)
         #expect(first == .recorded)

@@ -140,7 +140,7 @@ public final class CheckpointStore: Sendable {
     }
 
     /// Records a step's server id, in one transaction with what follows from it: the step becomes `done`,
-    /// and the bundle that sent it counts one more step done (and learns its session id).
+    /// and the bundle that sent it counts one more step done.
     ///
     /// Recording the same server id again is a no-op. A different id for a step already done throws
     /// ``CheckpointError/Code/conflictingResult``: the record may now exist twice on the server and a person
@@ -201,14 +201,10 @@ public final class CheckpointStore: Sendable {
             "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
             [serverID, now.timeIntervalSince1970, sessionID, stepKey])
         if let bundleName = row.string(4) {
+            // The session id is the claim's (recordClaim, once the bundle is validated), not repeated per step.
             try connection.query(
                 "UPDATE bundles SET steps_done = steps_done + 1, updated_at = ? WHERE name = ?",
                 [now.timeIntervalSince1970, bundleName])
-            // Apart, and only where it is missing: naming session_id in every step's UPDATE rewrites
-            // its index entry each time, one more page in the WAL per step (a quarter of the commit).
-            try connection.query(
-                "UPDATE bundles SET session_id = ? WHERE name = ? AND session_id IS NULL",
-                [sessionID, bundleName])
         }
         return CompletedStep(serverID: serverID, contentDigest: digest, doneAt: now)
     }
