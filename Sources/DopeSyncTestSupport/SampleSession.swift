@@ -19,6 +19,15 @@ public struct SampleSession: Sendable {
         public var imageBytes = 4096
         public init() {}
 
+        /// This shape with `groups` groups of `imagesPerGroup` photos of `imageBytes` bytes each.
+        public func withImages(groups: Int, perGroup imagesPerGroup: Int, bytes imageBytes: Int) -> Shape {
+            var shape = self
+            shape.groups = groups
+            shape.imagesPerGroup = imagesPerGroup
+            shape.imageBytes = imageBytes
+            return shape
+        }
+
         /// About 50 requests with a few images: the benchmark's "realistic bundle".
         public static var realistic: Shape {
             var shape = Shape()

@@ -20,10 +20,7 @@ struct MakeBundles: AsyncParsableCommand {
         try Spool(root: spool).create()
         let scratch = try makeTemporaryDirectory("make-bundles")
         defer { try? FileManager.default.removeItem(at: scratch) }
-        var shape = SampleSession.Shape.realistic
-        shape.imagesPerGroup = imagesPerGroup
-        shape.imageBytes = imageBytes
-        shape.groups = groups
+        let shape = SampleSession.Shape.realistic.withImages(groups: groups, perGroup: imagesPerGroup, bytes: imageBytes)
         var requests = 0
         for index in 0..<count {
             let sample = SampleSession(seed: seed &+ UInt64(index), shape: shape)

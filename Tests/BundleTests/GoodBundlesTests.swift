@@ -113,11 +113,8 @@ import Testing
     @Test("images stream out of the archive with their validated bytes, in one pass when in order")
     func imagesStreamWithoutExtracting() async throws {
         try await withTemporaryDirectory { directory in
-            var shape = SampleSession.Shape()
-            shape.groups = 3
-            shape.imagesPerGroup = 2
-            shape.imageBytes = 600_000  // several chunks each
-            let sample = SampleSession(seed: 9, shape: shape)
+            // Several read chunks each.
+            let sample = SampleSession(seed: 9, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 600_000))
             let (source, packed) = try Self.layoutAndPack(sample, in: directory, name: "s")
             let zipped = directory.appendingPathComponent("z.zip")
             try ArchiveProducer.zipStored.archive(source, to: zipped)
@@ -140,11 +137,8 @@ import Testing
     @Test("small images are kept from validation with their validated bytes, within a bundle's budget")
     func smallImagesAreKeptFromValidation() async throws {
         try await withTemporaryDirectory { directory in
-            var shape = SampleSession.Shape()
-            shape.groups = 3
-            shape.imagesPerGroup = 2
-            shape.imageBytes = 200_000  // each under the 256 KiB limit; 5 fit in the 1 MiB budget
-            let sample = SampleSession(seed: 11, shape: shape)
+            // Each under the 256 KiB limit; 5 fit in the 1 MiB budget.
+            let sample = SampleSession(seed: 11, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 200_000))
             var small = SampleSession.Shape()
             small.imageBytes = 4096
             let smallSample = SampleSession(seed: 12, shape: small)

@@ -91,11 +91,7 @@ import Testing
     @Test("a bundle big enough to be validated on the blocking-work pool syncs with every image intact")
     func bigBundleSyncs() async throws {
         try await withTemporaryDirectory { directory in
-            var shape = SampleSession.Shape()
-            shape.groups = 2
-            shape.imagesPerGroup = 2
-            shape.imageBytes = 1_200_000
-            let sample = SampleSession(seed: 77, shape: shape)
+            let sample = SampleSession(seed: 77, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000))
             let spool = try Self.spool(in: directory, samples: [sample])
             let name = "\(sample.sessionID).tar.gz"
             let size = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.size] as! Int64
