@@ -52,7 +52,8 @@ public struct GroupCommitState<Waiter> {
     public let batchSize: Int
     private var nextTicket = 0
     private var waiting: [(ticket: Ticket, result: CheckpointStore.StepResult)] = []
-    private var committing: Set<Ticket>? = nil
+    /// The tickets of the batch committing, if one is.
+    private var committing: [Ticket]? = nil
     private var timerPending = false
     /// The timer fired during a commit: the next batch starts when it ends, full or not.
     private var flushAfterCommit = false
@@ -105,7 +106,7 @@ public struct GroupCommitState<Waiter> {
     /// resume, and the next batch to commit at once when one is due.
     public mutating func committed(_ batch: Batch, outcomes batchOutcomes: [CheckpointError?]) -> (resume: [(Waiter, CheckpointError?)], next: Batch?) {
         precondition(batch.tickets.count == batchOutcomes.count, "one outcome per result")
-        precondition(committing == Set(batch.tickets), "the batch that was committing")
+        precondition(committing == batch.tickets, "the batch that was committing")
         committing = nil
         var resume: [(Waiter, CheckpointError?)] = []
         for (ticket, outcome) in zip(batch.tickets, batchOutcomes) {
@@ -122,7 +123,7 @@ public struct GroupCommitState<Waiter> {
     private mutating func startBatch() -> Batch? {
         guard committing == nil, !waiting.isEmpty else { return nil }
         let batch = Batch(tickets: waiting.map(\.ticket), results: waiting.map(\.result))
-        committing = Set(batch.tickets)
+        committing = batch.tickets
         flushAfterCommit = false
         waiting.removeAll(keepingCapacity: true)
         return batch
