@@ -11,6 +11,7 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
     case gnuTarZstd = "GNU tar + zstd"
     case bsdtarGzip = "bsdtar (libarchive) + gzip"
     case bsdtarPaxZstd = "bsdtar (libarchive) pax + zstd"
+    case bsdtarZip = "bsdtar (libarchive) zip"
     case zipDeflate = "Info-ZIP deflate"
     case zipStored = "Info-ZIP stored"
     case pythonTarXz = "Python tarfile + xz"
@@ -47,6 +48,7 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
         case .gnuTarZstd: try runProcess("tar", ["--zstd", "-cf", output.path] + members, in: directory)
         case .bsdtarGzip: try runProcess("bsdtar", ["-czf", output.path] + members, in: directory)
         case .bsdtarPaxZstd: try runProcess("bsdtar", ["--format", "pax", "--zstd", "-cf", output.path] + members, in: directory)
+        case .bsdtarZip: try runProcess("bsdtar", ["--format", "zip", "-cf", output.path] + members, in: directory)
         case .zipDeflate: try runProcess("zip", ["-qr", output.path] + members, in: directory)
         case .zipStored: try runProcess("zip", ["-qr0", output.path] + members, in: directory)
         case .pythonTarXz, .pythonZip:

@@ -126,6 +126,30 @@ public struct SampleSession: Sendable {
         ]
     }
 
+    /// The same session with its images renamed: the i-th name (in sorted order) becomes
+    /// `names[i % names.count]` with the image's number and extension, in the records too.
+    /// For names in other scripts: `["Scheibe-ü", "靶紙"]` gives `Scheibe-ü-1.jpg`, `靶紙-2.png`…
+    public func renamingImages(to names: [String]) -> SampleSession {
+        var renamed = self
+        var mapping: [String: String] = [:]
+        for (index, old) in images.keys.sorted().enumerated() {
+            let ext = (old as NSString).pathExtension
+            mapping[old] = "\(names[index % names.count])-\(index + 1).\(ext)"
+        }
+        renamed.images = Dictionary(uniqueKeysWithValues: images.map { (mapping[$0.key]!, $0.value) })
+        func rename(_ value: any Sendable) -> any Sendable {
+            switch value {
+            case let text as String: return mapping[text] ?? text
+            case let array as [any Sendable]: return array.map(rename)
+            case let array as [[String: any Sendable]]: return array.map { $0.mapValues(rename) }
+            case let object as [String: any Sendable]: return object.mapValues(rename)
+            default: return value
+            }
+        }
+        renamed.json = json.mapValues(rename)
+        return renamed
+    }
+
     /// The session document's bytes (keys sorted, so the same seed gives the same bytes).
     public var sessionBytes: [UInt8] {
         // Force-try: the document is built from JSON-compatible values only.

@@ -46,8 +46,8 @@ struct ArchiveScan: Sendable {
 
     /// Reads the whole archive at `path` once. Throws only for errors that stop the reading
     /// (unreadable, truncated, damaged, limits passed); other problems land in ``errors``.
-    static func scan(path: String, limits: BundleLimits) throws(BundleError) -> ArchiveScan {
-        try withArchiveReader(path: path) { reader throws(BundleError) in
+    static func scan(path: String, limits: BundleLimits, budget: ReadBudget = .unbounded) throws(BundleError) -> ArchiveScan {
+        try withArchiveReader(path: path, budget: budget) { reader throws(BundleError) in
             var scan = ArchiveScan()
             var seenPaths: Set<String> = []
             var bufferedTopFolder: String?
@@ -145,6 +145,10 @@ struct ArchiveScan: Sendable {
     /// Normalises an entry's path and decides whether it is a file the bundle may hold;
     /// records why not, otherwise. Directories are remembered but not "accepted" as files.
     private mutating func admit(_ header: ArchiveEntryHeader, seenPaths: inout Set<String>) -> (path: String, accepted: Bool) {
+        if let nameError = header.nameError {
+            errors.append(nameError)
+            return (header.rawPath, false)
+        }
         let path: String
         switch EntryPath.normalise(header.rawPath) {
         case .success(let normalised): path = normalised

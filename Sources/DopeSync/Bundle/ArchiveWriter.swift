@@ -32,6 +32,9 @@ final class ArchiveWriter {
     }
 
     /// Adds one regular file, its bytes handed over by `produce`, which calls `write` per chunk.
+    /// The bytes must be exactly `size`, the size the tar header declares: a file that grew or
+    /// shrank since it was measured is an error (libarchive would silently drop bytes past the
+    /// declared size, writing 0 of them, so a loop waiting for them would never end).
     func addFile(
         path: String,
         size: Int64,
@@ -48,13 +51,21 @@ final class ArchiveWriter {
         archive_entry_set_perm(entry, 0o644)
         archive_entry_set_mtime(entry, modificationTime, 0)
         guard archive_write_header(archive, entry) == ARCHIVE_OK else { throw Self.error(archive, culprit: path) }
+        var total: Int64 = 0
         try produce { (chunk: UnsafeRawBufferPointer) throws(BundleError) in
+            total += Int64(chunk.count)
+            guard total <= size else {
+                throw BundleError(.io, culprit: path, message: "changed while being packed: now more than \(size) bytes, the size it had when it was checked")
+            }
             var offset = 0
             while offset < chunk.count {
                 let written = archive_write_data(archive, chunk.baseAddress! + offset, chunk.count - offset)
-                if written < 0 { throw Self.error(archive, culprit: path) }
+                if written <= 0 { throw Self.error(archive, culprit: path) }
                 offset += written
             }
+        }
+        guard total == size else {
+            throw BundleError(.io, culprit: path, message: "changed while being packed: now \(total) bytes, \(size) when it was checked")
         }
         guard archive_write_finish_entry(archive) == ARCHIVE_OK else { throw Self.error(archive, culprit: path) }
     }

@@ -28,6 +28,11 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
             case manifestVersion = "unsupported_manifest_version"
             case manifestMismatch = "manifest_mismatch"
             case io = "io_error"
+            case nestedCompression = "nested_compression"
+            case invalidEntryName = "invalid_entry_name"
+            case overTimeBudget = "over_time_budget"
+            case readingStopped = "reading_stopped"
+            case readerCrashed = "reader_crashed"
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -63,6 +68,17 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let manifestMismatch = Code(.manifestMismatch)
         /// The file could not be read at all (permissions, I/O).
         public static let io = Code(.io)
+
+        /// A compressed stream inside the compressed stream (gzip in gzip, xz in gzip…): one filter at most.
+        public static let nestedCompression = Code(.nestedCompression)
+        /// An entry whose name is not valid UTF-8 (never renamed, never left nameless).
+        public static let invalidEntryName = Code(.invalidEntryName)
+        /// Reading the bundle took longer than its time budget (``BundleLimits/readingTime(forFileOfSize:)``).
+        public static let overTimeBudget = Code(.overTimeBudget)
+        /// Reading was stopped because the run is stopping: not the bundle's fault, it is given back.
+        public static let readingStopped = Code(.readingStopped)
+        /// Reading the bundle was cut short by a crash or kill too often: it is not opened again.
+        public static let readerCrashed = Code(.readerCrashed)
 
         /// The short, stable text form (`decompression_bomb`), as written to sidecars and JSON.
         public var description: String { base.rawValue }

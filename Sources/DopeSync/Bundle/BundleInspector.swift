@@ -58,11 +58,15 @@ public struct BundleInspector: Sendable {
         self.limits = limits
     }
 
-    /// Validates the bundle at `path`; throws every reason it is unacceptable.
-    public func inspect(path: String) throws(BundleValidationError) -> ValidatedBundle {
+    /// Validates the bundle at `path`; throws every reason it is unacceptable. The reading has a
+    /// time budget (``BundleLimits/readingTime(forFileOfSize:)``) and ends early, with
+    /// ``BundleError/Code/readingStopped``, once `stop` is requested.
+    public func inspect(path: String, stop: StopRequest? = nil) throws(BundleValidationError) -> ValidatedBundle {
         let scan: ArchiveScan
         do {
-            scan = try ArchiveScan.scan(path: path, limits: limits)
+            let size = FileSystem.size(ofPath: path) ?? 0
+            let budget = ReadBudget(time: limits.readingTime(forFileOfSize: size), stop: stop)
+            scan = try ArchiveScan.scan(path: path, limits: limits, budget: budget)
         } catch {
             throw BundleValidationError(bundle: path, errors: [error])
         }

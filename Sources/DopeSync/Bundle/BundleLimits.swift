@@ -13,8 +13,18 @@ public struct BundleLimits: Sendable, Hashable, Codable {
     /// ``ratioCheckAfterBytes`` have been unpacked.
     public var maxCompressionRatio: Double = 100
     public var ratioCheckAfterBytes: Int64 = 16 << 20
+    /// Time to read and check a bundle: this many seconds, plus one second per
+    /// ``readingBytesPerSecond`` of file. Reading runs at hundreds of MiB/s, so only a hostile or
+    /// damaged stream (or a disk failing) comes near it; the bundle then goes to `failed/`.
+    public var readingSeconds: Double = 60
+    public var readingBytesPerSecond: Int64 = 8 << 20
 
     public init() {}
+
+    /// The time budget for reading a bundle file of `size` bytes.
+    public func readingTime(forFileOfSize size: Int64) -> Duration {
+        .seconds(readingSeconds) + .seconds(Double(max(size, 0)) / Double(max(readingBytesPerSecond, 1)))
+    }
 
     public static let `default` = BundleLimits()
 }

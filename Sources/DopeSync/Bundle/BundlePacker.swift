@@ -43,7 +43,7 @@ public struct BundlePacker: Sendable {
 
         // Every image the records name: present, recognised, hashed for the manifest.
         var manifestFiles: [(String, Int64, String)] = [("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)]
-        var imagePaths: [(entry: String, source: String, size: Int64)] = []
+        var imagePaths: [(entry: String, source: String, size: Int64, sha256: String)] = []
         var errors: [BundleError] = []
         var seen: Set<String> = []
         let folder = imagesDirectory ?? FileSystem.directory(of: sessionFile) + "/images"
@@ -65,8 +65,9 @@ public struct BundlePacker: Sendable {
                 errors.append(BundleError(.unsupportedImageType, culprit: source, message: "not a JPEG, PNG, HEIC or WebP image"))
                 continue
             }
-            manifestFiles.append(("images/\(reference.fileName)", size, hasher.finalize().hexString))
-            imagePaths.append(("images/\(reference.fileName)", source, size))
+            let sha256 = hasher.finalize().hexString
+            manifestFiles.append(("images/\(reference.fileName)", size, sha256))
+            imagePaths.append(("images/\(reference.fileName)", source, size, sha256))
         }
         if !errors.isEmpty { throw BundleValidationError(bundle: sessionFile, errors: errors) }
 
@@ -89,8 +90,17 @@ public struct BundlePacker: Sendable {
                     try manifest.withUnsafeBytes { try write($0) }
                 }
                 for image in imagePaths {
+                    // Hashed again as written: an image rewritten in place since it was hashed (same
+                    // size, other bytes) would make a bundle whose manifest contradicts it.
+                    var hasher = SHA256()
                     try writer.addFile(path: image.entry, size: image.size, modificationTime: now) { write in
-                        try FileSystem.withChunks(of: image.source) { try write($0) }
+                        try FileSystem.withChunks(of: image.source) { chunk in
+                            hasher.update(bufferPointer: chunk)
+                            try write(chunk)
+                        }
+                    }
+                    guard hasher.finalize().hexString == image.sha256 else {
+                        throw BundleError(.io, culprit: image.source, message: "changed while being packed (its SHA-256 is not the one checked)")
                     }
                 }
             }

@@ -31,6 +31,9 @@ public struct BundleReport: Sendable, Codable {
         public var maxSessionBytes: Int64
         public var maxCompressionRatio: Double
         public var ratioCheckAfterBytes: Int64
+        /// The time budget: this many seconds plus one per `readingBytesPerSecond` of file.
+        public var readingSeconds: Double
+        public var readingBytesPerSecond: Int64
     }
     /// A completed upload step, when the checkpoint database knows the session.
     public struct CompletedStep: Sendable, Codable, Equatable {
@@ -125,6 +128,8 @@ public struct BundleReport: Sendable, Codable {
             lines += problems.map { "  [\($0.code)] \($0.culprit): \($0.message)" }
         }
         lines.append("  limits       \(limits.maxEntries) entries, \(ByteCount(limits.maxTotalBytes)) unpacked, \(ByteCount(limits.maxSessionBytes)) for session.json, ratio \(Int(limits.maxCompressionRatio)):1 checked after \(ByteCount(limits.ratioCheckAfterBytes))")
+        lines.append("  budget       one compression filter; \(Int(limits.readingSeconds)) s + 1 s per \(ByteCount(limits.readingBytesPerSecond)) of file to read it; "
+            + "memory: 64 KiB reads, session.json's limit, 1 MiB of small images kept")
         return lines.joined(separator: "\n")
     }
 }
@@ -133,7 +138,8 @@ extension BundleReport.Limits {
     init(_ limits: BundleLimits) {
         self.init(
             maxEntries: limits.maxEntries, maxTotalBytes: limits.maxTotalBytes, maxSessionBytes: limits.maxSessionBytes,
-            maxCompressionRatio: limits.maxCompressionRatio, ratioCheckAfterBytes: limits.ratioCheckAfterBytes
+            maxCompressionRatio: limits.maxCompressionRatio, ratioCheckAfterBytes: limits.ratioCheckAfterBytes,
+            readingSeconds: limits.readingSeconds, readingBytesPerSecond: limits.readingBytesPerSecond
         )
     }
 }

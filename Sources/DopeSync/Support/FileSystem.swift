@@ -57,6 +57,12 @@ enum FileSystem {
     }
 
     /// Whether `path` names a regular file (links are not followed).
+    /// The size of the file at `path` in bytes, nil when it cannot be read.
+    static func size(ofPath path: String) -> Int64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
+    }
+
     static func isRegularFile(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG

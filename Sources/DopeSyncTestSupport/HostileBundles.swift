@@ -1,0 +1,50 @@
+import Foundation
+
+/// Bundles that attack the reader rather than break a rule: streams nested in streams, and a
+/// huge one that takes long to read. Made with the real tools, or kept as files in the tests.
+public enum HostileBundles {
+    /// `Tests/BundleTests/Fixtures/hostile/NAME`: files kept in the repository.
+    public static func fixture(_ name: String, file: StaticString = #filePath) -> URL {
+        var folder = URL(fileURLWithPath: "\(file)")
+        while folder.lastPathComponent != "Sources" && folder.path != "/" { folder.deleteLastPathComponent() }
+        return folder.deletingLastPathComponent().appendingPathComponent("Tests/BundleTests/Fixtures/hostile/\(name)")
+    }
+
+    /// A gzip stream that unpacks into itself, byte for byte, CRC included (made by
+    /// `Scripts/make-gzip-quine.py`). libarchive's own filter detection would stack gzip readers
+    /// on it until its limit; a reader without one, for ever.
+    public static var selfReproducingGzip: URL { fixture("recursive.gz") }
+
+    /// A valid tar.gz bundle of `sample`, compressed once more by `outer` (`gzip`, `xz`, `zstd`, `bzip2`).
+    public static func nested(_ sample: SampleSession, outer: String, in directory: URL, name: String) throws -> URL {
+        let source = directory.appendingPathComponent("src-\(name)")
+        try sample.writeLayout(to: source)
+        let inner = directory.appendingPathComponent("\(name).inner.tgz")
+        try ArchiveProducer.gnuTarGzip.archive(source, to: inner)
+        let output = directory.appendingPathComponent(name)
+        try runProcess("sh", ["-c", "\(outer) -c \"$1\" > \"$2\"", "sh", inner.path, output.path])
+        return output
+    }
+
+    /// An uncompressed tar whose one image is `gigabytes` GiB of zeros, written sparse: it takes
+    /// no disk, but reading and hashing it takes many seconds. Its `session.json` names the image,
+    /// which is not a JPEG, so the bundle would fail validation if it were ever read to the end.
+    public static func huge(_ sample: SampleSession, gigabytes: Int, at output: URL) throws {
+        var session = sample
+        var groups = session.json["groupEntries"] as! [[String: any Sendable]]
+        groups[0]["imageFileNames"] = ["huge.jpg"]
+        session.json["groupEntries"] = groups
+        let script = """
+            import io, sys, tarfile
+            out, session, size = sys.argv[1], sys.stdin.buffer.read(), int(sys.argv[2])
+            with open(out, "wb") as f:
+                info = tarfile.TarInfo("session.json"); info.size = len(session)
+                f.write(info.tobuf(tarfile.GNU_FORMAT)); f.write(session); f.write(b"\\0" * (-len(session) % 512))
+                info = tarfile.TarInfo("images/huge.jpg"); info.size = size
+                f.write(info.tobuf(tarfile.GNU_FORMAT))
+                f.seek(size, 1)  # a hole: zeros that take no disk
+                f.write(b"\\0" * 1024)  # the end-of-archive blocks
+            """
+        try runProcess("python3", ["-c", script, output.path, "\(Int64(gigabytes) << 30)"], stdin: Data(session.sessionBytes))
+    }
+}
