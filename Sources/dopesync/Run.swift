@@ -71,6 +71,8 @@ struct Run: AsyncParsableCommand {
         options.maxTime = settings.maxTime
         options.minAge = settings.minAge
         options.metricsFile = settings.metricsFile
+        // This very binary, even if a package upgrade replaced the file since the run started.
+        options.isolatedReader = "/proc/self/exe"
         options.showProgress = settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
 
         // SIGINT/SIGTERM: stop claiming, let steps in flight finish (or time out), give back.

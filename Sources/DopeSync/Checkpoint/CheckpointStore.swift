@@ -260,11 +260,31 @@ public final class CheckpointStore: Sendable {
                 INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
-                    steps_total = COALESCE(excluded.steps_total, steps_total)
+                    steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL
                 """, [name, sessionID, t, t, totalSteps])
             try connection.query(
                 "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
                 [name, owner.runID, owner.host, Int(owner.pid), t])
+        }
+    }
+
+    /// Marks the bundle `name` as being read (validated) and returns how many earlier readings of
+    /// it never ended. A reading ends with the claim, a failure or a give-back, which clear the
+    /// mark; a mark still set here means the process died while reading (a crash in the archive
+    /// library, the OOM killer, a kill after a hang). Such a bundle must not be claimed for ever.
+    public func beginReading(name: String, now: Date = Date()) throws(CheckpointError) -> Int {
+        try write("recording that \(name) is being read") { connection in
+            // A row left by a bundle that finished under the same name belongs to another file.
+            try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
+            try Self.ensureBundle(connection, name: name, now: now)
+            let row = try connection.queryFirst("""
+                UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
+                WHERE name = ? RETURNING readings_cut_short
+                """, [now.timeIntervalSince1970, name])
+            guard let cutShort = row?.int(0) else {
+                throw CheckpointError(code: .database, message: "bundle row \(name) has no readings_cut_short")
+            }
+            return cutShort
         }
     }
 
@@ -308,7 +328,7 @@ public final class CheckpointStore: Sendable {
     public func recordReturned(name: String, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) given back") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
-            try connection.query("UPDATE bundles SET last_outcome = 'returned', updated_at = ? WHERE name = ?", [now.timeIntervalSince1970, name])
+            try connection.query("UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?", [now.timeIntervalSince1970, name])
             try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
         }
     }
@@ -320,7 +340,8 @@ public final class CheckpointStore: Sendable {
     public func resetAttempts(name: String, now: Date = Date()) throws(CheckpointError) -> Bool {
         try write("resetting the attempts of \(name)") { connection in
             try connection.query("""
-                UPDATE bundles SET attempts = 0, first_seen = ?, next_attempt_at = NULL, last_outcome = 'requeued', updated_at = ?
+                UPDATE bundles SET attempts = 0, first_seen = ?, next_attempt_at = NULL, last_outcome = 'requeued', updated_at = ?,
+                    reading_since = NULL, readings_cut_short = 0
                 WHERE name = ?
                 """, [now.timeIntervalSince1970, now.timeIntervalSince1970, name])
             return connection.changes > 0
@@ -481,12 +502,13 @@ public final class CheckpointStore: Sendable {
     ) throws(SQLiteError) {
         if keepError {
             try connection.query("""
-                UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ? WHERE name = ?
+                UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ?, reading_since = NULL
+                WHERE name = ?
                 """, [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970, name])
         } else {
             try connection.query("""
                 UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ?,
-                    last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?
+                    reading_since = NULL, last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?
                 WHERE name = ?
                 """, [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970,
                       error?.reason, error?.step, error?.httpStatus, error?.message, name])

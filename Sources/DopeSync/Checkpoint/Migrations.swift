@@ -73,6 +73,12 @@ let checkpointMigrations: [CheckpointMigration] = [
     CheckpointMigration(name: "v2-runs-healthy", sql: """
         ALTER TABLE runs ADD COLUMN healthy INTEGER;
         """),
+    // A bundle being read (validated) since when, and how many readings of it never ended: the
+    // process crashed, ran out of memory or was killed while reading it (`beginReading`).
+    CheckpointMigration(name: "v3-bundles-reading", sql: """
+        ALTER TABLE bundles ADD COLUMN reading_since REAL;
+        ALTER TABLE bundles ADD COLUMN readings_cut_short INTEGER NOT NULL DEFAULT 0;
+        """),
 ]
 
 enum CheckpointMigrator {

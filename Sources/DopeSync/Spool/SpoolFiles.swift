@@ -8,33 +8,63 @@ import Darwin
 
 /// The file-system calls the spool's moves are made of.
 enum SpoolFiles {
+    /// The system calls a no-replace rename is made of, each returning 0 or an errno. A value, so
+    /// a test can make one of them fail the way a file system does (root, which tests run as,
+    /// cannot be refused an unlink by permissions).
+    struct RenameCalls: Sendable {
+        /// `renameat2(RENAME_NOREPLACE)`; ENOSYS where the C library lacks it.
+        var renameNoReplace: @Sendable (String, String) -> Int32
+        var link: @Sendable (String, String) -> Int32
+        var unlink: @Sendable (String) -> Int32
+
+        static let system = RenameCalls(
+            renameNoReplace: { source, target in SpoolFiles.systemRenameNoReplace(source, target) },
+            link: { source, target in SpoolFiles.systemLink(source, target) },
+            unlink: { path in SpoolFiles.systemUnlink(path) }
+        )
+    }
+
+    private static func systemRenameNoReplace(_ source: String, _ target: String) -> Int32 {
+        guard let renameat2 = renameat2Function else { return ENOSYS }
+        return renameat2(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 ? 0 : errno
+    }
+
+    private static func systemLink(_ source: String, _ target: String) -> Int32 {
+        link(source, target) == 0 ? 0 : errno
+    }
+
+    private static func systemUnlink(_ path: String) -> Int32 {
+        unlink(path) == 0 ? 0 : errno
+    }
+
     /// `rename` that fails with EEXIST instead of replacing an existing target. Returns 0 or an errno.
     ///
     /// Linux's `renameat2(RENAME_NOREPLACE)` is atomic; glibc has it since 2.28 but Swift's Glibc module
     /// does not export it, so it is looked up with `dlsym`. Where the file system refuses it (EINVAL: NFS,
     /// some overlay mounts) or the kernel lacks it (ENOSYS), `link` + `unlink` does the same job: `link`
     /// fails with EEXIST atomically, so two processes still cannot both take one name. A crash between the
-    /// two leaves the bundle under both names (one inode), never under none.
-    static func renameNoReplace(_ source: String, _ target: String) -> Int32 {
-        #if os(Linux)
-        if let renameat2 = renameat2Function {
-            if renameat2(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 { return 0 }
-            let error = errno
-            guard error == EINVAL || error == ENOSYS else { return error }
+    /// two leaves the bundle under both names (one inode), never under none. When the `unlink` fails, the
+    /// new name is removed again, so the bundle stays in exactly one folder, the one it was in.
+    static func renameNoReplace(_ source: String, _ target: String, calls: RenameCalls = .system) -> Int32 {
+        let error = calls.renameNoReplace(source, target)
+        guard error == EINVAL || error == ENOSYS else { return error }
+        let linkError = calls.link(source, target)
+        if linkError != 0 { return linkError }
+        let unlinkError = calls.unlink(source)
+        if unlinkError != 0 {
+            // Undo the link: the bundle stays where it was, under one name. Should this fail too,
+            // both names are one inode, and the next run's claim (by lock and inode) sees that.
+            _ = calls.unlink(target)
+            return unlinkError
         }
-        #endif
-        if link(source, target) != 0 { return errno }
-        if unlink(source) != 0 { return errno }
         return 0
     }
 
-    #if os(Linux)
     private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
     private static let renameat2Function: Renameat2? = {
         guard let symbol = dlsym(nil, "renameat2") else { return nil }
         return unsafeBitCast(symbol, to: Renameat2.self)
     }()
-    #endif
 
     /// Renames `source` into `folder` under `name` or, when taken, the first free suffixed name.
     /// Returns the name used. Never replaces a file.

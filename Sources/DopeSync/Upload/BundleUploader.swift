@@ -44,6 +44,8 @@ struct BundleUploader: Sendable {
     let retry: RetryPolicy
     let limits: BundleLimits
     let counters: RunCounters
+    /// Where a bundle whose last reading never ended is read first (see ``IsolatedReading``).
+    let isolatedReader: IsolatedReading?
     let logger: Logger
 
     func process(_ claimed: ClaimedBundle) async -> UploadOutcome {
@@ -51,10 +53,24 @@ struct BundleUploader: Sendable {
         logger[metadataKey: "bundle.name"] = "\(claimed.name)"
         let now = Date()
 
+        // A bundle whose reading was cut short (the process died) too often is not opened again.
+        let cutShort: Int
+        do {
+            cutShort = try store.beginReading(name: claimed.name, now: now)
+        } catch {
+            checkpointFailed(error, logger: logger)
+            return giveBack(claimed, logger: logger)
+        }
+        if cutShort > 0, let outcome = await readAgainAfterCutShort(claimed, cutShort: cutShort, logger: logger) {
+            return outcome
+        }
+
         let bundle: ValidatedBundle
-        switch await Self.inspect(claimed.path, size: claimed.size, limits: limits) {
+        switch await Self.inspect(claimed.path, size: claimed.size, limits: limits, stop: counters.stop) {
         case .success(let valid):
             bundle = valid
+        case .failure(let error) where error.code == .readingStopped:
+            return giveBack(claimed, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
             let failure = BundleFailure(reason: error.code.description, message: error.description)
@@ -180,8 +196,10 @@ struct BundleUploader: Sendable {
         guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
         do {
             let final = try claimed.moveToDone()
-            try? store.recordDone(name: claimed.name, sessionID: sessionID)
-            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { () throws(CheckpointError) in
+                try store.recordDone(name: claimed.name, sessionID: sessionID)
+                if final != claimed.name { try store.renamed(from: claimed.name, to: final) }
+            }
             logger.info("bundle synced", metadata: ["steps": "\(plan.steps.count)", "moved.to": "done/\(final)"])
             return .done
         } catch {
@@ -198,6 +216,66 @@ struct BundleUploader: Sendable {
     /// not compress) to about its own size, well under 10 ms.
     static let inspectedOffTheLoopFrom: Int64 = 1 << 20
 
+    /// Without a child process to read in (the library used in-process), how many readings of a
+    /// bundle may be cut short by the process dying before it goes to `failed/` unread
+    /// (``BundleError/Code/readerCrashed``). A machine rebooting or a run killed by its timer in
+    /// the middle of a reading is no reason to give up on a bundle, so not one.
+    static let readingsCutShortLimit = 3
+
+    /// The last reading of this bundle never ended. Read it in a child process first, if there is
+    /// one to run (``RunOptions/isolatedReader``): a bundle that kills or stalls the child goes to
+    /// `failed/` now, and one that does not was innocent and is read as usual (nil). Without one,
+    /// the bundle goes to `failed/` once ``readingsCutShortLimit`` readings were cut short.
+    private func readAgainAfterCutShort(_ claimed: ClaimedBundle, cutShort: Int, logger: Logger) async -> UploadOutcome? {
+        func failure(_ message: String) -> BundleFailure {
+            BundleFailure(reason: BundleError.Code.readerCrashed.description, message: message)
+        }
+        let advice = "check it with `dopesync inspect` where a crash does no harm, then requeue or remove it"
+        guard let isolatedReader else {
+            guard cutShort >= Self.readingsCutShortLimit else { return nil }
+            logger.error("bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
+            return fail(claimed, sessionID: nil, failure: failure(
+                "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
+                    + "while reading it), so it is not opened again; \(advice)"), logger: logger)
+        }
+        logger.notice("the last reading of this bundle never ended: reading it in a separate process first",
+                      metadata: ["readings.cut.short": "\(cutShort)"])
+        let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
+        switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop) {
+        case .survived, .notStarted:
+            return nil
+        case .stopped:
+            return giveBack(claimed, logger: logger)
+        case .timedOut:
+            let message = "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
+                + "refused as a hostile or damaged archive"
+            return fail(claimed, sessionID: nil, failure: BundleFailure(reason: BundleError.Code.overTimeBudget.description, message: message), logger: logger)
+        case .killed(let signal):
+            logger.error("reading this bundle killed a separate reader process", metadata: ["signal": "\(signal)"])
+            return fail(claimed, sessionID: nil, failure: failure(
+                "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
+                    + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
+        }
+    }
+
+    /// Records in the checkpoint database what a move already did. The move cannot be undone, so a
+    /// failure here leaves the database saying less than the folders (`status` would show the
+    /// bundle where it no longer is): logged with where the bundle went, and the run stops with 73
+    /// so that a person looks, as for any database that cannot be written.
+    private func recordAfterMove(of name: String, to place: String, logger: Logger, _ record: () throws(CheckpointError) -> Void) {
+        do {
+            try record()
+        } catch {
+            logger.error("the bundle moved but the checkpoint database could not record it", metadata: [
+                "moved.to": "\(place)", "error": "\(error)",
+            ])
+            if counters.checkpointsFailed() {
+                logger.critical("the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                                metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
     /// Logs a checkpoint error; one of the database itself (``CheckpointError/isDatabaseFailure``)
     /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
     private func checkpointFailed(_ error: CheckpointError, logger: Logger) {
@@ -213,8 +291,10 @@ struct BundleUploader: Sendable {
     /// loops in `dopesync` (Swift's global executor there), which must keep the other bundles'
     /// connections moving. A small one is read where it is: sending every bundle to the pool and
     /// back cost the run about a tenth more CPU in all, in thread switches.
-    static func inspect(_ path: String, size: Int64, limits: BundleLimits) async -> Result<ValidatedBundle, BundleValidationError> {
-        let inspect = { @Sendable in Result { () throws(BundleValidationError) in try BundleInspector(limits: limits).inspect(path: path) } }
+    static func inspect(_ path: String, size: Int64, limits: BundleLimits, stop: StopRequest) async -> Result<ValidatedBundle, BundleValidationError> {
+        let inspect = { @Sendable in
+            Result { () throws(BundleValidationError) in try BundleInspector(limits: limits).inspect(path: path, stop: stop) }
+        }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
         // The pool refuses work only once shut down, which the process-wide one never is; inline then.
         return (try? await NIOThreadPool.singleton.runIfActive(inspect)) ?? inspect()
@@ -250,8 +330,10 @@ struct BundleUploader: Sendable {
         )
         do {
             let final = try claimed.moveToFailed(sidecar)
-            try? store.recordFailure(name: claimed.name, sessionID: sessionID, error: failure)
-            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { () throws(CheckpointError) in
+                try store.recordFailure(name: claimed.name, sessionID: sessionID, error: failure)
+                if final != claimed.name { try store.renamed(from: claimed.name, to: final) }
+            }
             logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
             return .failed(reason: failure.reason)
         } catch {
@@ -268,7 +350,11 @@ struct BundleUploader: Sendable {
                 return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
             let final = try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt)
-            if final != claimed.name { try? store.renamed(from: claimed.name, to: final) }
+            if final != claimed.name {
+                recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { () throws(CheckpointError) in
+                    try store.renamed(from: claimed.name, to: final)
+                }
+            }
             logger.info("bundle deferred", metadata: [
                 "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)", "reason": "\(failure.reason)",
             ])

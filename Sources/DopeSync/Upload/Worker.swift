@@ -21,6 +21,9 @@ public struct RunOptions: Sendable {
     public var showProgress = false
     /// Where to write a Prometheus textfile after the run (``RunMetrics``), if anywhere.
     public var metricsFile: String?
+    /// A `dopesync` executable that reads a bundle in a process of its own (`inspect`), for bundles
+    /// whose last reading never ended; nil reads them in-process (see ``IsolatedReading``).
+    public var isolatedReader: String?
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
@@ -143,8 +146,17 @@ public struct Worker: Sendable {
         }
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
-        let orphans = (try? spool.processingEntries()) ?? []
-        let due = (try? spool.scan(minAge: options.minAge)) ?? []
+        let orphans: [SpoolEntry], due: [SpoolEntry]
+        do throws(SpoolError) {
+            orphans = try spool.processingEntries()
+            due = try spool.scan(minAge: options.minAge)
+        } catch {
+            // Not "nothing to do": bundles may be waiting where this run cannot see them.
+            logger.critical("the spool cannot be read: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
+            let summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
+            try? store.recordRunFinished(runID: runID, summary: summary)  // the 73 above is what matters
+            return (summary, .cannotCreate)
+        }
         let queue = BundleQueue(orphans + due)
         let total = min(orphans.count + due.count, options.maxBundles ?? Int.max)
         let deadline = options.maxTime.map { started + $0 }
@@ -152,7 +164,9 @@ public struct Worker: Sendable {
 
         let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
             let results = GroupCommit(store: store, batchSize: options.concurrency)
-            let uploader = BundleUploader(store: store, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters, logger: logger)
+            let uploader = BundleUploader(
+                store: store, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters,
+                isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)), logger: logger)
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }

@@ -1,0 +1,63 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads a bundle once more in a child process (`dopesync inspect`), for a bundle whose last
+/// reading never ended: the process that read it died, by a crash in the archive library, the
+/// OOM killer, or a kill after a hang, or by a reboot or a kill that had nothing to do with it.
+/// The child tells which. If reading kills or stalls it, the run is unharmed and the bundle goes
+/// to `failed/` at once; if it survives, the bundle was innocent and is read as usual.
+struct IsolatedReading: Sendable {
+    /// A `dopesync` executable (`/proc/self/exe` for the running one).
+    let executable: String
+
+    enum Outcome: Equatable, Sendable {
+        /// The child ended by itself (0: valid, 65: invalid): reading is safe.
+        case survived(exitStatus: Int32)
+        /// The child was killed by this signal while reading.
+        case killed(signal: Int32)
+        /// The child was still reading when the time budget ran out (it was killed).
+        case timedOut
+        /// The run is stopping (the child was killed).
+        case stopped
+        /// The child could not be started (errno).
+        case notStarted(errno: Int32)
+    }
+
+    /// Runs `dopesync inspect BUNDLE` and waits for it at most `time`, polling every 20 ms: this
+    /// is a rare path, and polling needs no thread of its own.
+    func read(_ bundle: String, time: Duration, stop: StopRequest) async -> Outcome {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for descriptor: Int32 in [0, 1, 2] {
+            posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        let arguments: [String] = [executable, "inspect", bundle]
+        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let envp: [UnsafeMutablePointer<CChar>?] = [nil]
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard spawned == 0 else { return .notStarted(errno: spawned) }
+
+        let deadline = ContinuousClock.now + time
+        while true {
+            var status: Int32 = 0
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid {
+                let signal = status & 0x7f
+                return signal == 0 ? .survived(exitStatus: (status >> 8) & 0xff) : .killed(signal: signal)
+            }
+            if reaped < 0 && errno != EINTR { return .notStarted(errno: errno) }
+            let ending: Outcome? = stop.isRequested ? .stopped : ContinuousClock.now >= deadline ? .timedOut : nil
+            if let ending {
+                kill(pid, SIGKILL)
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                return ending
+            }
+            // Cancellation is not how a run stops (the StopRequest is): keep waiting for the child.
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}

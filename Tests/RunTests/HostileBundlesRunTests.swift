@@ -1,0 +1,147 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import SQLiteSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@testable import DopeSync
+
+/// Hostile bundles in a real spool: each ends up in `failed/` with its reason, the others are
+/// synced in the same run, and a bundle that kills or stalls the reader is never claimed for ever.
+@Suite struct HostileBundlesRunTests {
+    @Test("one run moves the self-reproducing gzip, gzip in gzip and xz in gzip to failed/ and syncs the others",
+          .timeLimit(.minutes(2)))
+    func hostileBundlesFailAndOthersSync() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            try FileManager.default.copyItem(at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
+            for (outer, name) in [("gzip", "gzip-in-gzip"), ("xz", "gzip-in-xz")] {
+                let bundle = try HostileBundles.nested(SampleSession(seed: 310), outer: outer, in: directory, name: name)
+                try FileManager.default.moveItem(atPath: bundle.path, toPath: spool.path(.incoming, name))
+            }
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed)
+                #expect(summary.done == 3 && summary.failed == 3)
+                #expect(try RunAgainstDevServerTests.names(spool, .failed) == [
+                    "gzip-in-gzip", "gzip-in-gzip.error", "gzip-in-xz", "gzip-in-xz.error", "quine.gz", "quine.gz.error",
+                ])
+                for name in ["gzip-in-gzip", "gzip-in-xz", "quine.gz"] {
+                    let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
+                    #expect(sidecar.contains("reason: nested_compression"), "\(sidecar)")
+                }
+            }
+        }
+    }
+
+    /// Waits until the checkpoint database says `name` is being read (the run's own record), after
+    /// `cutShort` earlier readings that never ended.
+    static func waitUntilReading(_ spool: Spool, _ name: String, cutShort: Int = 0, timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if FileManager.default.fileExists(atPath: spool.databasePath),
+                let database = try? SQLiteDatabase(path: spool.databasePath, readOnly: true),
+                let reading = try? database.read({
+                    try $0.queryFirst("SELECT reading_since FROM bundles WHERE name = ? AND readings_cut_short = ?", [name, cutShort])
+                }),
+                reading.double(0) != nil
+            {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
+        }
+        Issue.record("\(name) was never being read")
+    }
+
+    @Test("SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
+          .timeLimit(.minutes(2)))
+    func sigtermDuringReading() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.appendingPathComponent("spool").path)
+            try spool.create()
+            // 64 GiB of zeros to hash: many minutes of reading, so only the stop can end it soon.
+            try HostileBundles.huge(SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
+            try await withDevServer { server in
+                let run = try spawnRun(spool, against: server)
+                try await Self.waitUntilReading(spool, "huge.tar")
+                let signalled = ContinuousClock.now
+                run.kill(SIGTERM)
+                let status = await run.finished()
+                let took = ContinuousClock.now - signalled
+                #expect(status == 0)
+                #expect(took < .seconds(10), "exited \(took) after SIGTERM")
+                #expect(try RunAgainstDevServerTests.names(spool, .incoming) == ["huge.tar"])
+                let failed = try RunAgainstDevServerTests.names(spool, .failed)
+                let sidecars = try failed.map { try String(contentsOfFile: spool.path(.failed, $0), encoding: .utf8) }
+                #expect(failed.isEmpty, "\(sidecars)")
+            }
+        }
+    }
+
+    /// The pid of `parent`'s child process running `dopesync inspect`, once it runs.
+    static func inspectChild(of parent: pid_t, timeout: Duration = .seconds(60)) async throws -> pid_t? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let found = try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true)
+            if let pid = found.stdout.split(separator: "\n").first.flatMap({ pid_t($0) }) { return pid }
+            try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
+        }
+        return nil
+    }
+
+    @Test("a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
+          .timeLimit(.minutes(3)))
+    func readerKillingBundleIsIsolatedThenFailed() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 12)])
+            try HostileBundles.huge(SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
+            // The huge bundle first: make it the oldest.
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: spool.path(.incoming, "huge.tar"))
+            try await withDevServer { server in
+                let first = try spawnRun(spool, against: server, ["--concurrency", "1"])
+                try await Self.waitUntilReading(spool, "huge.tar")
+                first.kill(SIGKILL)  // what a crash, the OOM killer, or a timer's kill after a hang does
+                #expect(await first.finished() == 128 + SIGKILL)
+                #expect(try RunAgainstDevServerTests.names(spool, .processing) == ["huge.tar"])
+
+                // The next run reads the orphan in a child first; that child dies as the run did.
+                let second = try spawnRun(spool, against: server, ["--concurrency", "1"])
+                let child = try #require(try await Self.inspectChild(of: second.pid))
+                kill(child, SIGKILL)
+                #expect(await second.finished() == 1)
+                #expect(try RunAgainstDevServerTests.names(spool, .failed) == ["huge.tar", "huge.tar.error"])
+                #expect(try RunAgainstDevServerTests.names(spool, .done).count == 1)
+                let sidecar = try String(contentsOfFile: spool.path(.failed, "huge.tar.error"), encoding: .utf8)
+                #expect(sidecar.contains("reason: reader_crashed"), "\(sidecar)")
+                #expect(sidecar.contains("signal 9"))
+
+                // requeue gives it a fresh start: no reading counted against it.
+                let requeue = try runBuilt("dopesync", ["requeue", "--spool", spool.root, "huge.tar"])
+                #expect(requeue.status == 0, "\(requeue.stderr)")
+                #expect(try CheckpointStore(spool: spool).beginReading(name: "huge.tar") == 0)
+            }
+        }
+    }
+
+    @Test("in-process (no child to read in), a bundle goes to failed/ unread once three readings were cut short")
+    func cutShortReadingsWithoutAChild() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 14)])
+            let name = try RunAgainstDevServerTests.names(spool, .incoming)[0]
+            let store = try CheckpointStore(spool: spool)
+            for expected in 0..<3 { #expect(try store.beginReading(name: name) == expected) }  // three processes died reading it
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed && summary.failed == 1)
+                let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
+                #expect(sidecar.contains("reason: reader_crashed"))
+                #expect(sidecar.contains("cut short 3 times"))
+            }
+        }
+    }
+}

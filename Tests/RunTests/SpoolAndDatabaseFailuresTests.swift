@@ -1,0 +1,90 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import SQLiteSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@testable import DopeSync
+
+/// Failures of the spool's folders and of the checkpoint database that a run used to swallow:
+/// each now names what failed and ends the run with 73, and no bundle is lost.
+@Suite struct SpoolAndDatabaseFailuresTests {
+    @Test("an incoming/ the run cannot read is not 'nothing to do': exit 73, naming the folder")
+    func unreadableIncoming() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 41)])
+            // Tests run as root, whom permissions do not stop: the run runs as nobody instead.
+            for path in [directory.path, spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {
+                chmod(path, 0o777)
+            }
+            chmod(spool.path(.incoming), 0o333)  // writable, not readable: bundles can arrive, not be listed
+            let result = try runProcess(
+                "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
+                            "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never"],
+                environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true)
+            chmod(spool.path(.incoming), 0o755)
+            #expect(result.status == 73, "\(result.stderr)")
+            #expect(result.stderr.contains("the spool cannot be read"))
+            #expect(result.stderr.contains("incoming"))
+            #expect(try RunAgainstDevServerTests.names(spool, .incoming).count == 1)
+        }
+    }
+
+    @Test("a checkpoint update that fails after the move to done/ is reported with where the bundle went: exit 73")
+    func checkpointUpdateAfterMoveFails() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = [SampleSession(seed: 42)]
+            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            // The database refuses to record any bundle as done, as a full or failing disk would.
+            let store = try CheckpointStore(spool: spool)
+            let database = try SQLiteDatabase(path: spool.databasePath)
+            try database.write { connection in
+                try connection.execute("""
+                    CREATE TRIGGER refuse_done BEFORE UPDATE OF last_outcome ON bundles WHEN NEW.last_outcome = 'done'
+                    BEGIN SELECT RAISE(ABORT, 'disk trouble'); END
+                    """)
+            }
+            _ = store
+            try await withDevServer { server in
+                let result = try await runBuiltOffPool("dopesync", [
+                    "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
+                ], environment: ["DOPESYNC_API_TOKEN": server.token])
+                #expect(result.status == 73, "\(result.stderr)")
+                let name = "\(samples[0].sessionID).tar.gz"
+                #expect(result.stderr.contains("the bundle moved but the checkpoint database could not record it"), "\(result.stderr)")
+                #expect(result.stderr.contains("done/\(name)"))
+                #expect(result.stderr.contains("disk trouble"))
+                #expect(try RunAgainstDevServerTests.names(spool, .done) == [name])  // the bundle itself is safe
+            }
+        }
+    }
+
+    @Test("a link-then-unlink move whose unlink fails leaves the bundle in its folder only, not in two")
+    func linkFallbackUndoesTheLink() async throws {
+        try await withTemporaryDirectory { directory in
+            let source = directory.appendingPathComponent("processing-b.tgz").path
+            let target = directory.appendingPathComponent("done-b.tgz").path
+            try directory.appendingPathComponent("processing-b.tgz").write(Array("bundle".utf8))
+            // A file system without RENAME_NOREPLACE (NFS, some overlays), whose unlink then fails.
+            let system = SpoolFiles.RenameCalls.system
+            let calls = SpoolFiles.RenameCalls(
+                renameNoReplace: { _, _ in EINVAL },
+                link: system.link,
+                unlink: { path in path == source ? EBUSY : system.unlink(path) }
+            )
+            #expect(SpoolFiles.renameNoReplace(source, target, calls: calls) == EBUSY)
+            #expect(FileManager.default.fileExists(atPath: source))
+            #expect(!FileManager.default.fileExists(atPath: target))
+
+            // The same fallback with a working unlink moves the file.
+            let working = SpoolFiles.RenameCalls(renameNoReplace: { _, _ in ENOSYS }, link: system.link, unlink: system.unlink)
+            #expect(SpoolFiles.renameNoReplace(source, target, calls: working) == 0)
+            #expect(!FileManager.default.fileExists(atPath: source))
+            #expect(FileManager.default.fileExists(atPath: target))
+        }
+    }
+}
