@@ -13,7 +13,7 @@ import Testing
     // MARK: Migrations
 
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
-    static let allMigrations = ["v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading"]
+    static let allMigrations = ["v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups"]
 
     @Test func aVersion1DatabaseIsUpgradedInPlaceKeepingItsRows() throws {
         let path = folder.sub("v1.sqlite")

@@ -153,6 +153,8 @@ public struct RunRecord: Sendable, Hashable {
     /// Nil while the run is going on, or if it died.
     public let finishedAt: Date?
     public let summary: RunSummary?
+    /// Whether the API answered the session lookups in this run; nil when none was needed.
+    public var apiLookups: Bool? = nil
 }
 
 /// The numbers of a run's summary line.

@@ -209,6 +209,25 @@ public final class CheckpointStore: Sendable {
         return CompletedStep(serverID: serverID, contentDigest: digest, doneAt: now)
     }
 
+    /// Records steps found on the server though they had no result here (a lost database,
+    /// progress made elsewhere, a crash before the answer was recorded): each step's intent and
+    /// its server id, all in one transaction. Returns each step as now done.
+    public func recordFoundOnServer(
+        sessionID: String, _ found: [(intent: StepIntent, serverID: Int64)], now: Date = Date()
+    ) throws(CheckpointError) -> [CompletedStep] {
+        try write("recording \(found.count) steps found on the server for session \(sessionID)") { connection in
+            try found.map { entry in
+                if case .alreadyDone(let done) = try Self.recordIntent(connection, sessionID: sessionID, entry.intent, now: now) {
+                    guard done.serverID == entry.serverID else {
+                        throw CheckpointError(code: .conflictingResult, message: "step \(entry.intent.stepKey) of session \(sessionID) was done with server id \(done.serverID), found on the server as \(entry.serverID): the record may exist twice on the server")
+                    }
+                    return done
+                }
+                return try Self.recordResult(connection, sessionID: sessionID, stepKey: entry.intent.stepKey, serverID: entry.serverID, now: now)
+            }
+        }
+    }
+
     /// The steps of a session that are done, by step key: the planner skips these, and compares each
     /// content digest with the bundle's to detect `changed_after_upload`.
     public func completedSteps(sessionID: String) throws(CheckpointError) -> [String: CompletedStep] {
@@ -437,14 +456,16 @@ public final class CheckpointStore: Sendable {
     /// Records the run's summary. `healthy`: whether the run shows the API working (it ended 0 or 1,
     /// deferred nothing, and either claimed something or found nothing waiting for retry); nil
     /// when it was not judged (no metrics file asked for).
-    public func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool? = nil, finishedAt: Date = Date()) throws(CheckpointError) {
+    public func recordRunFinished(
+        runID: String, summary: RunSummary, healthy: Bool? = nil, apiLookups: Bool? = nil, finishedAt: Date = Date()
+    ) throws(CheckpointError) {
         try write("recording the end of run \(runID)") { connection in
             try connection.query("""
                 UPDATE runs SET finished_at = ?, claimed = ?, done = ?, deferred = ?, failed = ?, requests = ?, bytes = ?, seconds = ?, exit_code = ?,
-                    healthy = ?
+                    healthy = ?, api_lookups = ?
                 WHERE run_id = ?
                 """, [finishedAt.timeIntervalSince1970, summary.claimed, summary.done, summary.deferred, summary.failed,
-                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy, runID])
+                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy, apiLookups, runID])
             if connection.changes == 0 {
                 throw CheckpointError(code: .database, message: "run \(runID) was never recorded as started")
             }
@@ -473,7 +494,8 @@ public final class CheckpointStore: Sendable {
         try read("reading the last run") { connection in
             let filter = finishedOnly ? "WHERE finished_at IS NOT NULL" : ""
             return try connection.queryFirst("""
-                SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code
+                SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
+                       api_lookups
                 FROM runs \(filter) ORDER BY started_at DESC, rowid DESC LIMIT 1
                 """).map { row in
                 let finishedAt = row.double(4).map(Date.init(timeIntervalSince1970:))
@@ -483,7 +505,8 @@ public final class CheckpointStore: Sendable {
                                exitCode: Int32(row.int(12) ?? 0))
                 }
                 return RunRecord(runID: row.string(0) ?? "", host: row.string(1) ?? "", pid: Int32(row.int(2) ?? 0),
-                                 startedAt: Date(timeIntervalSince1970: row.double(3) ?? 0), finishedAt: finishedAt, summary: summary)
+                                 startedAt: Date(timeIntervalSince1970: row.double(3) ?? 0), finishedAt: finishedAt, summary: summary,
+                                 apiLookups: row.int(13).map { $0 != 0 })
             }
         }
     }

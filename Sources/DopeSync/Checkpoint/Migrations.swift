@@ -79,6 +79,11 @@ let checkpointMigrations: [CheckpointMigration] = [
         ALTER TABLE bundles ADD COLUMN reading_since REAL;
         ALTER TABLE bundles ADD COLUMN readings_cut_short INTEGER NOT NULL DEFAULT 0;
         """),
+    // Whether the API answered the session lookups in that run (1), lacked them (0), or was never
+    // asked (NULL): which guarantee of exactly once holds against it (`dopesync status`).
+    CheckpointMigration(name: "v4-runs-api-lookups", sql: """
+        ALTER TABLE runs ADD COLUMN api_lookups INTEGER;
+        """),
 ]
 
 enum CheckpointMigrator {

@@ -84,6 +84,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var bytes: Int64
         public var seconds: Double
         public var exitCode: Int32
+        /// Whether the API answered the session lookups; nil when no bundle needed one.
+        public var apiLookups: Bool?
     }
 
     public var spool: String
@@ -139,7 +141,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
             guard let finishedAt = run.finishedAt, let summary = run.summary else { return nil }
             return LastRun(runID: run.runID, host: run.host, pid: run.pid, startedAt: run.startedAt, finishedAt: finishedAt,
                            claimed: summary.claimed, done: summary.done, deferred: summary.deferred, failed: summary.failed,
-                           requests: summary.requests, bytes: summary.bytes, seconds: summary.seconds, exitCode: summary.exitCode)
+                           requests: summary.requests, bytes: summary.bytes, seconds: summary.seconds, exitCode: summary.exitCode,
+                           apiLookups: run.apiLookups)
         }
 
         return SpoolStatus(
@@ -207,6 +210,11 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         if let run = lastRun {
             lines.append("last run     \(run.runID) on \(run.host), finished \(Self.time(run.finishedAt)) (\(Self.age(generatedAt.timeIntervalSince(run.finishedAt))) ago), exit \(run.exitCode)")
             lines.append("             claimed \(run.claimed), done \(run.done), deferred \(run.deferred), failed \(run.failed); \(run.requests) requests, \(ByteCount(run.bytes)), \(String(format: "%.1f", run.seconds)) s")
+            switch run.apiLookups {
+            case true?: lines.append("exactly once the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key")
+            case false?: lines.append("exactly once the API has no lookups: nothing is sent twice only if it honours Idempotency-Key")
+            case nil: lines.append("exactly once not known: no bundle needed a lookup in the last run")
+            }
         } else {
             lines.append("last run     none recorded")
         }

@@ -143,6 +143,43 @@ public struct APIClient: Sendable {
         }
     }
 
+    /// How the API answered a lookup (`GET`).
+    enum LookupAnswer: Sendable, Equatable {
+        /// 200 and the body.
+        case found([UInt8])
+        /// 404 or 405 (501): no such thing here, or no such endpoint; the caller tells which.
+        case notFound(status: Int)
+        /// Anything else, classified as a step's answer would be (retryable, unauthorized, …).
+        case failed(StepResponse)
+    }
+
+    /// `GET path`, for looking records up before a step is sent again. Bodies up to 16 MiB
+    /// (a session tree of thousands of records).
+    func get(_ path: String) async -> LookupAnswer {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = .GET
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Accept", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
+        do {
+            let response = try await http.execute(request, timeout: .init(timeouts.request))
+            let body = try await response.body.collect(upTo: 16 << 20)
+            let status = Int(response.status.code)
+            if status == 200 { return .found(Array(body.readableBytesView)) }
+            let message = Self.decodeAnswer(body).message ?? "HTTP \(status)"
+            switch status {
+            case 404, 405, 501: return .notFound(status: status)
+            case 401, 403: return .failed(.unauthorized(status: status, message: message))
+            case 408, 409, 425, 429, 500...599:
+                let retryAfter = response.headers.first(name: "Retry-After").flatMap(Self.parseRetryAfter)
+                return .failed(.retryable(status: status, retryAfter: retryAfter, message: message))
+            default: return .failed(.rejected(status: status, code: Self.decodeAnswer(body).code, message: message))
+            }
+        } catch {
+            return .failed(.retryable(status: nil, retryAfter: nil, message: Self.describe(error)))
+        }
+    }
+
     /// The API's `{"id": …}` or `{"error": {"code", "message", "field"}}`.
     static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, code: String?, message: String?) {
         guard let object = try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView)) as? [String: Any] else {

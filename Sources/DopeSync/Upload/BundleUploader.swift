@@ -46,6 +46,8 @@ struct BundleUploader: Sendable {
     let counters: RunCounters
     /// Where a bundle whose last reading never ended is read first (see ``IsolatedReading``).
     let isolatedReader: IsolatedReading?
+    /// The look on the server before a step is sent again; nil: keys alone.
+    let lookup: ServerLookup?
     let logger: Logger
 
     func process(_ claimed: ClaimedBundle) async -> UploadOutcome {
@@ -88,7 +90,7 @@ struct BundleUploader: Sendable {
 
         let images = BundleEntryReader(bundle: bundle)
         var serverIDs: [String: Int64] = [:]
-        let completed: [String: CompletedStep]
+        var completed: [String: CompletedStep]
         do {
             completed = try store.completedSteps(sessionID: sessionID)
         } catch {
@@ -115,6 +117,83 @@ struct BundleUploader: Sendable {
         }
 
         var intentsRecorded: Set<String> = []
+        // Steps whose request may have reached the server before this run (an intent with no
+        // result: a process died, or a run stopped): looked for on the server before they are sent.
+        var ambiguousBefore: Set<String> = []
+        // The server's tree as first looked at for those steps: one request covers them all.
+        var treeBefore: ServerTree? = nil
+
+        func changed(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String) -> BundleFailure {
+            BundleFailure(
+                reason: "changed_after_upload", step: step.key,
+                message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
+                    + "the API is create-only, so nothing was sent or overwritten")
+        }
+
+        /// The session is on the server, though its step has no checkpoint (a new bundle of a
+        /// session synced from elsewhere, a lost database, a crash before the session's result):
+        /// every step found in its tree is recorded as done now, in plan order, so none is sent
+        /// again; one found with other content fails the bundle.
+        func reconcile(with tree: ServerTree) -> ServerLookup.Look? {
+            var ids = serverIDs
+            var found: [(intent: CheckpointStore.StepIntent, serverID: Int64)] = []
+            for step in plan.steps where completed[step.key] == nil {
+                switch tree.match(step) {
+                case .absent: continue
+                case .differs(let id, let field, let server, let bundle):
+                    return .differs(changed(step, id: id, field: field, server: server, bundle: bundle))
+                case .present(let id):
+                    guard let path = step.path(serverIDs: ids) else { continue }  // a child whose parent is not there
+                    ids[step.key] = id
+                    found.append((intent(of: step, path: path), id))
+                }
+            }
+            guard !found.isEmpty else { return nil }
+            do {
+                let recorded = try store.recordFoundOnServer(sessionID: sessionID, found)
+                for (entry, done) in zip(found, recorded) { completed[entry.intent.stepKey] = done }
+                intentsRecorded.formUnion(found.map(\.intent.stepKey))
+                logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
+            } catch {
+                checkpointFailed(error, logger: logger)
+                return .failed(.retryable(status: nil, retryAfter: nil, message: "\(error)"))
+            }
+            return nil
+        }
+
+        /// Looks for `step` on the server before it is sent (again).
+        func look(for step: UploadStep) async -> ServerLookup.Look {
+            guard let lookup else { return .absent }
+            let found: ServerLookup.Found
+            if step.kind == .session {
+                found = await lookup.tree(clientID: sessionID)
+            } else if ambiguousBefore.contains(step.key), let treeBefore {
+                found = .tree(treeBefore)
+            } else if let sessionServerID = serverIDs["session"] {
+                found = await lookup.tree(serverID: sessionServerID)
+            } else {
+                return .absent
+            }
+            switch found {
+            case .unavailable, .tree(nil):
+                return .absent
+            case .failed(.rejected(let status, _, let message)):
+                // A lookup the API refuses as a request (400): it cannot say; the key must do.
+                logger.warning("a lookup was refused; sending under the key alone", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                return .absent
+            case .failed(let response):
+                return .failed(response)
+            case .tree(let tree?):
+                if ambiguousBefore.contains(step.key) && treeBefore == nil { treeBefore = tree }
+                if step.kind == .session, let problem = reconcile(with: tree) { return problem }
+                switch tree.match(step) {
+                case .absent: return .absent
+                case .present(let id): return .found(id)
+                case .differs(let id, let field, let server, let bundle):
+                    return .differs(changed(step, id: id, field: field, server: server, bundle: bundle))
+                }
+            }
+        }
         // The last step's result, handed to the group commit: it commits while the next step is sent
         // (whose intent is already committed). Settled before the next result is handed in, and
         // before the bundle goes anywhere.
@@ -152,17 +231,52 @@ struct BundleUploader: Sendable {
                 // This step's intent, and those of the next steps already known, in one commit.
                 do {
                     let intents = intentsToRecord(from: index)
-                    try store.recordIntents(sessionID: sessionID, intents)
+                    let outcomes = try store.recordIntents(sessionID: sessionID, intents)
                     intentsRecorded.formUnion(intents.map(\.stepKey))
+                    for (intent, outcome) in zip(intents, outcomes) {
+                        switch outcome {
+                        case .recorded: break
+                        case .resent: ambiguousBefore.insert(intent.stepKey)
+                        // Done meanwhile by another bundle of the same session: not sent again.
+                        case .alreadyDone(let done): completed[intent.stepKey] = done
+                        }
+                    }
                 } catch {
                     checkpointFailed(error, logger: logger)
                     _ = await settlePendingResult()
                     return giveBack(claimed, logger: logger)
                 }
+                if let done = completed[step.key] {
+                    guard done.contentDigest == step.contentDigest else {
+                        let failure = BundleFailure(
+                            reason: "changed_after_upload", step: step.key,
+                            message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
+                        guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
+                        return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                    }
+                    serverIDs[step.key] = done.serverID
+                    continue
+                }
             }
 
-            let (response, cutShort) = await sendWithRetries(step, path: path, images: images, logger: logger)
+            // The session is always looked for first (once per bundle while it has no checkpoint);
+            // another step when its request may already have reached the server.
+            let lookFirst = step.kind == .session || ambiguousBefore.contains(step.key)
+            let resolution = await resolve(step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
             guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
+            if let done = completed[step.key] {  // found while reconciling (the session step itself)
+                serverIDs[step.key] = done.serverID
+                continue
+            }
+            let response: StepResponse, cutShort: Bool
+            switch resolution {
+            case .response(let answer, let stopping): (response, cutShort) = (answer, stopping)
+            case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
+            case .differs(let failure):
+                counters.stepAnswered()
+                logger.warning("a record is on the server with other content", metadata: ["step": "\(step.key)", "message": "\(failure.message ?? "")"])
+                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            }
             switch response {
             case .created(let id, let replayed):
                 counters.stepAnswered()
@@ -300,20 +414,51 @@ struct BundleUploader: Sendable {
         return (try? await NIOThreadPool.singleton.runIfActive(inspect)) ?? inspect()
     }
 
-    /// Sends a step, retrying what is retryable; `cutShort` when the run's stop ended the retries early.
-    private func sendWithRetries(
-        _ step: UploadStep, path: String, images: BundleEntryReader, logger: Logger
-    ) async -> (response: StepResponse, cutShort: Bool) {
+    /// How a step ended: the server's answer (`cutShort` when the run's stop ended its retries
+    /// early), or what a look on the server found instead of sending it.
+    enum Resolution {
+        case response(StepResponse, cutShort: Bool)
+        case found(Int64)
+        case differs(BundleFailure)
+    }
+
+    /// Sends a step, retrying what is retryable. Before a send whose request may already have
+    /// reached the server (`lookFirst`, and every retry after an answer that leaves it unknown:
+    /// no answer, a lost connection, a timeout, a 5xx, 409), looks for it there first: found, it
+    /// is not sent; absent, it is sent again under the same key. A look that fails counts as a
+    /// failed try, and nothing is sent on a guess.
+    private func resolve(
+        _ step: UploadStep, path: String, images: BundleEntryReader, lookFirst: Bool,
+        look: (UploadStep) async -> ServerLookup.Look, logger: Logger
+    ) async -> Resolution {
         var retry = 0
+        var mustLook = lookFirst
         while true {
-            let (response, bytes) = await client.send(step, path: path, images: images)
-            counters.request(bytes: bytes)
-            guard case .retryable(let status, let retryAfter, let message) = response else { return (response, false) }
+            var response: StepResponse? = nil
+            if mustLook {
+                switch await look(step) {
+                case .found(let id):
+                    logger.info("found on the server, not sent again", metadata: ["step": "\(step.key)", "server.id": "\(id)"])
+                    return .found(id)
+                case .differs(let failure): return .differs(failure)
+                case .failed(let answer): response = answer
+                case .absent: break
+                }
+            }
+            if response == nil {
+                let (answer, bytes) = await client.send(step, path: path, images: images)
+                counters.request(bytes: bytes)
+                response = answer
+            }
+            guard let response else { preconditionFailure("a look or a send answers") }
+            guard case .retryable(let status, let retryAfter, let message) = response else { return .response(response, cutShort: false) }
+            mustLook = lookup != nil
+            func stop(_ cutShort: Bool) -> Resolution { .response(response, cutShort: cutShort) }
             retry += 1
-            guard retry < self.retry.attempts else { return (response, false) }
-            guard !counters.shouldStop else { return (response, true) }
+            guard retry < self.retry.attempts else { return stop(false) }
+            guard !counters.shouldStop else { return stop(true) }
             guard let delay = self.retry.delay(beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1)) else {
-                return (response, false)
+                return stop(false)
             }
             logger.info("retrying a step", metadata: [
                 "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)", "retry": "\(retry)",

@@ -24,6 +24,10 @@ public struct RunOptions: Sendable {
     /// A `dopesync` executable that reads a bundle in a process of its own (`inspect`), for bundles
     /// whose last reading never ended; nil reads them in-process (see ``IsolatedReading``).
     public var isolatedReader: String?
+    /// Look on the server before sending a step whose request may already have reached it (and
+    /// once per new bundle, before its session): exactly once even against an API that ignores
+    /// `Idempotency-Key`. Off: keys alone (for measuring what the looks cost).
+    public var lookBeforeResending = true
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
@@ -162,11 +166,14 @@ public struct Worker: Sendable {
         let deadline = options.maxTime.map { started + $0 }
         let maxBundles = options.maxBundles ?? Int.max
 
+        let lookups = LookupSupport()
         let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
             let results = GroupCommit(store: store, batchSize: options.concurrency)
             let uploader = BundleUploader(
                 store: store, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters,
-                isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)), logger: logger)
+                isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
+                lookup: options.lookBeforeResending ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
+                logger: logger)
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
@@ -209,7 +216,12 @@ public struct Worker: Sendable {
         let now = Date()
         let backlog = options.metricsFile.map { _ in Result { try RunMetrics.backlog(of: spool, store: store, now: now) } }
         let healthy = (try? backlog?.get()).map { RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now)) }
-        try? store.recordRunFinished(runID: runID, summary: summary, healthy: healthy)
+        let apiLookups: Bool? = switch lookups.current {
+        case .available: true
+        case .missing: false
+        case .unknown: nil
+        }
+        try? store.recordRunFinished(runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
         if let metricsFile = options.metricsFile, let backlog {
             // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
