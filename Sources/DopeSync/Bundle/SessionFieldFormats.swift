@@ -16,6 +16,43 @@ enum SessionFieldFormats {
     /// Whether `text` is an RFC 3339 `date-time` (section 5.6) with a real calendar date:
     /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM)`, `T` and `Z` in either case.
     /// A leap second (`:60`) is refused.
+    /// The instant an RFC 3339 date-time names, to the millisecond: two texts of one instant
+    /// (other offsets, other fractions) are equal. Nil for anything else.
+    static func instant(_ text: String) -> Int64? {
+        guard isRFC3339DateTime(text) else { return nil }
+        let bytes = Array(text.utf8)
+        func number(_ start: Int, _ count: Int) -> Int64 {
+            bytes[start..<(start + count)].reduce(0) { $0 * 10 + Int64($1 - 48) }
+        }
+        let (year, month, day) = (number(0, 4), number(5, 2), number(8, 2))
+        let (hour, minute, second) = (number(11, 2), number(14, 2), number(17, 2))
+        var index = 19
+        var milliseconds: Int64 = 0
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            var scale: Int64 = 100
+            while index < bytes.count, (48...57).contains(bytes[index]) {
+                milliseconds += Int64(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+        }
+        var offsetMinutes: Int64 = 0
+        if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+            let sign: Int64 = bytes[index] == UInt8(ascii: "-") ? -1 : 1
+            offsetMinutes = sign * (number(index + 1, 2) * 60 + number(index + 4, 2))
+        }
+        // Days from the civil date (Howard Hinnant's algorithm), then seconds.
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetMinutes * 60
+        return seconds * 1000 + milliseconds
+    }
+
     static func isRFC3339DateTime(_ text: String) -> Bool {
         let bytes = Array(text.utf8)
         func number(at start: Int, digits: Int) -> Int? {

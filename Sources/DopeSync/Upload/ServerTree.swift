@@ -77,12 +77,13 @@ struct ServerTree: Sendable, Equatable {
         switch step.payload {
         case .json(let bytes):
             guard let body = (try? JSONValue.parse(bytes))?.objectValue else { return .present(id: record.id) }
+            // Only what the server shows can be compared: a field it does not echo is not a difference.
             for member in body.members where member.key != "clientId" {
-                let server = record.fields[member.key]
-                guard let server, Self.same(server, member.value) else {
+                guard let server = record.fields[member.key] else { continue }
+                guard Self.same(server, member.value) else {
                     return .differs(
                         id: record.id, field: member.key,
-                        server: server.map { String(decoding: $0.serialized(), as: UTF8.self) } ?? "absent",
+                        server: String(decoding: server.serialized(), as: UTF8.self),
                         bundle: String(decoding: member.value.serialized(), as: UTF8.self))
                 }
             }
@@ -96,11 +97,13 @@ struct ServerTree: Sendable, Equatable {
         }
     }
 
-    /// Equal as values: numbers by value (`1.0` is `1`: a server may write numbers its own way),
-    /// everything else exactly.
+    /// Equal as values: numbers by value (`1.0` is `1`) and dates by instant (`…T11:30:00.250+02:00`
+    /// is `…T09:30:00.25Z`), as a server may write both its own way; everything else exactly.
     private static func same(_ a: JSONValue, _ b: JSONValue) -> Bool {
         switch (a, b) {
         case (.number(let x), .number(let y)): x.doubleValue == y.doubleValue
+        case (.string(let x), .string(let y)) where x != y:
+            SessionFieldFormats.instant(x).map { $0 == SessionFieldFormats.instant(y) } ?? false
         case (.array(let x), .array(let y)): x.count == y.count && zip(x, y).allSatisfy { same($0, $1) }
         case (.object(let x), .object(let y)):
             x.members.count == y.members.count && x.members.allSatisfy { member in y[member.key].map { same(member.value, $0) } ?? false }
