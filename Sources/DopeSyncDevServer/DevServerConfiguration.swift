@@ -21,6 +21,11 @@ public struct DevServerConfiguration: Sendable {
     public var maxJSONBytes: Int = 1024 * 1024
     /// Failures to inject into `/api` POSTs (never into health or admin routes).
     public var faults: FaultConfiguration = FaultConfiguration()
+    /// Accept `Idempotency-Key` and ignore it, as a backend that never implemented keys would:
+    /// every POST is processed as new (a resend creates a second record), with no replay, no 409
+    /// while a twin is in flight and no 422 for a reused or malformed key. The request log of
+    /// `GET /admin/requests` still shows the key sent. `--ignore-idempotency-keys`, default off.
+    public var ignoreIdempotencyKeys: Bool = false
     /// How long idempotency keys are kept. The API promises at least 7 days.
     public var idempotencyRetentionSeconds: Int = 7 * 24 * 3600
     /// How many recent requests `GET /admin/requests` remembers (a ring buffer).

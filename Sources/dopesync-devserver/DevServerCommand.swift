@@ -43,6 +43,9 @@ struct DevServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("retry-after"), help: "Retry-After seconds on injected 429/503.") var retryAfter = 1
     @Option(help: "Seed for the fault generator.") var seed: UInt64 = 0
 
+    @Flag(name: .customLong("ignore-idempotency-keys"), help: "Accept Idempotency-Key and ignore it: every POST creates a record.")
+    var ignoreIdempotencyKeys = false
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func validate() throws {
@@ -77,6 +80,7 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.faults.dropAfterCommitRate = dropAfterCommitRate
         configuration.faults.retryAfterSeconds = retryAfter
         configuration.faults.seed = seed
+        configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
         return configuration
     }
 
