@@ -17,6 +17,8 @@ import Synchronization
 /// - `GET /admin/faults`, `PUT /admin/faults`: `{"failRate", "rateLimitRate",
 ///   "dropAfterCommitRate", "latencyMs": "A-B", "retryAfterSeconds", "seed"}`; PUT changes the
 ///   fields given and restarts the generator from `seed`.
+/// - `GET /admin/sessions?clientId=`, `GET /admin/sessions/{sessionId}`: what the two `/api`
+///   lookups answer, served even when they are not (`--no-lookups`), so a test can see the trees.
 enum AdminRoutes {
     static func routes(state: DevServerState) -> [Route] {
         [
@@ -44,6 +46,8 @@ enum AdminRoutes {
             Route(.put, "/admin/references") { request, _ in
                 try await changeReferences(request, state: state, replacing: true)
             },
+            Route(.get, "/admin/sessions") { request, _ in try await DevServerRoutes.sessions(request, state: state) },
+            Route(.get, "/admin/sessions/:sessionId") { _, context in try await DevServerRoutes.sessionTree(context, state: state) },
             Route(.get, "/admin/faults") { _, _ in
                 DevServerState.jsonResponse(status: .ok, body: faultsJSON(state.faults.configuration))
             },

@@ -4,10 +4,25 @@ import Hummingbird
 /// The routes of api.yaml and the admin routes, on one router.
 enum DevServerRoutes {
     static func router(state: DevServerState) -> Router<DevServerRequestContext> {
-        let routes = apiRoutes(state: state) + AdminRoutes.routes(state: state)
+        var routes = apiRoutes(state: state) + AdminRoutes.routes(state: state)
+        var table = RouteTable(routes.map { ($0.method, $0.path) })
+        if !state.configuration.lookups {
+            // A backend without the lookups: the table (hence `Allow`) lacks them, and they answer
+            // the configured status instead of Hummingbird's 404 or the middleware's 405.
+            routes.removeAll { $0.method == .get && lookupPaths.contains($0.path) }
+            let served = RouteTable(routes.map { ($0.method, $0.path) })
+            let status = state.configuration.lookupsStatus
+            for path in lookupPaths {
+                routes.append(
+                    Route(.get, path) { request, _ in
+                        throw missingLookup(request, status: status, table: served)
+                    })
+            }
+            table = served
+        }
         let router = Router(context: DevServerRequestContext.self)
         // First, so it wraps every route and the not-found answer; it sees the whole table.
-        router.add(middleware: DevServerMiddleware(state: state, routes: RouteTable(routes.map { ($0.method, $0.path) })))
+        router.add(middleware: DevServerMiddleware(state: state, routes: table))
         for route in routes {
             router.on(RouterPath(route.path), method: route.method, use: route.handler)
         }
@@ -51,6 +66,20 @@ enum DevServerRoutes {
             },
         ]
         return routes
+    }
+
+    /// The paths of the two lookups, both `GET`.
+    static let lookupPaths = ["/api/sessions", "/api/sessions/:sessionId"]
+
+    /// What a lookup answers on a server without lookups (`--no-lookups`).
+    static func missingLookup(_ request: Request, status: MissingLookupsStatus, table: RouteTable) -> APIError {
+        let path = request.uri.path
+        switch status {
+        case .notFound:
+            return APIError.notFound("GET \(path) is not served: this server has no lookups (--no-lookups)")
+        case .methodNotAllowed:
+            return APIError.methodNotAllowed(.get, path: path, allowed: table.methods(forPath: path) ?? [])
+        }
     }
 
     /// `GET /api/sessions?clientId=`: `{"items": [Created]}`, zero or one.
