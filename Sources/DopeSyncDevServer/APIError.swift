@@ -18,6 +18,7 @@ struct APIError: Error, Sendable {
             case idempotencyKeyInUse = "idempotency_key_in_use"
             case idempotencyKeyReused = "idempotency_key_reused"
             case rateLimited = "rate_limited"
+            case methodNotAllowed = "method_not_allowed"
             case `internal`
         }
         private let base: Base
@@ -33,6 +34,8 @@ struct APIError: Error, Sendable {
         static let idempotencyKeyInUse = Code(.idempotencyKeyInUse)
         static let idempotencyKeyReused = Code(.idempotencyKeyReused)
         static let rateLimited = Code(.rateLimited)
+        /// Not in api.yaml's list (which names no 405): the path exists, the method is not one it takes.
+        static let methodNotAllowed = Code(.methodNotAllowed)
         static let `internal` = Code(.internal)
 
         var description: String { base.rawValue }
@@ -44,6 +47,8 @@ struct APIError: Error, Sendable {
     let field: String?
     /// Seconds for a `Retry-After` header (429, 503).
     var retryAfterSeconds: Int? = nil
+    /// The methods for an `Allow` header (405).
+    var allowedMethods: [HTTPRequest.Method]? = nil
 
     static func validation(_ field: String, _ message: String) -> APIError {
         APIError(status: .unprocessableContent, code: .validationFailed, message: "\(field): \(message)", field: field)
@@ -55,6 +60,16 @@ struct APIError: Error, Sendable {
 
     static func notFound(_ message: String) -> APIError {
         APIError(status: .notFound, code: .notFound, message: message, field: nil)
+    }
+
+    /// 405 with `Allow`: `path` exists, and takes `allowed`, not `method`.
+    static func methodNotAllowed(_ method: HTTPRequest.Method, path: String, allowed: [HTTPRequest.Method]) -> APIError {
+        let names = allowed.map(\.rawValue).joined(separator: ", ")
+        var error = APIError(
+            status: .methodNotAllowed, code: .methodNotAllowed,
+            message: "\(path) does not take \(method.rawValue)" + (names.isEmpty ? "" : " (it takes \(names))"), field: nil)
+        error.allowedMethods = allowed
+        return error
     }
 
     static func payloadTooLarge(_ message: String) -> APIError {
@@ -75,6 +90,7 @@ struct APIError: Error, Sendable {
         json += "}}"
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfterSeconds { headers[.retryAfter] = String(retryAfterSeconds) }
+        if let allowedMethods { headers[.allow] = allowedMethods.map(\.rawValue).joined(separator: ", ") }
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: json)))
     }
 }

@@ -21,12 +21,33 @@ public struct DevServerConfiguration: Sendable {
     public var maxJSONBytes: Int = 1024 * 1024
     /// Failures to inject into `/api` POSTs (never into health or admin routes).
     public var faults: FaultConfiguration = FaultConfiguration()
+    /// Accept `Idempotency-Key` and ignore it, as a backend that never implemented keys would:
+    /// every POST is processed as new (a resend creates a second record), with no replay, no 409
+    /// while a twin is in flight and no 422 for a reused or malformed key. The request log of
+    /// `GET /admin/requests` still shows the key sent. `--ignore-idempotency-keys`, default off.
+    public var ignoreIdempotencyKeys: Bool = false
+    /// Whether `GET /api/sessions?clientId=` and `GET /api/sessions/{sessionId}` are served.
+    /// Off, both answer ``lookupsStatus`` as a backend without them would, and other methods on
+    /// those paths are judged as if the GET routes did not exist; POSTs and the admin routes
+    /// (`GET /admin/sessions…` included) work as before. `--no-lookups` turns it off.
+    public var lookups: Bool = true
+    /// What the two lookups answer when ``lookups`` is off. `--lookups-status 404|405`, default 404.
+    public var lookupsStatus: MissingLookupsStatus = .notFound
     /// How long idempotency keys are kept. The API promises at least 7 days.
     public var idempotencyRetentionSeconds: Int = 7 * 24 * 3600
     /// How many recent requests `GET /admin/requests` remembers (a ring buffer).
     public var requestLogCapacity: Int = 10_000
 
     public init() {}
+}
+
+/// The answer of a lookup on a server without lookups (``DevServerConfiguration/lookups`` off).
+public enum MissingLookupsStatus: Int, Sendable, Equatable, CaseIterable {
+    /// 404 `not_found`, as a server whose router answers 404 for any route it lacks.
+    case notFound = 404
+    /// 405 `method_not_allowed` with `Allow` listing what the path still takes: `POST` on
+    /// `/api/sessions`, nothing (an empty `Allow`) on `/api/sessions/{sessionId}`.
+    case methodNotAllowed = 405
 }
 
 /// Faults injected into `/api` POSTs, reproducible with a seed.

@@ -18,7 +18,8 @@ struct DevServerCommand: AsyncParsableCommand {
             Prints `listening on http://HOST:PORT` on stdout once it accepts connections; logs go \
             to stderr. SIGTERM or SIGINT stops it cleanly (exit 0). Admin routes (same token): \
             GET /admin/stats, GET /admin/requests?since=N, POST /admin/reset, \
-            GET|POST|PUT /admin/references, GET|PUT /admin/faults.
+            GET|POST|PUT /admin/references, GET|PUT /admin/faults, GET /admin/sessions?clientId=, \
+            GET /admin/sessions/ID (the lookups, served even with --no-lookups).
             """
     )
 
@@ -43,6 +44,14 @@ struct DevServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("retry-after"), help: "Retry-After seconds on injected 429/503.") var retryAfter = 1
     @Option(help: "Seed for the fault generator.") var seed: UInt64 = 0
 
+    @Flag(name: .customLong("ignore-idempotency-keys"), help: "Accept Idempotency-Key and ignore it: every POST creates a record.")
+    var ignoreIdempotencyKeys = false
+
+    @Flag(name: .customLong("no-lookups"), help: "Answer GET /api/sessions?clientId= and GET /api/sessions/ID as a server without them.")
+    var noLookups = false
+    @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
+    var lookupsStatus: Int?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
 
     func validate() throws {
@@ -51,6 +60,10 @@ struct DevServerCommand: AsyncParsableCommand {
             guard (0...1).contains(rate) else { throw ValidationError("\(name) must be between 0 and 1") }
         }
         guard maxImageBytes > 0, maxJSONBytes > 0 else { throw ValidationError("size limits must be > 0") }
+        if let lookupsStatus {
+            guard noLookups else { throw ValidationError("--lookups-status needs --no-lookups") }
+            guard MissingLookupsStatus(rawValue: lookupsStatus) != nil else { throw ValidationError("--lookups-status must be 404 or 405") }
+        }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: unknown level \(logLevel)") }
         _ = try makeConfiguration()
     }
@@ -77,6 +90,9 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.faults.dropAfterCommitRate = dropAfterCommitRate
         configuration.faults.retryAfterSeconds = retryAfter
         configuration.faults.seed = seed
+        configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
+        configuration.lookups = !noLookups
+        configuration.lookupsStatus = lookupsStatus.flatMap(MissingLookupsStatus.init(rawValue:)) ?? .notFound
         return configuration
     }
 

@@ -156,6 +156,59 @@ import Testing
         }
     }
 
+    /// HEAD is not in api.yaml, so it is a method like any other: 405 on a path that exists.
+    @Test func aMethodThatAPathDoesNotTakeIs405WithAllow() async throws {
+        try await withDevServer { server in
+            let client = APIClient(server)
+            let cases: [(method: String, path: String, allow: String)] = [
+                ("DELETE", "/api/sessions", "GET, POST"),
+                ("PUT", "/api/sessions?clientId=x", "GET, POST"),
+                ("PATCH", "/api/sessions/1", "GET"),
+                ("POST", "/api/sessions/1", "GET"),
+                ("DELETE", "/api/sessions/abc", "GET"),
+                ("GET", "/api/sessions/1/dope", "POST"),
+                ("OPTIONS", "/api/sessions/1/chrono", "POST"),
+                ("GET", "/api/sessions/1/chrono/2/readings", "POST"),
+                ("PUT", "/api/groups/1/measurement", "POST"),
+                ("GET", "/api/groups/1/images", "POST"),
+                ("POST", "/api/health", "GET"),
+                ("DELETE", "/admin/references", "GET, POST, PUT"),
+                ("GET", "/admin/reset", "POST"),
+            ]
+            for (method, path, allow) in cases {
+                let response = try await client.send(HTTPMethod(rawValue: method), path)
+                #expect(response.status == 405, "\(method) \(path)")
+                #expect(response.headers.first(name: "Allow") == allow, "\(method) \(path)")
+                #expect(response.errorCode == "method_not_allowed", "\(method) \(path)")
+            }
+            let head = try await client.send(.HEAD, "/api/sessions/1")
+            #expect(head.status == 405)
+            #expect(head.headers.first(name: "Allow") == "GET")
+            #expect(head.body.isEmpty)
+            // The credential is checked first, as for every route.
+            var anonymous = client
+            anonymous.authorization = nil
+            #expect(try await anonymous.send(.DELETE, "/api/sessions").status == 401)
+            #expect(try await client.stats()["byStatus"] as? [String: Int] == ["405": cases.count + 1, "401": 1])
+        }
+    }
+
+    @Test func anUnknownPathIsStill404() async throws {
+        try await withDevServer { server in
+            let client = APIClient(server)
+            let cases: [(method: HTTPMethod, path: String)] = [
+                (.GET, "/"), (.POST, "/api"), (.GET, "/api/session"), (.DELETE, "/api/sessions/1/notes"),
+                (.POST, "/api/sessions/1/chrono/2"), (.GET, "/api/groups/1"), (.PUT, "/admin/nothing"),
+            ]
+            for (method, path) in cases {
+                let response = try await client.send(method, path)
+                #expect(response.status == 404, "\(method) \(path)")
+                #expect(response.headers.first(name: "Allow") == nil, "\(method) \(path)")
+                #expect(response.errorCode == "not_found", "\(method) \(path)")
+            }
+        }
+    }
+
     @Test func jsonBodiesAreBoundedAndTyped() async throws {
         var configuration = DevServerConfiguration()
         configuration.maxJSONBytes = 2048

@@ -109,6 +109,58 @@ import Testing
         }
     }
 
+    @Test(arguments: [false, true])
+    func aResendWithTheSameKeyCreatesASecondRecordOnlyWhenKeysAreIgnored(_ ignoring: Bool) async throws {
+        var configuration = DevServerConfiguration()
+        configuration.ignoreIdempotencyKeys = ignoring
+        try await withDevServer(configuration) { server in
+            let client = APIClient(server)
+            let body = Bodies.session()
+            let first = try await client.post("/api/sessions", json: body, idempotencyKey: "resend")
+            let second = try await client.post("/api/sessions", json: body, idempotencyKey: "resend")
+            #expect(first.status == 201)
+            #expect(second.status == 201)
+            #expect(second.replayed == !ignoring)
+            #expect((second.id == first.id) == !ignoring)
+            #expect(try await client.createdCount("session") == (ignoring ? 2 : 1))
+
+            let group = try await ImageTests.makeGroup(client)
+            for _ in 0..<2 {
+                let image = try await client.postImage(
+                    group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "image")
+                #expect(image.status == 201)
+            }
+            #expect(try await client.createdCount("image") == (ignoring ? 2 : 1))
+            #expect(try await client.stats()["replays"] as? Int == (ignoring ? 0 : 2))
+            // The request log shows the key either way.
+            let log = try await client.get("/admin/requests").json["requests"] as? [[String: Any]] ?? []
+            #expect(log.prefix(2).map { $0["idempotencyKey"] as? String } == ["resend", "resend"])
+        }
+    }
+
+    @Test func ignoredKeysAreNeverRefusedOrHeld() async throws {
+        var configuration = DevServerConfiguration()
+        configuration.ignoreIdempotencyKeys = true
+        // Each POST lasts 300 ms, so the twin below arrives while the first is being processed.
+        configuration.faults.latencyMilliseconds = 300...300
+        try await withDevServer(configuration) { server in
+            let client = APIClient(server)
+            let body = Bodies.session()
+            async let first = client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            async let second = client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            let twins = try await [first, second]
+            #expect(twins.map(\.status) == [201, 201])
+            #expect(Set(twins.compactMap(\.id)).count == 2)
+            // Honoured, these would be 422 idempotency_key_reused and 422 validation_failed.
+            let reused = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: "twin")
+            #expect(reused.status == 201)
+            let overlong = try await client.post(
+                "/api/sessions", json: Bodies.session(), idempotencyKey: String(repeating: "k", count: 256))
+            #expect(overlong.status == 201)
+            #expect(try await client.createdCount("session") == 4)
+        }
+    }
+
     @Test func anOverlongKeyIsRefused() async throws {
         try await withDevServer { server in
             let response = try await APIClient(server).post(

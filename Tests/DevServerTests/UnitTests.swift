@@ -1,4 +1,5 @@
 @testable import DopeSyncDevServer
+import HTTPTypes
 import Testing
 
 /// Pure logic: no server, no disk.
@@ -133,5 +134,22 @@ import Testing
         #expect(observatory.requests(since: 0, limit: 1).map(\.sequence) == [3])
         #expect(observatory.nextSequence == 6)
         #expect(observatory.statsJSON().contains(#""requests":5,"replays":1"#))
+    }
+}
+
+@Suite struct RouteTableTests {
+    @Test func aKnownPathListsItsMethodsAndAnUnknownOneNone() {
+        let table = RouteTable([
+            (.post, "/api/sessions"), (.get, "/api/sessions"), (.get, "/api/sessions/:sessionId"),
+            (.post, "/api/sessions/:sessionId/dope"), (.post, "/api/sessions/:sessionId/chrono/:chronoId/readings"),
+        ])
+        #expect(table.methods(forPath: "/api/sessions") == [.get, .post])
+        #expect(table.methods(forPath: "/api/sessions/") == [.get, .post])
+        #expect(table.methods(forPath: "/api/sessions/42") == [.get])
+        #expect(table.methods(forPath: "/api/sessions/x/dope") == [.post])
+        #expect(table.methods(forPath: "/api/sessions/1/chrono/2/readings") == [.post])
+        for unknown in ["/", "", "/api", "/api/sessions/1/chrono", "/api/sessions/1/dope/2", "/API/sessions"] {
+            #expect(table.methods(forPath: unknown) == nil, "\(unknown)")
+        }
     }
 }

@@ -17,60 +17,66 @@ import Synchronization
 /// - `GET /admin/faults`, `PUT /admin/faults`: `{"failRate", "rateLimitRate",
 ///   "dropAfterCommitRate", "latencyMs": "A-B", "retryAfterSeconds", "seed"}`; PUT changes the
 ///   fields given and restarts the generator from `seed`.
+/// - `GET /admin/sessions?clientId=`, `GET /admin/sessions/{sessionId}`: what the two `/api`
+///   lookups answer, served even when they are not (`--no-lookups`), so a test can see the trees.
 enum AdminRoutes {
-    static func add(to router: Router<DevServerRequestContext>, state: DevServerState) {
-        router.get("/admin/stats") { _, _ in
-            DevServerState.jsonResponse(status: .ok, body: state.observatory.statsJSON())
-        }
-        router.get("/admin/requests") { request, _ in
-            let since = request.uri.queryParameters.get("since").flatMap(Int.init) ?? 0
-            let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? Int.max
-            let next = state.observatory.nextSequence
-            let entries = state.observatory.requests(since: since, limit: limit).map(\.jsonText)
-            return DevServerState.jsonResponse(
-                status: .ok, body: #"{"nextSeq":\#(next),"requests":[\#(entries.joined(separator: ","))]}"#)
-        }
-        router.post("/admin/reset") { _, _ in
-            state.observatory.reset()
-            return Response(status: .noContent)
-        }
-        router.get("/admin/references") { _, _ in
-            DevServerState.jsonResponse(status: .ok, body: referencesJSON(state.references.withLock { $0 }))
-        }
-        router.post("/admin/references") { request, _ in
-            try await changeReferences(request, state: state, replacing: false)
-        }
-        router.put("/admin/references") { request, _ in
-            try await changeReferences(request, state: state, replacing: true)
-        }
-        router.get("/admin/faults") { _, _ in
-            DevServerState.jsonResponse(status: .ok, body: faultsJSON(state.faults.configuration))
-        }
-        router.put("/admin/faults") { request, _ in
-            let body = try await adminBody(request)
-            var faults = state.faults.configuration
-            faults.failRate = try rate(body, "failRate") ?? faults.failRate
-            faults.rateLimitRate = try rate(body, "rateLimitRate") ?? faults.rateLimitRate
-            faults.dropAfterCommitRate = try rate(body, "dropAfterCommitRate") ?? faults.dropAfterCommitRate
-            if let latency = body["latencyMs"] {
-                guard case .string(let text) = latency else { throw APIError.validation("latencyMs", "must be a string \"A-B\"") }
-                do { faults.latencyMilliseconds = try .parsingMilliseconds(text) } catch {
-                    throw APIError.validation("latencyMs", "\(error)")
+    static func routes(state: DevServerState) -> [Route] {
+        [
+            Route(.get, "/admin/stats") { _, _ in
+                DevServerState.jsonResponse(status: .ok, body: state.observatory.statsJSON())
+            },
+            Route(.get, "/admin/requests") { request, _ in
+                let since = request.uri.queryParameters.get("since").flatMap(Int.init) ?? 0
+                let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? Int.max
+                let next = state.observatory.nextSequence
+                let entries = state.observatory.requests(since: since, limit: limit).map(\.jsonText)
+                return DevServerState.jsonResponse(
+                    status: .ok, body: #"{"nextSeq":\#(next),"requests":[\#(entries.joined(separator: ","))]}"#)
+            },
+            Route(.post, "/admin/reset") { _, _ in
+                state.observatory.reset()
+                return Response(status: .noContent)
+            },
+            Route(.get, "/admin/references") { _, _ in
+                DevServerState.jsonResponse(status: .ok, body: referencesJSON(state.references.withLock { $0 }))
+            },
+            Route(.post, "/admin/references") { request, _ in
+                try await changeReferences(request, state: state, replacing: false)
+            },
+            Route(.put, "/admin/references") { request, _ in
+                try await changeReferences(request, state: state, replacing: true)
+            },
+            Route(.get, "/admin/sessions") { request, _ in try await DevServerRoutes.sessions(request, state: state) },
+            Route(.get, "/admin/sessions/:sessionId") { _, context in try await DevServerRoutes.sessionTree(context, state: state) },
+            Route(.get, "/admin/faults") { _, _ in
+                DevServerState.jsonResponse(status: .ok, body: faultsJSON(state.faults.configuration))
+            },
+            Route(.put, "/admin/faults") { request, _ in
+                let body = try await adminBody(request)
+                var faults = state.faults.configuration
+                faults.failRate = try rate(body, "failRate") ?? faults.failRate
+                faults.rateLimitRate = try rate(body, "rateLimitRate") ?? faults.rateLimitRate
+                faults.dropAfterCommitRate = try rate(body, "dropAfterCommitRate") ?? faults.dropAfterCommitRate
+                if let latency = body["latencyMs"] {
+                    guard case .string(let text) = latency else { throw APIError.validation("latencyMs", "must be a string \"A-B\"") }
+                    do { faults.latencyMilliseconds = try .parsingMilliseconds(text) } catch {
+                        throw APIError.validation("latencyMs", "\(error)")
+                    }
                 }
-            }
-            if let retryAfter = body["retryAfterSeconds"] {
-                guard case .integer(let seconds) = retryAfter, seconds >= 0 else {
-                    throw APIError.validation("retryAfterSeconds", "must be an integer >= 0")
+                if let retryAfter = body["retryAfterSeconds"] {
+                    guard case .integer(let seconds) = retryAfter, seconds >= 0 else {
+                        throw APIError.validation("retryAfterSeconds", "must be an integer >= 0")
+                    }
+                    faults.retryAfterSeconds = Int(seconds)
                 }
-                faults.retryAfterSeconds = Int(seconds)
-            }
-            if let seed = body["seed"] {
-                guard case .integer(let value) = seed, value >= 0 else { throw APIError.validation("seed", "must be an integer >= 0") }
-                faults.seed = UInt64(value)
-            }
-            state.faults.replace(faults)
-            return DevServerState.jsonResponse(status: .ok, body: faultsJSON(faults))
-        }
+                if let seed = body["seed"] {
+                    guard case .integer(let value) = seed, value >= 0 else { throw APIError.validation("seed", "must be an integer >= 0") }
+                    faults.seed = UInt64(value)
+                }
+                state.faults.replace(faults)
+                return DevServerState.jsonResponse(status: .ok, body: faultsJSON(faults))
+            },
+        ]
     }
 
     private static var referenceKinds: [(name: String, keyPath: WritableKeyPath<ReferenceIDs, IDSet>)] {

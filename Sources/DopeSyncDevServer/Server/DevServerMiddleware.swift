@@ -8,12 +8,15 @@ extension HTTPField.Name {
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
 }
 
-/// Outermost middleware: faults for `/api` POSTs, bearer auth, the spec's error bodies, one log
-/// line and one request-log entry per request.
+/// Outermost middleware: faults for `/api` POSTs, bearer auth, the spec's error bodies (405 with
+/// `Allow` for a method that a known path does not take), one log line and one request-log
+/// entry per request.
 struct DevServerMiddleware: RouterMiddleware {
     typealias Context = DevServerRequestContext
 
     let state: DevServerState
+    /// Every route the router has, to tell a method a path does not take from an unknown path.
+    let routes: RouteTable
 
     func handle(
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
@@ -51,15 +54,21 @@ struct DevServerMiddleware: RouterMiddleware {
             throw ConnectionDroppedAfterCommit()
         } catch let error as any HTTPResponseError {
             // Hummingbird's own errors (no such route, a bad parameter): the spec's body all the same.
-            let code: APIError.Code = error.status == .notFound ? .notFound : error.status.code >= 500 ? .internal : .validationFailed
-            response = APIError(status: error.status, code: code, message: "\(error.status.reasonPhrase)", field: nil).response
+            // Its 404 means no route takes this method on this path: 405 if the path has others.
+            if error.status == .notFound, let allowed = routes.methods(forPath: path), !allowed.contains(request.method) {
+                response = APIError.methodNotAllowed(request.method, path: path, allowed: allowed).response
+            } else {
+                let code: APIError.Code = error.status == .notFound ? .notFound : error.status.code >= 500 ? .internal : .validationFailed
+                response = APIError(status: error.status, code: code, message: "\(error.status.reasonPhrase)", field: nil).response
+            }
         } catch {
             context.logger.error("request failed", metadata: ["error": "\(error)"])
             response = APIError(status: .internalServerError, code: .internal, message: "internal error", field: nil).response
         }
         let replayed = response.headers[.idempotentReplayed] == "true"
         record(request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started, context: context)
-        return response
+        // No route takes HEAD (api.yaml has none): its 405 or 404 goes out with headers only.
+        return request.method == .head ? response.createHeadResponse() : response
     }
 
     private func record(

@@ -4,54 +4,102 @@ import Hummingbird
 /// The routes of api.yaml and the admin routes, on one router.
 enum DevServerRoutes {
     static func router(state: DevServerState) -> Router<DevServerRequestContext> {
+        var routes = apiRoutes(state: state) + AdminRoutes.routes(state: state)
+        var table = RouteTable(routes.map { ($0.method, $0.path) })
+        if !state.configuration.lookups {
+            // A backend without the lookups: the table (hence `Allow`) lacks them, and they answer
+            // the configured status instead of Hummingbird's 404 or the middleware's 405.
+            routes.removeAll { $0.method == .get && lookupPaths.contains($0.path) }
+            let served = RouteTable(routes.map { ($0.method, $0.path) })
+            let status = state.configuration.lookupsStatus
+            for path in lookupPaths {
+                routes.append(
+                    Route(.get, path) { request, _ in
+                        throw missingLookup(request, status: status, table: served)
+                    })
+            }
+            table = served
+        }
         let router = Router(context: DevServerRequestContext.self)
-        router.add(middleware: DevServerMiddleware(state: state))
+        // First, so it wraps every route and the not-found answer; it sees the whole table.
+        router.add(middleware: DevServerMiddleware(state: state, routes: table))
+        for route in routes {
+            router.on(RouterPath(route.path), method: route.method, use: route.handler)
+        }
+        return router
+    }
 
-        router.get("/api/health") { _, _ in
-            DevServerState.jsonResponse(status: .ok, body: #"{"status":"ok"}"#)
-        }
-        router.post("/api/sessions") { request, context in
-            try await state.create(request, context: context, kind: .session, parent: .none)
-        }
-        router.get("/api/sessions") { request, _ in
-            guard let clientId = request.uri.queryParameters.get("clientId") else {
-                throw APIError.validation("clientId", "is required")
-            }
-            guard isUUID(clientId) else { throw APIError.validation("clientId", "must be a UUID") }
-            let items = try await state.store.sessions(clientId: clientId)
-                .map { DevServerStore.createdBody(id: $0.id, clientId: $0.clientId) }
-            return DevServerState.jsonResponse(status: .ok, body: #"{"items":[\#(items.joined(separator: ","))]}"#)
-        }
-        router.get("/api/sessions/:sessionId") { _, context in
-            let sessionId = try pathID(context, "sessionId", name: "session")
-            guard let records = try await state.store.sessionRecords(id: sessionId) else {
-                throw APIError.notFound("session \(sessionId) does not exist")
-            }
-            return DevServerState.jsonResponse(status: .ok, body: SessionTree.json(records))
-        }
+    /// Every path and method of api.yaml.
+    static func apiRoutes(state: DevServerState) -> [Route] {
+        var routes = [
+            Route(.get, "/api/health") { _, _ in
+                DevServerState.jsonResponse(status: .ok, body: #"{"status":"ok"}"#)
+            },
+            Route(.post, "/api/sessions") { request, context in
+                try await state.create(request, context: context, kind: .session, parent: .none)
+            },
+            Route(.get, "/api/sessions") { request, _ in try await sessions(request, state: state) },
+            Route(.get, "/api/sessions/:sessionId") { _, context in try await sessionTree(context, state: state) },
+        ]
         // The records hung directly under a session.
         for (segment, kind) in [("dope", RecordKind.dope), ("chrono", .chrono), ("groups", .group)] {
-            router.post("/api/sessions/:sessionId/\(segment)") { request, context in
+            routes.append(
+                Route(.post, "/api/sessions/:sessionId/\(segment)") { request, context in
+                    let session = try pathID(context, "sessionId", name: "session")
+                    return try await state.create(request, context: context, kind: kind, parent: .session(session))
+                })
+        }
+        routes += [
+            Route(.post, "/api/sessions/:sessionId/chrono/:chronoId/readings") { request, context in
                 let session = try pathID(context, "sessionId", name: "session")
-                return try await state.create(request, context: context, kind: kind, parent: .session(session))
-            }
-        }
-        router.post("/api/sessions/:sessionId/chrono/:chronoId/readings") { request, context in
-            let session = try pathID(context, "sessionId", name: "session")
-            let chrono = try pathID(context, "chronoId", name: "chrono session")
-            return try await state.create(request, context: context, kind: .reading, parent: .chrono(session: session, chrono: chrono))
-        }
-        router.post("/api/groups/:groupId/measurement") { request, context in
-            let group = try pathID(context, "groupId", name: "group")
-            return try await state.create(request, context: context, kind: .measurement, parent: .group(group))
-        }
-        router.post("/api/groups/:groupId/images") { request, context in
-            let group = try pathID(context, "groupId", name: "group")
-            return try await state.create(request, context: context, kind: .image, parent: .group(group))
-        }
+                let chrono = try pathID(context, "chronoId", name: "chrono session")
+                return try await state.create(
+                    request, context: context, kind: .reading, parent: .chrono(session: session, chrono: chrono))
+            },
+            Route(.post, "/api/groups/:groupId/measurement") { request, context in
+                let group = try pathID(context, "groupId", name: "group")
+                return try await state.create(request, context: context, kind: .measurement, parent: .group(group))
+            },
+            Route(.post, "/api/groups/:groupId/images") { request, context in
+                let group = try pathID(context, "groupId", name: "group")
+                return try await state.create(request, context: context, kind: .image, parent: .group(group))
+            },
+        ]
+        return routes
+    }
 
-        AdminRoutes.add(to: router, state: state)
-        return router
+    /// The paths of the two lookups, both `GET`.
+    static let lookupPaths = ["/api/sessions", "/api/sessions/:sessionId"]
+
+    /// What a lookup answers on a server without lookups (`--no-lookups`).
+    static func missingLookup(_ request: Request, status: MissingLookupsStatus, table: RouteTable) -> APIError {
+        let path = request.uri.path
+        switch status {
+        case .notFound:
+            return APIError.notFound("GET \(path) is not served: this server has no lookups (--no-lookups)")
+        case .methodNotAllowed:
+            return APIError.methodNotAllowed(.get, path: path, allowed: table.methods(forPath: path) ?? [])
+        }
+    }
+
+    /// `GET /api/sessions?clientId=`: `{"items": [Created]}`, zero or one.
+    static func sessions(_ request: Request, state: DevServerState) async throws -> Response {
+        guard let clientId = request.uri.queryParameters.get("clientId") else {
+            throw APIError.validation("clientId", "is required")
+        }
+        guard isUUID(clientId) else { throw APIError.validation("clientId", "must be a UUID") }
+        let items = try await state.store.sessions(clientId: clientId)
+            .map { DevServerStore.createdBody(id: $0.id, clientId: $0.clientId) }
+        return DevServerState.jsonResponse(status: .ok, body: #"{"items":[\#(items.joined(separator: ","))]}"#)
+    }
+
+    /// `GET /api/sessions/{sessionId}`: the session tree, or 404.
+    static func sessionTree(_ context: DevServerRequestContext, state: DevServerState) async throws -> Response {
+        let sessionId = try pathID(context, "sessionId", name: "session")
+        guard let records = try await state.store.sessionRecords(id: sessionId) else {
+            throw APIError.notFound("session \(sessionId) does not exist")
+        }
+        return DevServerState.jsonResponse(status: .ok, body: SessionTree.json(records))
     }
 
     /// A path id: an integer >= 1, or 404 (no record can have that id).

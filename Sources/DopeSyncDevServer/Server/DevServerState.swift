@@ -58,12 +58,13 @@ final class DevServerState: Sendable {
     }
 
     /// The whole life of a POST that creates a record: bounded body, idempotency (claim, replay,
-    /// reuse), injected latency, validation, one transaction for the record and its key, and
+    /// reuse; skipped with `ignoreIdempotencyKeys`), injected latency, validation, one transaction for the record and its key, and
     /// the injected drop after commit.
     func create(
         _ request: Request, context: DevServerRequestContext, kind: RecordKind, parent: DevServerStore.Parent
     ) async throws -> Response {
-        let key = try Self.idempotencyKey(request)
+        // A backend without keys does not read the header at all (`ignoreIdempotencyKeys`).
+        let key = configuration.ignoreIdempotencyKeys ? nil : try Self.idempotencyKey(request)
         let payload: Payload = kind.schema.map(Payload.json) ?? .image
         let limit: Int
         switch payload {
