@@ -29,9 +29,12 @@ import Testing
         return archive
     }
 
-    /// The built `dopesync` with `arguments`, under `env ENV…`.
-    static func dopesync(_ arguments: [String], env: [String]) throws -> ProcessOutput {
-        try runProcess("env", env + [builtProduct("dopesync").path] + arguments, allowFailure: true)
+    /// The built `dopesync` with `arguments`, under `env ENV…`, waited for on a thread of its own
+    /// (see `onOwnThread`: the cooperative pool's two threads belong to the tests' servers).
+    static func dopesync(_ arguments: [String], env: [String]) async throws -> ProcessOutput {
+        try await onOwnThread {
+            Result { try runProcess("env", env + [builtProduct("dopesync").path] + arguments, allowFailure: true) }
+        }.get()
     }
 
     @Test("inspect reads names in every script exactly, from every producer, under every scheduler's locale",
@@ -41,7 +44,7 @@ import Testing
             let sample = SampleSession(seed: 77).renamingImages(to: Self.names)
             let archive = try Self.bundle(sample, by: producer, in: directory, name: "bundle.archive")  // zip adds .zip to a bare name
             for (label, env) in Self.environments {
-                let result = try Self.dopesync(["inspect", "--json", archive.path], env: env)
+                let result = try await Self.dopesync(["inspect", "--json", archive.path], env: env)
                 #expect(result.status == 0, "\(producer) under \(label): \(result.stdout)\(result.stderr)")
                 let report = try JSONDecoder().decode(Report.self, from: Data(result.stdout.utf8))
                 #expect(Set(report.images?.map(\.fileName) ?? []) == Set(sample.images.keys), "\(producer) under \(label)")
@@ -68,9 +71,7 @@ import Testing
             }
             try await withDevServer { server in
                 let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"]
-                let result = try await onOwnThread {
-                    Result { try Self.dopesync(arguments, env: env + ["DOPESYNC_API_TOKEN=\(server.token)"]) }
-                }.get()
+                let result = try await Self.dopesync(arguments, env: env + ["DOPESYNC_API_TOKEN=\(server.token)"])
                 #expect(result.status == 0, "\(label): \(result.stderr)")
                 #expect(try spool.list(.done).count == samples.count)
                 #expect(try spool.list(.failed).isEmpty)
@@ -107,11 +108,11 @@ import Testing
             let zip = directory.appendingPathComponent("flagged.zip").path
             try runProcess("python3", ["-c", script, tar, zip])
 
-            let tarResult = try Self.dopesync(["inspect", tar], env: ["-i"])
+            let tarResult = try await Self.dopesync(["inspect", tar], env: ["-i"])
             #expect(tarResult.status == 65)
             #expect(tarResult.stdout.contains("[invalid_entry_name] images/Scheibe-\\xfc.jpg: this entry's name is not valid UTF-8"), "\(tarResult.stdout)")
 
-            let zipResult = try Self.dopesync(["inspect", "--json", zip], env: ["LC_ALL=C"])
+            let zipResult = try await Self.dopesync(["inspect", "--json", zip], env: ["LC_ALL=C"])
             #expect(zipResult.status == 65)
             let report = try JSONDecoder().decode(Report.self, from: Data(zipResult.stdout.utf8))
             let problem = try #require(report.problems?.first)

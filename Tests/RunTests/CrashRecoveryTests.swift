@@ -14,8 +14,9 @@ import Glibc
 /// Real processes killed with SIGKILL: `dopesync run` at random moments, and the API itself in
 /// the middle of a run. Nothing is lost and nothing is created twice.
 @Suite struct CrashRecoveryTests {
-    @Test("SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/")
-    func killedRunsLoseNothingAndDuplicateNothing() async throws {
+    @Test("SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/",
+          arguments: RunAgainstDevServerTests.keys)
+    func killedRunsLoseNothingAndDuplicateNothing(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle, and a server a few milliseconds slow, so that a child
             // is still at work when its random moment comes.
@@ -23,6 +24,7 @@ import Glibc
             let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 10...20
+            configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
                 var generator = SplitMix64(seed: 2026)
                 var kills = 0

@@ -87,7 +87,7 @@ import Glibc
     static func inspectChild(of parent: pid_t, timeout: Duration = .seconds(60)) async throws -> pid_t? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            let found = try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true)
+            let found = try await onOwnThread { Result { try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true) } }.get()
             if let pid = found.stdout.split(separator: "\n").first.flatMap({ pid_t($0) }) { return pid }
             try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
         }

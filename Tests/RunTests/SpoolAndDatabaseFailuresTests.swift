@@ -22,10 +22,11 @@ import Glibc
                 chmod(path, 0o777)
             }
             chmod(spool.path(.incoming), 0o333)  // writable, not readable: bundles can arrive, not be listed
-            let result = try runProcess(
-                "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
-                            "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never"],
-                environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true)
+            let arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
+                             "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never"]
+            let result = try await onOwnThread {
+                Result { try runProcess("setpriv", arguments, environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true) }
+            }.get()
             chmod(spool.path(.incoming), 0o755)
             #expect(result.status == 73, "\(result.stderr)")
             #expect(result.stderr.contains("the spool cannot be read"))

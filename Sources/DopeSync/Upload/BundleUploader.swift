@@ -165,9 +165,12 @@ struct BundleUploader: Sendable {
         func look(for step: UploadStep) async -> ServerLookup.Look {
             guard let lookup else { return .absent }
             let found: ServerLookup.Found
+            // The tree read for the steps left ambiguous by an earlier process serves each of
+            // them once, for its first look: after a try in this run, only a fresh read can tell.
+            let firstLookOfAmbiguousBefore = ambiguousBefore.remove(step.key) != nil
             if step.kind == .session {
                 found = await lookup.tree(clientID: sessionID)
-            } else if ambiguousBefore.contains(step.key), let treeBefore {
+            } else if firstLookOfAmbiguousBefore, let treeBefore {
                 found = .tree(treeBefore)
             } else if let sessionServerID = serverIDs["session"] {
                 found = await lookup.tree(serverID: sessionServerID)
@@ -184,7 +187,7 @@ struct BundleUploader: Sendable {
             case .failed(let response):
                 return .failed(response)
             case .tree(let tree?):
-                if ambiguousBefore.contains(step.key) && treeBefore == nil { treeBefore = tree }
+                if firstLookOfAmbiguousBefore && treeBefore == nil { treeBefore = tree }
                 if step.kind == .session, let problem = reconcile(with: tree) { return problem }
                 switch tree.match(step) {
                 case .absent: return .absent
