@@ -5,7 +5,7 @@ SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # what the demo and the benchmark's plain-script comparison call (curl, jq, python3).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test demo bench fuzz sanitize clean
 
 # Installs the C libraries (and the archive tools the tests use) when they are missing.
 deps:
@@ -33,5 +33,14 @@ bench: deps
 demo: deps
 	./Scripts/demo.sh
 
+# libFuzzer on the bundle reader and the session.json parser, FUZZ_SECONDS each (Scripts/fuzz.sh).
+FUZZ_SECONDS ?= 180
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./Scripts/fuzz.sh
+
+# Every test once under AddressSanitizer, built in .build-asan (Scripts/sanitize.sh).
+sanitize: deps
+	./Scripts/sanitize.sh
+
 clean:
-	rm -rf .build
+	rm -rf .build .build-fuzz .build-asan

@@ -169,3 +169,28 @@ let package = Package(
         ),
     ]
 )
+
+// libFuzzer targets (`make fuzz`, Scripts/fuzz.sh). Only with DOPESYNC_FUZZ=1: their `main`
+// calls libFuzzer's driver, which exists only in a `-sanitize=fuzzer` build, so an ordinary
+// `swift build` or `swift test` never sees them.
+if Context.environment["DOPESYNC_FUZZ"] == "1" {
+    package.products += [
+        .executable(name: "bundle-reader-fuzz", targets: ["BundleReaderFuzz"]),
+        .executable(name: "session-fuzz", targets: ["SessionFuzz"]),
+    ]
+    package.targets += [
+        .target(name: "CFuzzerDriver", path: "Fuzz/CFuzzerDriver"),
+        .executableTarget(
+            name: "BundleReaderFuzz",
+            dependencies: ["DopeSync", "CFuzzerDriver"],
+            path: "Fuzz/BundleReaderFuzz",
+            swiftSettings: strictness
+        ),
+        .executableTarget(
+            name: "SessionFuzz",
+            dependencies: ["DopeSync", "CFuzzerDriver"],
+            path: "Fuzz/SessionFuzz",
+            swiftSettings: strictness
+        ),
+    ]
+}
