@@ -157,7 +157,19 @@ import Testing
         // S3's last step is already done with another server id: recording it again is a conflict.
         try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
 
-        let commits = GroupCommit(store: store, batchSize: sessions.count)
+        let errors = await CheckpointWriter.with(store) { writer in await Self.settleConcurrently(GroupCommit(writer: writer, batchSize: sessions.count), sessions: sessions, steps: steps) }
+        #expect(errors == ["S3: conflicting_result"])
+        for session in sessions {
+            let done = try store.completedSteps(sessionID: session)
+            #expect(done.count == steps.count, "\(session)")
+            #expect(done["dope:0"]?.serverID == 1)
+        }
+        #expect(try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999, "the conflicting result changed nothing")
+        #expect(try store.completedSteps(sessionID: "S2")["dope:24"]?.serverID == 25)
+    }
+
+    /// Like uploaders: each session settles its previous result before handing in the next. Returns the errors settled.
+    static func settleConcurrently(_ commits: GroupCommit, sessions: [String], steps: [String]) async -> [String] {
         let errors = await withTaskGroup(of: [String].self) { group in
             for session in sessions {
                 group.addTask {
@@ -174,15 +186,8 @@ import Testing
             }
             return await group.reduce(into: []) { $0 += $1 }
         }
-        #expect(errors == ["S3: conflicting_result"])
-        for session in sessions {
-            let done = try store.completedSteps(sessionID: session)
-            #expect(done.count == steps.count, "\(session)")
-            #expect(done["dope:0"]?.serverID == 1)
-        }
-        #expect(try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999, "the conflicting result changed nothing")
-        #expect(try store.completedSteps(sessionID: "S2")["dope:24"]?.serverID == 25)
         #expect(commits.committed.results == sessions.count * steps.count, "every result went through a transaction (the refused one changed nothing in it)")
+        return errors
     }
 
     @Test("one result from each of four bundles a round: one transaction a round, not one a result", .timeLimit(.minutes(1)))
@@ -190,15 +195,18 @@ import Testing
         let folder = try TemporaryFolder("group-commit-rounds")
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // The timer never decides here: only full batches and settles do.
-        let commits = GroupCommit(store: store, batchSize: sessions.count, maximumDelay: .seconds(3600))
-        var previous: [GroupCommit.Ticket] = []
-        for (index, step) in steps.enumerated() {
-            // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
+        let committed = await CheckpointWriter.with(store) { writer in
+            let commits = GroupCommit(writer: writer, batchSize: sessions.count, maximumDelay: .seconds(3600))
+            var previous: [GroupCommit.Ticket] = []
+            for (index, step) in steps.enumerated() {
+                // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
+                for ticket in previous { #expect(await commits.settle(ticket) == nil) }
+                previous = sessions.map { commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1))) }
+            }
             for ticket in previous { #expect(await commits.settle(ticket) == nil) }
-            previous = sessions.map { commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1))) }
+            return commits.committed
         }
-        for ticket in previous { #expect(await commits.settle(ticket) == nil) }
-        #expect(commits.committed == (transactions: steps.count, results: sessions.count * steps.count))
+        #expect(committed == (transactions: steps.count, results: sessions.count * steps.count))
         for session in sessions { #expect(try store.completedSteps(sessionID: session).count == steps.count) }
     }
 
@@ -207,13 +215,15 @@ import Testing
         let folder = try TemporaryFolder("group-commit-lone")
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
         try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "S.tar.gz")
-        let commits = GroupCommit(store: store, batchSize: 4, maximumDelay: .milliseconds(1))
-        let started = ContinuousClock.now
-        let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
-        // Nobody settles and the batch never fills: only the timer can commit it.
-        while try store.completedSteps(sessionID: "S").isEmpty { await Task.yield() }
-        #expect(ContinuousClock.now - started < .seconds(5))
-        #expect(commits.committed.transactions == 1)
-        #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
+        try await CheckpointWriter.with(store) { writer in
+            let commits = GroupCommit(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1))
+            let started = ContinuousClock.now
+            let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
+            // Nobody settles and the batch never fills: only the timer can commit it.
+            while try store.completedSteps(sessionID: "S").isEmpty { await Task.yield() }
+            #expect(ContinuousClock.now - started < .seconds(5))
+            #expect(commits.committed.transactions == 1)
+            #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
+        }
     }
 }

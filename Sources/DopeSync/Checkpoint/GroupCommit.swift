@@ -130,17 +130,20 @@ public struct GroupCommitState<Waiter> {
     }
 }
 
-/// The run's group commit of step results over a ``CheckpointStore`` (the rules are
+/// The run's group commit of step results, through the run's ``CheckpointWriter`` (the rules are
 /// ``GroupCommitState``'s).
 ///
 /// Why: a commit of its own for every step cost about a fifth of the worker's CPU (each takes and
 /// drops the cross-process write lock, SQLite's own file locks, and writes a few WAL pages), and
 /// that CPU was taken from the API server on a small machine. With the results of the bundles in
 /// flight sharing transactions, a run of 4 bundles at once commits about a third as often.
+///
+/// Batches are committed on the writer's thread, which resumes the bundles waiting for them: no
+/// task's thread (an event loop in `dopesync`) ever waits for the database.
 public final class GroupCommit: Sendable {
     public typealias Ticket = GroupCommitState<Void>.Ticket
     private typealias State = GroupCommitState<CheckedContinuation<CheckpointError?, Never>>
-    private let store: CheckpointStore
+    private let writer: CheckpointWriter
     private let maximumDelay: Duration
     private let state: Mutex<State>
     private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
@@ -148,8 +151,8 @@ public final class GroupCommit: Sendable {
     /// - Parameters:
     ///   - batchSize: results that commit together as soon as they wait (the run's concurrency).
     ///   - maximumDelay: the longest a result waits for others before it commits anyway.
-    public init(store: CheckpointStore, batchSize: Int, maximumDelay: Duration = .milliseconds(10)) {
-        self.store = store
+    public init(writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10)) {
+        self.writer = writer
         self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
     }
@@ -165,12 +168,13 @@ public final class GroupCommit: Sendable {
         case .none:
             break
         case .commit(let batch):
-            // In the background: the bundle that filled the batch goes on sending its next step.
-            // Low priority (on Swift's cooperative pool): answers waiting to be handled go first.
-            Task(priority: .low) { self.commit(batch) }
+            // Queued on the writer: the bundle that filled the batch goes on sending its next step.
+            commit(batch)
         case .startTimer:
             let delay = maximumDelay
-            Task(priority: .low) {
+            // Unstructured: the timer belongs to the batch, not to the bundle that started it. It is
+            // never cancelled; if it were, committing early is what it should do anyway.
+            Task {
                 try? await Task.sleep(for: delay)
                 if let batch = self.state.withLock({ $0.timerFired() }) { self.commit(batch) }
             }
@@ -184,27 +188,30 @@ public final class GroupCommit: Sendable {
             switch state.withLock({ $0.settle(ticket, waiter: continuation) }) {
             case .resume(let outcome): continuation.resume(returning: outcome)
             case .wait: break
-            case .commit(let batch): commit(batch)  // this bundle needs it now: commit on its time
+            case .commit(let batch): commit(batch)  // this bundle needs it now
             }
         }
     }
 
-    /// Commits `batch` and resumes its waiters. A next batch that is due goes to a task of its own,
-    /// so whoever committed this one (a bundle settling its result) holds its thread for one commit.
+    /// Queues `batch` on the writer; there it commits, resumes its waiters, and queues the next
+    /// batch if one is due.
     private func commit(_ batch: State.Batch) {
-        let outcomes: [CheckpointError?]
-        do {
-            outcomes = try store.recordResults(batch.results).map { result in
-                if case .failure(let error) = result { return error }
-                return nil
+        writer.submit { store in
+            let outcomes: [CheckpointError?]
+            do throws(CheckpointError) {
+                guard let store else { throw CheckpointWriter.stopped }
+                outcomes = try store.recordResults(batch.results).map { result in
+                    if case .failure(let error) = result { return error }
+                    return nil
+                }
+                self.tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
+            } catch {
+                // The database itself failed: every bundle of the batch hears it and gives its bundle back.
+                outcomes = Array(repeating: error, count: batch.results.count)
             }
-            tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
-        } catch {
-            // The database itself failed: every bundle of the batch hears it and gives its bundle back.
-            outcomes = Array(repeating: error, count: batch.results.count)
+            let (resume, next) = self.state.withLock { $0.committed(batch, outcomes: outcomes) }
+            for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
+            if let next { self.commit(next) }
         }
-        let (resume, next) = state.withLock { $0.committed(batch, outcomes: outcomes) }
-        for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
-        if let next { Task(priority: .low) { self.commit(next) } }
     }
 }

@@ -37,7 +37,8 @@ struct BundleUploader: Sendable {
     /// first time, under the same keys) when the bundle is resumed.
     static let intentsAhead = 32
 
-    let store: CheckpointStore
+    /// Every checkpoint read and write, on the writer's own thread.
+    let checkpoints: CheckpointWriter
     /// Where step results go: they commit with those of the other bundles in flight.
     let results: GroupCommit
     let client: APIClient
@@ -58,10 +59,10 @@ struct BundleUploader: Sendable {
         // A bundle whose reading was cut short (the process died) too often is not opened again.
         let cutShort: Int
         do {
-            cutShort = try store.beginReading(name: claimed.name, now: now)
+            cutShort = try await checkpoints.perform { [name = claimed.name] in try $0.beginReading(name: name, now: now) }
         } catch {
             checkpointFailed(error, logger: logger)
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         }
         if cutShort > 0, let outcome = await readAgainAfterCutShort(claimed, cutShort: cutShort, logger: logger) {
             return outcome
@@ -72,30 +73,31 @@ struct BundleUploader: Sendable {
         case .success(let valid):
             bundle = valid
         case .failure(let error) where error.code == .readingStopped:
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
             let failure = BundleFailure(reason: error.code.description, message: error.description)
-            return fail(claimed, sessionID: nil, failure: failure, logger: logger)
+            return await fail(claimed, sessionID: nil, failure: failure, logger: logger)
         }
         let sessionID = bundle.session.session.id
         logger[metadataKey: "session.id"] = "\(sessionID)"
         let plan = UploadPlan(session: bundle.session, images: bundle.images)
         do {
-            try store.recordClaim(name: claimed.name, sessionID: sessionID, owner: .current(runID: counters.runID), totalSteps: plan.steps.count, now: now)
+            let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
+            try await checkpoints.perform { try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now) }
         } catch {
             checkpointFailed(error, logger: logger)
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         }
 
         let images = BundleEntryReader(bundle: bundle)
         var serverIDs: [String: Int64] = [:]
         var completed: [String: CompletedStep]
         do {
-            completed = try store.completedSteps(sessionID: sessionID)
+            completed = try await checkpoints.perform { try $0.completedSteps(sessionID: sessionID) }
         } catch {
             checkpointFailed(error, logger: logger)
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         }
 
         /// The intent a step is sent under; its fingerprint names the exact request.
@@ -134,7 +136,7 @@ struct BundleUploader: Sendable {
         /// session synced from elsewhere, a lost database, a crash before the session's result):
         /// every step found in its tree is recorded as done now, in plan order, so none is sent
         /// again; one found with other content fails the bundle.
-        func reconcile(with tree: ServerTree) -> ServerLookup.Look? {
+        func reconcile(with tree: ServerTree) async -> ServerLookup.Look? {
             var ids = serverIDs
             var found: [(intent: CheckpointStore.StepIntent, serverID: Int64)] = []
             for step in plan.steps where completed[step.key] == nil {
@@ -150,7 +152,7 @@ struct BundleUploader: Sendable {
             }
             guard !found.isEmpty else { return nil }
             do {
-                let recorded = try store.recordFoundOnServer(sessionID: sessionID, found)
+                let recorded = try await checkpoints.perform { [found] in try $0.recordFoundOnServer(sessionID: sessionID, found) }
                 for (entry, done) in zip(found, recorded) { completed[entry.intent.stepKey] = done }
                 intentsRecorded.formUnion(found.map(\.intent.stepKey))
                 logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
@@ -188,7 +190,7 @@ struct BundleUploader: Sendable {
                 return .failed(response)
             case .tree(let tree?):
                 if firstLookOfAmbiguousBefore && treeBefore == nil { treeBefore = tree }
-                if step.kind == .session, let problem = reconcile(with: tree) { return problem }
+                if step.kind == .session, let problem = await reconcile(with: tree) { return problem }
                 switch tree.match(step) {
                 case .absent: return .absent
                 case .present(let id): return .found(id)
@@ -217,15 +219,15 @@ struct BundleUploader: Sendable {
                         reason: "changed_after_upload", step: step.key,
                         message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
                     )
-                    guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
-                    return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                    guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
+                    return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
                 }
                 serverIDs[step.key] = done.serverID
                 continue
             }
             if counters.shouldStop {
                 _ = await settlePendingResult()
-                return giveBack(claimed, logger: logger)
+                return await giveBack(claimed, logger: logger)
             }
             guard let path = step.path(serverIDs: serverIDs) else {
                 preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
@@ -234,7 +236,7 @@ struct BundleUploader: Sendable {
                 // This step's intent, and those of the next steps already known, in one commit.
                 do {
                     let intents = intentsToRecord(from: index)
-                    let outcomes = try store.recordIntents(sessionID: sessionID, intents)
+                    let outcomes = try await checkpoints.perform { try $0.recordIntents(sessionID: sessionID, intents) }
                     intentsRecorded.formUnion(intents.map(\.stepKey))
                     for (intent, outcome) in zip(intents, outcomes) {
                         switch outcome {
@@ -247,15 +249,15 @@ struct BundleUploader: Sendable {
                 } catch {
                     checkpointFailed(error, logger: logger)
                     _ = await settlePendingResult()
-                    return giveBack(claimed, logger: logger)
+                    return await giveBack(claimed, logger: logger)
                 }
                 if let done = completed[step.key] {
                     guard done.contentDigest == step.contentDigest else {
                         let failure = BundleFailure(
                             reason: "changed_after_upload", step: step.key,
                             message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
-                        guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
-                        return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                        guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
+                        return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
                     }
                     serverIDs[step.key] = done.serverID
                     continue
@@ -266,7 +268,7 @@ struct BundleUploader: Sendable {
             // another step when its request may already have reached the server.
             let lookFirst = step.kind == .session || ambiguousBefore.contains(step.key)
             let resolution = await resolve(step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
-            guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
+            guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
             if let done = completed[step.key] {  // found while reconciling (the session step itself)
                 serverIDs[step.key] = done.serverID
                 continue
@@ -278,7 +280,7 @@ struct BundleUploader: Sendable {
             case .differs(let failure):
                 counters.stepAnswered()
                 logger.warning("a record is on the server with other content", metadata: ["step": "\(step.key)", "message": "\(failure.message ?? "")"])
-                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
             switch response {
             case .created(let id, let replayed):
@@ -290,15 +292,15 @@ struct BundleUploader: Sendable {
                 counters.stepAnswered()
                 logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
                 let failure = BundleFailure(reason: status == 0 ? "bundle_changed" : "http_\(status)", step: step.key, httpStatus: status == 0 ? nil : status, message: message)
-                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             case .unauthorized(let status, let message):
                 logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
                 counters.credentialsRefused()
-                return giveBack(claimed, logger: logger)
+                return await giveBack(claimed, logger: logger)
             case .retryable(let status, _, let message):
                 // Retries cut short because the run is stopping (the breaker opened for another
                 // bundle, a signal, refused credentials): not this bundle's attempt, give it back.
-                if cutShort { return giveBack(claimed, logger: logger) }
+                if cutShort { return await giveBack(claimed, logger: logger) }
                 // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
                 if let reason = counters.stepKeptFailing(answered: status != nil) {
                     logger.error(
@@ -306,16 +308,16 @@ struct BundleUploader: Sendable {
                         metadata: ["reason": "\(reason)"])
                 }
                 let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
-                return deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
         }
 
-        guard await settlePendingResult() else { return giveBack(claimed, logger: logger) }
+        guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
         do {
-            let final = try claimed.moveToDone()
-            recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { () throws(CheckpointError) in
-                try store.recordDone(name: claimed.name, sessionID: sessionID)
-                if final != claimed.name { try store.renamed(from: claimed.name, to: final) }
+            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToDone() }
+            await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] store in
+                try store.recordDone(name: name, sessionID: sessionID)
+                if final != name { try store.renamed(from: name, to: final) }
             }
             logger.info("bundle synced", metadata: ["steps": "\(plan.steps.count)", "moved.to": "done/\(final)"])
             return .done
@@ -351,7 +353,7 @@ struct BundleUploader: Sendable {
         guard let isolatedReader else {
             guard cutShort >= Self.readingsCutShortLimit else { return nil }
             logger.error("bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
-            return fail(claimed, sessionID: nil, failure: failure(
+            return await fail(claimed, sessionID: nil, failure: failure(
                 "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
                     + "while reading it), so it is not opened again; \(advice)"), logger: logger)
         }
@@ -362,14 +364,14 @@ struct BundleUploader: Sendable {
         case .survived, .notStarted:
             return nil
         case .stopped:
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         case .timedOut:
             let message = "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
                 + "refused as a hostile or damaged archive"
-            return fail(claimed, sessionID: nil, failure: BundleFailure(reason: BundleError.Code.overTimeBudget.description, message: message), logger: logger)
+            return await fail(claimed, sessionID: nil, failure: BundleFailure(reason: BundleError.Code.overTimeBudget.description, message: message), logger: logger)
         case .killed(let signal):
             logger.error("reading this bundle killed a separate reader process", metadata: ["signal": "\(signal)"])
-            return fail(claimed, sessionID: nil, failure: failure(
+            return await fail(claimed, sessionID: nil, failure: failure(
                 "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
                     + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
         }
@@ -379,9 +381,11 @@ struct BundleUploader: Sendable {
     /// failure here leaves the database saying less than the folders (`status` would show the
     /// bundle where it no longer is): logged with where the bundle went, and the run stops with 73
     /// so that a person looks, as for any database that cannot be written.
-    private func recordAfterMove(of name: String, to place: String, logger: Logger, _ record: () throws(CheckpointError) -> Void) {
+    private func recordAfterMove(
+        of name: String, to place: String, logger: Logger, _ record: @escaping @Sendable (CheckpointStore) throws -> Void
+    ) async {
         do {
-            try record()
+            try await checkpoints.perform(record)
         } catch {
             logger.error("the bundle moved but the checkpoint database could not record it", metadata: [
                 "moved.to": "\(place)", "error": "\(error)",
@@ -413,8 +417,20 @@ struct BundleUploader: Sendable {
             Result { () throws(BundleValidationError) in try BundleInspector(limits: limits).inspect(path: path, stop: stop) }
         }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
-        // The pool refuses work only once shut down, which the process-wide one never is; inline then.
-        return (try? await NIOThreadPool.singleton.runIfActive(inspect)) ?? inspect()
+        return await onBlockingPool(inspect)
+    }
+
+    /// Moves a bundle (rename, sidecar, folder syncs) on NIO's blocking-work pool: a sync waits for
+    /// the disk, and no event loop should.
+    static func offTheLoop<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value) async throws(SpoolError) -> Value {
+        try await onBlockingPool { Result { () throws(SpoolError) in try move() } }.get()
+    }
+
+    /// Runs `body` on NIO's process-wide blocking-work pool and returns its value.
+    static func onBlockingPool<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
+        // The pool refuses work only once shut down, which the process-wide one never is, or when
+        // the task is cancelled before it starts (uploads are not cancelled): then run it here.
+        (try? await NIOThreadPool.singleton.runIfActive(body)) ?? body()
     }
 
     /// How a step ended: the server's answer (`cutShort` when the run's stop ended its retries
@@ -470,17 +486,18 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) -> UploadOutcome {
-        let state = try? store.bundleState(name: claimed.name)
+    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async -> UploadOutcome {
+        // Only for the sidecar's attempts and first-seen lines: a sidecar without them still says why.
+        let state = try? await checkpoints.perform { [name = claimed.name] in try $0.bundleState(name: name) }
         let sidecar = ErrorSidecar(
             bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
             attempts: state?.attempts, firstSeen: state?.firstSeen
         )
         do {
-            let final = try claimed.moveToFailed(sidecar)
-            recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { () throws(CheckpointError) in
-                try store.recordFailure(name: claimed.name, sessionID: sessionID, error: failure)
-                if final != claimed.name { try store.renamed(from: claimed.name, to: final) }
+            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
+            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] store in
+                try store.recordFailure(name: name, sessionID: sessionID, error: failure)
+                if final != name { try store.renamed(from: name, to: final) }
             }
             logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
             return .failed(reason: failure.reason)
@@ -491,16 +508,18 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) -> UploadOutcome {
+    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async -> UploadOutcome {
         do {
-            let deferral = try store.recordDeferral(name: claimed.name, sessionID: sessionID, error: failure)
-            if deferral.exhausted {
-                return fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            let deferral = try await checkpoints.perform { [name = claimed.name] in
+                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure)
             }
-            let final = try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt)
+            if deferral.exhausted {
+                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            }
+            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt) }
             if final != claimed.name {
-                recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { () throws(CheckpointError) in
-                    try store.renamed(from: claimed.name, to: final)
+                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { [name = claimed.name] store in
+                    try store.renamed(from: name, to: final)
                 }
             }
             logger.info("bundle deferred", metadata: [
@@ -510,7 +529,7 @@ struct BundleUploader: Sendable {
         } catch let error as CheckpointError {
             // Nothing moved yet: the bundle goes back uncounted.
             checkpointFailed(error, logger: logger)
-            return giveBack(claimed, logger: logger)
+            return await giveBack(claimed, logger: logger)
         } catch {
             logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
             claimed.release()
@@ -518,10 +537,11 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func giveBack(_ claimed: ClaimedBundle, logger: Logger) -> UploadOutcome {
+    private func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
         do {
-            _ = try claimed.giveBack(nextAttemptAt: nil)
-            try? store.recordReturned(name: claimed.name)
+            _ = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack(nextAttemptAt: nil) }
+            // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
+            try? await checkpoints.perform { [name = claimed.name] in try $0.recordReturned(name: name) }
         } catch {
             logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
             claimed.release()  // stays in processing/; the next run takes it back as an orphan

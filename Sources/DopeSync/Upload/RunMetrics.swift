@@ -27,8 +27,7 @@ public struct RunMetrics: Sendable {
     }
 
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
-    static func backlog(of spool: Spool, store: CheckpointStore, now: Date = Date()) throws -> SpoolBacklog {
-        let deferred = try store.bundles(withOutcome: .deferred)
+    static func backlog(of spool: Spool, deferred: [BundleState], now: Date = Date()) throws -> SpoolBacklog {
         return try SpoolBacklog.list(spool, firstSeen: Dictionary(deferred.map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a }), now: now)
     }
 

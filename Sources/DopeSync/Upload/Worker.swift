@@ -136,10 +136,16 @@ public struct Worker: Sendable {
             logger.critical("the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         }
+        // From here on every checkpoint goes through the writer's own thread, never an event loop's.
+        return await CheckpointWriter.with(store) { checkpoints in await run(spool: spool, checkpoints: checkpoints, started: started) }
+    }
+
+    private func run(spool: Spool, checkpoints: CheckpointWriter, started: ContinuousClock.Instant) async -> (RunSummary, ExitStatus) {
         let runID = UUID().uuidString.lowercased()
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         do throws(CheckpointError) {
-            try store.recordRunStarted(runID: runID, host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier)
+            let (host, pid) = (ProcessInfo.processInfo.hostName, ProcessInfo.processInfo.processIdentifier)
+            try await checkpoints.perform { try $0.recordRunStarted(runID: runID, host: host, pid: pid) }
         } catch {
             // Only the run's own record otherwise; but a database that cannot be written at all
             // could not checkpoint a single step: claim nothing.
@@ -158,7 +164,7 @@ public struct Worker: Sendable {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical("the spool cannot be read: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
             let summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
-            try? store.recordRunFinished(runID: runID, summary: summary)  // the 73 above is what matters
+            try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }  // the 73 above is what matters
             return (summary, .cannotCreate)
         }
         let queue = BundleQueue(orphans + due)
@@ -168,9 +174,9 @@ public struct Worker: Sendable {
 
         let lookups = LookupSupport()
         let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
-            let results = GroupCommit(store: store, batchSize: options.concurrency)
+            let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
             let uploader = BundleUploader(
-                store: store, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters,
+                checkpoints: checkpoints, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters,
                 isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
                 lookup: options.lookBeforeResending ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
                 logger: logger)
@@ -214,18 +220,30 @@ public struct Worker: Sendable {
         summary.exitCode = status.rawValue
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
-        let backlog = options.metricsFile.map { _ in Result { try RunMetrics.backlog(of: spool, store: store, now: now) } }
+        var backlog: Result<SpoolBacklog, any Error>? = nil
+        if options.metricsFile != nil {
+            do {
+                let deferred = try await checkpoints.perform { try $0.bundles(withOutcome: .deferred) }
+                backlog = Result { try RunMetrics.backlog(of: spool, deferred: deferred, now: now) }
+            } catch {
+                backlog = .failure(error)
+            }
+        }
         let healthy = (try? backlog?.get()).map { RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now)) }
         let apiLookups: Bool? = switch lookups.current {
         case .available: true
         case .missing: false
         case .unknown: nil
         }
-        try? store.recordRunFinished(runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
+        let finished = summary
+        // The run's own record, for `status` and the metrics' last success: the bundles' fate is
+        // already recorded and in their folders, so a failure here changes nothing they need.
+        try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: finished, healthy: healthy, apiLookups: apiLookups) }
         if let metricsFile = options.metricsFile, let backlog {
             // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
-                let metrics = RunMetrics(finishedAt: now, lastSuccessAt: try store.lastHealthyRunFinishedAt(), summary: summary, backlog: try backlog.get())
+                let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
+                let metrics = RunMetrics(finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
                 try metrics.write(to: metricsFile)
             } catch {
                 logger.error("cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
