@@ -105,6 +105,7 @@ extension FileHandle {
     public func readLine() -> String? {
         var bytes: [UInt8] = []
         while true {
+            // The end of the output, or a read error, ends the last line alike.
             guard let data = try? read(upToCount: 1), let byte = data.first else { break }
             if byte == UInt8(ascii: "\n") { return String(decoding: bytes, as: UTF8.self) }
             bytes.append(byte)

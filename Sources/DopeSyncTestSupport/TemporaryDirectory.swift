@@ -6,7 +6,7 @@ public func withTemporaryDirectory<T>(
     _ body: (URL) async throws -> T
 ) async throws -> T {
     let directory = try makeTemporaryDirectory(label)
-    defer { try? FileManager.default.removeItem(at: directory) }
+    defer { try? FileManager.default.removeItem(at: directory) }  // a leftover in /tmp fails no test
     return try await body(directory)
 }
 

@@ -38,7 +38,7 @@ struct DevServerLoad: AsyncParsableCommand {
             try await client.shutdown()
             print(report)
         } catch {
-            try? await client.shutdown()
+            try? await client.shutdown()  // the error that got here is the one to report
             throw error
         }
     }

@@ -19,7 +19,7 @@ struct MakeBundles: AsyncParsableCommand {
     func run() async throws {
         try Spool(root: spool).create()
         let scratch = try makeTemporaryDirectory("make-bundles")
-        defer { try? FileManager.default.removeItem(at: scratch) }
+        defer { try? FileManager.default.removeItem(at: scratch) }  // scratch in /tmp: a leftover harms nothing
         let shape = SampleSession.Shape.realistic.withImages(groups: groups, perGroup: imagesPerGroup, bytes: imageBytes)
         var requests = 0
         for index in 0..<count {

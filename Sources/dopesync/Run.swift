@@ -144,6 +144,7 @@ struct JSONLogHandler: LogHandler {
     func log(event: LogEvent) {
         var fields: [String: String] = ["time": Date().formatted(.iso8601), "level": "\(event.level)", "message": "\(event.message)", "logger": label]
         for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) { fields[key] = "\(value)" }
+        // Strings only, so it cannot fail; if it did, a log line is not worth stopping the run for.
         if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
             FileHandle.standardError.write(data + Data("\n".utf8))
         }

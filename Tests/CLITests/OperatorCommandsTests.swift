@@ -74,7 +74,8 @@ import Testing
             #expect(failed.first?["name"] as? String == badName)
             #expect(failed.first?["reason"] as? String == "http_422")
             #expect(failed.first?["httpStatus"] as? Int == 422)
-            #expect((failed.first?["message"] as? String ?? "").contains("unknown_reference"))
+            let message = failed.first?["message"] as? String ?? ""
+            #expect(message.contains("unknown_reference"), "\(message)")
             #expect(failed.first?["session"] as? String == bad.sessionID)
             #expect(failed.first?["hasSidecar"] as? Bool == true)
 
@@ -218,7 +219,7 @@ import Testing
                 others.append(spool.path(folder, name))
             }
             try store.recordClaim(name: "failed-old.tar.gz", owner: owner)
-            try store.recordFailure(name: "failed-old.tar.gz", sessionID: nil, error: BundleFailure(reason: "http_422"))
+            try store.recordFailure(name: "failed-old.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(422)))
 
             let result = try runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
             #expect(result.status == 0, "\(result.stderr)")

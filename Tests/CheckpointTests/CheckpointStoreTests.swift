@@ -176,7 +176,7 @@ import Testing
     @Test func deferralsCountAttemptsGrowTheDelayAndEndTheClaim() throws {
         let store = try open()
         let policy = DeferralPolicy(base: .seconds(60), factor: 2, cap: .seconds(150), maxAttempts: 3, maxAge: nil)
-        let error = BundleFailure(reason: "http_503", step: "dope:2", httpStatus: 503, message: "busy\nretry later")
+        let error = BundleFailure(reason: .http(503), step: "dope:2", httpStatus: 503, message: "busy\nretry later")
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 9, runID: "r"), now: now)
         #expect(try store.claims().map(\.bundleName) == ["b"])
 
@@ -200,7 +200,7 @@ import Testing
         #expect(state.nextAttemptAt == later.addingTimeInterval(150))
         #expect(try store.bundles(withOutcome: .deferred).map(\.name) == ["b"])
 
-        try store.recordFailure(name: "b", sessionID: nil, error: BundleFailure(reason: "max_attempts"), now: later)
+        try store.recordFailure(name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "max_attempts")), now: later)
         #expect(try store.bundleState(name: "b")?.lastOutcome == .failed)
         #expect(try store.bundleState(name: "b")?.nextAttemptAt == nil)
 
@@ -216,7 +216,7 @@ import Testing
     @Test func givingBackUncountedKeepsTheAttempts() throws {
         let store = try open()
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 1, runID: "r"), now: now)
-        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: "unreachable"), now: now)
+        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: .unreachable), now: now)
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 1, runID: "r2"), now: now)
         try store.recordReturned(name: "b", now: now)
         #expect(try store.bundleState(name: "b")?.attempts == 1)
@@ -241,7 +241,7 @@ import Testing
         let store = try open()
         let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
         try store.recordClaim(name: "b", sessionID: "OLD", owner: owner, now: now)
-        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: "x"), now: now)
+        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "x")), now: now)
         try store.recordDone(name: "b", sessionID: nil, now: now)
         try store.recordClaim(name: "b", sessionID: "NEW", owner: owner, now: now.addingTimeInterval(10))
         let state = try #require(try store.bundleState(name: "b"))

@@ -253,7 +253,7 @@ import Glibc
         let claim = try claimFirstDue()
         let failedAt = Date(timeIntervalSince1970: 1_700_000_000)
         let sidecar = ErrorSidecar(bundle: "b.tar.gz", session: "S-1", failedAt: failedAt,
-                                   failure: BundleFailure(reason: "http_422", step: "dope:3", httpStatus: 422, message: "ammunitionId: unknown\nsecond line"),
+                                   failure: BundleFailure(reason: .http(422), step: "dope:3", httpStatus: 422, message: "ammunitionId: unknown\nsecond line"),
                                    attempts: 0, firstSeen: failedAt.addingTimeInterval(-5))
         #expect(try claim.moveToFailed(sidecar) == "b.1.tar.gz")
         #expect(contents(spool.path(.failed, "b.tar.gz")) == "earlier failure")
@@ -281,9 +281,9 @@ import Glibc
     // MARK: Sidecar
 
     @Test func sidecarRoundTripsAndToleratesWhatItDoesNotKnow() throws {
-        let sidecar = ErrorSidecar(bundle: "x", failedAt: Date(timeIntervalSince1970: 0), reason: "validation_failed",
+        let sidecar = ErrorSidecar(bundle: "x", failedAt: Date(timeIntervalSince1970: 0), reason: FailureReason(.invalidSession),
                                    message: "a\\b\r\nc\u{2028}d: e")
-        #expect(sidecar.rendered() == "bundle: x\nfailed_at: 1970-01-01T00:00:00Z\nreason: validation_failed\nmessage: a\\\\b\\r\\nc\u{2028}d: e\n")
+        #expect(sidecar.rendered() == "bundle: x\nfailed_at: 1970-01-01T00:00:00Z\nreason: invalid_session\nmessage: a\\\\b\\r\\nc\u{2028}d: e\n")
         #expect(ErrorSidecar(parsing: sidecar.rendered()) == sidecar)
 
         let parsed = try #require(ErrorSidecar(parsing: "reason: r\r\nfailed_at: 2024-05-01T12:00:00Z\r\nbundle: b\nnoise\nfuture_key: v\nhttp_status: nope\n"))

@@ -345,16 +345,17 @@ import Testing
     @Test("--max-time: the run stops claiming at the deadline, finishes what it claimed, leaves the rest untouched")
     func maxTimeStopsClaiming() async throws {
         try await withTemporaryDirectory { directory in
-            // About 50 requests a bundle at 20 ms each: a second a bundle, ten seconds for all.
+            // About 50 requests a bundle at 50 ms each: 2.5 s a bundle, 25 s for all. The deadline
+            // leaves a loaded machine (the whole suite in parallel) seconds to make its first claim.
             let samples = (1...10).map { SampleSession(seed: UInt64(800 + $0), shape: .realistic) }
             let spool = try Self.spool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
-            configuration.faults.latencyMilliseconds = 20...20
+            configuration.faults.latencyMilliseconds = 50...50
             try await withDevServer(configuration) { server in
                 var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
                 options.minAge = .zero
                 options.concurrency = 1
-                options.maxTime = .seconds(3)  // far below the ten seconds all ten would take
+                options.maxTime = .seconds(6)  // far below the 25 seconds all ten would take
                 let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
                 #expect(status == .success)
                 #expect(summary.claimed >= 1 && summary.claimed < samples.count, "\(summary.line)")

@@ -159,37 +159,25 @@ public struct BundleInspector: Sendable {
     }
 }
 
-/// `manifest.json`: every listed file exists with exactly that size and SHA-256.
+/// `manifest.json`: every listed file exists with exactly that size and SHA-256. Read with the
+/// same strict parser as `session.json` (duplicate keys refused), each problem naming its key.
 enum BundleManifest {
-    struct Document: Decodable {
-        struct File: Decodable {
-            var size: Int64
-            var sha256: String
-        }
-        var format: String
-        var version: Int
-        var files: [String: File]
+    /// One listed file, as the manifest states it.
+    struct Listed {
+        let name: String
+        let size: Int64
+        let sha256: String
     }
 
     static func check(_ bytes: [UInt8], root: String, files: [String: ScannedFile]) -> [BundleError] {
-        let culprit = "manifest.json"
-        // The version first, so a future format is refused for that reason, not as "malformed".
-        if let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-            let version = object["version"] as? Int, version != 1
-        {
-            return [BundleError(.manifestVersion, culprit: culprit, message: "version \(version) is not supported (this dopesync reads version 1)")]
-        }
-        let document: Document
-        do {
-            document = try JSONDecoder().decode(Document.self, from: Data(bytes))
-        } catch {
-            return [BundleError(.manifestInvalid, culprit: culprit, message: "not a valid manifest: \(Self.describe(error))")]
-        }
-        guard document.format == "truedope-session-bundle" else {
-            return [BundleError(.manifestInvalid, culprit: culprit, message: "format must be \"truedope-session-bundle\" (was \"\(document.format)\")")]
+        let listed: [Listed]
+        switch read(bytes) {
+        case .success(let entries): listed = entries
+        case .failure(let error): return [error]
         }
         var errors: [BundleError] = []
-        for (name, expected) in document.files.sorted(by: { $0.key < $1.key }) {
+        for expected in listed.sorted(by: { $0.name < $1.name }) {
+            let name = expected.name
             guard let file = files[root + (EntryPath.normalise(name).successValue ?? name)] else {
                 errors.append(BundleError(.manifestMismatch, culprit: name, message: "listed in manifest.json but not in the bundle"))
                 continue
@@ -203,17 +191,42 @@ enum BundleManifest {
         return errors
     }
 
-    private static func describe(_ error: any Error) -> String {
-        switch error as? DecodingError {
-        case .keyNotFound(let key, let context)?:
-            return "missing \((context.codingPath.map(\.stringValue) + [key.stringValue]).joined(separator: "."))"
-        case .typeMismatch(_, let context)?, .valueNotFound(_, let context)?:
-            return "\(context.codingPath.map(\.stringValue).joined(separator: ".")): wrong type"
-        case .dataCorrupted(let context)?:
-            return context.debugDescription
-        default:
-            return String(describing: error)
+    /// The files a manifest lists, or why it cannot be read.
+    static func read(_ bytes: [UInt8]) -> Result<[Listed], BundleError> {
+        func invalid(_ message: String) -> Result<[Listed], BundleError> {
+            .failure(BundleError(.manifestInvalid, culprit: "manifest.json", message: "not a valid manifest: \(message)"))
         }
+        let document: JSONValue
+        do {
+            document = try JSONValue.parse(bytes)
+        } catch {
+            return invalid("\(error)")
+        }
+        guard let object = document.objectValue else { return invalid("not a JSON object") }
+        // The version first, so a future format is refused for that reason, not as "malformed".
+        guard let versionValue = object["version"] else { return invalid("missing version") }
+        guard let version = versionValue.numberValue?.intValue else { return invalid("version: wrong type") }
+        guard version == 1 else {
+            return .failure(BundleError(.manifestVersion, culprit: "manifest.json", message: "version \(version) is not supported (this dopesync reads version 1)"))
+        }
+        guard let formatValue = object["format"] else { return invalid("missing format") }
+        guard let format = formatValue.stringValue else { return invalid("format: wrong type") }
+        guard format == "truedope-session-bundle" else {
+            return .failure(BundleError(.manifestInvalid, culprit: "manifest.json", message: "format must be \"truedope-session-bundle\" (was \"\(format)\")"))
+        }
+        guard let filesValue = object["files"] else { return invalid("missing files") }
+        guard let files = filesValue.objectValue else { return invalid("files: wrong type") }
+        var listed: [Listed] = []
+        for member in files.members {
+            let key = "files.\(member.key)"
+            guard let file = member.value.objectValue else { return invalid("\(key): wrong type") }
+            guard let sizeValue = file["size"] else { return invalid("missing \(key).size") }
+            guard let size = sizeValue.numberValue?.intValue else { return invalid("\(key).size: wrong type") }
+            guard let shaValue = file["sha256"] else { return invalid("missing \(key).sha256") }
+            guard let sha256 = shaValue.stringValue else { return invalid("\(key).sha256: wrong type") }
+            listed.append(Listed(name: member.key, size: Int64(size), sha256: sha256))
+        }
+        return .success(listed)
     }
 }
 

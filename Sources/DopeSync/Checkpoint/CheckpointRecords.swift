@@ -49,17 +49,40 @@ public enum StepIntentOutcome: Sendable, Hashable {
     case alreadyDone(CompletedStep)
 }
 
+/// The stable code of why a bundle failed or was deferred: `reason:` in `failed/NAME.error`,
+/// `last_error_reason` in the checkpoint database, what `status` shows. Made only from what it
+/// names (a ``BundleError/Code``, an HTTP status, a failure of the upload); a reason read back
+/// from a sidecar or the database is kept as written, even one this version has no name for.
+public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    /// The bundle was refused by validation (the code of its first problem).
+    public init(_ code: BundleError.Code) { self.init(rawValue: code.description) }
+    /// The API answered this status for good (4xx), or kept answering it (5xx, 429) until the
+    /// retries ran out: `http_422`.
+    public static func http(_ status: Int) -> FailureReason { FailureReason(rawValue: "http_\(status)") }
+
+    /// A step's record is already on the server (or checkpointed) with other content.
+    public static let changedAfterUpload = FailureReason(rawValue: "changed_after_upload")
+    /// An image could not be read back from the archive as validation saw it.
+    public static let bundleChanged = FailureReason(rawValue: "bundle_changed")
+    /// No HTTP answer at all after the retries (refused, reset, timed out).
+    public static let unreachable = FailureReason(rawValue: "unreachable")
+}
+
 /// Why a bundle was deferred or failed: stored in the database and written to `failed/NAME.error`.
 public struct BundleFailure: Sendable, Hashable {
-    /// A short stable code (`validation_failed`, `changed_after_upload`, `http_422`, `unreachable`, ...).
-    public var reason: String
+    /// A short stable code (`invalid_session`, `changed_after_upload`, `http_422`, `unreachable`, ...).
+    public var reason: FailureReason
     /// The step key that failed, when an upload step failed.
     public var step: String?
     public var httpStatus: Int?
     /// The validation error or the server's message.
     public var message: String?
 
-    public init(reason: String, step: String? = nil, httpStatus: Int? = nil, message: String? = nil) {
+    public init(reason: FailureReason, step: String? = nil, httpStatus: Int? = nil, message: String? = nil) {
         self.reason = reason
         self.step = step
         self.httpStatus = httpStatus

@@ -534,7 +534,7 @@ public final class CheckpointStore: Sendable {
                     reading_since = NULL, last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?
                 WHERE name = ?
                 """, [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970,
-                      error?.reason, error?.step, error?.httpStatus, error?.message, name])
+                      error?.reason.rawValue, error?.step, error?.httpStatus, error?.message, name])
         }
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
     }
@@ -547,7 +547,7 @@ public final class CheckpointStore: Sendable {
 
     private static func bundleState(_ row: SQLiteRow) -> BundleState {
         let error = row.string(5).map { reason in
-            BundleFailure(reason: reason, step: row.string(6), httpStatus: row.int(7), message: row.string(8))
+            BundleFailure(reason: FailureReason(rawValue: reason), step: row.string(6), httpStatus: row.int(7), message: row.string(8))
         }
         return BundleState(
             name: row.string(0) ?? "", sessionID: row.string(1), attempts: row.int(2) ?? 0,

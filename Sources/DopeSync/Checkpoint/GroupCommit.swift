@@ -147,14 +147,20 @@ public final class GroupCommit: Sendable {
     private let maximumDelay: Duration
     private let state: Mutex<State>
     private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
+    private let onCommitted: @Sendable (_ results: Int) -> Void
 
     /// - Parameters:
     ///   - batchSize: results that commit together as soon as they wait (the run's concurrency).
     ///   - maximumDelay: the longest a result waits for others before it commits anyway.
-    public init(writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10)) {
+    ///   - onCommitted: called on the writer's thread after each transaction, with its number of results.
+    public init(
+        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
+        onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in }
+    ) {
         self.writer = writer
         self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
+        self.onCommitted = onCommitted
     }
 
     /// Transactions committed so far, and the results they held.
@@ -205,6 +211,7 @@ public final class GroupCommit: Sendable {
                     return nil
                 }
                 self.tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
+                self.onCommitted(batch.results.count)
             } catch {
                 // The database itself failed: every bundle of the batch hears it and gives its bundle back.
                 outcomes = Array(repeating: error, count: batch.results.count)

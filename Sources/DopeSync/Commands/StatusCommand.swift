@@ -120,11 +120,11 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         let failed = (listings[.failed] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
             let state = failedStates[entry.name]
             if let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name)) {
-                return Failed(name: entry.name, session: sidecar.session, failedAt: sidecar.failedAt, reason: sidecar.reason,
+                return Failed(name: entry.name, session: sidecar.session, failedAt: sidecar.failedAt, reason: sidecar.reason.rawValue,
                               step: sidecar.step, httpStatus: sidecar.httpStatus, message: sidecar.message,
                               attempts: sidecar.attempts ?? state?.attempts, hasSidecar: true)
             }
-            return Failed(name: entry.name, session: state?.sessionID, failedAt: state?.updatedAt, reason: state?.lastError?.reason,
+            return Failed(name: entry.name, session: state?.sessionID, failedAt: state?.updatedAt, reason: state?.lastError?.reason.rawValue,
                           step: state?.lastError?.step, httpStatus: state?.lastError?.httpStatus, message: state?.lastError?.message,
                           attempts: state?.attempts, hasSidecar: false)
         }
@@ -254,7 +254,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
 
 extension SpoolStatus.LastError {
     init(_ failure: BundleFailure) {
-        self.init(reason: failure.reason, step: failure.step, httpStatus: failure.httpStatus, message: failure.message)
+        self.init(reason: failure.reason.rawValue, step: failure.step, httpStatus: failure.httpStatus, message: failure.message)
     }
 }
 

@@ -123,6 +123,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         token = text
         sources["token"] = source
+        // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
         if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int, mode & 0o077 != 0 {
             warnings.append("the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
         }

@@ -24,7 +24,7 @@ public struct ErrorSidecar: Sendable, Hashable {
     public var session: String?
     public var failedAt: Date
     /// A short code: `validation_failed`, `changed_after_upload`, `http_422`, `max_attempts`, ...
-    public var reason: String
+    public var reason: FailureReason
     public var step: String?
     public var httpStatus: Int?
     public var message: String?
@@ -33,7 +33,7 @@ public struct ErrorSidecar: Sendable, Hashable {
     /// Keys this version does not know, as read.
     public var otherFields: [String: String] = [:]
 
-    public init(bundle: String, session: String? = nil, failedAt: Date, reason: String, step: String? = nil,
+    public init(bundle: String, session: String? = nil, failedAt: Date, reason: FailureReason, step: String? = nil,
                 httpStatus: Int? = nil, message: String? = nil, attempts: Int? = nil, firstSeen: Date? = nil) {
         self.bundle = bundle
         self.session = session
@@ -63,7 +63,7 @@ public struct ErrorSidecar: Sendable, Hashable {
             ("bundle", bundle),
             ("session", session),
             ("failed_at", Self.format(failedAt)),
-            ("reason", reason),
+            ("reason", reason.rawValue),
             ("step", step),
             ("http_status", httpStatus.map(String.init)),
             ("message", message),
@@ -91,7 +91,7 @@ public struct ErrorSidecar: Sendable, Hashable {
               let failedAt = values.removeValue(forKey: "failed_at").flatMap(Self.parseDate),
               let reason = values.removeValue(forKey: "reason")
         else { return nil }
-        self.init(bundle: bundle, failedAt: failedAt, reason: reason)
+        self.init(bundle: bundle, failedAt: failedAt, reason: FailureReason(rawValue: reason))
         session = values.removeValue(forKey: "session")
         step = values.removeValue(forKey: "step")
         httpStatus = values.removeValue(forKey: "http_status").flatMap { Int($0) }
@@ -111,6 +111,7 @@ public struct ErrorSidecar: Sendable, Hashable {
         date.formatted(Date.ISO8601FormatStyle())
     }
 
+    /// Nil for text that is not an ISO 8601 instant: the caller says which key was wrong.
     static func parseDate(_ text: String) -> Date? {
         try? Date.ISO8601FormatStyle().parse(text)
     }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// How the API answered one step, classified the way WORKER.md's failure table needs it.
 public enum StepResponse: Sendable, Equatable {
@@ -13,6 +14,9 @@ public enum StepResponse: Sendable, Equatable {
     case unauthorized(status: Int, message: String)
     /// Timeout, lost connection, 408, 409, 425, 429, 5xx: try again later.
     case retryable(status: Int?, retryAfter: Duration?, message: String)
+    /// Nothing was sent: the image could not be read back from the archive as validation saw it
+    /// (the bundle changed or broke since). Not the API's answer, so never retried.
+    case imageUnreadable(message: String)
 }
 
 /// Sends upload steps to the TrueDope API over one pooled HTTP client (connections reused).
@@ -54,6 +58,7 @@ public struct APIClient: Sendable {
             try await http.shutdown()
             return result
         } catch {
+            // The body's error is the one to report; a client that also shuts down badly adds nothing.
             try? await http.shutdown()
             throw error
         }
@@ -98,7 +103,7 @@ public struct APIClient: Sendable {
             do {
                 request.body = .stream(MultipartBody(framing: framing, chunks: try archive.openImage(image)), length: .known(length))
             } catch {
-                return (.rejected(status: 0, code: "bundle_changed", message: "\(error)"), 0)
+                return (.imageUnreadable(message: "\(error)"), 0)
             }
             return await execute(request, length: length, imageSize: image.size)
         }
@@ -181,15 +186,14 @@ public struct APIClient: Sendable {
     }
 
     /// The API's `{"id": …}` or `{"error": {"code", "message", "field"}}`.
+    /// A body that is not JSON, or not one of those, says nothing: nil for each (the status speaks).
     static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, code: String?, message: String?) {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(buffer.readableBytesView)) as? [String: Any] else {
-            return (nil, nil, nil)
-        }
-        if let id = object["id"] as? Int { return (Int64(id), nil, nil) }
-        guard let error = object["error"] as? [String: Any] else { return (nil, nil, nil) }
-        let code = error["code"] as? String
-        var message = error["message"] as? String ?? code ?? "error"
-        if let field = error["field"] as? String { message += " (field \(field))" }
+        guard let object = (try? JSONValue.parse(buffer.readableBytesView))?.objectValue else { return (nil, nil, nil) }
+        if let id = object["id"]?.numberValue?.intValue { return (Int64(id), nil, nil) }
+        guard let error = object["error"]?.objectValue else { return (nil, nil, nil) }
+        let code = error["code"]?.stringValue
+        var message = error["message"]?.stringValue ?? code ?? "error"
+        if let field = error["field"]?.stringValue { message += " (field \(field))" }
         if let code { message = "\(code): \(message)" }
         return (nil, code, message)
     }
@@ -205,13 +209,30 @@ public struct APIClient: Sendable {
         return .seconds(max(0, Int64(date.timeIntervalSinceNow.rounded(.up))))
     }
 
+    /// Why a request got no answer, in words for the log and `failed/NAME.error`: by the error's
+    /// type (AsyncHTTPClient's, NIO's), never by its text.
     static func describe(_ error: any Error) -> String {
-        let text = String(describing: error)
-        if text.contains("connectionRefused") || text.contains("Connection refused") { return "connection refused (is the API up?)" }
-        if text.contains("deadlineExceeded") || text.contains("readTimeout") { return "timed out" }
-        if text.contains("remoteConnectionClosed") { return "the server closed the connection without an answer" }
-        return text
+        switch error {
+        case let error as HTTPClientError:
+            switch error {
+            case .deadlineExceeded, .readTimeout, .writeTimeout, .connectTimeout: return "timed out"
+            case .remoteConnectionClosed: return "the server closed the connection without an answer"
+            default: return "\(error)"
+            }
+        case let error as NIOConnectionError:
+            // Every address tried failed; one refusal is enough to say the API is not listening.
+            let refused = error.connectionErrors.contains { ($0.error as? IOError)?.errnoCode == ECONNREFUSED }
+            return refused ? refusedMessage : "\(error)"
+        case let error as IOError where error.errnoCode == ECONNREFUSED:
+            return refusedMessage
+        case ChannelError.connectTimeout:
+            return "timed out"
+        default:
+            return "\(error)"
+        }
     }
+
+    private static let refusedMessage = "connection refused (is the API up?)"
 }
 
 /// The multipart body of an image step: the framing's head, the image streamed chunk by chunk

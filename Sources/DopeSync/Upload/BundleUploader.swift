@@ -5,7 +5,7 @@ import NIOPosix
 /// How one bundle's work ended.
 public enum UploadOutcome: Sendable, Equatable {
     case done
-    case failed(reason: String)
+    case failed(reason: FailureReason)
     case deferred
     /// Given back without counting an attempt (credentials refused, run stopping).
     case returned
@@ -76,7 +76,7 @@ struct BundleUploader: Sendable {
             return await giveBack(claimed, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
-            let failure = BundleFailure(reason: error.code.description, message: error.description)
+            let failure = BundleFailure(reason: FailureReason(error.code), message: error.description)
             return await fail(claimed, sessionID: nil, failure: failure, logger: logger)
         }
         let sessionID = bundle.session.session.id
@@ -127,7 +127,7 @@ struct BundleUploader: Sendable {
 
         func changed(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String) -> BundleFailure {
             BundleFailure(
-                reason: "changed_after_upload", step: step.key,
+                reason: .changedAfterUpload, step: step.key,
                 message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
                     + "the API is create-only, so nothing was sent or overwritten")
         }
@@ -216,7 +216,7 @@ struct BundleUploader: Sendable {
             if let done = completed[step.key] {
                 guard done.contentDigest == step.contentDigest else {
                     let failure = BundleFailure(
-                        reason: "changed_after_upload", step: step.key,
+                        reason: .changedAfterUpload, step: step.key,
                         message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
                     )
                     guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
@@ -254,7 +254,7 @@ struct BundleUploader: Sendable {
                 if let done = completed[step.key] {
                     guard done.contentDigest == step.contentDigest else {
                         let failure = BundleFailure(
-                            reason: "changed_after_upload", step: step.key,
+                            reason: .changedAfterUpload, step: step.key,
                             message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
                         guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
                         return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
@@ -291,7 +291,11 @@ struct BundleUploader: Sendable {
             case .rejected(let status, _, let message):
                 counters.stepAnswered()
                 logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
-                let failure = BundleFailure(reason: status == 0 ? "bundle_changed" : "http_\(status)", step: step.key, httpStatus: status == 0 ? nil : status, message: message)
+                let failure = BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message)
+                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+            case .imageUnreadable(let message):
+                logger.warning("an image could not be read back from the bundle", metadata: ["step": "\(step.key)", "message": "\(message)"])
+                let failure = BundleFailure(reason: .bundleChanged, step: step.key, message: message)
                 return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             case .unauthorized(let status, let message):
                 logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
@@ -307,7 +311,7 @@ struct BundleUploader: Sendable {
                         "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
                         metadata: ["reason": "\(reason)"])
                 }
-                let failure = BundleFailure(reason: status.map { "http_\($0)" } ?? "unreachable", step: step.key, httpStatus: status, message: message)
+                let failure = BundleFailure(reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status, message: message)
                 return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
         }
@@ -347,7 +351,7 @@ struct BundleUploader: Sendable {
     /// the bundle goes to `failed/` once ``readingsCutShortLimit`` readings were cut short.
     private func readAgainAfterCutShort(_ claimed: ClaimedBundle, cutShort: Int, logger: Logger) async -> UploadOutcome? {
         func failure(_ message: String) -> BundleFailure {
-            BundleFailure(reason: BundleError.Code.readerCrashed.description, message: message)
+            BundleFailure(reason: FailureReason(.readerCrashed), message: message)
         }
         let advice = "check it with `dopesync inspect` where a crash does no harm, then requeue or remove it"
         guard let isolatedReader else {
@@ -368,7 +372,7 @@ struct BundleUploader: Sendable {
         case .timedOut:
             let message = "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
                 + "refused as a hostile or damaged archive"
-            return await fail(claimed, sessionID: nil, failure: BundleFailure(reason: BundleError.Code.overTimeBudget.description, message: message), logger: logger)
+            return await fail(claimed, sessionID: nil, failure: BundleFailure(reason: FailureReason(.overTimeBudget), message: message), logger: logger)
         case .killed(let signal):
             logger.error("reading this bundle killed a separate reader process", metadata: ["signal": "\(signal)"])
             return await fail(claimed, sessionID: nil, failure: failure(
@@ -482,7 +486,11 @@ struct BundleUploader: Sendable {
             logger.info("retrying a step", metadata: [
                 "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)", "retry": "\(retry)",
             ])
-            try? await Task.sleep(for: delay)
+            do {
+                try await Task.sleep(for: delay)
+            } catch {
+                return stop(true)  // cancelled: not this bundle's attempt, as for a run stopping
+            }
         }
     }
 

@@ -59,6 +59,7 @@ struct ServerLookup: Sendable {
         switch await client.get("/api/sessions?clientId=\(clientID)") {
         case .found(let bytes):
             _ = support.learn(.available)
+            // Not JSON, or not this shape: the same answer as any other unreadable one, below.
             let items = (try? JSONValue.parse(bytes))?.objectValue?["items"]?.arrayValue
             guard let items else {
                 return .failed(.retryable(status: 200, retryAfter: nil, message: "a session lookup answered something that is not {\"items\": […]}"))

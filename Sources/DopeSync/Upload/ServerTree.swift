@@ -76,6 +76,7 @@ struct ServerTree: Sendable, Equatable {
         guard let record = records[step.key] else { return .absent }
         switch step.payload {
         case .json(let bytes):
+            // Our own request body, made by the serializer: always an object; if not, nothing to compare.
             guard let body = (try? JSONValue.parse(bytes))?.objectValue else { return .present(id: record.id) }
             // Only what the server shows can be compared: a field it does not echo is not a difference.
             for member in body.members where member.key != "clientId" {

@@ -229,6 +229,7 @@ public struct Worker: Sendable {
                 backlog = .failure(error)
             }
         }
+        // A backlog that could not be listed leaves health unknown here; its error is logged below.
         let healthy = (try? backlog?.get()).map { RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now)) }
         let apiLookups: Bool? = switch lookups.current {
         case .available: true
@@ -263,7 +264,7 @@ extension Worker {
                 + "(\(summary.done) done, \(summary.failed) failed, \(summary.deferred) deferred), "
                 + "\(summary.requests) requests, \(ByteCount(summary.bytes)), \(Int(Double(summary.requests) / seconds)) req/s"
             FileHandle.standardError.write(Data(line.utf8))
-            try? await Task.sleep(for: .milliseconds(500))
+            do { try await Task.sleep(for: .milliseconds(500)) } catch { break }  // cancelled: the run is over
         }
         FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
     }

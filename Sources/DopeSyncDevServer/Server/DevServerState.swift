@@ -136,7 +136,7 @@ final class DevServerState: Sendable {
                 // The dangerous window on purpose: the record and its key are committed, and the
                 // client sees its connection close with no status line.
                 context.logger.debug("dropping the connection after commit", metadata: ["record.id": "\(id)"])
-                try? await context.channel.close().get()
+                try? await context.channel.close().get()  // the fault is the close; already closed is as good
                 throw ConnectionDroppedAfterCommit()
             }
             return Self.jsonResponse(status: .created, body: DevServerStore.createdBody(id: id, clientId: clientId))
