@@ -113,7 +113,7 @@ public final class CheckpointStore: Sendable {
     }
 
     /// The intent of a step about to be sent, for ``recordIntents(sessionID:_:now:)``.
-    public struct StepIntent: Sendable {
+    public struct StepIntent: Sendable, Equatable {
         public var stepKey: String
         public var idempotencyKey: String
         public var requestFingerprint: String

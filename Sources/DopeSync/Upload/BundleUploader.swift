@@ -90,77 +90,47 @@ struct BundleUploader: Sendable {
             return await giveBack(claimed, logger: logger)
         }
 
-        let images = BundleEntryReader(bundle: bundle)
-        var serverIDs: [String: Int64] = [:]
-        var completed: [String: CompletedStep]
+        let completed: [String: CompletedStep]
         do {
             completed = try await checkpoints.perform { try $0.completedSteps(sessionID: sessionID) }
         } catch {
             checkpointFailed(error, logger: logger)
             return await giveBack(claimed, logger: logger)
         }
+        return await upload(claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
+    }
 
-        /// The intent a step is sent under; its fingerprint names the exact request.
-        func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
-            CheckpointStore.StepIntent(
-                stepKey: step.key, idempotencyKey: step.idempotencyKey,
-                requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest, bundleName: claimed.name
-            )
-        }
-        /// The intents of the step at `index` and of the steps after it whose requests are known now
-        /// (the server ids their paths need are known), at most ``intentsAhead``, in plan order.
-        func intentsToRecord(from index: Int) -> [CheckpointStore.StepIntent] {
-            var intents: [CheckpointStore.StepIntent] = []
-            for step in plan.steps[index...] where completed[step.key] == nil {
-                guard intents.count < Self.intentsAhead, let path = step.path(serverIDs: serverIDs) else { break }
-                intents.append(intent(of: step, path: path))
-            }
-            return intents
-        }
-
-        var intentsRecorded: Set<String> = []
-        // Steps whose request may have reached the server before this run (an intent with no
-        // result: a process died, or a run stopped): looked for on the server before they are sent.
-        var ambiguousBefore: Set<String> = []
-        // The server's tree as first looked at for those steps: one request covers them all.
+    /// Carries out ``BundleUploadState``'s actions for one bundle until it says where the bundle goes.
+    private func upload(
+        _ claimed: ClaimedBundle, plan: UploadPlan, images: BundleEntryReader, completed: [String: CompletedStep], logger: Logger
+    ) async -> UploadOutcome {
+        let sessionID = plan.sessionID
+        var state = BundleUploadState(plan: plan, bundleName: claimed.name, completed: completed)
+        // The server's tree as first looked at for the steps an earlier process left ambiguous:
+        // one request covers them all.
         var treeBefore: ServerTree? = nil
+        // The result handed to the group commit last (it commits while the next step is sent).
+        var pendingResult: GroupCommit.Ticket? = nil
 
-        func changed(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String) -> BundleFailure {
-            BundleFailure(
-                reason: .changedAfterUpload, step: step.key,
-                message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
-                    + "the API is create-only, so nothing was sent or overwritten")
-        }
-
-        /// The session is on the server, though its step has no checkpoint (a new bundle of a
-        /// session synced from elsewhere, a lost database, a crash before the session's result):
-        /// every step found in its tree is recorded as done now, in plan order, so none is sent
-        /// again; one found with other content fails the bundle.
+        /// Records what a look at the session's tree found of the bundle; nil, or why the look fails.
         func reconcile(with tree: ServerTree) async -> ServerLookup.Look? {
-            var ids = serverIDs
-            var found: [(intent: CheckpointStore.StepIntent, serverID: Int64)] = []
-            for step in plan.steps where completed[step.key] == nil {
-                switch tree.match(step) {
-                case .absent: continue
-                case .differs(let id, let field, let server, let bundle):
-                    return .differs(changed(step, id: id, field: field, server: server, bundle: bundle))
-                case .present(let id):
-                    guard let path = step.path(serverIDs: ids) else { continue }  // a child whose parent is not there
-                    ids[step.key] = id
-                    found.append((intent(of: step, path: path), id))
+            switch state.reconciliation(with: tree) {
+            case .nothing:
+                return nil
+            case .differs(let failure):
+                return .differs(failure)
+            case .found(let found):
+                do {
+                    let entries = found.map { (intent: $0.intent, serverID: $0.serverID) }
+                    let recorded = try await checkpoints.perform { try $0.recordFoundOnServer(sessionID: sessionID, entries) }
+                    state.foundOnServer(zip(found, recorded).map { (stepKey: $0.intent.stepKey, done: $1) })
+                    logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
+                    return nil
+                } catch {
+                    checkpointFailed(error, logger: logger)
+                    return .failed(.retryable(status: nil, retryAfter: nil, message: "\(error)"))
                 }
             }
-            guard !found.isEmpty else { return nil }
-            do {
-                let recorded = try await checkpoints.perform { [found] in try $0.recordFoundOnServer(sessionID: sessionID, found) }
-                for (entry, done) in zip(found, recorded) { completed[entry.intent.stepKey] = done }
-                intentsRecorded.formUnion(found.map(\.intent.stepKey))
-                logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
-            } catch {
-                checkpointFailed(error, logger: logger)
-                return .failed(.retryable(status: nil, retryAfter: nil, message: "\(error)"))
-            }
-            return nil
         }
 
         /// Looks for `step` on the server before it is sent (again).
@@ -169,12 +139,12 @@ struct BundleUploader: Sendable {
             let found: ServerLookup.Found
             // The tree read for the steps left ambiguous by an earlier process serves each of
             // them once, for its first look: after a try in this run, only a fresh read can tell.
-            let firstLookOfAmbiguousBefore = ambiguousBefore.remove(step.key) != nil
+            let firstLookOfAmbiguousBefore = state.takeAmbiguousBefore(step.key)
             if step.kind == .session {
                 found = await lookup.tree(clientID: sessionID)
             } else if firstLookOfAmbiguousBefore, let treeBefore {
                 found = .tree(treeBefore)
-            } else if let sessionServerID = serverIDs["session"] {
+            } else if let sessionServerID = state.serverIDs["session"] {
                 found = await lookup.tree(serverID: sessionServerID)
             } else {
                 return .absent
@@ -195,140 +165,82 @@ struct BundleUploader: Sendable {
                 case .absent: return .absent
                 case .present(let id): return .found(id)
                 case .differs(let id, let field, let server, let bundle):
-                    return .differs(changed(step, id: id, field: field, server: server, bundle: bundle))
+                    return .differs(BundleUploadState.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
                 }
             }
-        }
-        // The last step's result, handed to the group commit: it commits while the next step is sent
-        // (whose intent is already committed). Settled before the next result is handed in, and
-        // before the bundle goes anywhere.
-        var pendingResult: GroupCommit.Ticket? = nil
-        func settlePendingResult() async -> Bool {
-            guard let pending = pendingResult else { return true }
-            pendingResult = nil
-            guard let error = await results.settle(pending) else { return true }
-            // The server has it; the deterministic key makes sending it again harmless.
-            checkpointFailed(error, logger: logger)
-            return false
         }
 
-        for (index, step) in plan.steps.enumerated() {
-            if let done = completed[step.key] {
-                guard done.contentDigest == step.contentDigest else {
-                    let failure = BundleFailure(
-                        reason: .changedAfterUpload, step: step.key,
-                        message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
-                    )
-                    guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
-                    return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-                }
-                serverIDs[step.key] = done.serverID
-                continue
-            }
-            if counters.shouldStop {
-                _ = await settlePendingResult()
-                return await giveBack(claimed, logger: logger)
-            }
-            guard let path = step.path(serverIDs: serverIDs) else {
-                preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
-            }
-            if !intentsRecorded.contains(step.key) {
-                // This step's intent, and those of the next steps already known, in one commit.
+        var action = state.start(stopping: counters.shouldStop)
+        while true {
+            switch action {
+            case .recordIntents(let intents):
                 do {
-                    let intents = intentsToRecord(from: index)
                     let outcomes = try await checkpoints.perform { try $0.recordIntents(sessionID: sessionID, intents) }
-                    intentsRecorded.formUnion(intents.map(\.stepKey))
-                    for (intent, outcome) in zip(intents, outcomes) {
-                        switch outcome {
-                        case .recorded: break
-                        case .resent: ambiguousBefore.insert(intent.stepKey)
-                        // Done meanwhile by another bundle of the same session: not sent again.
-                        case .alreadyDone(let done): completed[intent.stepKey] = done
-                        }
-                    }
+                    action = state.intentsRecorded(outcomes, stopping: counters.shouldStop)
                 } catch {
                     checkpointFailed(error, logger: logger)
-                    _ = await settlePendingResult()
-                    return await giveBack(claimed, logger: logger)
+                    action = state.checkpointFailed()
                 }
-                if let done = completed[step.key] {
-                    guard done.contentDigest == step.contentDigest else {
-                        let failure = BundleFailure(
-                            reason: .changedAfterUpload, step: step.key,
-                            message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
-                        guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
-                        return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-                    }
-                    serverIDs[step.key] = done.serverID
-                    continue
-                }
-            }
-
-            // The session is always looked for first (once per bundle while it has no checkpoint);
-            // another step when its request may already have reached the server.
-            let lookFirst = step.kind == .session || ambiguousBefore.contains(step.key)
-            let resolution = await resolve(step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
-            guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
-            if let done = completed[step.key] {  // found while reconciling (the session step itself)
-                serverIDs[step.key] = done.serverID
-                continue
-            }
-            let response: StepResponse, cutShort: Bool
-            switch resolution {
-            case .response(let answer, let stopping): (response, cutShort) = (answer, stopping)
-            case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
-            case .differs(let failure):
+            case .send(let step, let path, let lookFirst):
+                let resolution = await resolve(step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
+                action = state.resolved(resolution, stopping: counters.shouldStop)
+            case .handInResult(let result):
                 counters.stepAnswered()
-                logger.warning("a record is on the server with other content", metadata: ["step": "\(step.key)", "message": "\(failure.message ?? "")"])
-                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-            }
-            switch response {
-            case .created(let id, let replayed):
-                counters.stepAnswered()
-                serverIDs[step.key] = id
-                pendingResult = results.submit(CheckpointStore.StepResult(sessionID: sessionID, stepKey: step.key, serverID: id))
-                logger.debug("step done", metadata: ["step": "\(step.key)", "server.id": "\(id)", "replayed": "\(replayed)"])
-            case .rejected(let status, _, let message):
-                counters.stepAnswered()
-                logger.warning("server rejected a step", metadata: ["step": "\(step.key)", "http.status": "\(status)", "message": "\(message)"])
-                let failure = BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message)
-                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-            case .imageUnreadable(let message):
-                logger.warning("an image could not be read back from the bundle", metadata: ["step": "\(step.key)", "message": "\(message)"])
-                let failure = BundleFailure(reason: .bundleChanged, step: step.key, message: message)
-                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-            case .unauthorized(let status, let message):
-                logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
-                counters.credentialsRefused()
-                return await giveBack(claimed, logger: logger)
-            case .retryable(let status, _, let message):
-                // Retries cut short because the run is stopping (the breaker opened for another
-                // bundle, a signal, refused credentials): not this bundle's attempt, give it back.
-                if cutShort { return await giveBack(claimed, logger: logger) }
-                // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
-                if let reason = counters.stepKeptFailing(answered: status != nil) {
-                    logger.error(
-                        "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
-                        metadata: ["reason": "\(reason)"])
-                }
-                let failure = BundleFailure(reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status, message: message)
-                return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                pendingResult = results.submit(result)
+                logger.debug("step done", metadata: ["step": "\(result.stepKey)", "server.id": "\(result.serverID)"])
+                action = state.resultHandedIn(stopping: counters.shouldStop)
+            case .settleResult:
+                guard let ticket = pendingResult else { preconditionFailure("a result to settle was handed in") }
+                pendingResult = nil
+                let error = await results.settle(ticket)
+                if let error { checkpointFailed(error, logger: logger) }
+                action = state.settled(committed: error == nil, stopping: counters.shouldStop)
+            case .finish(let finish):
+                return await self.finish(claimed, finish, sessionID: sessionID, steps: plan.steps.count, logger: logger)
             }
         }
+    }
 
-        guard await settlePendingResult() else { return await giveBack(claimed, logger: logger) }
-        do {
-            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToDone() }
-            await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] store in
-                try store.recordDone(name: name, sessionID: sessionID)
-                if final != name { try store.renamed(from: name, to: final) }
+    /// Moves the bundle where its upload ended, and tells the run's counters.
+    private func finish(
+        _ claimed: ClaimedBundle, _ finish: BundleUploadState.Finish, sessionID: String, steps: Int, logger: Logger
+    ) async -> UploadOutcome {
+        switch finish {
+        case .done:
+            do {
+                let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToDone() }
+                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] store in
+                    try store.recordDone(name: name, sessionID: sessionID)
+                    if final != name { try store.renamed(from: name, to: final) }
+                }
+                logger.info("bundle synced", metadata: ["steps": "\(steps)", "moved.to": "done/\(final)"])
+                return .done
+            } catch {
+                logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
+                claimed.release()  // stays in processing/, resumed (all steps done) by the next run
+                return .returned
             }
-            logger.info("bundle synced", metadata: ["steps": "\(plan.steps.count)", "moved.to": "done/\(final)"])
-            return .done
-        } catch {
-            logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
-            claimed.release()  // stays in processing/, resumed (all steps done) by the next run
-            return .returned
+        case .fail(let failure, let stepAnswered):
+            if stepAnswered { counters.stepAnswered() }
+            logger.warning("a step failed for good", metadata: [
+                "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)", "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
+                "message": "\(failure.message ?? "")",
+            ])
+            return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .deferBundle(let failure, let answered):
+            // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
+            if let reason = counters.stepKeptFailing(answered: answered) {
+                logger.error(
+                    "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
+                    metadata: ["reason": "\(reason)"])
+            }
+            return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .giveBack(let why):
+            if case .credentialsRefused(let status, let message) = why {
+                logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                counters.credentialsRefused()
+            }
+            return await giveBack(claimed, logger: logger)
         }
     }
 
@@ -437,13 +349,7 @@ struct BundleUploader: Sendable {
         (try? await NIOThreadPool.singleton.runIfActive(body)) ?? body()
     }
 
-    /// How a step ended: the server's answer (`cutShort` when the run's stop ended its retries
-    /// early), or what a look on the server found instead of sending it.
-    enum Resolution {
-        case response(StepResponse, cutShort: Bool)
-        case found(Int64)
-        case differs(BundleFailure)
-    }
+    typealias Resolution = BundleUploadState.Resolution
 
     /// Sends a step, retrying what is retryable. Before a send whose request may already have
     /// reached the server (`lookFirst`, and every retry after an answer that leaves it unknown:

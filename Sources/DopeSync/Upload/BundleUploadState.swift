@@ -1,0 +1,320 @@
+/// The upload of one validated bundle, step by step, as a value that takes events and returns
+/// actions. It never touches the database, the network or a clock, so every path through a
+/// bundle (already done, done meanwhile by another bundle, found on the server, a stop, a
+/// refusal, a checkpoint that fails) is tested on its own (`BundleUploadStateTests`).
+/// ``BundleUploader`` carries the actions out and feeds back what happened, as AsyncHTTPClient's
+/// `Transaction.StateMachine` and ``CircuitBreaker`` do.
+///
+/// The rules, in plan order for each step:
+/// - a step already done is skipped (its server id fills in its children's paths); done with
+///   other content, the bundle fails as `changed_after_upload`;
+/// - a stop asked for gives the bundle back before the next step;
+/// - a step's intent is committed before it is sent, with those of the next steps already known
+///   (``BundleUploader/intentsAhead``); an intent recorded by an earlier process makes the step
+///   ambiguous (looked for on the server first), and one done meanwhile is not sent;
+/// - the session step is always looked for first; a step's answer decides: created (its result
+///   is handed to the group commit), refused for good (fail), credentials refused (give back),
+///   still failing after the retries (defer, or give back when the run's stop cut them short);
+/// - at most one result is handed in and not yet committed: it is settled before the next
+///   answer is acted on and before the bundle goes anywhere; a result that cannot be committed
+///   gives the bundle back.
+struct BundleUploadState {
+    /// What the uploader does next.
+    enum Action: Equatable {
+        /// Commit these intents (the current step's first), then ``intentsRecorded(_:stopping:)``,
+        /// or ``checkpointFailed()`` if the commit failed.
+        case recordIntents([CheckpointStore.StepIntent])
+        /// Send the step (after looking for it on the server when `lookFirst`, and on every retry
+        /// after an answer that leaves it unknown), then ``resolved(_:stopping:)``.
+        case send(UploadStep, path: String, lookFirst: Bool)
+        /// Hand this result to the group commit, then ``resultHandedIn(stopping:)``.
+        case handInResult(CheckpointStore.StepResult)
+        /// Wait until the result handed in last is committed, then ``settled(committed:stopping:)``.
+        case settleResult
+        /// The bundle's work is over.
+        case finish(Finish)
+    }
+
+    /// Where the bundle goes.
+    enum Finish: Equatable {
+        /// Every step is done and committed: to `done/`.
+        case done
+        /// To `failed/` with this reason. `stepAnswered`: the API answered the step (for the
+        /// circuit breaker).
+        case fail(BundleFailure, stepAnswered: Bool)
+        /// Back to `incoming/` for a later attempt. `answered`: the API answered at all (an HTTP
+        /// status), or not (unreachable).
+        case deferBundle(BundleFailure, answered: Bool)
+        /// Back to `incoming/` uncounted.
+        case giveBack(GiveBack)
+    }
+
+    enum GiveBack: Equatable {
+        /// The run is stopping (signal, breaker, refused credentials elsewhere, `--max-time`).
+        case stopping
+        /// The API refused the credentials (401, 403): the whole run stops.
+        case credentialsRefused(status: Int, message: String)
+        /// A checkpoint could not be recorded.
+        case checkpointFailed
+    }
+
+    /// How a step's sending ended (``BundleUploader/resolve``).
+    enum Resolution: Equatable {
+        /// The server's answer; `cutShort` when the run's stop ended the retries early.
+        case response(StepResponse, cutShort: Bool)
+        /// Found on the server (with this id) instead of being sent.
+        case found(Int64)
+        /// Found on the server with other content.
+        case differs(BundleFailure)
+    }
+
+    /// What a look at the session's tree on the server asks to record.
+    enum Reconciliation: Equatable {
+        /// Nothing of the bundle there that has no checkpoint.
+        case nothing
+        /// These steps are there: record them as done (in plan order), then ``foundOnServer(_:)``.
+        case found([FoundStep])
+        /// One is there with other content.
+        case differs(BundleFailure)
+    }
+
+    struct FoundStep: Equatable {
+        let intent: CheckpointStore.StepIntent
+        let serverID: Int64
+    }
+
+    private enum Phase: Equatable {
+        case stepping
+        case recordingIntents([String])
+        case sending
+        case handingIn
+        /// Settling the result handed in last; then this.
+        case settling(then: AfterSettle)
+        case finished
+    }
+
+    private enum AfterSettle: Equatable {
+        case finish(Finish)
+        case act(on: Resolution)
+    }
+
+    let plan: UploadPlan
+    let bundleName: String
+    private(set) var completed: [String: CompletedStep]
+    /// Server ids by step key, of the steps done so far.
+    private(set) var serverIDs: [String: Int64] = [:]
+    private var intentsRecorded: Set<String> = []
+    /// Steps whose request may have reached the server before this run (an intent with no
+    /// result): looked for on the server before they are sent.
+    private var ambiguousBefore: Set<String> = []
+    private var resultPending = false
+    private var index = 0
+    private var phase = Phase.stepping
+
+    /// - Parameter completed: the session's steps already done, from the checkpoint database.
+    init(plan: UploadPlan, bundleName: String, completed: [String: CompletedStep]) {
+        self.plan = plan
+        self.bundleName = bundleName
+        self.completed = completed
+    }
+
+    /// The first action.
+    mutating func start(stopping: Bool) -> Action {
+        precondition(phase == .stepping && index == 0, "start once")
+        return advance(stopping: stopping)
+    }
+
+    /// The intents were committed, with these outcomes (one per intent, in order).
+    mutating func intentsRecorded(_ outcomes: [StepIntentOutcome], stopping: Bool) -> Action {
+        guard case .recordingIntents(let keys) = phase, keys.count == outcomes.count else {
+            preconditionFailure("intents recorded only after recordIntents, one outcome each")
+        }
+        intentsRecorded.formUnion(keys)
+        for (key, outcome) in zip(keys, outcomes) {
+            switch outcome {
+            case .recorded: break
+            case .resent: ambiguousBefore.insert(key)
+            // Done meanwhile by another bundle of the same session: not sent again.
+            case .alreadyDone(let done): completed[key] = done
+            }
+        }
+        phase = .stepping
+        return advance(stopping: stopping)
+    }
+
+    /// The intents could not be committed: nothing more is sent.
+    mutating func checkpointFailed() -> Action {
+        guard case .recordingIntents = phase else { preconditionFailure("checkpointFailed only after recordIntents") }
+        return settleThen(.finish(.giveBack(.checkpointFailed)))
+    }
+
+    /// The current step's sending ended so.
+    mutating func resolved(_ resolution: Resolution, stopping: Bool) -> Action {
+        precondition(phase == .sending, "resolved only after send")
+        return settleThen(.act(on: resolution), stopping: stopping)
+    }
+
+    /// The created step's result was handed to the group commit.
+    mutating func resultHandedIn(stopping: Bool) -> Action {
+        precondition(phase == .handingIn, "resultHandedIn only after handInResult")
+        resultPending = true
+        index += 1
+        phase = .stepping
+        return advance(stopping: stopping)
+    }
+
+    /// The result handed in last is committed (`committed`), or could not be.
+    mutating func settled(committed: Bool, stopping: Bool) -> Action {
+        guard case .settling(let then) = phase else { preconditionFailure("settled only after settleResult") }
+        resultPending = false
+        // The server has that step; the deterministic key makes sending it again later harmless.
+        guard committed else { return finish(.giveBack(.checkpointFailed)) }
+        switch then {
+        case .finish(let finish): return self.finish(finish)
+        case .act(let resolution): return act(on: resolution, stopping: stopping)
+        }
+    }
+
+    // MARK: Looking on the server
+
+    /// Whether `key` was left ambiguous by an earlier process and has not been looked for since;
+    /// true once per step, so only its first look may use the tree read for all of them.
+    mutating func takeAmbiguousBefore(_ key: String) -> Bool {
+        ambiguousBefore.remove(key) != nil
+    }
+
+    /// The session is on the server although its step has no checkpoint (a new bundle of a session
+    /// synced from elsewhere, a lost database, a crash before the session's result): which steps of
+    /// the bundle without a checkpoint `tree` holds, in plan order, so that none is sent again.
+    func reconciliation(with tree: ServerTree) -> Reconciliation {
+        var ids = serverIDs
+        var found: [FoundStep] = []
+        for step in plan.steps where completed[step.key] == nil {
+            switch tree.match(step) {
+            case .absent: continue
+            case .differs(let id, let field, let server, let bundle):
+                return .differs(Self.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
+            case .present(let id):
+                guard let path = step.path(serverIDs: ids) else { continue }  // a child whose parent is not there
+                ids[step.key] = id
+                found.append(FoundStep(intent: intent(of: step, path: path), serverID: id))
+            }
+        }
+        return found.isEmpty ? .nothing : .found(found)
+    }
+
+    /// The steps of a ``Reconciliation/found(_:)`` were recorded as done.
+    mutating func foundOnServer(_ recorded: [(stepKey: String, done: CompletedStep)]) {
+        for (key, done) in recorded { completed[key] = done }
+        intentsRecorded.formUnion(recorded.map(\.stepKey))
+    }
+
+    /// A record of `step` is on the server as `id` with `field` = `server`, the bundle saying `bundle`.
+    static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String) -> BundleFailure {
+        BundleFailure(
+            reason: .changedAfterUpload, step: step.key,
+            message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
+                + "the API is create-only, so nothing was sent or overwritten")
+    }
+
+    // MARK: Rules
+
+    /// On to the next step not done; the end when there is none.
+    private mutating func advance(stopping: Bool) -> Action {
+        while index < plan.steps.count {
+            let step = plan.steps[index]
+            if let done = completed[step.key] {
+                guard done.contentDigest == step.contentDigest else {
+                    let failure = BundleFailure(
+                        reason: .changedAfterUpload, step: step.key,
+                        message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
+                    return settleThen(.finish(.fail(failure, stepAnswered: false)))
+                }
+                serverIDs[step.key] = done.serverID
+                index += 1
+                continue
+            }
+            if stopping { return settleThen(.finish(.giveBack(.stopping))) }
+            guard let path = step.path(serverIDs: serverIDs) else {
+                preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
+            }
+            if !intentsRecorded.contains(step.key) {
+                let intents = intentsToRecord(from: index)
+                phase = .recordingIntents(intents.map(\.stepKey))
+                return .recordIntents(intents)
+            }
+            phase = .sending
+            return .send(step, path: path, lookFirst: step.kind == .session || ambiguousBefore.contains(step.key))
+        }
+        return settleThen(.finish(.done))
+    }
+
+    /// Acts on a step's resolution (the result before it is settled).
+    private mutating func act(on resolution: Resolution, stopping: Bool) -> Action {
+        let step = plan.steps[index]
+        if let done = completed[step.key] {  // found while reconciling (the session step itself)
+            serverIDs[step.key] = done.serverID
+            index += 1
+            phase = .stepping
+            return advance(stopping: stopping)
+        }
+        let response: StepResponse, cutShort: Bool
+        switch resolution {
+        case .response(let answer, let stopped): (response, cutShort) = (answer, stopped)
+        case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
+        case .differs(let failure): return finish(.fail(failure, stepAnswered: true))
+        }
+        switch response {
+        case .created(let id, _):
+            serverIDs[step.key] = id
+            phase = .handingIn
+            return .handInResult(CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id))
+        case .rejected(let status, _, let message):
+            return finish(.fail(BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message), stepAnswered: true))
+        case .imageUnreadable(let message):
+            return finish(.fail(BundleFailure(reason: .bundleChanged, step: step.key, message: message), stepAnswered: false))
+        case .unauthorized(let status, let message):
+            return finish(.giveBack(.credentialsRefused(status: status, message: message)))
+        case .retryable(let status, _, let message):
+            // Retries cut short because the run is stopping: not this bundle's attempt.
+            if cutShort { return finish(.giveBack(.stopping)) }
+            let failure = BundleFailure(reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status, message: message)
+            return finish(.deferBundle(failure, answered: status != nil))
+        }
+    }
+
+    /// Settles the pending result first, if there is one, then goes on with `then`.
+    private mutating func settleThen(_ then: AfterSettle, stopping: Bool = false) -> Action {
+        guard resultPending else {
+            switch then {
+            case .finish(let finish): return self.finish(finish)
+            case .act(let resolution): return act(on: resolution, stopping: stopping)
+            }
+        }
+        phase = .settling(then: then)
+        return .settleResult
+    }
+
+    private mutating func finish(_ finish: Finish) -> Action {
+        phase = .finished
+        return .finish(finish)
+    }
+
+    /// The intent a step is sent under; its fingerprint names the exact request.
+    private func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
+        CheckpointStore.StepIntent(
+            stepKey: step.key, idempotencyKey: step.idempotencyKey,
+            requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest, bundleName: bundleName)
+    }
+
+    /// The intents of the step at `index` and of the steps after it whose requests are known now
+    /// (the server ids their paths need are known), at most ``BundleUploader/intentsAhead``.
+    private func intentsToRecord(from index: Int) -> [CheckpointStore.StepIntent] {
+        var intents: [CheckpointStore.StepIntent] = []
+        for step in plan.steps[index...] where completed[step.key] == nil {
+            guard intents.count < BundleUploader.intentsAhead, let path = step.path(serverIDs: serverIDs) else { break }
+            intents.append(intent(of: step, path: path))
+        }
+        return intents
+    }
+}
