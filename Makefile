@@ -5,7 +5,7 @@ SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # what the demo and the benchmark's plain-script comparison call (curl, jq, python3).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
-.PHONY: deps build test demo bench fuzz sanitize clean
+.PHONY: deps build lint format test demo bench fuzz sanitize clean
 
 # Installs the C libraries (and the archive tools the tests use) when they are missing.
 deps:
@@ -22,7 +22,16 @@ deps:
 build: deps
 	$(SWIFT) build
 
-test: deps
+# swift-format ships with the toolchain; the rules are in .swift-format (120 columns).
+FORMATTED := Sources Tests Fuzz Package.swift
+lint:
+	$(SWIFT) format lint --strict --parallel --recursive $(FORMATTED)
+
+# Rewrites the sources as the linter wants them (then review the diff).
+format:
+	$(SWIFT) format format --in-place --parallel --recursive $(FORMATTED)
+
+test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --parallel
 

@@ -2,7 +2,7 @@ import CFuzzerDriver
 import DopeSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// libFuzzer target for the bundle reader (`make fuzz`, Scripts/fuzz.sh): each input is written
@@ -25,7 +25,8 @@ enum BundleReaderFuzz {
 
     /// One file per process, in `TMPDIR` (Scripts/fuzz.sh points it at /dev/shm) or /dev/shm.
     static let path: String = {
-        let folder = getenv("TMPDIR").map { String(cString: $0) } ?? (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp")
+        let folder =
+            getenv("TMPDIR").map { String(cString: $0) } ?? (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp")
         return "\(folder)/dopesync-bundle-fuzz-\(getpid())"
     }()
 
@@ -33,10 +34,11 @@ enum BundleReaderFuzz {
         atexit { unlink(BundleReaderFuzz.path) }
         var argc = CommandLine.argc
         var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv) { data, size in
-            BundleReaderFuzz.testOneInput(UnsafeRawBufferPointer(start: data, count: size))
-            return 0
-        })
+        exit(
+            LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+                BundleReaderFuzz.testOneInput(UnsafeRawBufferPointer(start: data, count: size))
+                return 0
+            })
     }
 
     static func testOneInput(_ bytes: UnsafeRawBufferPointer) {
@@ -61,7 +63,8 @@ enum BundleReaderFuzz {
             } catch {
                 fatalError("validated image \(image.entryPath) could not be streamed back: \(error)")
             }
-            precondition(streamed == image.size, "streamed \(streamed) bytes of \(image.entryPath), validated \(image.size)")
+            precondition(
+                streamed == image.size, "streamed \(streamed) bytes of \(image.entryPath), validated \(image.size)")
         }
     }
 

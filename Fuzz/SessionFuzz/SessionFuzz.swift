@@ -2,7 +2,7 @@ import CFuzzerDriver
 import DopeSync
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// libFuzzer target for `session.json` (`make fuzz`, Scripts/fuzz.sh): the strict JSON parser
@@ -18,10 +18,11 @@ enum SessionFuzz {
     static func main() {
         var argc = CommandLine.argc
         var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-        exit(LLVMFuzzerRunDriver(&argc, &argv) { data, size in
-            SessionFuzz.testOneInput(Array(UnsafeBufferPointer(start: data, count: size)))
-            return 0
-        })
+        exit(
+            LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+                SessionFuzz.testOneInput(Array(UnsafeBufferPointer(start: data, count: size)))
+                return 0
+            })
     }
 
     static func testOneInput(_ bytes: [UInt8]) {
@@ -29,7 +30,8 @@ enum SessionFuzz {
         do {
             parsed = try JSONValue.parse(bytes)
         } catch {
-            precondition((0...bytes.count).contains(error.byteOffset), "error at byte \(error.byteOffset) of \(bytes.count)")
+            precondition(
+                (0...bytes.count).contains(error.byteOffset), "error at byte \(error.byteOffset) of \(bytes.count)")
             precondition(error.line >= 1 && error.column >= 1, "error at line \(error.line), column \(error.column)")
             _ = error.description
         }
@@ -39,9 +41,13 @@ enum SessionFuzz {
             do {
                 again = try JSONValue.parse(written)
             } catch {
-                fatalError("the parser refuses what the serializer wrote (\(error)): \(String(decoding: written, as: UTF8.self))")
+                fatalError(
+                    "the parser refuses what the serializer wrote (\(error)): \(String(decoding: written, as: UTF8.self))"
+                )
             }
-            precondition(again == parsed, "serialized and parsed again, the value changed: \(String(decoding: written, as: UTF8.self))")
+            precondition(
+                again == parsed,
+                "serialized and parsed again, the value changed: \(String(decoding: written, as: UTF8.self))")
         }
         _ = try? JSONValue.parse(bytes, maxDepth: 3)
 
@@ -54,7 +60,9 @@ enum SessionFuzz {
                 do {
                     _ = try JSONValue.parse(body)
                 } catch {
-                    fatalError("step \(step.key): the request body is not strict JSON (\(error)): \(String(decoding: body, as: UTF8.self))")
+                    fatalError(
+                        "step \(step.key): the request body is not strict JSON (\(error)): \(String(decoding: body, as: UTF8.self))"
+                    )
                 }
             }
         case .failure(let error):
@@ -62,7 +70,9 @@ enum SessionFuzz {
             _ = error.description
         }
         if let parsed, bytes.count <= SessionValidator.defaultMaxBytes {
-            precondition(SessionValidator.validate(parsed: parsed) == result, "validating the bytes and the parsed value disagree")
+            precondition(
+                SessionValidator.validate(parsed: parsed) == result,
+                "validating the bytes and the parsed value disagree")
         }
     }
 }

@@ -55,7 +55,9 @@ struct APIError: Error, Sendable {
     }
 
     static func unknownReference(_ field: String, _ id: Int) -> APIError {
-        APIError(status: .unprocessableContent, code: .unknownReference, message: "\(field): no such record (\(id))", field: field)
+        APIError(
+            status: .unprocessableContent, code: .unknownReference, message: "\(field): no such record (\(id))",
+            field: field)
     }
 
     static func notFound(_ message: String) -> APIError {
@@ -63,11 +65,13 @@ struct APIError: Error, Sendable {
     }
 
     /// 405 with `Allow`: `path` exists, and takes `allowed`, not `method`.
-    static func methodNotAllowed(_ method: HTTPRequest.Method, path: String, allowed: [HTTPRequest.Method]) -> APIError {
+    static func methodNotAllowed(_ method: HTTPRequest.Method, path: String, allowed: [HTTPRequest.Method]) -> APIError
+    {
         let names = allowed.map(\.rawValue).joined(separator: ", ")
         var error = APIError(
             status: .methodNotAllowed, code: .methodNotAllowed,
-            message: "\(path) does not take \(method.rawValue)" + (names.isEmpty ? "" : " (it takes \(names))"), field: nil)
+            message: "\(path) does not take \(method.rawValue)" + (names.isEmpty ? "" : " (it takes \(names))"),
+            field: nil)
         error.allowedMethods = allowed
         return error
     }

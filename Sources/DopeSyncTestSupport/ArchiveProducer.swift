@@ -47,7 +47,8 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
         case .gnuTarXz: try runProcess("tar", ["-cJf", output.path] + members, in: directory)
         case .gnuTarZstd: try runProcess("tar", ["--zstd", "-cf", output.path] + members, in: directory)
         case .bsdtarGzip: try runProcess("bsdtar", ["-czf", output.path] + members, in: directory)
-        case .bsdtarPaxZstd: try runProcess("bsdtar", ["--format", "pax", "--zstd", "-cf", output.path] + members, in: directory)
+        case .bsdtarPaxZstd:
+            try runProcess("bsdtar", ["--format", "pax", "--zstd", "-cf", output.path] + members, in: directory)
         case .bsdtarZip: try runProcess("bsdtar", ["--format", "zip", "-cf", output.path] + members, in: directory)
         case .zipDeflate: try runProcess("zip", ["-qr", output.path] + members, in: directory)
         case .zipStored: try runProcess("zip", ["-qr0", output.path] + members, in: directory)
@@ -67,7 +68,8 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
                             else:
                                 z.write(m)
                 """
-            try runProcess("python3", ["-c", script, output.path, self == .pythonTarXz ? "tar" : "zip"] + members, in: directory)
+            try runProcess(
+                "python3", ["-c", script, output.path, self == .pythonTarXz ? "tar" : "zip"] + members, in: directory)
         }
     }
 }

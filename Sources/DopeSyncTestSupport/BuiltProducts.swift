@@ -6,7 +6,9 @@ public func builtProduct(_ name: String) -> URL {
     let runner = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     var folder = runner.deletingLastPathComponent()
     // On Linux the test runner is `…/debug/dopesyncPackageTests.xctest`; on Darwin it is a bundle.
-    while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS" || folder.lastPathComponent == "Contents" {
+    while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS"
+        || folder.lastPathComponent == "Contents"
+    {
         folder.deleteLastPathComponent()
     }
     return folder.appendingPathComponent(name)
@@ -14,12 +16,16 @@ public func builtProduct(_ name: String) -> URL {
 
 /// Runs a built executable of this package and returns its exit status and output.
 @discardableResult
-public func runBuilt(_ name: String, _ arguments: [String], in directory: URL? = nil, environment: [String: String]? = nil) throws -> ProcessOutput {
+public func runBuilt(
+    _ name: String, _ arguments: [String], in directory: URL? = nil, environment: [String: String]? = nil
+) throws -> ProcessOutput {
     try runProcess(builtProduct(name).path, arguments, in: directory, environment: environment, allowFailure: true)
 }
 
 /// `runBuilt`, waiting on a thread of its own (see `onOwnThread`): for a `dopesync run` that
 /// talks to the in-process dev server.
-public func runBuiltOffPool(_ name: String, _ arguments: [String], environment: [String: String]? = nil) async throws -> ProcessOutput {
+public func runBuiltOffPool(_ name: String, _ arguments: [String], environment: [String: String]? = nil) async throws
+    -> ProcessOutput
+{
     try await onOwnThread { Result { try runBuilt(name, arguments, environment: environment) } }.get()
 }

@@ -3,7 +3,14 @@ import Foundation
 /// Archives no honest client writes — links, devices, absolute paths, `..`, duplicates — built
 /// with Python's tarfile and zipfile, which will write anything they are told to.
 public struct HostileEntry: Sendable {
-    public enum Kind: String, Sendable { case file, directory = "dir", symlink, hardlink, characterDevice = "chr", blockDevice = "blk", fifo }
+    public enum Kind: String, Sendable {
+        case file
+        case directory = "dir"
+        case symlink, hardlink
+        case characterDevice = "chr"
+        case blockDevice = "blk"
+        case fifo
+    }
     public var name: String
     public var kind: Kind
     public var data: [UInt8]
@@ -21,7 +28,10 @@ public enum HostileArchive {
     /// Writes `entries`, in order, as a gzip-compressed tar (`container: "tar"`) or a zip (`"zip"`).
     public static func write(_ entries: [HostileEntry], to output: URL, container: String = "tar") throws {
         let specification = entries.map { entry -> [String: String] in
-            ["name": entry.name, "kind": entry.kind.rawValue, "data": Data(entry.data).base64EncodedString(), "link": entry.linkTarget]
+            [
+                "name": entry.name, "kind": entry.kind.rawValue, "data": Data(entry.data).base64EncodedString(),
+                "link": entry.linkTarget,
+            ]
         }
         let json = try JSONSerialization.data(withJSONObject: specification)
         let script = """

@@ -45,6 +45,7 @@ public enum HostileBundles {
                 f.seek(size, 1)  # a hole: zeros that take no disk
                 f.write(b"\\0" * 1024)  # the end-of-archive blocks
             """
-        try runProcess("python3", ["-c", script, output.path, "\(Int64(gigabytes) << 30)"], stdin: Data(session.sessionBytes))
+        try runProcess(
+            "python3", ["-c", script, output.path, "\(Int64(gigabytes) << 30)"], stdin: Data(session.sessionBytes))
     }
 }

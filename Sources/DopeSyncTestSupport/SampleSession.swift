@@ -45,12 +45,16 @@ public struct SampleSession: Sendable {
     public init(seed: UInt64, shape: Shape = Shape()) {
         var generator = SplitMix64(seed: seed)
         func uuid() -> String {
-            let a = generator.next(), b = generator.next()
+            let a = generator.next()
+            let b = generator.next()
             var bytes = withUnsafeBytes(of: a.bigEndian) { Array($0) } + withUnsafeBytes(of: b.bigEndian) { Array($0) }
             bytes[6] = (bytes[6] & 0x0F) | 0x40  // version 4
             bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
             let hex = bytes.map { String(format: "%02x", $0) }.joined()
-            let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4), hex.dropFirst(20)]
+            let parts = [
+                hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
+                hex.dropFirst(20),
+            ]
             return parts.joined(separator: "-")
         }
         func image(_ type: Int, size: Int) -> [UInt8] {
@@ -82,7 +86,9 @@ public struct SampleSession: Sendable {
         }
 
         let dope: [[String: any Sendable]] = (0..<shape.dopeEntries).map { index in
-            var entry: [String: any Sendable] = ["id": uuid(), "distance": 100 + 50 * index, "elevationMoa": Double(index) * 0.75]
+            var entry: [String: any Sendable] = [
+                "id": uuid(), "distance": 100 + 50 * index, "elevationMoa": Double(index) * 0.75,
+            ]
             if index % 2 == 0 { entry["ammunitionId"] = 1 + index % 5 }
             if index % 3 == 0 { entry["notes"] = "wind from 3 o'clock, \(index)" }
             return entry
@@ -91,12 +97,16 @@ public struct SampleSession: Sendable {
             let readings: [[String: any Sendable]] = (0..<shape.readingsPerChrono).map { shot in
                 ["id": uuid(), "shotNumber": shot + 1, "velocity": 2650 + shot * 3 - index, "isExcluded": shot == 2]
             }
-            return ["id": uuid(), "ammunitionId": 2, "chronographModel": "Garmin Xero C1", "distanceToChronograph": 10, "velocityReadings": readings]
+            return [
+                "id": uuid(), "ammunitionId": 2, "chronographModel": "Garmin Xero C1", "distanceToChronograph": 10,
+                "velocityReadings": readings,
+            ]
         }
         let groups: [[String: any Sendable]] = (0..<shape.groups).map { index in
             var group: [String: any Sendable] = [
                 "id": uuid(), "groupNumber": index + 1, "distance": 100, "numberOfShots": 5,
-                "groupSizeMoa": 0.85, "imageFileNames": (0..<shape.imagesPerGroup).map { _ in addImage("group\(index + 1)") },
+                "groupSizeMoa": 0.85,
+                "imageFileNames": (0..<shape.imagesPerGroup).map { _ in addImage("group\(index + 1)") },
             ]
             var measurement: [String: any Sendable] = [
                 "holePositions": [["x": 0.12, "y": -0.3], ["x": -0.05, "y": 0.21]],
@@ -118,7 +128,8 @@ public struct SampleSession: Sendable {
             "rifleSetupId": 7,
             "locationId": 3,
             "notes": "Calm morning, 4 groups at 100 yd",
-            "temperature": 18.5, "humidity": 45, "pressure": 29.92, "windSpeed": 3, "windDirection": 270, "altitude": 350,
+            "temperature": 18.5, "humidity": 45, "pressure": 29.92, "windSpeed": 3, "windDirection": 270,
+            "altitude": 350,
             "dopeEntries": dope,
             "chronoSessions": chrono,
             "groupEntries": groups,
@@ -174,7 +185,9 @@ public struct SampleSession: Sendable {
             try directory.appendingPathComponent("images").appendingPathComponent(name).write(bytes)
         }
         if manifest {
-            var files: [String: [String: any Sendable]] = ["session.json": ["size": sessionBytes.count, "sha256": sha256Hex(sessionBytes)]]
+            var files: [String: [String: any Sendable]] = [
+                "session.json": ["size": sessionBytes.count, "sha256": sha256Hex(sessionBytes)]
+            ]
             for (name, bytes) in images {
                 files["images/\(name)"] = ["size": bytes.count, "sha256": sha256Hex(bytes)]
             }

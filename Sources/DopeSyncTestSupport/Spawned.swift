@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A child process started with `posix_spawn`, its standard input and output on pipes.
@@ -40,8 +40,7 @@ public final class Spawned: Sendable {
             let argv = ([executable] + arguments).map { strdup($0) } + [nil]
             let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
             defer {
-                argv.forEach { free($0) }
-                envp.forEach { free($0) }
+                for pointer in argv + envp { free(pointer) }
             }
             var pid: pid_t = 0
             let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)

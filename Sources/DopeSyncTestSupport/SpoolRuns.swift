@@ -18,7 +18,9 @@ public func withTemporarySpool<T>(_ body: (Spool, URL) async throws -> T) async 
 public func pack(_ sample: SampleSession, into spool: Spool, scratch: URL) throws -> String {
     let source = scratch.appendingPathComponent("src-\(sample.sessionID)")
     try sample.writeLayout(to: source)
-    let path = try BundlePacker().pack(sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil, destination: .spool(root: spool.root))
+    let path = try BundlePacker().pack(
+        sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil,
+        destination: .spool(root: spool.root))
     return (path as NSString).lastPathComponent
 }
 
@@ -29,7 +31,9 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
     options.minAge = .zero
     options.retry.base = .milliseconds(1)
     options.retry.cap = .milliseconds(5)
-    return await Worker(options: options, logger: Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })).run()
+    return await Worker(
+        options: options, logger: Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
+    ).run()
 }
 
 /// The built `dopesync run` as a child process on `spool` against `server` (its token in the
@@ -37,6 +41,7 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
 public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws -> Spawned {
     var environment = ProcessInfo.processInfo.environment
     environment["DOPESYNC_API_TOKEN"] = server.token
-    let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
+    let arguments =
+        ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
     return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
 }

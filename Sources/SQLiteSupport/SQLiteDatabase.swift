@@ -2,9 +2,9 @@ import CSQLite
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// SQLite's result codes as named constants, so BUSY, FULL and CORRUPT are handled on purpose.
@@ -173,7 +173,10 @@ public struct SQLiteConnection {
         while true {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return }
-            guard code == SQLITE_ROW else { try check(code, sql: sql); return }
+            guard code == SQLITE_ROW else {
+                try check(code, sql: sql)
+                return
+            }
             var values: [SQLiteValue] = []
             values.reserveCapacity(Int(columnCount))
             for column in 0..<columnCount {
@@ -209,7 +212,8 @@ public struct SQLiteConnection {
             return sqlite3_bind_text(statement, index, value, -1, SQLiteConnection.transient)
         case .blob(let value):
             return value.withUnsafeBytes { buffer in
-                sqlite3_bind_blob64(statement, index, buffer.baseAddress, sqlite3_uint64(buffer.count), SQLiteConnection.transient)
+                sqlite3_bind_blob64(
+                    statement, index, buffer.baseAddress, sqlite3_uint64(buffer.count), SQLiteConnection.transient)
             }
         }
     }
@@ -265,7 +269,11 @@ final class PreparedStatements {
 
 /// How a database file is opened.
 public struct SQLiteOptions: Sendable {
-    public enum Synchronous: String, Sendable { case off = "OFF", normal = "NORMAL", full = "FULL" }
+    public enum Synchronous: String, Sendable {
+        case off = "OFF"
+        case normal = "NORMAL"
+        case full = "FULL"
+    }
 
     /// Write-ahead logging: readers do not block the writer.
     public var walJournal: Bool = true
@@ -299,7 +307,8 @@ public final class SQLiteDatabase: Sendable {
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
         self.path = path
         var handle: OpaquePointer?
-        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+        let flags =
+            (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &handle, flags, nil)
         guard code == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
@@ -316,7 +325,8 @@ public final class SQLiteDatabase: Sendable {
                 sqlite3_close_v2(handle)
                 throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
             }
-            writeLock = WriteLock(descriptor: descriptor, path: lockPath, timeoutMilliseconds: max(options.busyTimeoutMilliseconds, 0))
+            writeLock = WriteLock(
+                descriptor: descriptor, path: lockPath, timeoutMilliseconds: max(options.busyTimeoutMilliseconds, 0))
         }
 
         // Set up the connection before `self` is complete, so a failure here closes it exactly once.
@@ -440,7 +450,9 @@ final class WriteLock: Sendable {
             }
             guard ContinuousClock.now < deadline else {
                 ranOut.store(true, ordering: .relaxed)
-                throw SQLiteError(code: .busy, message: "another process held the write lock \(path) for more than \(timeoutMilliseconds) ms")
+                throw SQLiteError(
+                    code: .busy,
+                    message: "another process held the write lock \(path) for more than \(timeoutMilliseconds) ms")
             }
             usleep(pause)
             pause = min(pause * 2, 5_000)

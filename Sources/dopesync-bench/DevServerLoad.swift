@@ -26,12 +26,15 @@ struct DevServerLoad: AsyncParsableCommand {
         guard connections >= 1, duration > 0, runs >= 1, imageBytes >= 16 else {
             throw ValidationError("--connections, --duration, --runs and --image-bytes must be positive")
         }
-        guard ["json", "image", "both"].contains(mode) else { throw ValidationError("--mode must be json, image or both") }
+        guard ["json", "image", "both"].contains(mode) else {
+            throw ValidationError("--mode must be json, image or both")
+        }
     }
 
     func run() async throws {
         var configuration = HTTPClient.Configuration()
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connections)
+        configuration.connectionPool = .init(
+            idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connections)
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         do {
             let report = try await measure(client)
@@ -44,16 +47,23 @@ struct DevServerLoad: AsyncParsableCommand {
     }
 
     private func measure(_ client: HTTPClient) async throws -> String {
-        let session = try await post(client, "/api/sessions", json: #"{"clientId":"\#(UUID().uuidString)","sessionDate":"2024-05-01T10:00:00Z","rifleSetupId":1}"#)
+        let session = try await post(
+            client, "/api/sessions",
+            json: #"{"clientId":"\#(UUID().uuidString)","sessionDate":"2024-05-01T10:00:00Z","rifleSetupId":1}"#)
         let group = try await post(
             client, "/api/sessions/\(session)/groups",
             json: #"{"clientId":"\#(UUID().uuidString)","groupNumber":1,"distance":100,"numberOfShots":5}"#)
 
-        var fields: [String] = [#""connections":\#(connections)"#, #""durationSeconds":\#(duration)"#, #""idempotencyKeys":\#(!noKeys)"#]
+        var fields: [String] = [
+            #""connections":\#(connections)"#, #""durationSeconds":\#(duration)"#, #""idempotencyKeys":\#(!noKeys)"#,
+        ]
         if mode != "image" {
             let dopePath = "/api/sessions/\(session)/dope"
             let rates = try await repeatedRuns(client) { _ in
-                let body = ByteBuffer(string: #"{"clientId":"\#(UUID().uuidString)","distance":100,"elevationMoa":1.5,"windageMoa":-0.25,"ammunitionId":3}"#)
+                let body = ByteBuffer(
+                    string:
+                        #"{"clientId":"\#(UUID().uuidString)","distance":100,"elevationMoa":1.5,"windageMoa":-0.25,"ammunitionId":3}"#
+                )
                 return (dopePath, body, "application/json")
             }
             fields.append(#""jsonPostsPerSecond":\#(summary(rates))"#)
@@ -62,15 +72,20 @@ struct DevServerLoad: AsyncParsableCommand {
             let boundary = "dopesync-bench-boundary"
             var body = ByteBuffer()
             for (name, value) in [("clientId", UUID().uuidString), ("role", "photo"), ("fileName", "bench.jpg")] {
-                body.writeString("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n")
+                body.writeString(
+                    "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n")
             }
-            body.writeString("--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bench.jpg\"\r\nContent-Type: image/jpeg\r\n\r\n")
+            body.writeString(
+                "--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bench.jpg\"\r\nContent-Type: image/jpeg\r\n\r\n"
+            )
             body.writeBytes([0xFF, 0xD8, 0xFF, 0xE0])
             body.writeRepeatingByte(0x5A, count: imageBytes - 4)
             body.writeString("\r\n--\(boundary)--\r\n")
             let imagePath = "/api/groups/\(group)/images"
             let image = body
-            let rates = try await repeatedRuns(client) { _ in (imagePath, image, "multipart/form-data; boundary=\(boundary)") }
+            let rates = try await repeatedRuns(client) { _ in
+                (imagePath, image, "multipart/form-data; boundary=\(boundary)")
+            }
             fields.append(#""imageBytes":\#(imageBytes)"#)
             fields.append(#""imageUploadsPerSecond":\#(summary(rates))"#)
         }
@@ -118,7 +133,6 @@ struct DevServerLoad: AsyncParsableCommand {
         }
         return rates
     }
-
 
     private func post(_ client: HTTPClient, _ path: String, json: String) async throws -> Int {
         var request = HTTPClientRequest(url: url + path)

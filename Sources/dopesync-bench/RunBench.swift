@@ -7,7 +7,8 @@ import Logging
 /// `dopesync-bench make-bundles`: realistic bundles (about 50 requests, a few images each) packed
 /// into a spool's incoming/, as clients would drop them.
 struct MakeBundles: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "make-bundles", abstract: "Pack realistic sample bundles into a spool.")
+    static let configuration = CommandConfiguration(
+        commandName: "make-bundles", abstract: "Pack realistic sample bundles into a spool.")
 
     @Option(help: "The spool to fill.") var spool: String
     @Option(help: "How many bundles.") var count = 300
@@ -20,13 +21,16 @@ struct MakeBundles: AsyncParsableCommand {
         try Spool(root: spool).create()
         let scratch = try makeTemporaryDirectory("make-bundles")
         defer { try? FileManager.default.removeItem(at: scratch) }  // scratch in /tmp: a leftover harms nothing
-        let shape = SampleSession.Shape.realistic.withImages(groups: groups, perGroup: imagesPerGroup, bytes: imageBytes)
+        let shape = SampleSession.Shape.realistic.withImages(
+            groups: groups, perGroup: imagesPerGroup, bytes: imageBytes)
         var requests = 0
         for index in 0..<count {
             let sample = SampleSession(seed: seed &+ UInt64(index), shape: shape)
             let source = scratch.appendingPathComponent("s\(index)")
             try sample.writeLayout(to: source)
-            try BundlePacker().pack(sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil, destination: .spool(root: spool))
+            try BundlePacker().pack(
+                sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil,
+                destination: .spool(root: spool))
             try FileManager.default.removeItem(at: source)
             requests += sample.expectedRequestCount
         }
@@ -38,7 +42,8 @@ struct MakeBundles: AsyncParsableCommand {
 /// concurrency as a run, with nothing of the worker around it — bodies prepared in memory, no
 /// archive reading, no checkpoints, no spool moves. The ceiling the worker is measured against.
 struct RawCapacity: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "raw-capacity", abstract: "Send every bundle's requests straight to the API.")
+    static let configuration = CommandConfiguration(
+        commandName: "raw-capacity", abstract: "Send every bundle's requests straight to the API.")
 
     @Option(help: "A spool whose incoming/ holds the bundles.") var spool: String
     @Option(help: "The API's base URL.") var api: String
@@ -72,8 +77,11 @@ struct RawCapacity: AsyncParsableCommand {
                         while let (plan, images) = queue.next() {
                             var ids: [String: Int64] = [:]
                             for step in plan.steps {
-                                let response = await client.sendPrepared(step, path: step.path(serverIDs: ids)!, images: images)
-                                guard case .created(let id, _) = response else { throw ValidationError("step \(step.key): \(response)") }
+                                let response = await client.sendPrepared(
+                                    step, path: step.path(serverIDs: ids)!, images: images)
+                                guard case .created(let id, _) = response else {
+                                    throw ValidationError("step \(step.key): \(response)")
+                                }
                                 ids[step.key] = id
                                 sent += 1
                             }
@@ -86,8 +94,12 @@ struct RawCapacity: AsyncParsableCommand {
         }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         let cpu = processCPUSeconds() - cpuBefore
-        print(String(format: "raw capacity: %d bundles, %d requests in %.2f s: %.1f bundles/s, %.0f requests/s; client CPU %.2f s per 1000 requests",
-            work.count, requests, seconds, Double(work.count) / seconds, Double(requests) / seconds, cpu / Double(requests) * 1000))
+        print(
+            String(
+                format:
+                    "raw capacity: %d bundles, %d requests in %.2f s: %.1f bundles/s, %.0f requests/s; client CPU %.2f s per 1000 requests",
+                work.count, requests, seconds, Double(work.count) / seconds, Double(requests) / seconds,
+                cpu / Double(requests) * 1000))
     }
 }
 

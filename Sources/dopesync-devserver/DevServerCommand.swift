@@ -3,9 +3,9 @@ import DopeSyncDevServer
 import Logging
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// `dopesync-devserver`: options and their checks only; the server is ``DevServer``.
@@ -33,38 +33,56 @@ struct DevServerCommand: AsyncParsableCommand {
     @Option(help: "Ammunition ids known.") var ammunition = "1-500"
     @Option(name: .customLong("ammo-lots"), help: "Ammo lot ids known.") var ammoLots = "1-500"
 
-    @Option(name: .customLong("max-image-bytes"), help: "Largest image accepted (413 above).") var maxImageBytes = 64 * 1024 * 1024
-    @Option(name: .customLong("max-json-bytes"), help: "Largest JSON body accepted (413 above).") var maxJSONBytes = 1024 * 1024
+    @Option(name: .customLong("max-image-bytes"), help: "Largest image accepted (413 above).") var maxImageBytes =
+        64 * 1024 * 1024
+    @Option(name: .customLong("max-json-bytes"), help: "Largest JSON body accepted (413 above).") var maxJSONBytes =
+        1024 * 1024
 
     @Option(name: .customLong("fail-rate"), help: "Probability of a 500/503 on an /api POST.") var failRate = 0.0
-    @Option(name: .customLong("rate-limit-rate"), help: "Probability of a 429 with Retry-After on an /api POST.") var rateLimitRate = 0.0
-    @Option(name: .customLong("drop-after-commit-rate"), help: "Probability of committing, then closing the connection unanswered.")
+    @Option(name: .customLong("rate-limit-rate"), help: "Probability of a 429 with Retry-After on an /api POST.")
+    var rateLimitRate = 0.0
+    @Option(
+        name: .customLong("drop-after-commit-rate"),
+        help: "Probability of committing, then closing the connection unanswered.")
     var dropAfterCommitRate = 0.0
-    @Option(name: .customLong("latency-ms"), help: "Extra latency A-B (milliseconds) on /api POSTs.") var latencyMs = "0"
+    @Option(name: .customLong("latency-ms"), help: "Extra latency A-B (milliseconds) on /api POSTs.") var latencyMs =
+        "0"
     @Option(name: .customLong("retry-after"), help: "Retry-After seconds on injected 429/503.") var retryAfter = 1
     @Option(help: "Seed for the fault generator.") var seed: UInt64 = 0
 
-    @Flag(name: .customLong("ignore-idempotency-keys"), help: "Accept Idempotency-Key and ignore it: every POST creates a record.")
+    @Flag(
+        name: .customLong("ignore-idempotency-keys"),
+        help: "Accept Idempotency-Key and ignore it: every POST creates a record.")
     var ignoreIdempotencyKeys = false
 
-    @Flag(name: .customLong("no-lookups"), help: "Answer GET /api/sessions?clientId= and GET /api/sessions/ID as a server without them.")
+    @Flag(
+        name: .customLong("no-lookups"),
+        help: "Answer GET /api/sessions?clientId= and GET /api/sessions/ID as a server without them.")
     var noLookups = false
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.") var logLevel = "info"
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel = "info"
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
-        for (name, rate) in [("--fail-rate", failRate), ("--rate-limit-rate", rateLimitRate), ("--drop-after-commit-rate", dropAfterCommitRate)] {
+        for (name, rate) in [
+            ("--fail-rate", failRate), ("--rate-limit-rate", rateLimitRate),
+            ("--drop-after-commit-rate", dropAfterCommitRate),
+        ] {
             guard (0...1).contains(rate) else { throw ValidationError("\(name) must be between 0 and 1") }
         }
         guard maxImageBytes > 0, maxJSONBytes > 0 else { throw ValidationError("size limits must be > 0") }
         if let lookupsStatus {
             guard noLookups else { throw ValidationError("--lookups-status needs --no-lookups") }
-            guard MissingLookupsStatus(rawValue: lookupsStatus) != nil else { throw ValidationError("--lookups-status must be 404 or 405") }
+            guard MissingLookupsStatus(rawValue: lookupsStatus) != nil else {
+                throw ValidationError("--lookups-status must be 404 or 405")
+            }
         }
-        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: unknown level \(logLevel)") }
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level: unknown level \(logLevel)")
+        }
         _ = try makeConfiguration()
     }
 

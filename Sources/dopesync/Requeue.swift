@@ -3,7 +3,8 @@ import DopeSync
 
 struct Requeue: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Move failed bundles back to incoming/ with a fresh attempt count; they resume from their checkpoints.",
+        abstract:
+            "Move failed bundles back to incoming/ with a fresh attempt count; they resume from their checkpoints.",
         discussion: """
             NAME is a file in failed/ (with or without the failed/ prefix). The bundle is due at once; a name \
             taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \

@@ -58,7 +58,8 @@ struct Run: AsyncParsableCommand {
 
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in
-            format == .json ? JSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardError(label: label)
+            format == .json
+                ? JSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardError(label: label)
         }
         var logger = Logger(label: "dopesync")
         logger.logLevel = .info
@@ -73,7 +74,8 @@ struct Run: AsyncParsableCommand {
         options.metricsFile = settings.metricsFile
         // This very binary, even if a package upgrade replaced the file since the run started.
         options.isolatedReader = "/proc/self/exe"
-        options.showProgress = settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
+        options.showProgress =
+            settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
 
         // SIGINT/SIGTERM: stop claiming, let steps in flight finish (or time out), give back.
         let stop = options.stop
@@ -81,13 +83,15 @@ struct Run: AsyncParsableCommand {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
-                logger.notice("signal received: finishing the steps in flight, then giving bundles back", metadata: ["signal": "\(number)"])
+                logger.notice(
+                    "signal received: finishing the steps in flight, then giving bundles back",
+                    metadata: ["signal": "\(number)"])
                 stop.request()
             }
             source.resume()
             return source
         }
-        defer { signalSources.forEach { $0.cancel() } }
+        defer { for source in signalSources { source.cancel() } }
         let (summary, status) = await Worker(options: options, logger: logger).run()
         print(summary.line)
         if status != .success { throw ExitCode(status.rawValue) }
@@ -108,7 +112,9 @@ struct SpoolOption: ParsableArguments {
     @Option(help: "The spool folder (default ./spool; $DOPESYNC_SPOOL).")
     var spool: String?
 
-    @Option(help: "A job file (YAML): for run, any of its options as keys (see jobs/local.yaml); for the others, its spool.")
+    @Option(
+        help: "A job file (YAML): for run, any of its options as keys (see jobs/local.yaml); for the others, its spool."
+    )
     var job: String?
 
     func resolved() throws -> String {
@@ -142,8 +148,13 @@ struct JSONLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var fields: [String: String] = ["time": Date().formatted(.iso8601), "level": "\(event.level)", "message": "\(event.message)", "logger": label]
-        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) { fields[key] = "\(value)" }
+        var fields: [String: String] = [
+            "time": Date().formatted(.iso8601), "level": "\(event.level)", "message": "\(event.message)",
+            "logger": label,
+        ]
+        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
+            fields[key] = "\(value)"
+        }
         // Strings only, so it cannot fail; if it did, a log line is not worth stopping the run for.
         if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
             FileHandle.standardError.write(data + Data("\n".utf8))

@@ -8,7 +8,10 @@ import Testing
 @Suite struct GoodBundlesTests {
     static let producerLayouts: [(ArchiveProducer, ArchiveProducer.Layout)] =
         ArchiveProducer.allCases.map { ($0, .plain) }
-        + [(.gnuTarGzip, .dotSlash), (.gnuTarGzip, .topFolder), (.bsdtarGzip, .dotSlash), (.zipDeflate, .topFolder), (.pythonTarXz, .topFolder), (.gnuTarZstd, .topFolder)]
+        + [
+            (.gnuTarGzip, .dotSlash), (.gnuTarGzip, .topFolder), (.bsdtarGzip, .dotSlash), (.zipDeflate, .topFolder),
+            (.pythonTarXz, .topFolder), (.gnuTarZstd, .topFolder),
+        ]
 
     @Test("a bundle from every real producer is accepted", arguments: producerLayouts)
     func everyProducerIsAccepted(producer: ArchiveProducer, layout: ArchiveProducer.Layout) async throws {
@@ -73,7 +76,9 @@ import Testing
                 #expect(bundle.images.mapValues(\.sha256) == bundles[0].images.mapValues(\.sha256))
             }
             // No leftover temporary file beside the output.
-            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix(".") }
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
+                $0.hasPrefix(".")
+            }
             #expect(leftovers.isEmpty)
         }
     }
@@ -86,25 +91,32 @@ import Testing
             try sample.writeLayout(to: source)
             let spool = directory.appendingPathComponent("spool")
             for folder in ["tmp", "incoming"] {
-                try FileManager.default.createDirectory(at: spool.appendingPathComponent(folder), withIntermediateDirectories: true)
+                try FileManager.default.createDirectory(
+                    at: spool.appendingPathComponent(folder), withIntermediateDirectories: true)
             }
             let session = source.appendingPathComponent("session.json").path
             let images = source.appendingPathComponent("images").path
-            let first = try BundlePacker().pack(sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
-            let second = try BundlePacker().pack(sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
+            let first = try BundlePacker().pack(
+                sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
+            let second = try BundlePacker().pack(
+                sessionFile: session, imagesDirectory: images, destination: .spool(root: spool.path))
 
             #expect(first == spool.path + "/incoming/\(sample.sessionID).tar.gz")
             #expect(second == spool.path + "/incoming/\(sample.sessionID).1.tar.gz")
-            #expect(try FileManager.default.contentsOfDirectory(atPath: spool.appendingPathComponent("tmp").path).isEmpty)
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: spool.appendingPathComponent("tmp").path).isEmpty)
         }
     }
 
     /// Writes `sample`'s folder layout under `directory/name` and packs it as `directory/name.tgz`.
-    static func layoutAndPack(_ sample: SampleSession, in directory: URL, name: String) throws -> (source: URL, packed: String) {
+    static func layoutAndPack(_ sample: SampleSession, in directory: URL, name: String) throws -> (
+        source: URL, packed: String
+    ) {
         let source = directory.appendingPathComponent(name)
         try sample.writeLayout(to: source)
         let packed = try BundlePacker().pack(
-            sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: source.appendingPathComponent("images").path,
+            sessionFile: source.appendingPathComponent("session.json").path,
+            imagesDirectory: source.appendingPathComponent("images").path,
             destination: .file(directory.appendingPathComponent(name + ".tgz").path)
         )
         return (source, packed)
@@ -114,7 +126,8 @@ import Testing
     func imagesStreamWithoutExtracting() async throws {
         try await withTemporaryDirectory { directory in
             // Several read chunks each.
-            let sample = SampleSession(seed: 9, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 600_000))
+            let sample = SampleSession(
+                seed: 9, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 600_000))
             let (source, packed) = try Self.layoutAndPack(sample, in: directory, name: "s")
             let zipped = directory.appendingPathComponent("z.zip")
             try ArchiveProducer.zipStored.archive(source, to: zipped)
@@ -138,7 +151,8 @@ import Testing
     func smallImagesAreKeptFromValidation() async throws {
         try await withTemporaryDirectory { directory in
             // Each under the 256 KiB limit; 5 fit in the 1 MiB budget.
-            let sample = SampleSession(seed: 11, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 200_000))
+            let sample = SampleSession(
+                seed: 11, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 200_000))
             var small = SampleSession.Shape()
             small.imageBytes = 4096
             let smallSample = SampleSession(seed: 12, shape: small)

@@ -7,13 +7,15 @@ import Testing
 /// Files built to hurt the reader, not to break a rule: each is judged at once, within the
 /// bundle's budget, and refused with a reason that says what it is.
 @Suite struct HostileFilesTests {
-    @Test("a gzip stream that unpacks into itself is refused at once as nested compression, by inspect too (exit 65)",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "a gzip stream that unpacks into itself is refused at once as nested compression, by inspect too (exit 65)",
+        .timeLimit(.minutes(1)))
     func selfReproducingGzip() async throws {
         let path = HostileBundles.selfReproducingGzip.path
         let error = try #require(throws: BundleValidationError.self) { try BundleInspector().inspect(path: path) }
         #expect(error.code == .nestedCompression)
-        #expect(error.errors[0].message == "gzip data inside the gzip stream: a bundle has at most one compression filter")
+        #expect(
+            error.errors[0].message == "gzip data inside the gzip stream: a bundle has at most one compression filter")
 
         let result = try runBuilt("dopesync", ["inspect", path])
         #expect(result.status == 65)
@@ -21,13 +23,17 @@ import Testing
         #expect(result.stdout.contains("one compression filter; 60 s + 1 s per 8 MiB of file"))  // the budget, printed
     }
 
-    @Test("a bundle compressed twice is refused, naming both streams", arguments: [
-        ("gzip", "gzip"), ("xz", "xz"), ("zstd -q", "zstd"), ("bzip2", "bzip2"),
-    ])
+    @Test(
+        "a bundle compressed twice is refused, naming both streams",
+        arguments: [
+            ("gzip", "gzip"), ("xz", "xz"), ("zstd -q", "zstd"), ("bzip2", "bzip2"),
+        ])
     func compressedTwice(outer: String, outerName: String) async throws {
         try await withTemporaryDirectory { directory in
             let bundle = try HostileBundles.nested(SampleSession(seed: 5), outer: outer, in: directory, name: "twice")
-            let error = try #require(throws: BundleValidationError.self) { try BundleInspector().inspect(path: bundle.path) }
+            let error = try #require(throws: BundleValidationError.self) {
+                try BundleInspector().inspect(path: bundle.path)
+            }
             #expect(error.code == .nestedCompression)
             #expect(error.errors[0].message.hasPrefix("gzip data inside the \(outerName) stream"), "\(error)")
         }
@@ -44,7 +50,9 @@ import Testing
             var limits = BundleLimits()
             limits.readingSeconds = 0
             limits.readingBytesPerSecond = .max  // a budget of no time at all
-            let error = try #require(throws: BundleValidationError.self) { try BundleInspector(limits: limits).inspect(path: bundle.path) }
+            let error = try #require(throws: BundleValidationError.self) {
+                try BundleInspector(limits: limits).inspect(path: bundle.path)
+            }
             #expect(error.code == .overTimeBudget)
             #expect(error.errors[0].message.hasPrefix("reading took longer than its time budget of 0 s"))
             // The same bundle within the default budget is fine.
@@ -59,12 +67,15 @@ import Testing
             try HostileBundles.huge(SampleSession(seed: 8), gigabytes: 64, at: bundle)
             let stop = StopRequest()
             stop.request()
-            let error = try #require(throws: BundleValidationError.self) { try BundleInspector().inspect(path: bundle.path, stop: stop) }
+            let error = try #require(throws: BundleValidationError.self) {
+                try BundleInspector().inspect(path: bundle.path, stop: stop)
+            }
             #expect(error.code == .readingStopped)
         }
     }
 
-    @Test("pack refuses an image that grew or shrank since it was measured, instead of looping", .timeLimit(.minutes(1)))
+    @Test(
+        "pack refuses an image that grew or shrank since it was measured, instead of looping", .timeLimit(.minutes(1)))
     func packedFileThatChangedSize() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("out.tar.gz").path

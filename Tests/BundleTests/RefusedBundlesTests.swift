@@ -43,7 +43,8 @@ import Testing
             shape.groups = 0
             let sample = SampleSession(seed: 3, shape: shape)
             let output = directory.appendingPathComponent("hostile")
-            try HostileArchive.write([.file("session.json", sample.sessionBytes)] + extra, to: output, container: container)
+            try HostileArchive.write(
+                [.file("session.json", sample.sessionBytes)] + extra, to: output, container: container)
             return output
         }
     }
@@ -90,13 +91,16 @@ import Testing
             try whole.write(bytes)
             return whole
         },
-        Case(name: "gzip of a bare session.json (raw data)", code: .notAnArchive, culprit: "session.json.gz") { directory in
+        Case(name: "gzip of a bare session.json (raw data)", code: .notAnArchive, culprit: "session.json.gz") {
+            directory in
             let file = directory.appendingPathComponent("session.json")
             try file.write(SampleSession(seed: 1).sessionBytes)
             try runProcess("gzip", ["-k", file.path])
             return directory.appendingPathComponent("session.json.gz")
         },
-        Case(name: "mtree (reads files from the local disk)", code: .notAnArchive, culprit: "bundle", make: bsdtarFormat("mtree")),
+        Case(
+            name: "mtree (reads files from the local disk)", code: .notAnArchive, culprit: "bundle",
+            make: bsdtarFormat("mtree")),
         Case(name: "cpio", code: .notAnArchive, culprit: "bundle", make: bsdtarFormat("cpio")),
         Case(name: "ISO 9660", code: .notAnArchive, culprit: "bundle", make: bsdtarFormat("iso9660")),
         Case(name: "7-Zip", code: .notAnArchive, culprit: "bundle", make: bsdtarFormat("7zip")),
@@ -105,15 +109,30 @@ import Testing
         Case(name: "warc", code: .notAnArchive, culprit: "bundle", make: bsdtarFormat("warc")),
 
         // Entries that are not plain files and folders.
-        Case(name: "symbolic link (tar)", code: .linkEntry, culprit: "images/link.jpg", make: hostile([.entry("images/link.jpg", .symlink, linkTarget: "/etc/passwd")])),
-        Case(name: "symbolic link (zip)", code: .linkEntry, culprit: "images/link.jpg", make: hostile([.entry("images/link.jpg", .symlink, linkTarget: "/etc/passwd")], container: "zip")),
-        Case(name: "hard link", code: .linkEntry, culprit: "images/copy.jpg", make: hostile([.entry("images/copy.jpg", .hardlink, linkTarget: "session.json")])),
-        Case(name: "character device", code: .specialEntry, culprit: "dev/null", make: hostile([.entry("dev/null", .characterDevice)])),
-        Case(name: "block device", code: .specialEntry, culprit: "dev/sda", make: hostile([.entry("dev/sda", .blockDevice)])),
+        Case(
+            name: "symbolic link (tar)", code: .linkEntry, culprit: "images/link.jpg",
+            make: hostile([.entry("images/link.jpg", .symlink, linkTarget: "/etc/passwd")])),
+        Case(
+            name: "symbolic link (zip)", code: .linkEntry, culprit: "images/link.jpg",
+            make: hostile([.entry("images/link.jpg", .symlink, linkTarget: "/etc/passwd")], container: "zip")),
+        Case(
+            name: "hard link", code: .linkEntry, culprit: "images/copy.jpg",
+            make: hostile([.entry("images/copy.jpg", .hardlink, linkTarget: "session.json")])),
+        Case(
+            name: "character device", code: .specialEntry, culprit: "dev/null",
+            make: hostile([.entry("dev/null", .characterDevice)])),
+        Case(
+            name: "block device", code: .specialEntry, culprit: "dev/sda",
+            make: hostile([.entry("dev/sda", .blockDevice)])),
         Case(name: "FIFO", code: .specialEntry, culprit: "pipe", make: hostile([.entry("pipe", .fifo)])),
-        Case(name: "absolute path", code: .absolutePath, culprit: "/tmp/evil", make: hostile([.file("/tmp/evil", [1])])),
-        Case(name: "a .. component", code: .parentTraversal, culprit: "images/../../evil", make: hostile([.file("images/../../evil", [1])])),
-        Case(name: "the same path twice", code: .duplicatePath, culprit: "session.json", make: hostile([.file("./session.json", [1])])),
+        Case(
+            name: "absolute path", code: .absolutePath, culprit: "/tmp/evil", make: hostile([.file("/tmp/evil", [1])])),
+        Case(
+            name: "a .. component", code: .parentTraversal, culprit: "images/../../evil",
+            make: hostile([.file("images/../../evil", [1])])),
+        Case(
+            name: "the same path twice", code: .duplicatePath, culprit: "session.json",
+            make: hostile([.file("./session.json", [1])])),
 
         // Limits.
         Case(
@@ -138,12 +157,15 @@ import Testing
         // session.json missing or invalid.
         Case(name: "no session.json", code: .missingSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("bundle")
-            try HostileArchive.write([.file("other.json", SampleSession(seed: 1).sessionBytes), .file("images/a.jpg", [0xFF, 0xD8, 0xFF])], to: output)
+            try HostileArchive.write(
+                [.file("other.json", SampleSession(seed: 1).sessionBytes), .file("images/a.jpg", [0xFF, 0xD8, 0xFF])],
+                to: output)
             return output
         },
         Case(name: "two top-level folders", code: .missingSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("bundle")
-            try HostileArchive.write([.file("a/session.json", SampleSession(seed: 1).sessionBytes), .file("b/x", [1])], to: output)
+            try HostileArchive.write(
+                [.file("a/session.json", SampleSession(seed: 1).sessionBytes), .file("b/x", [1])], to: output)
             return output
         },
         Case(name: "malformed JSON", code: .invalidSession, culprit: "session.json") { directory in
@@ -151,52 +173,75 @@ import Testing
             try HostileArchive.write([.file("session.json", Array("{\"id\": ".utf8))], to: output)
             return output
         },
-        Case(name: "a missing required field", code: .invalidSession, culprit: "rifleSetupId", make: bundle { sample, _ in
-            sample.json["rifleSetupId"] = nil
-        }),
-        Case(name: "a value out of range", code: .invalidSession, culprit: "groupEntries[1].measurement.bulletDiameter", make: bundle { sample, _ in
-            var groups = sample.json["groupEntries"] as! [[String: any Sendable]]
-            var measurement = groups[1]["measurement"] as! [String: any Sendable]
-            measurement["bulletDiameter"] = -1
-            groups[1]["measurement"] = measurement
-            sample.json["groupEntries"] = groups
-        }),
-        Case(name: "a duplicate id", code: .invalidSession, culprit: "dopeEntries[1].id", make: bundle { sample, _ in
-            var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
-            dope[1]["id"] = dope[0]["id"]
-            sample.json["dopeEntries"] = dope
-        }),
-        Case(name: "a date without a time zone", code: .invalidSession, culprit: "sessionDate", make: bundle { sample, _ in
-            sample.json["sessionDate"] = "2026-05-04T09:30:00"
-        }),
+        Case(
+            name: "a missing required field", code: .invalidSession, culprit: "rifleSetupId",
+            make: bundle { sample, _ in
+                sample.json["rifleSetupId"] = nil
+            }),
+        Case(
+            name: "a value out of range", code: .invalidSession, culprit: "groupEntries[1].measurement.bulletDiameter",
+            make: bundle { sample, _ in
+                var groups = sample.json["groupEntries"] as! [[String: any Sendable]]
+                var measurement = groups[1]["measurement"] as! [String: any Sendable]
+                measurement["bulletDiameter"] = -1
+                groups[1]["measurement"] = measurement
+                sample.json["groupEntries"] = groups
+            }),
+        Case(
+            name: "a duplicate id", code: .invalidSession, culprit: "dopeEntries[1].id",
+            make: bundle { sample, _ in
+                var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
+                dope[1]["id"] = dope[0]["id"]
+                sample.json["dopeEntries"] = dope
+            }),
+        Case(
+            name: "a date without a time zone", code: .invalidSession, culprit: "sessionDate",
+            make: bundle { sample, _ in
+                sample.json["sessionDate"] = "2026-05-04T09:30:00"
+            }),
 
         // Images and manifest.
-        Case(name: "a missing image", code: .missingImage, culprit: "groupEntries[0].imageFileNames", make: bundle { _, source in
-            try FileManager.default.removeItem(at: source.appendingPathComponent("images/group1-1.jpg"))
-        }),
-        Case(name: "an image that is not JPEG/PNG/HEIC/WebP", code: .unsupportedImageType, culprit: "images/group1-1.jpg", make: bundle { _, source in
-            try source.appendingPathComponent("images/group1-1.jpg").write(Array("GIF89a not allowed".utf8))
-        }),
-        Case(name: "a manifest SHA-256 mismatch", code: .manifestMismatch, culprit: "images/group2-4.heic", make: manifestBundle { source in
-            var bytes = [UInt8](try Data(contentsOf: source.appendingPathComponent("images/group2-4.heic")))
-            bytes[bytes.count - 1] ^= 0xFF  // same size, other content
-            try source.appendingPathComponent("images/group2-4.heic").write(bytes)
-        }),
-        Case(name: "a manifest size mismatch", code: .manifestMismatch, culprit: "session.json", make: manifestBundle { source in
-            try source.appendingPathComponent("session.json").write(SampleSession(seed: 5).sessionBytes + Array("  ".utf8))
-        }),
-        Case(name: "a manifest listing a missing file", code: .manifestMismatch, culprit: "images/group1-1.jpg", make: manifestBundle { source in
-            try FileManager.default.removeItem(at: source.appendingPathComponent("images/group1-1.jpg"))
-            // Keep the records valid: the group no longer names the image.
-            var sample = SampleSession(seed: 5)
-            var groups = sample.json["groupEntries"] as! [[String: any Sendable]]
-            groups[0]["imageFileNames"] = [String]()
-            sample.json["groupEntries"] = groups
-            try source.appendingPathComponent("session.json").write(sample.sessionBytes)
-        }),
-        Case(name: "a manifest of another version", code: .manifestVersion, culprit: "manifest.json", make: manifestBundle { source in
-            try source.appendingPathComponent("manifest.json").write(Array(#"{"format": "truedope-session-bundle", "version": 2, "files": {}}"#.utf8))
-        }),
+        Case(
+            name: "a missing image", code: .missingImage, culprit: "groupEntries[0].imageFileNames",
+            make: bundle { _, source in
+                try FileManager.default.removeItem(at: source.appendingPathComponent("images/group1-1.jpg"))
+            }),
+        Case(
+            name: "an image that is not JPEG/PNG/HEIC/WebP", code: .unsupportedImageType,
+            culprit: "images/group1-1.jpg",
+            make: bundle { _, source in
+                try source.appendingPathComponent("images/group1-1.jpg").write(Array("GIF89a not allowed".utf8))
+            }),
+        Case(
+            name: "a manifest SHA-256 mismatch", code: .manifestMismatch, culprit: "images/group2-4.heic",
+            make: manifestBundle { source in
+                var bytes = [UInt8](try Data(contentsOf: source.appendingPathComponent("images/group2-4.heic")))
+                bytes[bytes.count - 1] ^= 0xFF  // same size, other content
+                try source.appendingPathComponent("images/group2-4.heic").write(bytes)
+            }),
+        Case(
+            name: "a manifest size mismatch", code: .manifestMismatch, culprit: "session.json",
+            make: manifestBundle { source in
+                try source.appendingPathComponent("session.json").write(
+                    SampleSession(seed: 5).sessionBytes + Array("  ".utf8))
+            }),
+        Case(
+            name: "a manifest listing a missing file", code: .manifestMismatch, culprit: "images/group1-1.jpg",
+            make: manifestBundle { source in
+                try FileManager.default.removeItem(at: source.appendingPathComponent("images/group1-1.jpg"))
+                // Keep the records valid: the group no longer names the image.
+                var sample = SampleSession(seed: 5)
+                var groups = sample.json["groupEntries"] as! [[String: any Sendable]]
+                groups[0]["imageFileNames"] = [String]()
+                sample.json["groupEntries"] = groups
+                try source.appendingPathComponent("session.json").write(sample.sessionBytes)
+            }),
+        Case(
+            name: "a manifest of another version", code: .manifestVersion, culprit: "manifest.json",
+            make: manifestBundle { source in
+                try source.appendingPathComponent("manifest.json").write(
+                    Array(#"{"format": "truedope-session-bundle", "version": 2, "files": {}}"#.utf8))
+            }),
     ]
 
     /// A valid bundle with a manifest, whose folder `edit` then changes behind the manifest's back.
@@ -221,7 +266,9 @@ import Testing
             let match = error.errors.first { $0.code == testCase.code }
             #expect(match != nil, "expected \(testCase.code), got: \(error)")
             if let match {
-                let named = testCase.culprit.isEmpty || match.culprit.contains(testCase.culprit) || match.message.contains(testCase.culprit)
+                let named =
+                    testCase.culprit.isEmpty || match.culprit.contains(testCase.culprit)
+                    || match.message.contains(testCase.culprit)
                 #expect(named, "the reason should name \(testCase.culprit): \(match)")
                 #expect(!match.message.isEmpty)
             }
@@ -237,10 +284,15 @@ import Testing
             // (Images are resolved only once session.json is valid, so none is reported missing here.)
             let output = directory.appendingPathComponent("bundle")
             try HostileArchive.write(
-                [.file("session.json", sample.sessionBytes), .entry("images/x.jpg", .symlink, linkTarget: "/etc/shadow"), .file("../up", [0])],
+                [
+                    .file("session.json", sample.sessionBytes),
+                    .entry("images/x.jpg", .symlink, linkTarget: "/etc/shadow"), .file("../up", [0]),
+                ],
                 to: output
             )
-            let error = try #require(throws: BundleValidationError.self) { try BundleInspector().inspect(path: output.path) }
+            let error = try #require(throws: BundleValidationError.self) {
+                try BundleInspector().inspect(path: output.path)
+            }
             let codes = error.errors.map(\.code.description)
             #expect(codes.contains("link_entry"))
             #expect(codes.contains("path_traversal"))
@@ -257,7 +309,9 @@ import Testing
             let compressedSize = try FileManager.default.attributesOfItem(atPath: bomb.path)[.size] as! Int
             #expect(compressedSize < 2 << 20)
 
-            let error = try #require(throws: BundleValidationError.self) { try BundleInspector().inspect(path: bomb.path) }
+            let error = try #require(throws: BundleValidationError.self) {
+                try BundleInspector().inspect(path: bomb.path)
+            }
             #expect(error.code == .compressionRatio)
             // Stopped just past the 16 MiB threshold, not at the gigabyte.
             #expect(error.errors[0].message.contains("(16"), "\(error)")

@@ -11,7 +11,9 @@ import Testing
     /// Image names as German, Chinese, Arabic and emoji-loving phone apps write them.
     static let names = ["Scheibe-1-ü", "靶紙-2", "هدف-ضبط", "🎯-grüppe", "Ñandú-ça"]
 
-    static let producers: [ArchiveProducer] = [.pythonZip, .bsdtarZip, .zipDeflate, .gnuTarGzip, .bsdtarPaxZstd, .pythonTarXz]
+    static let producers: [ArchiveProducer] = [
+        .pythonZip, .bsdtarZip, .zipDeflate, .gnuTarGzip, .bsdtarPaxZstd, .pythonTarXz,
+    ]
 
     /// The environments a scheduler gives: cron's `C`, nothing at all, and `env -i`.
     static let environments: [(label: String, env: [String])] = [
@@ -21,7 +23,9 @@ import Testing
     ]
 
     /// A bundle of `sample` made by `producer`.
-    static func bundle(_ sample: SampleSession, by producer: ArchiveProducer, in directory: URL, name: String) throws -> URL {
+    static func bundle(_ sample: SampleSession, by producer: ArchiveProducer, in directory: URL, name: String) throws
+        -> URL
+    {
         let source = directory.appendingPathComponent("src-\(name)")
         try sample.writeLayout(to: source, manifest: true)
         let archive = directory.appendingPathComponent(name)
@@ -37,17 +41,20 @@ import Testing
         }.get()
     }
 
-    @Test("inspect reads names in every script exactly, from every producer, under every scheduler's locale",
-          arguments: producers)
+    @Test(
+        "inspect reads names in every script exactly, from every producer, under every scheduler's locale",
+        arguments: producers)
     func inspectReadsEveryName(producer: ArchiveProducer) async throws {
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 77).renamingImages(to: Self.names)
-            let archive = try Self.bundle(sample, by: producer, in: directory, name: "bundle.archive")  // zip adds .zip to a bare name
+            // zip adds .zip to a bare name
+            let archive = try Self.bundle(sample, by: producer, in: directory, name: "bundle.archive")
             for (label, env) in Self.environments {
                 let result = try await Self.dopesync(["inspect", "--json", archive.path], env: env)
                 #expect(result.status == 0, "\(producer) under \(label): \(result.stdout)\(result.stderr)")
                 let report = try JSONDecoder().decode(Report.self, from: Data(result.stdout.utf8))
-                #expect(Set(report.images?.map(\.fileName) ?? []) == Set(sample.images.keys), "\(producer) under \(label)")
+                #expect(
+                    Set(report.images?.map(\.fileName) ?? []) == Set(sample.images.keys), "\(producer) under \(label)")
                 for image in report.images ?? [] {
                     #expect(image.sha256 == sample.images[image.fileName].map(sha256Hex), "\(image.fileName)")
                 }
@@ -55,8 +62,9 @@ import Testing
         }
     }
 
-    @Test("run under every scheduler's locale uploads every producer's bundle with the exact names",
-          arguments: environments.map(\.label))
+    @Test(
+        "run under every scheduler's locale uploads every producer's bundle with the exact names",
+        arguments: environments.map(\.label))
     func runUploadsExactNames(environment label: String) async throws {
         let env = Self.environments.first { $0.label == label }!.env
         try await withTemporaryDirectory { directory in
@@ -70,17 +78,23 @@ import Testing
                 try FileManager.default.moveItem(atPath: archive.path, toPath: spool.path(.incoming, "b\(index)"))
             }
             try await withDevServer { server in
-                let arguments = ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"]
+                let arguments = [
+                    "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
+                ]
                 let result = try await Self.dopesync(arguments, env: env + ["DOPESYNC_API_TOKEN=\(server.token)"])
                 #expect(result.status == 0, "\(label): \(result.stderr)")
                 #expect(try spool.list(.done).count == samples.count)
                 #expect(try spool.list(.failed).isEmpty)
                 for sample in samples {
-                    let items = try #require((try await server.getJSON("/api/sessions?clientId=\(sample.sessionID)") as? [String: Any])?["items"] as? [[String: Any]])
+                    let items = try #require(
+                        (try await server.getJSON("/api/sessions?clientId=\(sample.sessionID)") as? [String: Any])?[
+                            "items"] as? [[String: Any]])
                     let id = try #require(items.first?["id"] as? Int)
                     let tree = try #require(try await server.getJSON("/api/sessions/\(id)") as? [String: Any])
                     let groups = try #require(tree["groups"] as? [[String: Any]])
-                    let uploaded = groups.flatMap { ($0["images"] as? [[String: Any]] ?? []).compactMap { $0["fileName"] as? String } }
+                    let uploaded = groups.flatMap {
+                        ($0["images"] as? [[String: Any]] ?? []).compactMap { $0["fileName"] as? String }
+                    }
                     // Byte for byte: String's == would call NFC and NFD names equal.
                     #expect(Set(uploaded.map { Array($0.utf8) }) == Set(sample.images.keys.map { Array($0.utf8) }))
                 }
@@ -110,7 +124,10 @@ import Testing
 
             let tarResult = try await Self.dopesync(["inspect", tar], env: ["-i"])
             #expect(tarResult.status == 65)
-            #expect(tarResult.stdout.contains("[invalid_entry_name] images/Scheibe-\\xfc.jpg: this entry's name is not valid UTF-8"), "\(tarResult.stdout)")
+            #expect(
+                tarResult.stdout.contains(
+                    "[invalid_entry_name] images/Scheibe-\\xfc.jpg: this entry's name is not valid UTF-8"),
+                "\(tarResult.stdout)")
 
             let zipResult = try await Self.dopesync(["inspect", "--json", zip], env: ["LC_ALL=C"])
             #expect(zipResult.status == 65)

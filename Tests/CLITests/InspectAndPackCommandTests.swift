@@ -38,7 +38,8 @@ import Testing
             var sample = SampleSession(seed: 22)
             sample.json["humidity"] = 140
             let bundle = directory.appendingPathComponent("bad.tgz")
-            try HostileArchive.write([.file("session.json", sample.sessionBytes), .entry("evil", .symlink, linkTarget: "/")], to: bundle)
+            try HostileArchive.write(
+                [.file("session.json", sample.sessionBytes), .entry("evil", .symlink, linkTarget: "/")], to: bundle)
 
             let result = try runBuilt("dopesync", ["inspect", bundle.path])
             #expect(result.status == 65)
@@ -69,7 +70,8 @@ import Testing
             let source = directory.appendingPathComponent("s")
             try sample.writeLayout(to: source)
             let output = directory.appendingPathComponent("out.tgz")
-            let result = try runBuilt("dopesync", ["pack", source.appendingPathComponent("session.json").path, "--output", output.path])
+            let result = try runBuilt(
+                "dopesync", ["pack", source.appendingPathComponent("session.json").path, "--output", output.path])
             #expect(result.status == 65)
             #expect(result.stderr.contains("rifleSetupId: must be > 0 (was 0)"), "\(result.stderr)")
             #expect(!FileManager.default.fileExists(atPath: output.path))
@@ -83,7 +85,12 @@ import Testing
             let source = directory.appendingPathComponent("s")
             try sample.writeLayout(to: source)
             let output = directory.appendingPathComponent("out.tgz")
-            let pack = try runBuilt("dopesync", ["pack", source.appendingPathComponent("session.json").path, "--images", source.appendingPathComponent("images").path, "--output", output.path])
+            let pack = try runBuilt(
+                "dopesync",
+                [
+                    "pack", source.appendingPathComponent("session.json").path, "--images",
+                    source.appendingPathComponent("images").path, "--output", output.path,
+                ])
             #expect(pack.status == 0, "\(pack.stderr)")
             let inspect = try runBuilt("dopesync", ["inspect", output.path])
             #expect(inspect.status == 0, "\(inspect.stdout)")
@@ -104,7 +111,9 @@ import Testing
             let bomb = directory.appendingPathComponent("bomb.tgz")
             try HostileArchive.writeBomb(to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
             // GNU time reports the child's peak resident set in KiB.
-            let result = try runProcess("/usr/bin/time", ["-f", "maxrss_kib=%M", builtProduct("dopesync").path, "inspect", bomb.path], allowFailure: true)
+            let result = try runProcess(
+                "/usr/bin/time", ["-f", "maxrss_kib=%M", builtProduct("dopesync").path, "inspect", bomb.path],
+                allowFailure: true)
             #expect(result.status == 65)
             #expect(result.stdout.contains("decompression_bomb"))
             let line = try #require(result.stderr.split(separator: "\n").last { $0.hasPrefix("maxrss_kib=") })

@@ -36,7 +36,8 @@ import Testing
     func everyKey() async throws {
         try await withTemporaryDirectory { directory in
             let token = try Self.tokenFile(in: directory)
-            let job = try Self.write("""
+            let job = try Self.write(
+                """
                 # a comment
                 spool: /srv/spool
                 api: https://api.example.test/v1
@@ -72,9 +73,11 @@ import Testing
     @Test("the command line beats the environment, which beats the job file, which beats the defaults")
     func precedence() async throws {
         try await withTemporaryDirectory { directory in
-            let job = try Self.write("spool: ./from-file\napi: http://file.test\nconcurrency: 2\nmin-age: 1m\nmax-bundles:\n", to: directory)
+            let job = try Self.write(
+                "spool: ./from-file\napi: http://file.test\nconcurrency: 2\nmin-age: 1m\nmax-bundles:\n", to: directory)
             let environment = [
-                "DOPESYNC_API_URL": "http://environment.test", "DOPESYNC_CONCURRENCY": "3", "DOPESYNC_API_TOKEN": "from-environment",
+                "DOPESYNC_API_URL": "http://environment.test", "DOPESYNC_CONCURRENCY": "3",
+                "DOPESYNC_API_TOKEN": "from-environment",
                 "DOPESYNC_MAX_TIME": "90s",
             ]
             let settings = try RunConfiguration.resolve(
@@ -92,7 +95,8 @@ import Testing
 
             // --token-file on the command line beats DOPESYNC_API_TOKEN.
             let token = try Self.tokenFile(in: directory, "from-file")
-            let explicit = try RunConfiguration.resolve(commandLine: [.tokenFile: token], environment: environment, jobFile: job)
+            let explicit = try RunConfiguration.resolve(
+                commandLine: [.tokenFile: token], environment: environment, jobFile: job)
             #expect(explicit.token == "from-file")
         }
     }
@@ -108,7 +112,9 @@ import Testing
             #expect("\(error)" == "\(job):3: concurency: unknown key (did you mean concurrency?) [unknown_key]")
             #expect(error.exitStatus == .configuration)
             #expect(JobFileKeys.editDistance("max-tim", "max-time") == 1 && JobFileKeys.editDistance("", "api") == 3)
-            #expect(JobFileKeys.editDistance("spool", "spool") == 0 && JobFileKeys.editDistance("progres", "log-format") > 2)
+            #expect(
+                JobFileKeys.editDistance("spool", "spool") == 0 && JobFileKeys.editDistance("progres", "log-format") > 2
+            )
 
             let far = try Self.write("colour: blue\n", to: directory, name: "far.yaml")
             let farError = try #require(Self.failure(jobFile: far))
@@ -136,16 +142,21 @@ import Testing
             ]
             for (index, example) in cases.enumerated() {
                 let job = try Self.write(example.yaml, to: directory, name: "case\(index).yaml")
-                let error = try #require(Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job), "\(example.yaml)")
+                let error = try #require(
+                    Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job), "\(example.yaml)")
                 #expect(error.code == example.code, "\(example.yaml)")
                 #expect(error.key == example.key, "\(example.yaml)")
                 #expect("\(error)".hasPrefix("\(job):1: \(example.key): "), "\(error)")
                 #expect("\(error)".contains(example.says), "\(error)")
             }
 
-            let fromEnvironment = try #require(Self.failure(environment: ["DOPESYNC_MAX_TIME": "ten minutes"], jobFile: nil))
+            let fromEnvironment = try #require(
+                Self.failure(environment: ["DOPESYNC_MAX_TIME": "ten minutes"], jobFile: nil))
             #expect(fromEnvironment.source == .environment(variable: "DOPESYNC_MAX_TIME"))
-            #expect("\(fromEnvironment)" == "max-time: \"ten minutes\" is not a duration (e.g. 500ms, 30s, 10m, 1h, 2d) (from the environment variable DOPESYNC_MAX_TIME) [bad_value]")
+            #expect(
+                "\(fromEnvironment)"
+                    == "max-time: \"ten minutes\" is not a duration (e.g. 500ms, 30s, 10m, 1h, 2d) (from the environment variable DOPESYNC_MAX_TIME) [bad_value]"
+            )
             #expect(fromEnvironment.exitStatus == .configuration)
 
             let typed = try #require(Self.failure(commandLine: [.minAge: "later"], jobFile: nil))
@@ -178,17 +189,24 @@ import Testing
             #expect(unreadable.source == .jobFile(path: job, line: 2))
 
             let empty = try Self.tokenFile(in: directory, "")
-            let emptyError = try #require(Self.failure(commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let emptyError = try #require(
+                Self.failure(
+                    commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
             #expect(emptyError.code == .unreadableTokenFile)
-            #expect(emptyError.exitStatus == .configuration, "a token file is configuration, even when named by an option")
+            #expect(
+                emptyError.exitStatus == .configuration, "a token file is configuration, even when named by an option")
 
             // A token typed where the file's path belongs is never echoed.
-            let mistake = try #require(Self.failure(commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let mistake = try #require(
+                Self.failure(
+                    commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"],
+                    jobFile: nil))
             #expect(mistake.code == .unreadableTokenFile)
             #expect(!"\(mistake)".contains("s3cretTokenValue"), "\(mistake)")
 
             // An empty variable counts as not set.
-            let unset = try #require(Self.failure(environment: ["DOPESYNC_API_URL": "", "DOPESYNC_API_TOKEN": "t"], jobFile: nil))
+            let unset = try #require(
+                Self.failure(environment: ["DOPESYNC_API_URL": "", "DOPESYNC_API_TOKEN": "t"], jobFile: nil))
             #expect(unset.code == .missing && unset.key == "api")
 
             // status, requeue and prune need only the spool.
@@ -201,18 +219,22 @@ import Testing
     func readableTokenFileWarns() async throws {
         try await withTemporaryDirectory { directory in
             let token = try Self.tokenFile(in: directory, mode: 0o644)
-            let settings = try RunConfiguration.resolve(commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
+            let settings = try RunConfiguration.resolve(
+                commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
             #expect(settings.token == "s3cret-token")
-            #expect(settings.warnings == ["the token file \(token) can be read by other users (mode 644); chmod 600 it"])
+            #expect(
+                settings.warnings == ["the token file \(token) can be read by other users (mode 644); chmod 600 it"])
         }
     }
 
     @Test("the shipped job files are valid")
     func shippedJobFiles() async throws {
         let root = packageRoot()
-        let local = try RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
+        let local = try RunConfiguration.resolve(
+            environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/local.yaml")
         #expect(local.spool == "./spool" && local.apiURL == "http://127.0.0.1:8080")
-        let production = try RunConfiguration.resolve(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
+        let production = try RunConfiguration.resolve(
+            environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: root + "/jobs/production.yaml")
         #expect(production.spool == "/var/spool/dopesync" && production.maxTime == .seconds(240))
         #expect(production.apiURL == "https://api.truedope.example")
     }
@@ -223,16 +245,22 @@ import Testing
             let job = try Self.write("api: http://127.0.0.1:9\nmax-tim: 5m\n", to: directory)
             let typo = try runBuilt("dopesync", ["run", "--job", job], environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(typo.status == 78)
-            #expect(typo.stderr.contains("\(job):2: max-tim: unknown key (did you mean max-time?) [unknown_key]"), "\(typo.stderr)")
+            #expect(
+                typo.stderr.contains("\(job):2: max-tim: unknown key (did you mean max-time?) [unknown_key]"),
+                "\(typo.stderr)")
 
             let status = try runBuilt("dopesync", ["status", "--job", job])
             #expect(status.status == 78, "status refuses the same job file")
 
-            let environment = try runBuilt("dopesync", ["run", "--api", "http://127.0.0.1:9"], environment: ["DOPESYNC_API_TOKEN": "t", "DOPESYNC_CONCURRENCY": "lots"])
+            let environment = try runBuilt(
+                "dopesync", ["run", "--api", "http://127.0.0.1:9"],
+                environment: ["DOPESYNC_API_TOKEN": "t", "DOPESYNC_CONCURRENCY": "lots"])
             #expect(environment.status == 78)
             #expect(environment.stderr.contains("DOPESYNC_CONCURRENCY"))
 
-            let option = try runBuilt("dopesync", ["run", "--api", "http://127.0.0.1:9", "--max-time", "forever"], environment: ["DOPESYNC_API_TOKEN": "t"])
+            let option = try runBuilt(
+                "dopesync", ["run", "--api", "http://127.0.0.1:9", "--max-time", "forever"],
+                environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(option.status == 64)
         }
     }
@@ -244,7 +272,8 @@ import Testing
             try await withDevServer { server in
                 let token = try Self.tokenFile(in: directory, server.token)
                 let metrics = directory.appendingPathComponent("dopesync.prom").path
-                let job = try Self.write("""
+                let job = try Self.write(
+                    """
                     spool: \(spool.root)
                     api: \(server.baseURL)
                     token-file: \(token)
@@ -274,7 +303,9 @@ import Testing
                 for name in Set(samples.keys.map { String($0.prefix { $0 != "{" }) }) {
                     #expect(text.contains("# TYPE \(name) gauge"), "\(name)")
                 }
-                let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.contains(".prom") }
+                let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
+                    $0.contains(".prom")
+                }
                 #expect(leftovers == ["dopesync.prom"])
 
                 // A later run whose token is refused: exit 77 in the file, the last success kept,
@@ -293,12 +324,20 @@ import Testing
 
     @Test("which runs count as healthy for dopesync_last_success_timestamp_seconds")
     func healthyRuns() {
-        let idle = 0, backingOff = 3  // bundles waiting for retry after the run
+        let idle = 0
+        let backingOff = 3  // bundles waiting for retry after the run
         #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 2, exitCode: 0), waitingForRetry: idle))
-        #expect(RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), waitingForRetry: idle), "a bad bundle is the data's fault")
-        #expect(RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: idle), "nothing to do and nothing waiting")
-        #expect(!RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: backingOff), "idle while bundles wait out an outage proves nothing")
-        #expect(!RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), waitingForRetry: backingOff))
+        #expect(
+            RunMetrics.isHealthy(RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), waitingForRetry: idle),
+            "a bad bundle is the data's fault")
+        #expect(
+            RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: idle), "nothing to do and nothing waiting")
+        #expect(
+            !RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: backingOff),
+            "idle while bundles wait out an outage proves nothing")
+        #expect(
+            !RunMetrics.isHealthy(
+                RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), waitingForRetry: backingOff))
         #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, deferred: 1, exitCode: 75), waitingForRetry: backingOff))
         #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, exitCode: 77), waitingForRetry: idle))
     }

@@ -24,7 +24,9 @@ import Testing
         try JSONSerialization.jsonObject(with: Data(text.utf8)) as! [String: Any]
     }
 
-    @Test("status --json after runs with one bundle done, one failed, one deferred; inspect shows the done one's checkpoints")
+    @Test(
+        "status --json after runs with one bundle done, one failed, one deferred; inspect shows the done one's checkpoints"
+    )
     func statusAfterRuns() async throws {
         try await withTemporarySpool { spool, directory in
             let good = SampleSession(seed: 601)
@@ -83,7 +85,10 @@ import Testing
             let lastRun = document["lastRun"] as! [String: Any]
             #expect(lastRun["deferred"] as? Int == 1)
             #expect(lastRun["exitCode"] as? Int == Int(deadStatus.rawValue))
-            for key in ["runID", "host", "pid", "startedAt", "finishedAt", "claimed", "done", "failed", "requests", "bytes", "seconds"] {
+            for key in [
+                "runID", "host", "pid", "startedAt", "finishedAt", "claimed", "done", "failed", "requests", "bytes",
+                "seconds",
+            ] {
                 #expect(lastRun[key] != nil, "lastRun.\(key)")
             }
 
@@ -95,11 +100,19 @@ import Testing
             #expect(text.stdout.contains("deferred 1"))
 
             // inspect: the done bundle's steps, all checkpointed, with server ids.
-            let inspect = try runBuilt("dopesync", ["inspect", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root])
+            let inspect = try runBuilt(
+                "dopesync", ["inspect", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root])
             #expect(inspect.status == 0, "\(inspect.stderr)")
-            #expect(inspect.stdout.contains("checkpoints  \(good.expectedRequestCount) of \(good.expectedRequestCount) steps done"), "\(inspect.stdout)")
+            #expect(
+                inspect.stdout.contains(
+                    "checkpoints  \(good.expectedRequestCount) of \(good.expectedRequestCount) steps done"),
+                "\(inspect.stdout)")
             #expect(inspect.stdout.contains("    session → server id"))
-            let inspectJSON = try Self.jsonObject(try runBuilt("dopesync", ["inspect", "--json", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root]).stdout)
+            let inspectJSON = try Self.jsonObject(
+                try runBuilt(
+                    "dopesync",
+                    ["inspect", "--json", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root]
+                ).stdout)
             #expect((inspectJSON["completedSteps"] as? [Any])?.count == good.expectedRequestCount)
         }
     }
@@ -154,7 +167,9 @@ import Testing
                 #expect(requeue.stdout.contains("3 steps already done"), "\(requeue.stdout)")
                 #expect(try Self.names(spool, .failed).isEmpty)  // the sidecar went with it
                 #expect(try Self.names(spool, .incoming) == [name])
-                let modified = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate] as! Date
+                let modified =
+                    try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate]
+                    as! Date
                 #expect(abs(modified.timeIntervalSinceNow) < 60)
                 let state = try CheckpointStore(spool: spool).bundleState(name: name)
                 #expect(state?.attempts == 0 && state?.lastOutcome == .requeued)
@@ -175,9 +190,12 @@ import Testing
     @Test("requeue of an unknown name: exit 1 naming it; known names are still requeued, under a suffix if taken")
     func requeueUnknownName() async throws {
         try await withTemporarySpool { spool, _ in
-            _ = FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz"), contents: Data("failed one".utf8))
-            _ = FileManager.default.createFile(atPath: spool.path(.failed, "a.tar.gz.error"), contents: Data("bundle: a.tar.gz\n".utf8))
-            _ = FileManager.default.createFile(atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
+            _ = FileManager.default.createFile(
+                atPath: spool.path(.failed, "a.tar.gz"), contents: Data("failed one".utf8))
+            _ = FileManager.default.createFile(
+                atPath: spool.path(.failed, "a.tar.gz.error"), contents: Data("bundle: a.tar.gz\n".utf8))
+            _ = FileManager.default.createFile(
+                atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
 
             let result = try runBuilt("dopesync", ["requeue", "a.tar.gz", "nope.tar.gz", "--spool", spool.root])
             #expect(result.status == 1)
@@ -203,7 +221,8 @@ import Testing
             let store = try CheckpointStore(spool: spool)
             let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
             for name in ["old-1.tar.gz", "old-2.tar.gz", "new.tar.gz"] {
-                _ = FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
+                _ = FileManager.default.createFile(
+                    atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
                 try store.recordClaim(name: name, owner: owner)
                 try store.recordDone(name: name, sessionID: "session-\(name)")
             }

@@ -10,7 +10,9 @@ import Testing
     static func parseUnit(_ path: String) throws -> [String: [String: [String]]] {
         var sections: [String: [String: [String]]] = [:]
         var current: String?
-        for (number, raw) in try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        for (number, raw) in try String(contentsOfFile: path, encoding: .utf8).split(
+            separator: "\n", omittingEmptySubsequences: false
+        ).enumerated() {
             let line = raw.trimmingCharacters(in: .whitespaces)
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
             if line.hasPrefix("[") && line.hasSuffix("]") {
@@ -21,27 +23,35 @@ import Testing
                 Issue.record("\(path):\(number + 1): not a `Key=Value` line inside a section: \(line)")
                 continue
             }
-            sections[section, default: [:]][String(line[..<equals]), default: []].append(String(line[line.index(after: equals)...]))
+            sections[section, default: [:]][String(line[..<equals]), default: []].append(
+                String(line[line.index(after: equals)...]))
         }
         return sections
     }
 
     static let unitFolder = packageRoot() + "/jobs/systemd"
 
-    static let systemdAnalyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first(where: FileManager.default.isExecutableFile)
+    static let systemdAnalyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first(
+        where: FileManager.default.isExecutableFile)
 
     // Where systemd-analyze is missing this test is reported as skipped, not passed; the
     // structural checks of the next tests run everywhere.
-    @Test("systemd-analyze verify accepts the service and the timer without a warning", .enabled(if: systemdAnalyze != nil))
+    @Test(
+        "systemd-analyze verify accepts the service and the timer without a warning",
+        .enabled(if: systemdAnalyze != nil))
     func systemdVerify() async throws {
         let analyze = try #require(Self.systemdAnalyze)
         try await withTemporaryDirectory { directory in
             // The unit names /usr/local/bin/dopesync; verify checks that ExecStart's program exists.
             let service = try String(contentsOfFile: Self.unitFolder + "/dopesync.service", encoding: .utf8)
                 .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
-            try service.write(to: directory.appendingPathComponent("dopesync.service"), atomically: true, encoding: .utf8)
-            try FileManager.default.copyItem(atPath: Self.unitFolder + "/dopesync.timer", toPath: directory.appendingPathComponent("dopesync.timer").path)
-            let result = try runProcess(analyze, ["verify", "dopesync.service", "dopesync.timer"], in: directory, allowFailure: true)
+            try service.write(
+                to: directory.appendingPathComponent("dopesync.service"), atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(
+                atPath: Self.unitFolder + "/dopesync.timer",
+                toPath: directory.appendingPathComponent("dopesync.timer").path)
+            let result = try runProcess(
+                analyze, ["verify", "dopesync.service", "dopesync.timer"], in: directory, allowFailure: true)
             #expect(result.status == 0, "\(result.stderr)")
             // Unknown keys are only warnings to systemd ("ignoring"): a typo in a sandboxing option
             // would silently switch it off, so any output fails the test.
@@ -65,7 +75,9 @@ import Testing
         let service = try #require(unit["Service"])
         #expect(service["Type"] == ["oneshot"])
         #expect(service["User"] == ["dopesync"])
-        for (key, value) in [("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes")] {
+        for (key, value) in [
+            ("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
+        ] {
             #expect(service[key] == [value], "\(key)")
         }
         #expect(service["KillSignal"] == ["SIGTERM"], "dopesync gives bundles back on SIGTERM")
@@ -77,13 +89,20 @@ import Testing
             let credentials = directory.appendingPathComponent("credentials")
             try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
             try "token\n".write(to: credentials.appendingPathComponent("api-token"), atomically: true, encoding: .utf8)
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.appendingPathComponent("api-token").path)
-            let words = execStart.replacingOccurrences(of: "%d", with: credentials.path).split(separator: " ").map(String.init)
+            try FileManager.default.setAttributes(
+                [.posixPermissions: 0o600], ofItemAtPath: credentials.appendingPathComponent("api-token").path)
+            let words = execStart.replacingOccurrences(of: "%d", with: credentials.path).split(separator: " ").map(
+                String.init)
             #expect(words.first == "/usr/local/bin/dopesync")
-            let arguments = words.dropFirst().map { $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0 }
-            let result = try runBuilt("dopesync", arguments, environment: [
-                "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path, "DOPESYNC_API_URL": "http://127.0.0.1:9",
-            ])
+            let arguments = words.dropFirst().map {
+                $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0
+            }
+            let result = try runBuilt(
+                "dopesync", arguments,
+                environment: [
+                    "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path,
+                    "DOPESYNC_API_URL": "http://127.0.0.1:9",
+                ])
             #expect(result.status == 0, "\(arguments): \(result.stderr)")
             #expect(result.stdout.contains("run finished: 0 claimed"))
         }
@@ -111,7 +130,9 @@ import Testing
             #expect(fields[5] == "dopesync", "runs as the unprivileged user")
             commands.append(fields[6])
         }
-        #expect(commands[0].contains("dopesync run --job /etc/dopesync/production.yaml --token-file /etc/dopesync/api-token"))
+        #expect(
+            commands[0].contains(
+                "dopesync run --job /etc/dopesync/production.yaml --token-file /etc/dopesync/api-token"))
         #expect(commands[1].contains("dopesync prune --job /etc/dopesync/production.yaml --older-than 30d"))
 
         try await withTemporaryDirectory { directory in
@@ -125,9 +146,13 @@ import Testing
             for command in commands {
                 // The words from the subcommand on, up to the redirection into logger
                 // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).
-                let invocation = try #require(command.components(separatedBy: " 2>&1").first?.components(separatedBy: "dopesync ").last)
+                let invocation = try #require(
+                    command.components(separatedBy: " 2>&1").first?.components(separatedBy: "dopesync ").last)
                 let arguments = invocation.split(separator: " ").map(String.init)
-                    .map { $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0 == "/etc/dopesync/api-token" ? token : $0 }
+                    .map {
+                        $0 == "/etc/dopesync/production.yaml"
+                            ? packageRoot() + "/jobs/production.yaml" : $0 == "/etc/dopesync/api-token" ? token : $0
+                    }
                 #expect(["run", "prune"].contains(arguments.first), "\(arguments)")
                 let result = try runBuilt("dopesync", arguments, environment: environment)
                 #expect(result.status == 0, "\(arguments): \(result.stderr)")

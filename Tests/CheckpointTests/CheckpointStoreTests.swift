@@ -1,7 +1,8 @@
-@testable import DopeSync
 import Foundation
 import SQLiteSupport
 import Testing
+
+@testable import DopeSync
 
 @Suite struct CheckpointStoreTests {
     let folder: TemporaryFolder
@@ -13,21 +14,27 @@ import Testing
     // MARK: Migrations
 
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
-    static let allMigrations = ["v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups"]
+    static let allMigrations = [
+        "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups",
+    ]
 
     @Test func aVersion1DatabaseIsUpgradedInPlaceKeepingItsRows() throws {
         let path = folder.sub("v1.sqlite")
         let v1 = try SQLiteDatabase(path: path)
         try CheckpointMigrator.migrate(v1, migrations: Array(checkpointMigrations.prefix(1)), now: 0)
         try v1.write { connection in
-            _ = try connection.query("INSERT INTO runs (run_id, host, pid, started_at, finished_at, exit_code) VALUES ('old', 'h', 1, 1, 2, 0)")
+            _ = try connection.query(
+                "INSERT INTO runs (run_id, host, pid, started_at, finished_at, exit_code) VALUES ('old', 'h', 1, 1, 2, 0)"
+            )
         }
         let store = try CheckpointStore(path: path)
         #expect(try store.appliedMigrations() == Self.allMigrations)
         #expect(try store.lastFinishedRun()?.runID == "old")
         #expect(try store.lastHealthyRunFinishedAt() == nil, "a run from before the column was not judged")
         try store.recordRunStarted(runID: "new", host: "h", pid: 2, startedAt: Date(timeIntervalSince1970: 10))
-        try store.recordRunFinished(runID: "new", summary: RunSummary(claimed: 1, done: 1), healthy: true, finishedAt: Date(timeIntervalSince1970: 20))
+        try store.recordRunFinished(
+            runID: "new", summary: RunSummary(claimed: 1, done: 1), healthy: true,
+            finishedAt: Date(timeIntervalSince1970: 20))
         #expect(try store.lastHealthyRunFinishedAt() == Date(timeIntervalSince1970: 20))
     }
 
@@ -50,9 +57,10 @@ import Testing
                     // A dedicated thread per opener, so the openings really overlap.
                     await withCheckedContinuation { continuation in
                         Thread.detachNewThread {
-                            continuation.resume(returning: Result { () throws(CheckpointError) in
-                                try CheckpointStore(path: path).appliedMigrations()
-                            })
+                            continuation.resume(
+                                returning: Result { () throws(CheckpointError) in
+                                    try CheckpointStore(path: path).appliedMigrations()
+                                })
                         }
                     }
                 }
@@ -70,13 +78,17 @@ import Testing
         let store = try open()
         let path = store.path
         let raw = try SQLiteDatabase(path: path)
-        try raw.write { _ = try $0.query("INSERT INTO schema_migrations (name, applied_at) VALUES ('v99-from-the-future', 0)") }
+        try raw.write {
+            _ = try $0.query("INSERT INTO schema_migrations (name, applied_at) VALUES ('v99-from-the-future', 0)")
+        }
         let error = #expect(throws: CheckpointError.self) { try CheckpointStore(path: path) }
         #expect(error?.code == .schemaTooNew)
     }
 
     @Test func openErrorsHaveCodes() throws {
-        let missingFolder = #expect(throws: CheckpointError.self) { try CheckpointStore(path: folder.sub("no/such/folder/db.sqlite")) }
+        let missingFolder = #expect(throws: CheckpointError.self) {
+            try CheckpointStore(path: folder.sub("no/such/folder/db.sqlite"))
+        }
         #expect(missingFolder?.code == .cannotOpen)
 
         try writeFile(folder.sub("garbage.sqlite"), String(repeating: "this is not a database ", count: 100))
@@ -89,21 +101,29 @@ import Testing
 
     @Test func intentThenResultThenCompleted() throws {
         let store = try open()
-        try store.recordClaim(name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r1"), totalSteps: 1, now: now)
-        let first = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
-                                           contentDigest: "d1", bundleName: "b.tar.gz", now: now)
+        try store.recordClaim(
+            name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r1"), totalSteps: 1, now: now
+        )
+        let first = try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
+            contentDigest: "d1", bundleName: "b.tar.gz", now: now)
         #expect(first == .recorded)
         #expect(try store.completedSteps(sessionID: "S").isEmpty)
 
         // No answer came; the step is sent again.
-        let again = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
-                                           contentDigest: "d1", bundleName: "b.tar.gz", now: now.addingTimeInterval(5))
+        let again = try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f1",
+            contentDigest: "d1", bundleName: "b.tar.gz", now: now.addingTimeInterval(5))
         #expect(again == .resent(previousFingerprint: "f1"))
 
-        let done = try store.recordResult(sessionID: "S", stepKey: "session", serverID: 41, now: now.addingTimeInterval(6))
+        let done = try store.recordResult(
+            sessionID: "S", stepKey: "session", serverID: 41, now: now.addingTimeInterval(6))
         #expect(done.serverID == 41)
         let completed = try store.completedSteps(sessionID: "S")
-        #expect(completed == ["session": CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))])
+        #expect(
+            completed == [
+                "session": CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))
+            ])
 
         // The same result again is harmless; the result counted once toward the bundle's progress.
         try store.recordResult(sessionID: "S", stepKey: "session", serverID: 41)
@@ -112,9 +132,11 @@ import Testing
         #expect(bundle.sessionID == "S")
 
         // A done step is never sent again: the intent reports it and changes nothing.
-        let late = try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f2",
-                                          contentDigest: "d2", bundleName: "other", now: now)
-        #expect(late == .alreadyDone(CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))))
+        let late = try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k1", requestFingerprint: "f2",
+            contentDigest: "d2", bundleName: "other", now: now)
+        #expect(
+            late == .alreadyDone(CompletedStep(serverID: 41, contentDigest: "d1", doneAt: now.addingTimeInterval(6))))
         let steps = try store.steps(sessionID: "S")
         #expect(steps.count == 1)
         #expect(steps.first?.state == .done)
@@ -124,14 +146,22 @@ import Testing
 
     @Test func intentsRecordedAheadInOneCommitEachTakeTheirResultLater() throws {
         let store = try open()
-        try store.recordIntent(sessionID: "S", stepKey: "dope:1", idempotencyKey: "k1", requestFingerprint: "f1", contentDigest: "d1", bundleName: "b")
+        try store.recordIntent(
+            sessionID: "S", stepKey: "dope:1", idempotencyKey: "k1", requestFingerprint: "f1", contentDigest: "d1",
+            bundleName: "b")
         try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 7)
         let intents = ["dope:1", "dope:2", "dope:3"].map {
-            CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "k-\($0)", requestFingerprint: "f-\($0)", contentDigest: "d", bundleName: "b")
+            CheckpointStore.StepIntent(
+                stepKey: $0, idempotencyKey: "k-\($0)", requestFingerprint: "f-\($0)", contentDigest: "d",
+                bundleName: "b")
         }
         let outcomes = try store.recordIntents(sessionID: "S", intents)
         #expect(outcomes.count == 3)
-        if case .alreadyDone(let done) = outcomes[0] { #expect(done.serverID == 7) } else { Issue.record("dope:1 is done: \(outcomes[0])") }
+        if case .alreadyDone(let done) = outcomes[0] {
+            #expect(done.serverID == 7)
+        } else {
+            Issue.record("dope:1 is done: \(outcomes[0])")
+        }
         #expect(outcomes[1...].allSatisfy { $0 == .recorded })
         // Recorded, not done: each result comes after its own answer.
         #expect(try store.completedSteps(sessionID: "S").keys.sorted() == ["dope:1"])
@@ -142,12 +172,18 @@ import Testing
 
     @Test func conflictingOrMissingResultsAreErrors() throws {
         let store = try open()
-        let noIntent = #expect(throws: CheckpointError.self) { try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 1) }
+        let noIntent = #expect(throws: CheckpointError.self) {
+            try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 1)
+        }
         #expect(noIntent?.code == .noIntent)
 
-        try store.recordIntent(sessionID: "S", stepKey: "dope:1", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "b")
+        try store.recordIntent(
+            sessionID: "S", stepKey: "dope:1", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "b")
         try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 7)
-        let conflict = #expect(throws: CheckpointError.self) { try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 8) }
+        let conflict = #expect(throws: CheckpointError.self) {
+            try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 8)
+        }
         #expect(conflict?.code == .conflictingResult)
         #expect(try store.completedSteps(sessionID: "S")["dope:1"]?.serverID == 7)
     }
@@ -155,7 +191,9 @@ import Testing
     @Test func completedStepsCarryTheDigestThatRevealsAChangedRecord() throws {
         let store = try open()
         for (key, digest) in [("session", "aa"), ("dope:1", "bb"), ("dope:2", "cc")] {
-            try store.recordIntent(sessionID: "S", stepKey: key, idempotencyKey: "k-\(key)", requestFingerprint: "f", contentDigest: digest, bundleName: "one")
+            try store.recordIntent(
+                sessionID: "S", stepKey: key, idempotencyKey: "k-\(key)", requestFingerprint: "f",
+                contentDigest: digest, bundleName: "one")
         }
         try store.recordResult(sessionID: "S", stepKey: "session", serverID: 1)
         try store.recordResult(sessionID: "S", stepKey: "dope:1", serverID: 2)
@@ -181,13 +219,17 @@ import Testing
         #expect(try store.claims().map(\.bundleName) == ["b"])
 
         let first = try store.recordDeferral(name: "b", sessionID: "S", error: error, now: now, policy: policy)
-        #expect(first == Deferral(attempts: 1, nextAttemptAt: now.addingTimeInterval(60), firstSeen: now, exhausted: false))
+        #expect(
+            first == Deferral(attempts: 1, nextAttemptAt: now.addingTimeInterval(60), firstSeen: now, exhausted: false))
         #expect(try store.claims().isEmpty)
 
         let later = now.addingTimeInterval(100)
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 10, runID: "r2"), now: later)
         let second = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
-        #expect(second == Deferral(attempts: 2, nextAttemptAt: later.addingTimeInterval(120), firstSeen: now, exhausted: false))
+        #expect(
+            second
+                == Deferral(attempts: 2, nextAttemptAt: later.addingTimeInterval(120), firstSeen: now, exhausted: false)
+        )
         let third = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
         #expect(third.nextAttemptAt == later.addingTimeInterval(150))
         #expect(third.exhausted)
@@ -200,7 +242,9 @@ import Testing
         #expect(state.nextAttemptAt == later.addingTimeInterval(150))
         #expect(try store.bundles(withOutcome: .deferred).map(\.name) == ["b"])
 
-        try store.recordFailure(name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "max_attempts")), now: later)
+        try store.recordFailure(
+            name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "max_attempts")), now: later
+        )
         #expect(try store.bundleState(name: "b")?.lastOutcome == .failed)
         #expect(try store.bundleState(name: "b")?.nextAttemptAt == nil)
 
@@ -241,7 +285,8 @@ import Testing
         let store = try open()
         let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
         try store.recordClaim(name: "b", sessionID: "OLD", owner: owner, now: now)
-        _ = try store.recordDeferral(name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "x")), now: now)
+        _ = try store.recordDeferral(
+            name: "b", sessionID: nil, error: BundleFailure(reason: FailureReason(rawValue: "x")), now: now)
         try store.recordDone(name: "b", sessionID: nil, now: now)
         try store.recordClaim(name: "b", sessionID: "NEW", owner: owner, now: now.addingTimeInterval(10))
         let state = try #require(try store.bundleState(name: "b"))
@@ -255,7 +300,9 @@ import Testing
         let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
         func finish(_ name: String, session: String) throws {
             try store.recordClaim(name: name, sessionID: session, owner: owner)
-            try store.recordIntent(sessionID: session, stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: name)
+            try store.recordIntent(
+                sessionID: session, stepKey: "session", idempotencyKey: "k", requestFingerprint: "f",
+                contentDigest: "d", bundleName: name)
             try store.recordResult(sessionID: session, stepKey: "session", serverID: 1)
             try store.recordDone(name: name, sessionID: session)
         }
@@ -274,8 +321,11 @@ import Testing
 
     @Test func renamedMovesRowClaimAndSteps() throws {
         let store = try open()
-        try store.recordClaim(name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r"), now: now)
-        try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "b.tar.gz")
+        try store.recordClaim(
+            name: "b.tar.gz", sessionID: "S", owner: ClaimOwner(host: "h", pid: 1, runID: "r"), now: now)
+        try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "b.tar.gz")
         try store.renamed(from: "b.tar.gz", to: "b.1.tar.gz")
         #expect(try store.bundleState(name: "b.tar.gz") == nil)
         #expect(try store.bundleState(name: "b.1.tar.gz")?.sessionID == "S")
@@ -292,7 +342,8 @@ import Testing
         let store = try open()
         #expect(try store.lastRun() == nil)
         try store.recordRunStarted(runID: "r1", host: "h", pid: 5, startedAt: now)
-        let summary = RunSummary(claimed: 3, done: 1, deferred: 1, failed: 1, requests: 40, bytes: 1 << 33, seconds: 2.5, exitCode: 1)
+        let summary = RunSummary(
+            claimed: 3, done: 1, deferred: 1, failed: 1, requests: 40, bytes: 1 << 33, seconds: 2.5, exitCode: 1)
         try store.recordRunFinished(runID: "r1", summary: summary, finishedAt: now.addingTimeInterval(3))
         try store.recordRunStarted(runID: "r2", host: "h", pid: 6, startedAt: now.addingTimeInterval(60))
         let last = try #require(try store.lastRun())
@@ -302,7 +353,9 @@ import Testing
         #expect(finished.runID == "r1")
         #expect(finished.summary == summary)
         #expect(finished.finishedAt == now.addingTimeInterval(3))
-        let missing = #expect(throws: CheckpointError.self) { try store.recordRunFinished(runID: "nope", summary: summary) }
+        let missing = #expect(throws: CheckpointError.self) {
+            try store.recordRunFinished(runID: "nope", summary: summary)
+        }
         #expect(missing?.code == .database)
     }
 }
@@ -320,14 +373,16 @@ import Testing
         (.constraint, .database),
     ])
     func sqliteFailuresGetCodes(sqlite: SQLiteResultCode, expected: CheckpointError.Code) {
-        let error = CheckpointError.from(SQLiteError(code: sqlite, message: "m"), path: "/spool/dopesync.sqlite", doing: "x")
+        let error = CheckpointError.from(
+            SQLiteError(code: sqlite, message: "m"), path: "/spool/dopesync.sqlite", doing: "x")
         #expect(error.code == expected)
         #expect(error.message.contains("/spool/dopesync.sqlite"))
         #expect(error.cause?.code == sqlite)
     }
 
     @Test func diskFullSaysWhatToDo() {
-        let error = CheckpointError.from(SQLiteError(code: .full, message: "database or disk is full"), path: "/s/db", doing: "x")
+        let error = CheckpointError.from(
+            SQLiteError(code: .full, message: "database or disk is full"), path: "/s/db", doing: "x")
         #expect(error.description.contains("full"))
         #expect(error.description.contains("[disk_full]"))
     }

@@ -1,6 +1,7 @@
-@testable import DopeSync
 import Foundation
 import Testing
+
+@testable import DopeSync
 
 /// When step results commit, and who hears of it: the rules on their own (no database, no
 /// threads; a waiter is a number), then the same over a real checkpoint database.
@@ -31,13 +32,17 @@ import Testing
         #expect(state.isCommitting && state.waitingCount == 0)
 
         // B's bundle needs its result while the batch commits: it waits for the commit under way.
-        guard case .wait = state.settle(b, waiter: 20) else { Issue.record("B should wait for the commit under way"); return }
+        guard case .wait = state.settle(b, waiter: 20) else {
+            Issue.record("B should wait for the commit under way")
+            return
+        }
         let (resume, next) = state.committed(batch!, outcomes: [nil, nil, nil])
         #expect(resume.map(\.0) == [20], "only B was waiting")
         #expect(next == nil, "nothing else is due")
         // A and C settle later and learn at once that theirs are committed.
         guard case .resume(nil) = state.settle(a, waiter: 10), case .resume(nil) = state.settle(c, waiter: 30) else {
-            Issue.record("A and C are committed"); return
+            Issue.record("A and C are committed")
+            return
         }
     }
 
@@ -46,22 +51,36 @@ import Testing
         var state = State(batchSize: 4)
         let (a, _) = state.submit(Self.result("A"))
         let (b, _) = state.submit(Self.result("B"))
-        guard case .commit(let batch) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        guard case .commit(let batch) = state.settle(a, waiter: 10) else {
+            Issue.record("A's settle should commit")
+            return
+        }
         #expect(batch.tickets == [a, b], "B's result rides along")
         let (resume, next) = state.committed(batch, outcomes: [nil, nil])
         #expect(resume.map(\.0) == [10])
         #expect(next == nil)
-        guard case .resume(nil) = state.settle(b, waiter: 20) else { Issue.record("B rode along and is committed"); return }
+        guard case .resume(nil) = state.settle(b, waiter: 20) else {
+            Issue.record("B rode along and is committed")
+            return
+        }
     }
 
-    @Test("results handed in during a commit go in the next batch, which starts when the commit ends if somebody needs it")
+    @Test(
+        "results handed in during a commit go in the next batch, which starts when the commit ends if somebody needs it"
+    )
     func nextBatchStartsWhenNeeded() {
         var state = State(batchSize: 4)
         let (a, _) = state.submit(Self.result("A"))
-        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        guard case .commit(let first) = state.settle(a, waiter: 10) else {
+            Issue.record("A's settle should commit")
+            return
+        }
         let (b, noBatch) = state.submit(Self.result("B"))
         #expect(Self.batch(noBatch) == nil)
-        guard case .wait = state.settle(b, waiter: 20) else { Issue.record("one commit at a time: B waits"); return }
+        guard case .wait = state.settle(b, waiter: 20) else {
+            Issue.record("one commit at a time: B waits")
+            return
+        }
         let (resumeFirst, second) = state.committed(first, outcomes: [nil])
         #expect(resumeFirst.map(\.0) == [10])
         #expect(second?.tickets == [b], "B is waiting, so its batch starts at once")
@@ -74,7 +93,10 @@ import Testing
     func unneededResultsWait() {
         var state = State(batchSize: 3)
         let (a, _) = state.submit(Self.result("A"))
-        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        guard case .commit(let first) = state.settle(a, waiter: 10) else {
+            Issue.record("A's settle should commit")
+            return
+        }
         _ = state.submit(Self.result("B"))
         let (_, next) = state.committed(first, outcomes: [nil])
         #expect(next == nil)
@@ -125,7 +147,10 @@ import Testing
     func batchFilledDuringACommit() {
         var state = State(batchSize: 2)
         let (a, _) = state.submit(Self.result("A"))
-        guard case .commit(let first) = state.settle(a, waiter: 10) else { Issue.record("A's settle should commit"); return }
+        guard case .commit(let first) = state.settle(a, waiter: 10) else {
+            Issue.record("A's settle should commit")
+            return
+        }
         let (b, _) = state.submit(Self.result("B"))
         let (c, filled) = state.submit(Self.result("C"))
         #expect(Self.batch(filled) == nil, "one commit at a time")
@@ -139,32 +164,44 @@ import Testing
     static let steps = (0..<25).map { "dope:\($0)" }
 
     /// A checkpoint database in `folder` where four sessions have the intents of 25 steps each.
-    static func storeWithIntents(in folder: TemporaryFolder) throws -> (CheckpointStore, sessions: [String], steps: [String]) {
+    static func storeWithIntents(in folder: TemporaryFolder) throws -> (
+        CheckpointStore, sessions: [String], steps: [String]
+    ) {
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
         for session in sessions {
-            try store.recordIntents(sessionID: session, steps.map {
-                CheckpointStore.StepIntent(stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d", bundleName: "\(session).tar.gz")
-            })
+            try store.recordIntents(
+                sessionID: session,
+                steps.map {
+                    CheckpointStore.StepIntent(
+                        stepKey: $0, idempotencyKey: "\(session)-\($0)", requestFingerprint: "f", contentDigest: "d",
+                        bundleName: "\(session).tar.gz")
+                })
         }
         return (store, sessions, steps)
     }
 
-    @Test("four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
+        .timeLimit(.minutes(1)))
     func concurrentBundlesOverARealDatabase() async throws {
         let folder = try TemporaryFolder("group-commit")
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // S3's last step is already done with another server id: recording it again is a conflict.
         try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
 
-        let errors = await CheckpointWriter.with(store) { writer in await Self.settleConcurrently(GroupCommit(writer: writer, batchSize: sessions.count), sessions: sessions, steps: steps) }
+        let errors = await CheckpointWriter.with(store) { writer in
+            await Self.settleConcurrently(
+                GroupCommit(writer: writer, batchSize: sessions.count), sessions: sessions, steps: steps)
+        }
         #expect(errors == ["S3: conflicting_result"])
         for session in sessions {
             let done = try store.completedSteps(sessionID: session)
             #expect(done.count == steps.count, "\(session)")
             #expect(done["dope:0"]?.serverID == 1)
         }
-        #expect(try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999, "the conflicting result changed nothing")
+        #expect(
+            try store.completedSteps(sessionID: "S3")["dope:24"]?.serverID == 999,
+            "the conflicting result changed nothing")
         #expect(try store.completedSteps(sessionID: "S2")["dope:24"]?.serverID == 25)
     }
 
@@ -177,20 +214,29 @@ import Testing
                     var errors: [String] = []
                     var previous: GroupCommit.Ticket?
                     for (index, step) in steps.enumerated() {
-                        if let previous, let error = await commits.settle(previous) { errors.append("\(session): \(error.code)") }
-                        previous = commits.submit(CheckpointStore.StepResult(sessionID: session, stepKey: step, serverID: Int64(index + 1)))
+                        if let previous, let error = await commits.settle(previous) {
+                            errors.append("\(session): \(error.code)")
+                        }
+                        previous = commits.submit(
+                            CheckpointStore.StepResult(sessionID: session, stepKey: step, serverID: Int64(index + 1)))
                     }
-                    if let previous, let error = await commits.settle(previous) { errors.append("\(session): \(error.code)") }
+                    if let previous, let error = await commits.settle(previous) {
+                        errors.append("\(session): \(error.code)")
+                    }
                     return errors
                 }
             }
             return await group.reduce(into: []) { $0 += $1 }
         }
-        #expect(commits.committed.results == sessions.count * steps.count, "every result went through a transaction (the refused one changed nothing in it)")
+        #expect(
+            commits.committed.results == sessions.count * steps.count,
+            "every result went through a transaction (the refused one changed nothing in it)")
         return errors
     }
 
-    @Test("one result from each of four bundles a round: one transaction a round, not one a result", .timeLimit(.minutes(1)))
+    @Test(
+        "one result from each of four bundles a round: one transaction a round, not one a result",
+        .timeLimit(.minutes(1)))
     func roundsShareATransaction() async throws {
         let folder = try TemporaryFolder("group-commit-rounds")
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
@@ -201,7 +247,9 @@ import Testing
             for (index, step) in steps.enumerated() {
                 // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
                 for ticket in previous { #expect(await commits.settle(ticket) == nil) }
-                previous = sessions.map { commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1))) }
+                previous = sessions.map {
+                    commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1)))
+                }
             }
             for ticket in previous { #expect(await commits.settle(ticket) == nil) }
             return commits.committed
@@ -214,10 +262,14 @@ import Testing
     func loneResultCommitsWithinTheMaximumDelay() async throws {
         let folder = try TemporaryFolder("group-commit-lone")
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
-        try store.recordIntent(sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d", bundleName: "S.tar.gz")
+        try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "S.tar.gz")
         let (transactions, committed) = AsyncStream.makeStream(of: Int.self)
         await CheckpointWriter.with(store) { writer in
-            let commits = GroupCommit(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) { committed.yield($0) }
+            let commits = GroupCommit(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
+                committed.yield($0)
+            }
             let started = ContinuousClock.now
             let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
             // Nobody settles and the batch never fills: only the timer can commit it.

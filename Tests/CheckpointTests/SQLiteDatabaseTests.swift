@@ -24,7 +24,9 @@ import Testing
         #expect(mode == "wal")
     }
 
-    @Test("a write waits for another holder of the write lock no longer than the busy timeout, then fails as busy and leaves nothing half-written")
+    @Test(
+        "a write waits for another holder of the write lock no longer than the busy timeout, then fails as busy and leaves nothing half-written"
+    )
     func aHeldWriteLockFailsAsBusyAfterTheTimeout() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -45,7 +47,8 @@ import Testing
         }
         let waited = ContinuousClock.now - started
         #expect(error?.code == .busy)
-        #expect(error?.message.contains("db.lock") == true, "the error names the lock file: \(String(describing: error))")
+        #expect(
+            error?.message.contains("db.lock") == true, "the error names the lock file: \(String(describing: error))")
         #expect(waited >= .milliseconds(200) && waited < .seconds(5), "waited \(waited)")
 
         // Once it lets go, writes go through again.

@@ -1,11 +1,12 @@
-@testable import DopeSync
 import DopeSyncTestSupport
 import Foundation
 import Synchronization
 import Testing
 
+@testable import DopeSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite struct SpoolTests {
@@ -58,8 +59,10 @@ import Glibc
         try arrive("upload.part")
         try arrive("young.tar.gz", age: 1)
         try arrive("deferred.tar.gz", age: -3600)  // mtime in the future: its next-attempt time
-        try FileManager.default.createDirectory(atPath: spool.path(.incoming, "folder.tar.gz"), withIntermediateDirectories: false)
-        try FileManager.default.createSymbolicLink(atPath: spool.path(.incoming, "link.tar.gz"), withDestinationPath: spool.path(.incoming, "a.zip"))
+        try FileManager.default.createDirectory(
+            atPath: spool.path(.incoming, "folder.tar.gz"), withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(
+            atPath: spool.path(.incoming, "link.tar.gz"), withDestinationPath: spool.path(.incoming, "a.zip"))
         #expect(mkfifo(spool.path(.incoming, "fifo.tar.gz"), 0o644) == 0)
         try writeFile(spool.path(.tmp, "partial.tar.gz"), modified: now.addingTimeInterval(-600))
 
@@ -77,12 +80,15 @@ import Glibc
     @Test(.enabled(if: ProcessInfo.processInfo.environment["DOPESYNC_BENCH"] != nil))
     func scanOf100000Files() throws {
         for index in 0..<100_000 {
-            let descriptor = open(spool.path(.incoming, "bundle-\(index).tar.gz"), O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+            let descriptor = open(
+                spool.path(.incoming, "bundle-\(index).tar.gz"), O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
             close(descriptor)
         }
         let clock = ContinuousClock()
         var count = 0
-        let elapsed = try clock.measure { count = try spool.scan(now: now.addingTimeInterval(60), minAge: .seconds(5)).count }
+        let elapsed = try clock.measure {
+            count = try spool.scan(now: now.addingTimeInterval(60), minAge: .seconds(5)).count
+        }
         print("scan of 100,000 files: \(elapsed)")
         #expect(count == 100_000)
     }
@@ -230,7 +236,8 @@ import Glibc
         try arrive("b.tar.gz")
         let claim = try claimFirstDue()
         let next = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 600).rounded())
-        try writeFile(spool.path(.incoming, "b.tar.gz"), "a newer bundle of the same name", modified: now.addingTimeInterval(-60))
+        try writeFile(
+            spool.path(.incoming, "b.tar.gz"), "a newer bundle of the same name", modified: now.addingTimeInterval(-60))
         #expect(try claim.giveBack(nextAttemptAt: next) == "b.1.tar.gz")
         #expect(modificationTime(spool.path(.incoming, "b.1.tar.gz")) == next)
         #expect(try spool.scan(now: now, minAge: .zero).map(\.name) == ["b.tar.gz"])
@@ -252,26 +259,29 @@ import Glibc
         try arrive("b.tar.gz", "this one")
         let claim = try claimFirstDue()
         let failedAt = Date(timeIntervalSince1970: 1_700_000_000)
-        let sidecar = ErrorSidecar(bundle: "b.tar.gz", session: "S-1", failedAt: failedAt,
-                                   failure: BundleFailure(reason: .http(422), step: "dope:3", httpStatus: 422, message: "ammunitionId: unknown\nsecond line"),
-                                   attempts: 0, firstSeen: failedAt.addingTimeInterval(-5))
+        let sidecar = ErrorSidecar(
+            bundle: "b.tar.gz", session: "S-1", failedAt: failedAt,
+            failure: BundleFailure(
+                reason: .http(422), step: "dope:3", httpStatus: 422, message: "ammunitionId: unknown\nsecond line"),
+            attempts: 0, firstSeen: failedAt.addingTimeInterval(-5))
         #expect(try claim.moveToFailed(sidecar) == "b.1.tar.gz")
         #expect(contents(spool.path(.failed, "b.tar.gz")) == "earlier failure")
         #expect(contents(spool.path(.failed, "b.1.tar.gz")) == "this one")
         #expect(names(in: spool.path(.failed)) == ["b.1.tar.gz", "b.1.tar.gz.error", "b.tar.gz", "b.tar.gz.error"])
         let text = try #require(contents(spool.sidecarPath(forFailed: "b.1.tar.gz")))
-        #expect(text == """
-            bundle: b.1.tar.gz
-            session: S-1
-            failed_at: 2023-11-14T22:13:20Z
-            reason: http_422
-            step: dope:3
-            http_status: 422
-            message: ammunitionId: unknown\\nsecond line
-            attempts: 0
-            first_seen: 2023-11-14T22:13:15Z
+        #expect(
+            text == """
+                bundle: b.1.tar.gz
+                session: S-1
+                failed_at: 2023-11-14T22:13:20Z
+                reason: http_422
+                step: dope:3
+                http_status: 422
+                message: ammunitionId: unknown\\nsecond line
+                attempts: 0
+                first_seen: 2023-11-14T22:13:15Z
 
-            """)
+                """)
         var expected = sidecar
         expected.bundle = "b.1.tar.gz"
         #expect(ErrorSidecar.read(from: spool.sidecarPath(forFailed: "b.1.tar.gz")) == expected)
@@ -281,12 +291,20 @@ import Glibc
     // MARK: Sidecar
 
     @Test func sidecarRoundTripsAndToleratesWhatItDoesNotKnow() throws {
-        let sidecar = ErrorSidecar(bundle: "x", failedAt: Date(timeIntervalSince1970: 0), reason: FailureReason(.invalidSession),
-                                   message: "a\\b\r\nc\u{2028}d: e")
-        #expect(sidecar.rendered() == "bundle: x\nfailed_at: 1970-01-01T00:00:00Z\nreason: invalid_session\nmessage: a\\\\b\\r\\nc\u{2028}d: e\n")
+        let sidecar = ErrorSidecar(
+            bundle: "x", failedAt: Date(timeIntervalSince1970: 0), reason: FailureReason(.invalidSession),
+            message: "a\\b\r\nc\u{2028}d: e")
+        #expect(
+            sidecar.rendered()
+                == "bundle: x\nfailed_at: 1970-01-01T00:00:00Z\nreason: invalid_session\nmessage: a\\\\b\\r\\nc\u{2028}d: e\n"
+        )
         #expect(ErrorSidecar(parsing: sidecar.rendered()) == sidecar)
 
-        let parsed = try #require(ErrorSidecar(parsing: "reason: r\r\nfailed_at: 2024-05-01T12:00:00Z\r\nbundle: b\nnoise\nfuture_key: v\nhttp_status: nope\n"))
+        let parsed = try #require(
+            ErrorSidecar(
+                parsing:
+                    "reason: r\r\nfailed_at: 2024-05-01T12:00:00Z\r\nbundle: b\nnoise\nfuture_key: v\nhttp_status: nope\n"
+            ))
         #expect(parsed.bundle == "b")
         #expect(parsed.httpStatus == nil)
         #expect(parsed.otherFields == ["future_key": "v"])

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A fresh folder under the system's temporary folder, removed when the test is done with it.
@@ -42,4 +42,3 @@ func modificationTime(_ path: String) -> Date? {
     guard lstat(path, &info) == 0 else { return nil }
     return Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
 }
-

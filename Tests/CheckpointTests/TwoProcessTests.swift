@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Tests that need a second real process running this package's code: the test binary starts itself
@@ -27,7 +27,8 @@ import Glibc
             let store = try CheckpointStore(spool: spool)
             Self.announceReadyAndWait()
             let claimed = try Self.claimAll(spool: spool, store: store, owner: ClaimOwner.current(runID: "child"))
-            try claimed.joined(separator: "\n").write(toFile: spool.root + "/child-claims.txt", atomically: true, encoding: .utf8)
+            try claimed.joined(separator: "\n").write(
+                toFile: spool.root + "/child-claims.txt", atomically: true, encoding: .utf8)
         default:
             Issue.record("unknown role \(role)")
         }
@@ -47,7 +48,9 @@ import Glibc
         #expect(try store.completedSteps(sessionID: "child").count == count)
         #expect(try store.bundleState(name: "parent.tar.gz")?.stepsDone == count)
         #expect(try store.bundleState(name: "child.tar.gz")?.stepsDone == count)
-        let check = try SQLiteDatabase(path: spool.databasePath).read { try $0.queryFirst("PRAGMA integrity_check")?.string(0) }
+        let check = try SQLiteDatabase(path: spool.databasePath).read {
+            try $0.queryFirst("PRAGMA integrity_check")?.string(0)
+        }
         #expect(check == "ok")
     }
 
@@ -62,7 +65,9 @@ import Glibc
         try child.send("go")
         let mine = try Self.claimAll(spool: spool, store: store, owner: ClaimOwner.current(runID: "parent"))
         try child.finish()
-        let theirs = try String(contentsOfFile: spool.root + "/child-claims.txt", encoding: .utf8).split(separator: "\n").map(String.init)
+        let theirs = try String(contentsOfFile: spool.root + "/child-claims.txt", encoding: .utf8).split(
+            separator: "\n"
+        ).map(String.init)
         #expect(Set(mine).isDisjoint(with: theirs))
         #expect(mine.count + theirs.count == 300)
         #expect(Set(mine + theirs).count == 300)
@@ -73,7 +78,9 @@ import Glibc
 
     /// Records `count` steps of session `prefix`, each intent and result in its own transaction, the way a
     /// run does.
-    static func write(spool: Spool, prefix: String, count: Int, announce: Bool = false, startSignal: () throws -> Void = {}) throws {
+    static func write(
+        spool: Spool, prefix: String, count: Int, announce: Bool = false, startSignal: () throws -> Void = {}
+    ) throws {
         let store = try CheckpointStore(spool: spool)
         let bundle = "\(prefix).tar.gz"
         try store.recordClaim(name: bundle, sessionID: prefix, owner: ClaimOwner.current(runID: prefix))
@@ -82,8 +89,9 @@ import Glibc
         }
         try startSignal()
         for index in 0..<count {
-            try store.recordIntent(sessionID: prefix, stepKey: "dope:\(index)", idempotencyKey: "\(prefix)-\(index)",
-                                   requestFingerprint: "f", contentDigest: "d", bundleName: bundle)
+            try store.recordIntent(
+                sessionID: prefix, stepKey: "dope:\(index)", idempotencyKey: "\(prefix)-\(index)",
+                requestFingerprint: "f", contentDigest: "d", bundleName: bundle)
             try store.recordResult(sessionID: prefix, stepKey: "dope:\(index)", serverID: Int64(index))
         }
         try store.recordDone(name: bundle, sessionID: prefix)
@@ -120,7 +128,9 @@ final class ChildProcess {
         environment["DOPESYNC_TEST_CHILD"] = role
         environment["DOPESYNC_TEST_SPOOL"] = spool.root
         environment["DOPESYNC_TEST_COUNT"] = String(count)
-        child = try Spawned(executable, ["--testing-library", "swift-testing", "--filter", "TwoProcessTests/child"], environment: environment)
+        child = try Spawned(
+            executable, ["--testing-library", "swift-testing", "--filter", "TwoProcessTests/child"],
+            environment: environment)
         // Swift Testing prints its own lines too: wait for ours.
         while let line = child.output.readLine() {
             if line == "ready" { return }

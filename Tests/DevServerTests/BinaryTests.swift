@@ -25,7 +25,8 @@ import Testing
     /// listening line; throws if it ends without one.
     static func launch(_ arguments: [String]) async throws -> Launched {
         let executable = Self.executable
-        try #require(FileManager.default.isExecutableFile(atPath: executable.path), "build it first: \(executable.path)")
+        try #require(
+            FileManager.default.isExecutableFile(atPath: executable.path), "build it first: \(executable.path)")
         let process = Process()
         process.executableURL = executable
         process.arguments = ["--port", "0", "--log-level", "warning"] + arguments

@@ -35,7 +35,9 @@ import Testing
             let chronoId = try #require(chrono.id)
             let readingBodies = [Bodies.reading(shot: 1), Bodies.reading(shot: 2)]
             for body in readingBodies {
-                #expect(try await client.post("/api/sessions/\(sessionId)/chrono/\(chronoId)/readings", json: body).status == 201)
+                #expect(
+                    try await client.post("/api/sessions/\(sessionId)/chrono/\(chronoId)/readings", json: body).status
+                        == 201)
             }
             let groupClientId = UUID().uuidString
             let group = try await client.post(
@@ -44,7 +46,8 @@ import Testing
             let groupId = try #require(group.id)
             let measurementBody = Bodies.measurement(clientId: groupClientId)
             #expect(try await client.post("/api/groups/\(groupId)/measurement", json: measurementBody).status == 201)
-            let photo = try await client.postImage(group: groupId, clientId: groupClientId, fileName: "p1.jpg", bytes: SampleImages.jpeg)
+            let photo = try await client.postImage(
+                group: groupId, clientId: groupClientId, fileName: "p1.jpg", bytes: SampleImages.jpeg)
             #expect(photo.status == 201)
             let original = try await client.postImage(
                 group: groupId, clientId: groupClientId, role: "original", fileName: "o.png", bytes: SampleImages.png)
@@ -80,7 +83,9 @@ import Testing
             #expect(images.map { $0["contentType"] as? String } == ["image/jpeg", "image/png"])
             #expect(images[0]["fileName"] as? String == "p1.jpg")
             #expect(images[0]["size"] as? Int == SampleImages.jpeg.count)
-            #expect(images[0]["sha256"] as? String == SHA256.hash(data: SampleImages.jpeg).map { String(format: "%02x", $0) }.joined())
+            #expect(
+                images[0]["sha256"] as? String
+                    == SHA256.hash(data: SampleImages.jpeg).map { String(format: "%02x", $0) }.joined())
         }
     }
 
@@ -89,8 +94,10 @@ import Testing
             let client = APIClient(server)
             let clientId = UUID().uuidString.lowercased()
             let first = try await client.post("/api/sessions", json: Bodies.session(clientId: clientId))
-            let second = try await client.post("/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "k-1")
-            let third = try await client.post("/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "k-2")
+            let second = try await client.post(
+                "/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "k-1")
+            let third = try await client.post(
+                "/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "k-2")
             #expect([first.status, second.status, third.status] == [201, 201, 201] as [Int])
             let lookup = try await client.get("/api/sessions?clientId=\(clientId)")
             #expect(lookup.status == 200)
@@ -128,7 +135,8 @@ import Testing
             let client = APIClient(server)
             let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
             let otherSession = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
-            let chrono = try #require(try await client.post("/api/sessions/\(session)/chrono", json: Bodies.chrono()).id)
+            let chrono = try #require(
+                try await client.post("/api/sessions/\(session)/chrono", json: Bodies.chrono()).id)
 
             let cases: [(String, String)] = [
                 ("/api/sessions/999999/dope", Bodies.dope()),
@@ -147,7 +155,8 @@ import Testing
                 #expect(response.status == 404, "\(path)")
                 #expect(response.errorCode == "not_found", "\(path)")
             }
-            let image = try await client.postImage(group: 999_999, clientId: UUID().uuidString, bytes: SampleImages.jpeg)
+            let image = try await client.postImage(
+                group: 999_999, clientId: UUID().uuidString, bytes: SampleImages.jpeg)
             #expect(image.status == 404)
             let tree = try await client.get("/api/sessions/999999")
             #expect(tree.status == 404)
@@ -219,7 +228,8 @@ import Testing
             #expect(tooLarge.status == 413)
             #expect(tooLarge.errorCode == "payload_too_large")
 
-            let wrongType = try await client.send(.POST, "/api/sessions", body: .init(string: Bodies.session()), contentType: "text/plain")
+            let wrongType = try await client.send(
+                .POST, "/api/sessions", body: .init(string: Bodies.session()), contentType: "text/plain")
             #expect(wrongType.status == 415)
             #expect(wrongType.errorCode == "unsupported_media_type")
         }

@@ -18,7 +18,8 @@ import Testing
             let client = APIClient(server)
             var statuses: Set<Int> = []
             for _ in 0..<12 {
-                let response = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: UUID().uuidString)
+                let response = try await client.post(
+                    "/api/sessions", json: Bodies.session(), idempotencyKey: UUID().uuidString)
                 statuses.insert(response.status)
                 #expect(response.errorCode == "internal")
                 if response.status == 503 { #expect(response.headers.first(name: "Retry-After") == "1") }
@@ -34,7 +35,12 @@ import Testing
     }
 
     @Test func rateLimitRateAnswers429WithRetryAfter() async throws {
-        try await withDevServer(Self.configuration { $0.rateLimitRate = 1; $0.retryAfterSeconds = 2 }) { server in
+        try await withDevServer(
+            Self.configuration {
+                $0.rateLimitRate = 1
+                $0.retryAfterSeconds = 2
+            }
+        ) { server in
             let client = APIClient(server)
             let response = try await client.post("/api/sessions", json: Bodies.session())
             #expect(response.status == 429)
@@ -72,12 +78,18 @@ import Testing
     }
 
     @Test func theSameSeedGivesTheSameFaults() async throws {
-        let configuration = Self.configuration { $0.failRate = 0.3; $0.rateLimitRate = 0.3; $0.seed = 42 }
+        let configuration = Self.configuration {
+            $0.failRate = 0.3
+            $0.rateLimitRate = 0.3
+            $0.seed = 42
+        }
         func statuses() async throws -> [Int] {
             try await withDevServer(configuration) { server in
                 let client = APIClient(server)
                 var statuses: [Int] = []
-                for _ in 0..<30 { statuses.append(try await client.post("/api/sessions", json: Bodies.session()).status) }
+                for _ in 0..<30 {
+                    statuses.append(try await client.post("/api/sessions", json: Bodies.session()).status)
+                }
                 return statuses
             }
         }
@@ -119,9 +131,11 @@ import Testing
             let clientId = UUID().uuidString.lowercased()
             let (sessionId, treeBefore) = try await withDevServer(configuration) { server in
                 let client = APIClient(server)
-                let session = try #require(try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
+                let session = try #require(
+                    try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
                 _ = try await client.post("/api/sessions/\(session)/dope", json: Bodies.dope())
-                let group = try #require(try await client.post("/api/sessions/\(session)/groups", json: Bodies.group()).id)
+                let group = try #require(
+                    try await client.post("/api/sessions/\(session)/groups", json: Bodies.group()).id)
                 _ = try await client.postImage(group: group, clientId: UUID().uuidString, bytes: SampleImages.webp)
                 return (session, try await client.get("/api/sessions/\(session)").body)
             }

@@ -19,8 +19,10 @@ import Testing
 
             // Images are fingerprinted over the exact multipart bytes too.
             let group = try await ImageTests.makeGroup(client)
-            let image1 = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
-            let image2 = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
+            let image1 = try await client.postImage(
+                group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
+            let image2 = try await client.postImage(
+                group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
             #expect(image2.replayed)
             #expect(image2.id == image1.id)
             #expect(try await client.createdCount("image") == 1)
@@ -43,7 +45,8 @@ import Testing
             // Same bytes, another path: another request.
             let session = try #require(first.id)
             let dope = Bodies.dope()
-            #expect(try await client.post("/api/sessions/\(session)/dope", json: dope, idempotencyKey: "d").status == 201)
+            #expect(
+                try await client.post("/api/sessions/\(session)/dope", json: dope, idempotencyKey: "d").status == 201)
             let otherSession = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
             let otherPath = try await client.post("/api/sessions/\(otherSession)/dope", json: dope, idempotencyKey: "d")
             #expect(otherPath.errorCode == "idempotency_key_reused")
@@ -92,7 +95,8 @@ import Testing
             configuration.databasePath = directory + "/devserver.sqlite"
             let body = Bodies.session()
             let firstId = try await withDevServer(configuration) { server in
-                try #require(try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
+                try #require(
+                    try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
             }
             try await withDevServer(configuration) { server in
                 let replay = try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")

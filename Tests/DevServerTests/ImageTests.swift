@@ -9,7 +9,8 @@ import Testing
         let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
         let clientId = UUID().uuidString
         let group = try await client.post(
-            "/api/sessions/\(session)/groups", json: #"{"clientId":"\#(clientId)","groupNumber":1,"distance":100,"numberOfShots":3}"#)
+            "/api/sessions/\(session)/groups",
+            json: #"{"clientId":"\#(clientId)","groupNumber":1,"distance":100,"numberOfShots":3}"#)
         return (try #require(group.id), clientId)
     }
 
@@ -21,7 +22,8 @@ import Testing
         try await withDevServer { server in
             let client = APIClient(server)
             let group = try await Self.makeGroup(client)
-            let response = try await client.postImage(group: group.id, clientId: group.clientId, fileName: "x.\(name)", bytes: bytes)
+            let response = try await client.postImage(
+                group: group.id, clientId: group.clientId, fileName: "x.\(name)", bytes: bytes)
             #expect(response.status == 201)
             #expect(response.json["clientId"] as? String == group.clientId)
         }
@@ -31,7 +33,8 @@ import Testing
         try await withDevServer { server in
             let client = APIClient(server)
             let group = try await Self.makeGroup(client)
-            let response = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.text)
+            let response = try await client.postImage(
+                group: group.id, clientId: group.clientId, bytes: SampleImages.text)
             #expect(response.status == 415)
             #expect(response.errorCode == "unsupported_media_type")
             let empty = try await client.postImage(group: group.id, clientId: group.clientId, bytes: [])
@@ -55,7 +58,8 @@ import Testing
             #expect(justAbove.errorCode == "payload_too_large")
             // Far above: refused from Content-Length, before the body is read.
             let farAbove = try await client.postImage(
-                group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg + Array(repeating: 0, count: 1 << 20))
+                group: group.id, clientId: group.clientId,
+                bytes: SampleImages.jpeg + Array(repeating: 0, count: 1 << 20))
             #expect(farAbove.status == 413)
             #expect(try await client.createdCount("image") == 1)
         }
@@ -66,7 +70,8 @@ import Testing
         try await withDevServer { server in
             let client = APIClient(server)
             let group = try await Self.makeGroup(client)
-            let response = try await client.postImage(group: group.id, clientId: group.clientId, bytes: SampleImages.png, omit: [part])
+            let response = try await client.postImage(
+                group: group.id, clientId: group.clientId, bytes: SampleImages.png, omit: [part])
             #expect(response.status == 422)
             #expect(response.errorCode == "validation_failed")
             #expect(response.errorField == part)
@@ -78,9 +83,13 @@ import Testing
             let client = APIClient(server)
             let group = try await Self.makeGroup(client)
             for role in ["photo", "original", "annotated"] {
-                #expect(try await client.postImage(group: group.id, clientId: group.clientId, role: role, bytes: SampleImages.png).status == 201)
+                #expect(
+                    try await client.postImage(
+                        group: group.id, clientId: group.clientId, role: role, bytes: SampleImages.png
+                    ).status == 201)
             }
-            let bad = try await client.postImage(group: group.id, clientId: group.clientId, role: "thumbnail", bytes: SampleImages.png)
+            let bad = try await client.postImage(
+                group: group.id, clientId: group.clientId, role: "thumbnail", bytes: SampleImages.png)
             #expect(bad.status == 422)
             #expect(bad.errorField == "role")
         }

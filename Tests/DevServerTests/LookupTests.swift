@@ -14,12 +14,15 @@ import Testing
         try await withDevServer(configuration) { server in
             let client = APIClient(server)
             let clientId = UUID().uuidString.lowercased()
-            let session = try await client.post("/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "s")
+            let session = try await client.post(
+                "/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "s")
             #expect(session.status == 201)
             let sessionId = try #require(session.id)
             #expect(try await client.post("/api/sessions/\(sessionId)/dope", json: Bodies.dope()).status == 201)
             // Keys are still honoured: only the lookups are gone.
-            #expect(try await client.post("/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "s").replayed)
+            #expect(
+                try await client.post("/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "s")
+                    .replayed)
 
             let lookups = [
                 (path: "/api/sessions?clientId=\(clientId)", allow: "POST"),
@@ -56,9 +59,12 @@ import Testing
         try await withDevServer { server in
             let client = APIClient(server)
             let clientId = UUID().uuidString.lowercased()
-            let sessionId = try #require(try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
+            let sessionId = try #require(
+                try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
             #expect(try await client.post("/api/sessions/\(sessionId)/chrono", json: Bodies.chrono()).status == 201)
-            for path in ["/sessions?clientId=\(clientId)", "/sessions/\(sessionId)", "/sessions/999999", "/sessions?clientId=x"] {
+            for path in [
+                "/sessions?clientId=\(clientId)", "/sessions/\(sessionId)", "/sessions/999999", "/sessions?clientId=x",
+            ] {
                 let api = try await client.get("/api" + path)
                 let admin = try await client.get("/admin" + path)
                 #expect(admin.status == api.status, "\(path)")

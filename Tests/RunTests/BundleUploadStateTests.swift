@@ -28,7 +28,9 @@ import Testing
     struct Script {
         var intentOutcomes: ([CheckpointStore.StepIntent]) -> [StepIntentOutcome]? = { $0.map { _ in .recorded } }
         var answer: (UploadStep, _ lookFirst: Bool) -> BundleUploadState.Resolution = { step, _ in
-            .response(.created(id: Int64(BundleUploadStateTests.keys.firstIndex(of: step.key)! + 1), replayed: false), cutShort: false)
+            .response(
+                .created(id: Int64(BundleUploadStateTests.keys.firstIndex(of: step.key)! + 1), replayed: false),
+                cutShort: false)
         }
         var settles: (_ stepKey: String) -> Bool = { _ in true }
         var stopping: (_ sent: Int) -> Bool = { _ in false }
@@ -72,7 +74,9 @@ import Testing
         BundleUploadState(plan: plan, bundleName: "b.tar.gz", completed: completed)
     }
 
-    @Test("the clean path: one intents commit, every step sent once in plan order, each result settled while the next step is on the wire")
+    @Test(
+        "the clean path: one intents commit, every step sent once in plan order, each result settled while the next step is on the wire"
+    )
     func cleanPath() {
         var state = Self.fresh()
         let (trace, finish) = Self.drive(&state)
@@ -88,35 +92,56 @@ import Testing
         // Intents go ahead as far as the requests are known: a level of the tree at a time (a
         // child's path needs its parent's server id), each step's before it is sent, once.
         let intents = trace.filter { $0.hasPrefix("intents") }
-        #expect(intents == [
-            "intents session", "intents \(keys[1]),\(keys[2])", "intents \(keys[3]),\(keys[4]),\(keys[5])", "intents \(keys[6])",
-        ])
-        for key in keys { #expect(trace.firstIndex { $0.hasPrefix("intents") && $0.contains(key) }! < trace.firstIndex { $0.hasPrefix("send \(key)") }!) }
+        #expect(
+            intents == [
+                "intents session", "intents \(keys[1]),\(keys[2])", "intents \(keys[3]),\(keys[4]),\(keys[5])",
+                "intents \(keys[6])",
+            ])
+        for key in keys {
+            #expect(
+                trace.firstIndex { $0.hasPrefix("intents") && $0.contains(key) }! < trace.firstIndex {
+                    $0.hasPrefix("send \(key)")
+                }!)
+        }
         #expect(state.serverIDs.count == keys.count)
     }
 
-    @Test("a resumed bundle: steps already done are skipped (their ids fill in the paths), nothing of them is sent or recorded")
+    @Test(
+        "a resumed bundle: steps already done are skipped (their ids fill in the paths), nothing of them is sent or recorded"
+    )
     func resumedBundleSkipsDoneSteps() {
         let keys = Self.keys
-        let done = Dictionary(uniqueKeysWithValues: Self.plan.steps.prefix(3).enumerated().map { index, step in
-            (step.key, CompletedStep(serverID: Int64(100 + index), contentDigest: step.contentDigest, doneAt: Date()))
-        })
+        let done = Dictionary(
+            uniqueKeysWithValues: Self.plan.steps.prefix(3).enumerated().map { index, step in
+                (
+                    step.key,
+                    CompletedStep(serverID: Int64(100 + index), contentDigest: step.contentDigest, doneAt: Date())
+                )
+            })
         var state = Self.fresh(completed: done)
         let (trace, finish) = Self.drive(&state)
         #expect(finish == .done)
-        #expect(trace.first == "intents \(keys[3]),\(keys[4]),\(keys[5])", "the readings and the group: their parents' ids are known")
+        #expect(
+            trace.first == "intents \(keys[3]),\(keys[4]),\(keys[5])",
+            "the readings and the group: their parents' ids are known")
         #expect(trace.dropFirst().first == "send \(keys[3])", "not looked for: its request was never sent before")
         #expect(!trace.contains { $0.hasPrefix("send session") || $0.hasPrefix("send \(keys[1])") })
         #expect(state.serverIDs["session"] == 100)
     }
 
-    @Test("a step done meanwhile by another bundle of the session is not sent; done with other content, the bundle fails naming the step")
+    @Test(
+        "a step done meanwhile by another bundle of the session is not sent; done with other content, the bundle fails naming the step"
+    )
     func doneMeanwhile() {
         let keys = Self.keys
         let dope = Self.plan.steps[1]
         var script = Script()
         script.intentOutcomes = { intents in
-            intents.map { $0.stepKey == dope.key ? .alreadyDone(CompletedStep(serverID: 55, contentDigest: dope.contentDigest, doneAt: Date())) : .recorded }
+            intents.map {
+                $0.stepKey == dope.key
+                    ? .alreadyDone(CompletedStep(serverID: 55, contentDigest: dope.contentDigest, doneAt: Date()))
+                    : .recorded
+            }
         }
         var state = Self.fresh()
         var (trace, finish) = Self.drive(&state, script)
@@ -125,7 +150,10 @@ import Testing
         #expect(state.serverIDs[dope.key] == 55)
 
         script.intentOutcomes = { intents in
-            intents.map { $0.stepKey == dope.key ? .alreadyDone(CompletedStep(serverID: 55, contentDigest: "other", doneAt: Date())) : .recorded }
+            intents.map {
+                $0.stepKey == dope.key
+                    ? .alreadyDone(CompletedStep(serverID: 55, contentDigest: "other", doneAt: Date())) : .recorded
+            }
         }
         state = Self.fresh()
         (trace, finish) = Self.drive(&state, script)
@@ -142,13 +170,16 @@ import Testing
     func resentIntentsAreLookedUpFirst() {
         let reading = Self.plan.steps[3]
         var script = Script()
-        script.intentOutcomes = { intents in intents.map { $0.stepKey == reading.key ? .resent(previousFingerprint: "f") : .recorded } }
+        script.intentOutcomes = { intents in
+            intents.map { $0.stepKey == reading.key ? .resent(previousFingerprint: "f") : .recorded }
+        }
         var state = Self.fresh()
         let (trace, finish) = Self.drive(&state, script)
         #expect(finish == .done)
         #expect(trace.contains("send \(reading.key) (look first)"))
         #expect(trace.filter { $0.hasSuffix("(look first)") }.count == 2, "the session and that step only: \(trace)")
-        let first = state.takeAmbiguousBefore(reading.key), second = state.takeAmbiguousBefore(reading.key)
+        let first = state.takeAmbiguousBefore(reading.key)
+        let second = state.takeAmbiguousBefore(reading.key)
         #expect(first, "its first look may use the tree read for all of them")
         #expect(!second, "only once")
     }
@@ -164,30 +195,53 @@ import Testing
         #expect(trace.last == "settle \(Self.keys[1])")
     }
 
-    @Test("answers decide: 422 fails, 401 gives back, no answer defers (unreachable), retries cut short by a stop give back")
+    @Test(
+        "answers decide: 422 fails, 401 gives back, no answer defers (unreachable), retries cut short by a stop give back"
+    )
     func answersDecide() {
         let chrono = Self.plan.steps[2]
-        func finish(answering response: StepResponse, cutShort: Bool = false) -> (trace: [String], finish: BundleUploadState.Finish) {
+        func finish(answering response: StepResponse, cutShort: Bool = false) -> (
+            trace: [String], finish: BundleUploadState.Finish
+        ) {
             var script = Script()
             let normal = script.answer
-            script.answer = { step, look in step.key == chrono.key ? .response(response, cutShort: cutShort) : normal(step, look) }
+            script.answer = { step, look in
+                step.key == chrono.key ? .response(response, cutShort: cutShort) : normal(step, look)
+            }
             var state = Self.fresh()
             return Self.drive(&state, script)
         }
-        let rejected = finish(answering: .rejected(status: 422, code: "validation_failed", message: "velocity: too fast"))
-        #expect(rejected.finish == .fail(BundleFailure(reason: .http(422), step: chrono.key, httpStatus: 422, message: "velocity: too fast"), stepAnswered: true))
+        let rejected = finish(
+            answering: .rejected(status: 422, code: "validation_failed", message: "velocity: too fast"))
+        #expect(
+            rejected.finish
+                == .fail(
+                    BundleFailure(reason: .http(422), step: chrono.key, httpStatus: 422, message: "velocity: too fast"),
+                    stepAnswered: true))
         #expect(rejected.trace.last == "settle \(Self.keys[1])", "the result before it settled first")
-        #expect(finish(answering: .unauthorized(status: 401, message: "bad token")).finish == .giveBack(.credentialsRefused(status: 401, message: "bad token")))
-        #expect(finish(answering: .retryable(status: nil, retryAfter: nil, message: "timed out")).finish
-            == .deferBundle(BundleFailure(reason: .unreachable, step: chrono.key, message: "timed out"), answered: false))
-        #expect(finish(answering: .retryable(status: 503, retryAfter: nil, message: "busy")).finish
-            == .deferBundle(BundleFailure(reason: .http(503), step: chrono.key, httpStatus: 503, message: "busy"), answered: true))
-        #expect(finish(answering: .retryable(status: 503, retryAfter: nil, message: "busy"), cutShort: true).finish == .giveBack(.stopping))
-        #expect(finish(answering: .imageUnreadable(message: "gone")).finish
-            == .fail(BundleFailure(reason: .bundleChanged, step: chrono.key, message: "gone"), stepAnswered: false))
+        #expect(
+            finish(answering: .unauthorized(status: 401, message: "bad token")).finish
+                == .giveBack(.credentialsRefused(status: 401, message: "bad token")))
+        #expect(
+            finish(answering: .retryable(status: nil, retryAfter: nil, message: "timed out")).finish
+                == .deferBundle(
+                    BundleFailure(reason: .unreachable, step: chrono.key, message: "timed out"), answered: false))
+        #expect(
+            finish(answering: .retryable(status: 503, retryAfter: nil, message: "busy")).finish
+                == .deferBundle(
+                    BundleFailure(reason: .http(503), step: chrono.key, httpStatus: 503, message: "busy"),
+                    answered: true))
+        #expect(
+            finish(answering: .retryable(status: 503, retryAfter: nil, message: "busy"), cutShort: true).finish
+                == .giveBack(.stopping))
+        #expect(
+            finish(answering: .imageUnreadable(message: "gone")).finish
+                == .fail(BundleFailure(reason: .bundleChanged, step: chrono.key, message: "gone"), stepAnswered: false))
     }
 
-    @Test("a step found on the server is recorded with that id and not sent; one found with other content fails the bundle")
+    @Test(
+        "a step found on the server is recorded with that id and not sent; one found with other content fails the bundle"
+    )
     func foundOnServer() {
         var script = Script()
         let normal = script.answer
@@ -205,7 +259,9 @@ import Testing
         #expect(finish == .fail(differs, stepAnswered: true))
     }
 
-    @Test("checkpoints that fail: a result that cannot be committed, or intents, give the bundle back and nothing more is sent")
+    @Test(
+        "checkpoints that fail: a result that cannot be committed, or intents, give the bundle back and nothing more is sent"
+    )
     func checkpointFailures() {
         var script = Script()
         script.settles = { key in key != Self.keys[2] }
@@ -213,7 +269,8 @@ import Testing
         var (trace, finish) = Self.drive(&state, script)
         #expect(finish == .giveBack(.checkpointFailed))
         #expect(trace.last == "settle \(Self.keys[2])")
-        #expect(trace.filter { $0.hasPrefix("send") }.count == 4, "the step after it was on the wire, then nothing more")
+        #expect(
+            trace.filter { $0.hasPrefix("send") }.count == 4, "the step after it was on the wire, then nothing more")
 
         script = Script()
         script.intentOutcomes = { _ in nil }
@@ -223,22 +280,39 @@ import Testing
         #expect(trace == ["intents session"])
     }
 
-    @Test("a session found on the server with no checkpoint: its steps there are recorded as found, in plan order, and skipped")
+    @Test(
+        "a session found on the server with no checkpoint: its steps there are recorded as found, in plan order, and skipped"
+    )
     func reconciliationSkipsWhatTheServerHas() throws {
         var state = Self.fresh()
         // The server holds the session and its DOPE entry (ids 1, 2), nothing else.
         let stored = Self.plan.steps.prefix(2)
-        let tree = try #require(ServerTree(json: Array(try JSONSerialization.data(withJSONObject: [
-            "id": 1, "clientId": Self.plan.sessionID,
-            "dope": [(try JSONSerialization.jsonObject(with: Data(Self.jsonBody(stored.last!))) as! [String: Any]).merging(["id": 2]) { $1 }],
-        ].merging(try JSONSerialization.jsonObject(with: Data(Self.jsonBody(stored.first!))) as! [String: Any]) { old, _ in old }))))
+        let tree = try #require(
+            ServerTree(
+                json: Array(
+                    try JSONSerialization.data(
+                        withJSONObject: [
+                            "id": 1, "clientId": Self.plan.sessionID,
+                            "dope": [
+                                (try JSONSerialization.jsonObject(with: Data(Self.jsonBody(stored.last!)))
+                                    as! [String: Any]).merging(["id": 2]) { $1 }
+                            ],
+                        ].merging(
+                            try JSONSerialization.jsonObject(with: Data(Self.jsonBody(stored.first!))) as! [String: Any]
+                        ) { old, _ in old }))))
         guard case .found(let found) = state.reconciliation(with: tree) else {
             Issue.record("expected steps found")
             return
         }
         #expect(found.map(\.intent.stepKey) == stored.map(\.key))
         #expect(found.map(\.serverID) == [1, 2])
-        state.foundOnServer(found.map { (stepKey: $0.intent.stepKey, done: CompletedStep(serverID: $0.serverID, contentDigest: $0.intent.contentDigest, doneAt: Date())) })
+        state.foundOnServer(
+            found.map {
+                (
+                    stepKey: $0.intent.stepKey,
+                    done: CompletedStep(serverID: $0.serverID, contentDigest: $0.intent.contentDigest, doneAt: Date())
+                )
+            })
         let (trace, finish) = Self.drive(&state)
         #expect(finish == .done)
         #expect(trace.first == "intents \(Self.keys[2])", "the chrono session first: its readings need its id")

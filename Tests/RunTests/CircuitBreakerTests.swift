@@ -44,16 +44,22 @@ import Testing
         #expect(!breaker.isOpen)
         // Every other step: 5 of every 10, never more than half of a window, never 3 in a row.
         var half = CircuitBreaker()
-        for index in 0..<1000 { half.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }
+        for index in 0..<1000 {
+            half.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered)
+        }
         #expect(!half.isOpen)
     }
 
     @Test("the window slides: old failures age out")
     func windowSlides() {
         var breaker = CircuitBreaker()
-        for index in 0..<10 { breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }  // 5 of 10
+        for index in 0..<10 {
+            breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered)
+        }  // 5 of 10
         for _ in 0..<10 { breaker.record(.stepAnswered) }  // those 5 age out
-        for index in 0..<10 { breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered) }  // 5 of 10 again
+        for index in 0..<10 {
+            breaker.record(index.isMultiple(of: 2) ? .stepKeptFailing(answered: true) : .stepAnswered)
+        }  // 5 of 10 again
         #expect(!breaker.isOpen)
         breaker.record(.stepKeptFailing(answered: true))  // replaces the oldest, a failure: still 5
         #expect(!breaker.isOpen)

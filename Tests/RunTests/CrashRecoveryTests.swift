@@ -5,17 +5,18 @@ import SQLiteSupport
 import Synchronization
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import DopeSync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Real processes killed with SIGKILL: `dopesync run` at random moments, and the API itself in
 /// the middle of a run. Nothing is lost and nothing is created twice.
 @Suite struct CrashRecoveryTests {
-    @Test("SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/",
-          arguments: RunAgainstDevServerTests.keys)
+    @Test(
+        "SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/",
+        arguments: RunAgainstDevServerTests.keys)
     func killedRunsLoseNothingAndDuplicateNothing(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle, and a server a few milliseconds slow, so that a child
@@ -67,7 +68,8 @@ import Glibc
         return (server, String(line.dropFirst("listening on ".count)))
     }
 
-    @Test("the API killed mid-run and back on the same port half a second later: the run rides it out, every record once")
+    @Test(
+        "the API killed mid-run and back on the same port half a second later: the run rides it out, every record once")
     func apiRestartMidRun() async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at 10-20 ms, two at a time: the run lasts about 4 s.
@@ -106,12 +108,14 @@ import Glibc
             // The server's own records, from its database (its /admin/stats counts only what the
             // second process created): every record of every bundle, each exactly once.
             let records = try SQLiteDatabase(path: database).read { connection in
-                try connection.query("SELECT kind, count(*), count(DISTINCT client_id) FROM records GROUP BY kind").map {
+                try connection.query("SELECT kind, count(*), count(DISTINCT client_id) FROM records GROUP BY kind").map
+                {
                     (kind: $0.string(0) ?? "", count: $0.int(1) ?? 0, distinct: $0.int(2) ?? 0)
                 }
             }
             #expect(records.first { $0.kind == "session" }?.count == samples.count)
-            #expect(records.reduce(0) { $0 + $1.count } == samples.reduce(0) { $0 + $1.expectedRequestCount }, "\(records)")
+            #expect(
+                records.reduce(0) { $0 + $1.count } == samples.reduce(0) { $0 + $1.expectedRequestCount }, "\(records)")
             #expect(records.allSatisfy { $0.count == $0.distinct }, "zero duplicates: \(records)")
         }
     }

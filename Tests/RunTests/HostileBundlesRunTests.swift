@@ -4,33 +4,38 @@ import Foundation
 import SQLiteSupport
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import DopeSync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Hostile bundles in a real spool: each ends up in `failed/` with its reason, the others are
 /// synced in the same run, and a bundle that kills or stalls the reader is never claimed for ever.
 @Suite struct HostileBundlesRunTests {
-    @Test("one run moves the self-reproducing gzip, gzip in gzip and xz in gzip to failed/ and syncs the others",
-          .timeLimit(.minutes(2)))
+    @Test(
+        "one run moves the self-reproducing gzip, gzip in gzip and xz in gzip to failed/ and syncs the others",
+        .timeLimit(.minutes(2)))
     func hostileBundlesFailAndOthersSync() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
             let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
-            try FileManager.default.copyItem(at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
+            try FileManager.default.copyItem(
+                at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
             for (outer, name) in [("gzip", "gzip-in-gzip"), ("xz", "gzip-in-xz")] {
-                let bundle = try HostileBundles.nested(SampleSession(seed: 310), outer: outer, in: directory, name: name)
+                let bundle = try HostileBundles.nested(
+                    SampleSession(seed: 310), outer: outer, in: directory, name: name)
                 try FileManager.default.moveItem(atPath: bundle.path, toPath: spool.path(.incoming, name))
             }
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(summary.done == 3 && summary.failed == 3)
-                #expect(try RunAgainstDevServerTests.names(spool, .failed) == [
-                    "gzip-in-gzip", "gzip-in-gzip.error", "gzip-in-xz", "gzip-in-xz.error", "quine.gz", "quine.gz.error",
-                ])
+                #expect(
+                    try RunAgainstDevServerTests.names(spool, .failed) == [
+                        "gzip-in-gzip", "gzip-in-gzip.error", "gzip-in-xz", "gzip-in-xz.error", "quine.gz",
+                        "quine.gz.error",
+                    ])
                 for name in ["gzip-in-gzip", "gzip-in-xz", "quine.gz"] {
                     let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
                     #expect(sidecar.contains("reason: nested_compression"), "\(sidecar)")
@@ -41,13 +46,16 @@ import Glibc
 
     /// Waits until the checkpoint database says `name` is being read (the run's own record), after
     /// `cutShort` earlier readings that never ended.
-    static func waitUntilReading(_ spool: Spool, _ name: String, cutShort: Int = 0, timeout: Duration = .seconds(60)) async throws {
+    static func waitUntilReading(_ spool: Spool, _ name: String, cutShort: Int = 0, timeout: Duration = .seconds(60))
+        async throws
+    {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if FileManager.default.fileExists(atPath: spool.databasePath),
                 let database = try? SQLiteDatabase(path: spool.databasePath, readOnly: true),
                 let reading = try? database.read({
-                    try $0.queryFirst("SELECT reading_since FROM bundles WHERE name = ? AND readings_cut_short = ?", [name, cutShort])
+                    try $0.queryFirst(
+                        "SELECT reading_since FROM bundles WHERE name = ? AND readings_cut_short = ?", [name, cutShort])
                 }),
                 reading.double(0) != nil
             {
@@ -58,14 +66,16 @@ import Glibc
         Issue.record("\(name) was never being read")
     }
 
-    @Test("SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
-          .timeLimit(.minutes(2)))
+    @Test(
+        "SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
+        .timeLimit(.minutes(2)))
     func sigtermDuringReading() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
             try spool.create()
             // 64 GiB of zeros to hash: many minutes of reading, so only the stop can end it soon.
-            try HostileBundles.huge(SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
+            try HostileBundles.huge(
+                SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try await withDevServer { server in
                 let run = try spawnRun(spool, against: server)
                 try await Self.waitUntilReading(spool, "huge.tar")
@@ -87,21 +97,26 @@ import Glibc
     static func inspectChild(of parent: pid_t, timeout: Duration = .seconds(60)) async throws -> pid_t? {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            let found = try await onOwnThread { Result { try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true) } }.get()
+            let found = try await onOwnThread {
+                Result { try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true) }
+            }.get()
             if let pid = found.stdout.split(separator: "\n").first.flatMap({ pid_t($0) }) { return pid }
             try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
         }
         return nil
     }
 
-    @Test("a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
-          .timeLimit(.minutes(3)))
+    @Test(
+        "a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
+        .timeLimit(.minutes(3)))
     func readerKillingBundleIsIsolatedThenFailed() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 12)])
-            try HostileBundles.huge(SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
+            try HostileBundles.huge(
+                SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             // The huge bundle first: make it the oldest.
-            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: spool.path(.incoming, "huge.tar"))
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: spool.path(.incoming, "huge.tar"))
             try await withDevServer { server in
                 let first = try spawnRun(spool, against: server, ["--concurrency", "1"])
                 try await Self.waitUntilReading(spool, "huge.tar")
@@ -134,7 +149,8 @@ import Glibc
             let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 14)])
             let name = try RunAgainstDevServerTests.names(spool, .incoming)[0]
             let store = try CheckpointStore(spool: spool)
-            for expected in 0..<3 { #expect(try store.beginReading(name: name) == expected) }  // three processes died reading it
+            // Three processes died reading it.
+            for expected in 0..<3 { #expect(try store.beginReading(name: name) == expected) }
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed && summary.failed == 1)

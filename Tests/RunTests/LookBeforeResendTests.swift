@@ -34,12 +34,17 @@ import Testing
                 #expect(posts.count == samples.reduce(0) { $0 + $1.expectedRequestCount })
                 #expect(summary.requests == gets.count + posts.count)
                 let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
-                #expect(report.stdout.contains("the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key"), "\(report.stdout)")
+                #expect(
+                    report.stdout.contains(
+                        "the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key"),
+                    "\(report.stdout)")
             }
         }
     }
 
-    @Test("a record on the server with other content fails the bundle as changed_after_upload, naming record and field; nothing is sent")
+    @Test(
+        "a record on the server with other content fails the bundle as changed_after_upload, naming record and field; nothing is sent"
+    )
     func conflictingRecordFails() async throws {
         try await withTemporaryDirectory { directory in
             let original = SampleSession(seed: 1200)
@@ -52,7 +57,9 @@ import Testing
 
                 // The same session again, one DOPE entry edited on the phone, and no checkpoint of
                 // the first upload (another host sent it, or the database was lost).
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: spool.databasePath + suffix) }
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: spool.databasePath + suffix)
+                }
                 var edited = original
                 var dope = edited.json["dopeEntries"] as! [[String: any Sendable]]
                 dope[1]["distance"] = 175
@@ -69,7 +76,9 @@ import Testing
         }
     }
 
-    @Test("a bundle of a session partly synced from elsewhere (no checkpoints here) sends only what the server lacks, though it ignores keys")
+    @Test(
+        "a bundle of a session partly synced from elsewhere (no checkpoints here) sends only what the server lacks, though it ignores keys"
+    )
     func progressMadeElsewhere() async throws {
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 1300)
@@ -84,8 +93,11 @@ import Testing
             try await withDevServer(configuration) { server in
                 #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .success)
                 // Here, no checkpoint of that: the whole session arrives in a new bundle.
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: spool.databasePath + suffix) }
-                try FileManager.default.moveItem(atPath: spool.path(.done), toPath: directory.appendingPathComponent("elsewhere").path)
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: spool.databasePath + suffix)
+                }
+                try FileManager.default.moveItem(
+                    atPath: spool.path(.done), toPath: directory.appendingPathComponent("elsewhere").path)
                 try FileManager.default.createDirectory(atPath: spool.path(.done), withIntermediateDirectories: false)
                 try pack(sample, into: spool, scratch: directory.appendingPathComponent("whole"))
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
@@ -98,8 +110,9 @@ import Testing
         }
     }
 
-    @Test("against a server without lookups (404 or 405) a run works, warning once that keys alone must do",
-          arguments: [MissingLookupsStatus.notFound, .methodNotAllowed])
+    @Test(
+        "against a server without lookups (404 or 405) a run works, warning once that keys alone must do",
+        arguments: [MissingLookupsStatus.notFound, .methodNotAllowed])
     func noLookups(answer: MissingLookupsStatus) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(1400 + $0)) }
@@ -108,18 +121,25 @@ import Testing
             configuration.lookups = false
             configuration.lookupsStatus = answer
             try await withDevServer(configuration) { server in
-                let result = try await runBuiltOffPool("dopesync", [
-                    "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
-                ], environment: ["DOPESYNC_API_TOKEN": server.token])
+                let result = try await runBuiltOffPool(
+                    "dopesync",
+                    [
+                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
+                    ], environment: ["DOPESYNC_API_TOKEN": server.token])
                 #expect(result.status == 0, "\(result.stderr)")
                 #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)
-                let warnings = result.stderr.split(separator: "\n").filter { $0.contains("the API has no session lookups") }
+                let warnings = result.stderr.split(separator: "\n").filter {
+                    $0.contains("the API has no session lookups")
+                }
                 #expect(warnings.count == 1, "\(result.stderr)")
                 #expect(warnings.first?.contains("Idempotency-Key alone") == true)
                 let created = try await server.createdCounts()
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
                 let status = try runBuilt("dopesync", ["status", "--spool", spool.root])
-                #expect(status.stdout.contains("the API has no lookups: nothing is sent twice only if it honours Idempotency-Key"), "\(status.stdout)")
+                #expect(
+                    status.stdout.contains(
+                        "the API has no lookups: nothing is sent twice only if it honours Idempotency-Key"),
+                    "\(status.stdout)")
             }
         }
     }

@@ -18,25 +18,33 @@ import Testing
         for (index, sample) in samples.enumerated() {
             let source = directory.appendingPathComponent("src-\(index)")
             try sample.writeLayout(to: source)
-            try BundlePacker().pack(sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil, destination: .spool(root: spool.root))
+            try BundlePacker().pack(
+                sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil,
+                destination: .spool(root: spool.root))
         }
         return spool
     }
 
-    static func run(_ spool: Spool, _ server: RunningDevServer, token: String? = nil, apiURL: String? = nil) async -> (RunSummary, DopeSync.ExitStatus) {
+    static func run(_ spool: Spool, _ server: RunningDevServer, token: String? = nil, apiURL: String? = nil) async -> (
+        RunSummary, DopeSync.ExitStatus
+    ) {
         await runWorker(spool, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
     }
 
     /// The server's tree of the session with this client id (exactly one must exist).
     static func sessionTree(_ server: RunningDevServer, clientID: String) async throws -> [String: Any] {
-        let items = (try await server.getJSON("/api/sessions?clientId=\(clientID)") as! [String: Any])["items"] as! [[String: Any]]
+        let items =
+            (try await server.getJSON("/api/sessions?clientId=\(clientID)") as! [String: Any])["items"]
+            as! [[String: Any]]
         try #require(items.count == 1, "sessions with client id \(clientID)")
         return try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
     }
 
     /// (file name, SHA-256) of every image of a session tree.
     static func images(of tree: [String: Any]) -> [(String, String)] {
-        (tree["groups"] as! [[String: Any]]).flatMap { ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) } }
+        (tree["groups"] as! [[String: Any]]).flatMap {
+            ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) }
+        }
     }
 
     static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
@@ -46,7 +54,8 @@ import Testing
     /// Makes deferred bundles due now: their next-attempt time is their mtime (the Postfix trick).
     static func makeDue(_ spool: Spool) throws {
         for name in try names(spool, .incoming) {
-            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -60)], ofItemAtPath: spool.path(.incoming, name))
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSinceNow: -60)], ofItemAtPath: spool.path(.incoming, name))
         }
     }
 
@@ -66,14 +75,19 @@ import Testing
                 for sample in samples {
                     let tree = try await Self.sessionTree(server, clientID: sample.sessionID)
                     let dope = (tree["dope"] as! [[String: Any]]).map { $0["clientId"] as! String }
-                    #expect(dope == (sample.json["dopeEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
+                    #expect(
+                        dope == (sample.json["dopeEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
                     let chrono = tree["chrono"] as! [[String: Any]]
-                    let readings = chrono.flatMap { ($0["readings"] as! [[String: Any]]).map { $0["clientId"] as! String } }
+                    let readings = chrono.flatMap {
+                        ($0["readings"] as! [[String: Any]]).map { $0["clientId"] as! String }
+                    }
                     let sampleReadings = (sample.json["chronoSessions"] as! [[String: any Sendable]])
                         .flatMap { ($0["velocityReadings"] as! [[String: any Sendable]]).map { $0["id"] as! String } }
                     #expect(readings == sampleReadings)
                     let groups = tree["groups"] as! [[String: Any]]
-                    #expect(groups.map { $0["clientId"] as! String } == (sample.json["groupEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
+                    #expect(
+                        groups.map { $0["clientId"] as! String }
+                            == (sample.json["groupEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
                     let images = Self.images(of: tree)
                     #expect(images.count == sample.images.count)
                     for (name, sha) in images { #expect(sha256Hex(sample.images[name]!) == sha) }
@@ -91,11 +105,13 @@ import Testing
     @Test("a bundle big enough to be validated on the blocking-work pool syncs with every image intact")
     func bigBundleSyncs() async throws {
         try await withTemporaryDirectory { directory in
-            let sample = SampleSession(seed: 77, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000))
+            let sample = SampleSession(
+                seed: 77, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000))
             let spool = try Self.spool(in: directory, samples: [sample])
             let name = "\(sample.sessionID).tar.gz"
             let size = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.size] as! Int64
-            #expect(size >= BundleUploader.inspectedOffTheLoopFrom, "the bundle must be big enough to take the pool's path")
+            #expect(
+                size >= BundleUploader.inspectedOffTheLoopFrom, "the bundle must be big enough to take the pool's path")
             try await withDevServer { server in
                 let (summary, status) = await Self.run(spool, server)
                 #expect(status == .success && summary.done == 1)
@@ -107,7 +123,9 @@ import Testing
         }
     }
 
-    @Test("a server rejection fails the bundle with the step and message; once fixed, a requeue resumes without resending")
+    @Test(
+        "a server rejection fails the bundle with the step and message; once fixed, a requeue resumes without resending"
+    )
     func serverRejectionThenResume() async throws {
         try await withTemporaryDirectory { directory in
             var sample = SampleSession(seed: 200)
@@ -157,7 +175,9 @@ import Testing
         }
     }
 
-    @Test("a checkpoint database held by a stuck process when a run starts: exit 73 after the busy timeout, nothing claimed, nothing sent")
+    @Test(
+        "a checkpoint database held by a stuck process when a run starts: exit 73 after the busy timeout, nothing claimed, nothing sent"
+    )
     func checkpointDatabaseHeldElsewhere() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
@@ -176,7 +196,9 @@ import Testing
                 #expect(status == .cannotCreate)
                 #expect(summary.done == 0 && summary.failed == 0 && summary.requests == 0)
                 let took = ContinuousClock.now - started
-                #expect(took >= .milliseconds(100) && took < .seconds(30), "it waited out the busy timeout, then ended instead of waiting for good: \(took)")
+                #expect(
+                    took >= .milliseconds(100) && took < .seconds(30),
+                    "it waited out the busy timeout, then ended instead of waiting for good: \(took)")
                 #expect(try Self.names(spool, .incoming).count == 3)
                 #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty)
                 #expect(try await server.requestLog().isEmpty)
@@ -184,8 +206,9 @@ import Testing
         }
     }
 
-    @Test("the checkpoint database held by a stuck process in the middle of a run: exit 73, every bundle back in incoming/, none failed or lost",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "the checkpoint database held by a stuck process in the middle of a run: exit 73, every bundle back in incoming/, none failed or lost",
+        .timeLimit(.minutes(1)))
     func checkpointDatabaseHeldMidRun() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
@@ -205,7 +228,9 @@ import Testing
                 #expect(status == .cannotCreate)
                 #expect(summary.done == 0 && summary.failed == 0 && summary.deferred == 0)
                 #expect(try Self.names(spool, .incoming).count == 3)
-                #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty && Self.names(spool, .done).isEmpty)
+                #expect(
+                    try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty
+                        && Self.names(spool, .done).isEmpty)
             }
         }
     }
@@ -282,9 +307,12 @@ import Testing
                 _ = await Worker(options: options, logger: Self.quiet).run()
                 // Done bundles go back in, as if a client sent them again, and the database is gone.
                 for name in try Self.names(spool, .done) {
-                    try FileManager.default.moveItem(atPath: spool.path(.done, name), toPath: spool.path(.incoming, "again-" + name))
+                    try FileManager.default.moveItem(
+                        atPath: spool.path(.done, name), toPath: spool.path(.incoming, "again-" + name))
                 }
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: spool.databasePath + suffix) }
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: spool.databasePath + suffix)
+                }
                 let (_, status) = await Self.run(spool, server)
                 #expect(status == .success)
                 #expect(try Self.names(spool, .done).count == 4)
@@ -314,7 +342,9 @@ import Testing
         }
     }
 
-    @Test("three dopesync processes started at once on one spool: each bundle claimed by one, zero duplicates", arguments: keys)
+    @Test(
+        "three dopesync processes started at once on one spool: each bundle claimed by one, zero duplicates",
+        arguments: keys)
     func threeConcurrentProcesses(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at a few milliseconds each: the batch lasts about a second,
@@ -366,7 +396,9 @@ import Testing
                 let store = try CheckpointStore(spool: spool)
                 for name in left {
                     #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0, "not an attempt: \(name)")
-                    let modified = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate] as! Date
+                    let modified =
+                        try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate]
+                        as! Date
                     #expect(modified <= Date(), "due at once for the next run, not deferred: \(name)")
                 }
             }
@@ -392,7 +424,9 @@ import Testing
                 // Without the breaker every bundle would be claimed and tried.
                 #expect(summary.claimed < samples.count, "\(summary.line)")
                 let (incoming, processing, done, failed) = try (
-                    Self.names(spool, .incoming), Self.names(spool, .processing), Self.names(spool, .done), Self.names(spool, .failed))
+                    Self.names(spool, .incoming), Self.names(spool, .processing), Self.names(spool, .done),
+                    Self.names(spool, .failed)
+                )
                 #expect(processing.isEmpty && failed.isEmpty)
                 #expect(incoming.count + done.count == samples.count)
             }

@@ -39,7 +39,9 @@ import Testing
             fields[step.key] = object
         }
         func children(_ prefix: String, parent: String?) -> [[String: Any]] {
-            plan.steps.filter { $0.key.hasPrefix(prefix) && (parent == nil || $0.parentStepKey == parent) }.map { fields[$0.key]! }
+            plan.steps.filter { $0.key.hasPrefix(prefix) && (parent == nil || $0.parentStepKey == parent) }.map {
+                fields[$0.key]!
+            }
         }
         var session = fields["session"]!
         session["dope"] = children("dope:", parent: nil)
@@ -79,7 +81,8 @@ import Testing
         let tree = try #require(ServerTree(json: bytes))
         #expect(tree.match(dope) == .absent)
 
-        let empty = try #require(ServerTree(json: Array(#"{"id": 9, "clientId": "x", "dope": [], "chrono": [], "groups": []}"#.utf8)))
+        let empty = try #require(
+            ServerTree(json: Array(#"{"id": 9, "clientId": "x", "dope": [], "chrono": [], "groups": []}"#.utf8)))
         #expect(plan.steps.dropFirst().allSatisfy { empty.match($0) == .absent })
     }
 
@@ -87,9 +90,11 @@ import Testing
     func otherContentDiffers() throws {
         let plan = try Self.plan(SampleSession(seed: 3))
         let dope = try #require(plan.steps.first { $0.kind == .dope })
-        let tree = try #require(ServerTree(json: Self.tree(of: plan) { key, fields in
-            if key == dope.key { fields["distance"] = 999 }
-        }))
+        let tree = try #require(
+            ServerTree(
+                json: Self.tree(of: plan) { key, fields in
+                    if key == dope.key { fields["distance"] = 999 }
+                }))
         guard case .differs(_, let field, let server, _) = tree.match(dope) else {
             Issue.record("expected differs, got \(tree.match(dope))")
             return
@@ -103,9 +108,11 @@ import Testing
         let plan = try Self.plan(SampleSession(seed: 4))
         let images = plan.steps.filter { $0.kind == .image }
         let changed = try #require(images.first)
-        let tree = try #require(ServerTree(json: Self.tree(of: plan) { key, fields in
-            if key == changed.key { fields["sha256"] = String(repeating: "0", count: 64) }
-        }))
+        let tree = try #require(
+            ServerTree(
+                json: Self.tree(of: plan) { key, fields in
+                    if key == changed.key { fields["sha256"] = String(repeating: "0", count: 64) }
+                }))
         guard case .differs(_, "sha256", _, _) = tree.match(changed) else {
             Issue.record("expected the sha256 to differ, got \(tree.match(changed))")
             return
@@ -148,13 +155,17 @@ extension ServerTreeTests {
         let sample = SampleSession(seed: 7)  // sessionDate 2026-05-04T11:30:00.250+02:00
         let plan = try Self.plan(sample)
         let session = try #require(plan.steps.first)
-        let same = try #require(ServerTree(json: Self.tree(of: plan) { key, fields in
-            if key == "session" { fields["sessionDate"] = "2026-05-04T09:30:00.25Z" }
-        }))
+        let same = try #require(
+            ServerTree(
+                json: Self.tree(of: plan) { key, fields in
+                    if key == "session" { fields["sessionDate"] = "2026-05-04T09:30:00.25Z" }
+                }))
         #expect(same.match(session) == .present(id: 1))
-        let other = try #require(ServerTree(json: Self.tree(of: plan) { key, fields in
-            if key == "session" { fields["sessionDate"] = "2026-05-04T09:30:01.25Z" }
-        }))
+        let other = try #require(
+            ServerTree(
+                json: Self.tree(of: plan) { key, fields in
+                    if key == "session" { fields["sessionDate"] = "2026-05-04T09:30:01.25Z" }
+                }))
         guard case .differs(_, "sessionDate", _, _) = other.match(session) else {
             Issue.record("expected sessionDate to differ, got \(other.match(session))")
             return

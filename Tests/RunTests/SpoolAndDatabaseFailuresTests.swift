@@ -4,11 +4,11 @@ import Foundation
 import SQLiteSupport
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @testable import DopeSync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Failures of the spool's folders and of the checkpoint database that a run used to swallow:
 /// each now names what failed and ends the run with 73, and no bundle is lost.
@@ -22,10 +22,14 @@ import Glibc
                 chmod(path, 0o777)
             }
             chmod(spool.path(.incoming), 0o333)  // writable, not readable: bundles can arrive, not be listed
-            let arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
-                             "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never"]
+            let arguments = [
+                "--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
+                "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never",
+            ]
             let result = try await onOwnThread {
-                Result { try runProcess("setpriv", arguments, environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true) }
+                Result {
+                    try runProcess("setpriv", arguments, environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true)
+                }
             }.get()
             chmod(spool.path(.incoming), 0o755)
             #expect(result.status == 73, "\(result.stderr)")
@@ -44,19 +48,24 @@ import Glibc
             let store = try CheckpointStore(spool: spool)
             let database = try SQLiteDatabase(path: spool.databasePath)
             try database.write { connection in
-                try connection.execute("""
+                try connection.execute(
+                    """
                     CREATE TRIGGER refuse_done BEFORE UPDATE OF last_outcome ON bundles WHEN NEW.last_outcome = 'done'
                     BEGIN SELECT RAISE(ABORT, 'disk trouble'); END
                     """)
             }
             _ = store
             try await withDevServer { server in
-                let result = try await runBuiltOffPool("dopesync", [
-                    "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
-                ], environment: ["DOPESYNC_API_TOKEN": server.token])
+                let result = try await runBuiltOffPool(
+                    "dopesync",
+                    [
+                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
+                    ], environment: ["DOPESYNC_API_TOKEN": server.token])
                 #expect(result.status == 73, "\(result.stderr)")
                 let name = "\(samples[0].sessionID).tar.gz"
-                #expect(result.stderr.contains("the bundle moved but the checkpoint database could not record it"), "\(result.stderr)")
+                #expect(
+                    result.stderr.contains("the bundle moved but the checkpoint database could not record it"),
+                    "\(result.stderr)")
                 #expect(result.stderr.contains("done/\(name)"))
                 #expect(result.stderr.contains("disk trouble"))
                 #expect(try RunAgainstDevServerTests.names(spool, .done) == [name])  // the bundle itself is safe
@@ -82,7 +91,8 @@ import Glibc
             #expect(!FileManager.default.fileExists(atPath: target))
 
             // The same fallback with a working unlink moves the file.
-            let working = SpoolFiles.RenameCalls(renameNoReplace: { _, _ in ENOSYS }, link: system.link, unlink: system.unlink)
+            let working = SpoolFiles.RenameCalls(
+                renameNoReplace: { _, _ in ENOSYS }, link: system.link, unlink: system.unlink)
             #expect(SpoolFiles.renameNoReplace(source, target, calls: working) == 0)
             #expect(!FileManager.default.fileExists(atPath: source))
             #expect(FileManager.default.fileExists(atPath: target))

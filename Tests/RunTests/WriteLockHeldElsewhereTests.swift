@@ -15,21 +15,31 @@ import Testing
         let requests: Int
     }
 
-    @Test("another process holds the write lock for 5 s mid-run: the progress line keeps ticking and answers in flight are read; released, the run finishes normally",
-          .timeLimit(.minutes(2)))
+    @Test(
+        "another process holds the write lock for 5 s mid-run: the progress line keeps ticking and answers in flight are read; released, the run finishes normally",
+        .timeLimit(.minutes(2)))
     func eventLoopsKeepRunningWhileAnotherProcessWrites() async throws {
         try await withTemporarySpool { spool, scratch in
             let bundles = 4
-            for seed in 1...bundles { try pack(SampleSession(seed: UInt64(9_100 + seed), shape: .realistic), into: spool, scratch: scratch) }
+            for seed in 1...bundles {
+                try pack(SampleSession(seed: UInt64(9_100 + seed), shape: .realistic), into: spool, scratch: scratch)
+            }
             _ = try CheckpointStore(spool: spool)  // migrated, so the run opens it without the lock
             var configuration = DevServerConfiguration()
-            configuration.faults.latencyMilliseconds = 100...100  // a request of each bundle in flight at almost any moment
+            // A request of each bundle in flight at almost any moment.
+            configuration.faults.latencyMilliseconds = 100...100
             try await withDevServer(configuration) { server async throws in
                 // Standard error (the progress line and the log) on the pipe the test reads.
-                let run = try Spawned("/bin/sh", [
-                    "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
-                    "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always", "--concurrency", "4",
-                ], environment: ProcessInfo.processInfo.environment.merging(["DOPESYNC_API_TOKEN": server.token]) { $1 })
+                let run = try Spawned(
+                    "/bin/sh",
+                    [
+                        "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
+                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always",
+                        "--concurrency", "4",
+                    ],
+                    environment: ProcessInfo.processInfo.environment.merging(["DOPESYNC_API_TOKEN": server.token]) {
+                        $1
+                    })
                 let ticks = Self.progressTicks(of: run)
 
                 var holder: Spawned? = nil
@@ -40,7 +50,8 @@ import Testing
                 for await tick in ticks {
                     if lockedAt == nil, tick.requests > 0 {
                         // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
-                        let locker = try Spawned("/usr/bin/flock", ["-o", spool.databaseLockPath, "sh", "-c", "echo locked; exec cat"])
+                        let locker = try Spawned(
+                            "/usr/bin/flock", ["-o", spool.databaseLockPath, "sh", "-c", "echo locked; exec cat"])
                         #expect(await onOwnThread { locker.output.readLine() } == "locked")
                         (holder, lockedAt, requestsWhenLocked) = (locker, .now, tick.requests)
                     } else if let locked = lockedAt, releasedAt == nil {
@@ -67,11 +78,14 @@ import Testing
                 // Answers to the requests in flight were read while nothing could be checkpointed
                 // (the progress line counts a request once its answer is read).
                 let last = try #require(held.last)
-                #expect(last.requests > requestsWhenLocked, "requests answered while the lock was held: \(requestsWhenLocked) → \(last.requests)")
+                #expect(
+                    last.requests > requestsWhenLocked,
+                    "requests answered while the lock was held: \(requestsWhenLocked) → \(last.requests)")
 
                 #expect(status == 0, "the run waited for the lock (10 s busy timeout), then finished normally")
                 #expect(try spool.list(.done).count == bundles)
-                #expect(try spool.list(.incoming).isEmpty && spool.list(.processing).isEmpty && spool.list(.failed).isEmpty)
+                #expect(
+                    try spool.list(.incoming).isEmpty && spool.list(.processing).isEmpty && spool.list(.failed).isEmpty)
                 #expect(try await server.createdCounts()["session"] == bundles, "each session created once")
             }
         }
@@ -91,7 +105,8 @@ import Testing
                 let data = run.output.availableData  // blocks until the run writes or ends
                 guard !data.isEmpty else { break }
                 let now = ContinuousClock.now
-                var pieces = (last + String(decoding: data, as: UTF8.self)).split(separator: "\r", omittingEmptySubsequences: false)
+                var pieces = (last + String(decoding: data, as: UTF8.self)).split(
+                    separator: "\r", omittingEmptySubsequences: false)
                 let tail = String(pieces.removeLast())
                 // pieces[0], if any, is `last` completed.
                 for (index, piece) in pieces.enumerated() where !(index == 0 && lastCounted) {

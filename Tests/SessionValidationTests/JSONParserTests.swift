@@ -77,7 +77,9 @@ import Testing
         Malformed("truncated sequence", [0x22, 0xE2, 0x82], .invalidUTF8, column: 2),
         Malformed("non-ASCII outside strings", [0x5B, 0xC3, 0xA9, 0x5D], .unexpectedByte, column: 2),
         Malformed("duplicate key", #"{"a":1,"b":{"c":1,"c":2}}"#.bytes, .duplicateKey, column: 19),
-        Malformed("error position on a later line", "{\n  \"a\": 1,\n  \"b\": x\n}".bytes, .unexpectedByte, line: 3, column: 8),
+        Malformed(
+            "error position on a later line", "{\n  \"a\": 1,\n  \"b\": x\n}".bytes, .unexpectedByte, line: 3, column: 8
+        ),
     ]
 
     @Test(arguments: malformed)
@@ -142,13 +144,20 @@ import Testing
         NumberCase(literal: "1.0", isIntegerLiteral: false, intValue: nil, doubleValue: 1),
         NumberCase(literal: "1e2", isIntegerLiteral: false, intValue: nil, doubleValue: 100),
         NumberCase(literal: "-1.25E-3", isIntegerLiteral: false, intValue: nil, doubleValue: -0.00125),
-        NumberCase(literal: "9223372036854775807", isIntegerLiteral: true, intValue: Int.max, doubleValue: 9.223372036854775807e18),
-        NumberCase(literal: "-9223372036854775808", isIntegerLiteral: true, intValue: Int.min, doubleValue: -9.223372036854775808e18),
-        NumberCase(literal: "9223372036854775808", isIntegerLiteral: true, intValue: nil, doubleValue: 9.223372036854775808e18),
+        NumberCase(
+            literal: "9223372036854775807", isIntegerLiteral: true, intValue: Int.max,
+            doubleValue: 9.223372036854775807e18),
+        NumberCase(
+            literal: "-9223372036854775808", isIntegerLiteral: true, intValue: Int.min,
+            doubleValue: -9.223372036854775808e18),
+        NumberCase(
+            literal: "9223372036854775808", isIntegerLiteral: true, intValue: nil, doubleValue: 9.223372036854775808e18),
         NumberCase(
             literal: "123456789012345678901234567890", isIntegerLiteral: true, intValue: nil,
             doubleValue: 1.2345678901234568e29),
-        NumberCase(literal: "1.7976931348623157e308", isIntegerLiteral: false, intValue: nil, doubleValue: .greatestFiniteMagnitude),
+        NumberCase(
+            literal: "1.7976931348623157e308", isIntegerLiteral: false, intValue: nil,
+            doubleValue: .greatestFiniteMagnitude),
         NumberCase(literal: "5e-324", isIntegerLiteral: false, intValue: nil, doubleValue: .leastNonzeroMagnitude),
         NumberCase(literal: "1e-400", isIntegerLiteral: false, intValue: nil, doubleValue: 0),
     ])

@@ -21,9 +21,15 @@ import Testing
 
     @Test func membersAreWrittenInTheCallersOrder() {
         let body: JSONValue = ["clientId": "6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60", "distance": 100, "notes": "zero"]
-        let reordered: JSONValue = ["notes": "zero", "distance": 100, "clientId": "6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60"]
-        #expect(String(decoding: body.serialized(), as: UTF8.self) == #"{"clientId":"6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60","distance":100,"notes":"zero"}"#)
-        #expect(String(decoding: reordered.serialized(), as: UTF8.self) == #"{"notes":"zero","distance":100,"clientId":"6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60"}"#)
+        let reordered: JSONValue = [
+            "notes": "zero", "distance": 100, "clientId": "6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60",
+        ]
+        #expect(
+            String(decoding: body.serialized(), as: UTF8.self)
+                == #"{"clientId":"6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60","distance":100,"notes":"zero"}"#)
+        #expect(
+            String(decoding: reordered.serialized(), as: UTF8.self)
+                == #"{"notes":"zero","distance":100,"clientId":"6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60"}"#)
     }
 
     @Test func theSameValueAlwaysGivesTheSameBytes() throws {
@@ -46,10 +52,12 @@ import Testing
     }
 
     @Test func stringsGetOnlyTheEscapesJSONRequires() {
-        let value = JSONValue.string("quote \" backslash \\ newline \n tab \t bell \u{7} unit \u{1F} slash / é \u{2028} del \u{7F}")
+        let value = JSONValue.string(
+            "quote \" backslash \\ newline \n tab \t bell \u{7} unit \u{1F} slash / é \u{2028} del \u{7F}")
         #expect(
             String(decoding: value.serialized(), as: UTF8.self)
-                == #""quote \" backslash \\ newline \n tab \t bell \u0007 unit \u001f slash / é "# + "\u{2028}" + " del \u{7F}\"")
+                == #""quote \" backslash \\ newline \n tab \t bell \u0007 unit \u001f slash / é "# + "\u{2028}"
+                + " del \u{7F}\"")
     }
 
     @Test func numbersBuiltFromSwiftValuesHaveValidLiterals() throws {
@@ -72,8 +80,11 @@ import Testing
 
     @Test(arguments: [
         (JSONPath.root, ""),
-        (JSONPath.root.appending("groupEntries").appending(index: 2).appending("measurement").appending("bulletDiameter"),
-         "groupEntries[2].measurement.bulletDiameter"),
+        (
+            JSONPath.root.appending("groupEntries").appending(index: 2).appending("measurement").appending(
+                "bulletDiameter"),
+            "groupEntries[2].measurement.bulletDiameter"
+        ),
         (JSONPath.root.appending(index: 0).appending(index: 1), "[0][1]"),
         (JSONPath.root.appending("a").appending("odd.key").appending(""), #"a["odd.key"][""]"#),
     ])

@@ -97,13 +97,25 @@ import Testing
         bad("id", nil, .missingField, "required"),
         bad("id", .null, .missingField, "required"),
         bad("id", "not-a-uuid", .badUUID, #"must be a UUID (was "not-a-uuid")"#),
-        bad("id", "{6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60}", .badUUID, #"must be a UUID (was "{6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60}")"#),
+        bad(
+            "id", "{6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60}", .badUUID,
+            #"must be a UUID (was "{6f1c2a4e-8b3d-4c5e-9f7a-1b2c3d4e5f60}")"#),
         bad("id", 42, .wrongType, "must be a string (was 42)"),
-        bad("createdAt", "2026-05-04T09:30:00", .badDate, #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:00")"#),
-        bad("createdAt", "2026-02-29T09:30:00Z", .badDate, #"must be an RFC 3339 date with a time zone (was "2026-02-29T09:30:00Z")"#),
-        bad("createdAt", "2026-05-04T09:30:60Z", .badDate, #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:60Z")"#),
-        bad("sessionDate", "2026-05-04 09:30:00Z", .badDate, #"must be an RFC 3339 date with a time zone (was "2026-05-04 09:30:00Z")"#),
-        bad("sessionDate", "2026-05-04T09:30:00+2:00", .badDate, #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:00+2:00")"#),
+        bad(
+            "createdAt", "2026-05-04T09:30:00", .badDate,
+            #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:00")"#),
+        bad(
+            "createdAt", "2026-02-29T09:30:00Z", .badDate,
+            #"must be an RFC 3339 date with a time zone (was "2026-02-29T09:30:00Z")"#),
+        bad(
+            "createdAt", "2026-05-04T09:30:60Z", .badDate,
+            #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:60Z")"#),
+        bad(
+            "sessionDate", "2026-05-04 09:30:00Z", .badDate,
+            #"must be an RFC 3339 date with a time zone (was "2026-05-04 09:30:00Z")"#),
+        bad(
+            "sessionDate", "2026-05-04T09:30:00+2:00", .badDate,
+            #"must be an RFC 3339 date with a time zone (was "2026-05-04T09:30:00+2:00")"#),
         bad("sessionDate", nil, .missingField, "required"),
         bad("sessionDate", 1_714_815_000, .wrongType, "must be a string (was 1714815000)"),
         // The session's numbers.
@@ -112,7 +124,9 @@ import Testing
         bad("rifleSetupId", "12", .wrongType, #"must be an integer (was "12")"#),
         bad("rifleSetupId", .number(number("1.0")), .wrongType, "must be an integer (was 1.0)"),
         bad("rifleSetupId", .number(number("1e2")), .wrongType, "must be an integer (was 1e2)"),
-        bad("rifleSetupId", .number(number("9223372036854775808")), .outOfRange, "must fit in a 64-bit integer (was 9223372036854775808)"),
+        bad(
+            "rifleSetupId", .number(number("9223372036854775808")), .outOfRange,
+            "must fit in a 64-bit integer (was 9223372036854775808)"),
         bad("locationId", -3, .outOfRange, "must be > 0 (was -3)"),
         bad("notes", .string(String(repeating: "n", count: 10_001)), .tooLong, "at most 10000 characters (was 10001)"),
         bad("notes", true, .wrongType, "must be a string (was true)"),
@@ -126,14 +140,18 @@ import Testing
         bad("dopeEntries[0]", "x", .wrongType, #"must be an object (was "x")"#),
         bad("dopeEntries[0].distance", .number(number("1.5")), .wrongType, "must be an integer (was 1.5)"),
         bad("dopeEntries[0].distance", nil, .missingField, "required"),
-        bad("dopeEntries[1].id", "d0000000-0000-4000-8000-000000000001", .duplicateID, "duplicate id (also at dopeEntries[0].id)"),
+        bad(
+            "dopeEntries[1].id", "d0000000-0000-4000-8000-000000000001", .duplicateID,
+            "duplicate id (also at dopeEntries[0].id)"),
         bad("dopeEntries[0].ammunitionId", 0, .outOfRange, "must be > 0 (was 0)"),
         bad("dopeEntries[0].elevationMoa", "1", .wrongType, #"must be a number (was "1")"#),
         // Chrono sessions and readings.
         bad("chronoSessions", .null, .missingField, "required"),
         bad("chronoSessions[0].distanceToChronograph", -1, .outOfRange, "must be >= 0 (was -1)"),
         bad("chronoSessions[0].ammoLotId", 0, .outOfRange, "must be > 0 (was 0)"),
-        bad("chronoSessions[0].id", "c0000000-0000-4000-8000-00000000001", .badUUID, #"must be a UUID (was "c0000000-0000-4000-8000-00000000001")"#),
+        bad(
+            "chronoSessions[0].id", "c0000000-0000-4000-8000-00000000001", .badUUID,
+            #"must be a UUID (was "c0000000-0000-4000-8000-00000000001")"#),
         bad("chronoSessions[1].velocityReadings", nil, .missingField, "required"),
         bad("chronoSessions[0].velocityReadings[1].shotNumber", 0, .outOfRange, "must be >= 1 (was 0)"),
         bad("chronoSessions[0].velocityReadings[0].velocity", 0, .outOfRange, "must be > 0 (was 0)"),
@@ -145,15 +163,23 @@ import Testing
         bad("groupEntries[0].numberOfShots", 0, .outOfRange, "must be >= 1 (was 0)"),
         bad("groupEntries[0].distance", .number(number("-0")), .outOfRange, "must be > 0 (was -0)"),
         bad("groupEntries[0].groupSizeMoa", .number(number("-0.1")), .outOfRange, "must be >= 0 (was -0.1)"),
-        bad("groupEntries[2].id", .string(readingID), .duplicateID, "duplicate id (also at chronoSessions[0].velocityReadings[0].id)"),
+        bad(
+            "groupEntries[2].id", .string(readingID), .duplicateID,
+            "duplicate id (also at chronoSessions[0].velocityReadings[0].id)"),
         bad("groupEntries[1].imageFileNames", nil, .missingField, "required"),
         bad("groupEntries[0].imageFileNames[1]", "../x.jpg", .badFileName, #"not a plain file name (was "../x.jpg")"#),
-        bad("groupEntries[0].imageFileNames[0]", #"photos\g1.jpg"#, .badFileName, #"not a plain file name (was "photos\\g1.jpg")"#),
+        bad(
+            "groupEntries[0].imageFileNames[0]", #"photos\g1.jpg"#, .badFileName,
+            #"not a plain file name (was "photos\\g1.jpg")"#),
         bad("groupEntries[0].imageFileNames[0]", "", .badFileName, #"not a plain file name (was "")"#),
         bad("groupEntries[0].imageFileNames[0]", "..", .badFileName, #"not a plain file name (was "..")"#),
         bad("groupEntries[0].imageFileNames[0]", ".", .badFileName, #"not a plain file name (was ".")"#),
-        bad("groupEntries[0].imageFileNames[0]", "a\u{0}.jpg", .badFileName, #"not a plain file name (was "a\u0000.jpg")"#),
-        bad("groupEntries[0].imageFileNames[0]", .string(String(repeating: "é", count: 128)), .badFileName, "at most 255 bytes of UTF-8 (was 256)"),
+        bad(
+            "groupEntries[0].imageFileNames[0]", "a\u{0}.jpg", .badFileName,
+            #"not a plain file name (was "a\u0000.jpg")"#),
+        bad(
+            "groupEntries[0].imageFileNames[0]", .string(String(repeating: "é", count: 128)), .badFileName,
+            "at most 255 bytes of UTF-8 (was 256)"),
         bad("groupEntries[0].imageFileNames[0]", 7, .wrongType, "must be a string (was 7)"),
         // Measurements.
         bad("groupEntries[0].measurement", "x", .wrongType, #"must be an object (was "x")"#),
@@ -164,11 +190,17 @@ import Testing
         bad("groupEntries[2].measurement.holePositions", nil, .missingField, "required"),
         bad("groupEntries[0].measurement.holePositions[1].y", nil, .missingField, "required"),
         bad("groupEntries[0].measurement.holePositions[0]", [1, 2], .wrongType, "must be an object (was an array)"),
-        bad("groupEntries[0].measurement.measurementConfidence", .number(number("1.01")), .outOfRange, "must be between 0 and 1 (was 1.01)"),
+        bad(
+            "groupEntries[0].measurement.measurementConfidence", .number(number("1.01")), .outOfRange,
+            "must be between 0 and 1 (was 1.01)"),
         bad("groupEntries[0].measurement.cep50", -1, .outOfRange, "must be >= 0 (was -1)"),
         bad("groupEntries[0].measurement.verticalSpread", [], .wrongType, "must be a number (was an array)"),
-        bad("groupEntries[0].measurement.originalImageFileName", "sub/dir.png", .badFileName, #"not a plain file name (was "sub/dir.png")"#),
-        bad("groupEntries[2].measurement.annotatedImageFileName", "..", .badFileName, #"not a plain file name (was "..")"#),
+        bad(
+            "groupEntries[0].measurement.originalImageFileName", "sub/dir.png", .badFileName,
+            #"not a plain file name (was "sub/dir.png")"#),
+        bad(
+            "groupEntries[2].measurement.annotatedImageFileName", "..", .badFileName,
+            #"not a plain file name (was "..")"#),
     ]
 
     @Test(arguments: badFields)
@@ -203,11 +235,13 @@ import Testing
             name: "trailing comma", bytes: #"{"dopeEntries": [1,]}"#.bytes, path: "dopeEntries", code: .malformedJSON,
             message: "malformed JSON at line 1, column 20 (byte 19): a trailing comma is not allowed"),
         BadDocument(
-            name: "invalid UTF-8", bytes: [0x7B, 0x22, 0x6E, 0xFF, 0x22, 0x3A, 0x31, 0x7D], path: "", code: .malformedJSON,
+            name: "invalid UTF-8", bytes: [0x7B, 0x22, 0x6E, 0xFF, 0x22, 0x3A, 0x31, 0x7D], path: "",
+            code: .malformedJSON,
             message: "malformed JSON at line 1, column 4 (byte 3): byte 0xFF cannot start a UTF-8 sequence"),
         BadDocument(
             name: "duplicate key", bytes: "{\"groupEntries\": [{\"id\": 1,\n \"id\": 2}]}".bytes,
-            path: "groupEntries[0].id", code: .duplicateKey, message: #"duplicate key "id" at line 2, column 2 (byte 29)"#),
+            path: "groupEntries[0].id", code: .duplicateKey,
+            message: #"duplicate key "id" at line 2, column 2 (byte 29)"#),
     ]
 
     @Test(arguments: badDocuments)

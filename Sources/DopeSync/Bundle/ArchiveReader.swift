@@ -1,7 +1,7 @@
 import CArchive
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What kind of thing an archive entry is. Only regular files and directories are acceptable in
@@ -34,25 +34,40 @@ struct ArchiveEntryHeader: Sendable {
 /// allows, and the others only to name them in an error.
 enum CompressionMagic: String, Sendable, CaseIterable {
     case gzip, bzip2, xz, zstd
-    case lz4, lzip, compress = "compress (.Z)", lzma
-    case sevenZip = "7-Zip", rar = "RAR"
+    case lz4, lzip
+    case compress = "compress (.Z)"
+    case lzma
+    case sevenZip = "7-Zip"
+    case rar = "RAR"
 
     static let sniffLength = 6
 
     init?(prefix: some Collection<UInt8>) {
         let bytes = Array(prefix.prefix(Self.sniffLength))
         func starts(_ magic: [UInt8]) -> Bool { bytes.starts(with: magic) }
-        if starts([0x1F, 0x8B]) { self = .gzip }
-        else if starts([0x42, 0x5A, 0x68]), bytes.count > 3, (0x31...0x39).contains(bytes[3]) { self = .bzip2 }
-        else if starts([0xFD, 0x37, 0x7A, 0x58, 0x5A, 0x00]) { self = .xz }
-        else if starts([0x28, 0xB5, 0x2F, 0xFD]) { self = .zstd }
-        else if starts([0x04, 0x22, 0x4D, 0x18]) { self = .lz4 }
-        else if starts(Array("LZIP".utf8)) { self = .lzip }
-        else if starts([0x1F, 0x9D]) { self = .compress }
-        else if starts([0x5D, 0x00, 0x00]) { self = .lzma }
-        else if starts([0x37, 0x7A, 0xBC, 0xAF, 0x27, 0x1C]) { self = .sevenZip }
-        else if starts(Array("Rar!".utf8)) { self = .rar }
-        else { return nil }
+        if starts([0x1F, 0x8B]) {
+            self = .gzip
+        } else if starts([0x42, 0x5A, 0x68]), bytes.count > 3, (0x31...0x39).contains(bytes[3]) {
+            self = .bzip2
+        } else if starts([0xFD, 0x37, 0x7A, 0x58, 0x5A, 0x00]) {
+            self = .xz
+        } else if starts([0x28, 0xB5, 0x2F, 0xFD]) {
+            self = .zstd
+        } else if starts([0x04, 0x22, 0x4D, 0x18]) {
+            self = .lz4
+        } else if starts(Array("LZIP".utf8)) {
+            self = .lzip
+        } else if starts([0x1F, 0x9D]) {
+            self = .compress
+        } else if starts([0x5D, 0x00, 0x00]) {
+            self = .lzma
+        } else if starts([0x37, 0x7A, 0xBC, 0xAF, 0x27, 0x1C]) {
+            self = .sevenZip
+        } else if starts(Array("Rar!".utf8)) {
+            self = .rar
+        } else {
+            return nil
+        }
     }
 
     /// libarchive's code for a filter BUNDLE.md allows; nil for the others.
@@ -93,7 +108,9 @@ public struct ReadBudget: Sendable {
         if let deadline, let time, ContinuousClock.now >= deadline {
             return BundleError(
                 .overTimeBudget, culprit: culprit,
-                message: "reading took longer than its time budget of \(time.formattedSeconds): refused as a hostile or damaged archive")
+                message:
+                    "reading took longer than its time budget of \(time.formattedSeconds): refused as a hostile or damaged archive"
+            )
         }
         return nil
     }
@@ -136,7 +153,9 @@ private final class ArchiveInput {
         Unmanaged<ArchiveInput>.fromOpaque(clientData!).takeUnretainedValue()
     }
 
-    static func read(_: OpaquePointer?, _ clientData: UnsafeMutableRawPointer?, _ buffer: UnsafeMutablePointer<UnsafeRawPointer?>?) -> la_ssize_t {
+    static func read(
+        _: OpaquePointer?, _ clientData: UnsafeMutableRawPointer?, _ buffer: UnsafeMutablePointer<UnsafeRawPointer?>?
+    ) -> la_ssize_t {
         let input = ArchiveInput.from(clientData)
         if let reason = input.budget.exceeded(culprit: input.path) {
             input.interruption = reason
@@ -152,7 +171,9 @@ private final class ArchiveInput {
         }
     }
 
-    static func seek(_: OpaquePointer?, _ clientData: UnsafeMutableRawPointer?, _ offset: la_int64_t, _ whence: Int32) -> la_int64_t {
+    static func seek(_: OpaquePointer?, _ clientData: UnsafeMutableRawPointer?, _ offset: la_int64_t, _ whence: Int32)
+        -> la_int64_t
+    {
         let input = ArchiveInput.from(clientData)
         return la_int64_t(lseek(input.descriptor, off_t(offset), whence))
     }
@@ -195,14 +216,20 @@ final class ArchiveReader {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {
             let code = errno
-            throw BundleError(code == ENOENT ? .notAnArchive : .io, culprit: path, message: "cannot open: \(String(cString: strerror(code)))")
+            throw BundleError(
+                code == ENOENT ? .notAnArchive : .io, culprit: path,
+                message: "cannot open: \(String(cString: strerror(code)))")
         }
         let input = ArchiveInput(descriptor: descriptor, blockSize: blockSize, budget: budget, path: path)
         var prefix = [UInt8](repeating: 0, count: CompressionMagic.sniffLength)
         let sniffed = pread(descriptor, &prefix, prefix.count, 0)
         let magic = CompressionMagic(prefix: prefix.prefix(max(sniffed, 0)))
         if let magic, magic.allowedFilter == nil {
-            throw BundleError(.notAnArchive, culprit: path, message: "\(magic.rawValue) data: a bundle is tar or zip, compressed with gzip, bzip2, xz or zstd or not at all")
+            throw BundleError(
+                .notAnArchive, culprit: path,
+                message:
+                    "\(magic.rawValue) data: a bundle is tar or zip, compressed with gzip, bzip2, xz or zstd or not at all"
+            )
         }
         guard let archive = archive_read_new() else {
             throw BundleError(.io, culprit: path, message: "libarchive could not allocate a reader")
@@ -221,7 +248,8 @@ final class ArchiveReader {
         archive_read_set_callback_data(archive, Unmanaged.passUnretained(input).toOpaque())
         // Opened before `self` is complete, so a failure frees the handle here and deinit never runs.
         if withUTF8Names({ archive_read_open1(archive) }) != ARCHIVE_OK {
-            let error = Self.explainNesting(Self.classify(archive, input: input, culprit: path, during: nil), path: path, filter: magic)
+            let error = Self.explainNesting(
+                Self.classify(archive, input: input, culprit: path, during: nil), path: path, filter: magic)
             archive_read_free(archive)
             throw error
         }
@@ -287,10 +315,13 @@ final class ArchiveReader {
     /// Why reading failed: the budget's reason when a callback refused to go on, else libarchive's
     /// message turned into a code a person can act on: a cut-off stream says "truncated" or
     /// "premature end", an unknown format "unrecognized archive format".
-    private static func classify(_ archive: OpaquePointer, input: ArchiveInput, culprit: String, during activity: String?) -> BundleError {
+    private static func classify(
+        _ archive: OpaquePointer, input: ArchiveInput, culprit: String, during activity: String?
+    ) -> BundleError {
         if let interruption = input.interruption { return interruption }
         if input.readErrno != 0 {
-            return BundleError(.io, culprit: culprit, message: "cannot read: \(String(cString: strerror(input.readErrno)))")
+            return BundleError(
+                .io, culprit: culprit, message: "cannot read: \(String(cString: strerror(input.readErrno)))")
         }
         let detail = errorString(archive) ?? "unknown error"
         let lowered = detail.lowercased()
@@ -309,7 +340,9 @@ final class ArchiveReader {
     /// compressed data again is a nested stream, and a stream that breaks off is truncated or
     /// damaged (libarchive's format detection reports both as an unknown format once filter
     /// detection is off). Either says more to a person than "not an archive".
-    private static func explainNesting(_ error: BundleError, path: String, filter outer: CompressionMagic?) -> BundleError {
+    private static func explainNesting(_ error: BundleError, path: String, filter outer: CompressionMagic?)
+        -> BundleError
+    {
         guard error.code == .notAnArchive, let outer, let code = outer.allowedFilter else { return error }
         return probeInside(path: path, filter: code, name: outer.rawValue) ?? error
     }
@@ -341,7 +374,9 @@ final class ArchiveReader {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var filled = 0
         while filled < buffer.count {
-            let count = buffer.withUnsafeMutableBytes { archive_read_data(archive, $0.baseAddress! + filled, $0.count - filled) }
+            let count = buffer.withUnsafeMutableBytes {
+                archive_read_data(archive, $0.baseAddress! + filled, $0.count - filled)
+            }
             if count < 0 { return broken(errorString(archive) ?? "unknown error") }
             if count == 0 { break }
             filled += count
@@ -367,7 +402,9 @@ final class ArchiveReader {
                 rawPath = EntryName.escaped(bytes)
                 nameError = BundleError(
                     .invalidEntryName, culprit: rawPath,
-                    message: "this entry's name is not valid UTF-8 (bytes that are not are shown as \\xNN); rename the file and pack the bundle again")
+                    message:
+                        "this entry's name is not valid UTF-8 (bytes that are not are shown as \\xNN); rename the file and pack the bundle again"
+                )
             }
         } else {
             // A name flagged UTF-8 (zip) or given in a pax header that is not valid UTF-8:

@@ -46,7 +46,9 @@ struct ArchiveScan: Sendable {
 
     /// Reads the whole archive at `path` once. Throws only for errors that stop the reading
     /// (unreadable, truncated, damaged, limits passed); other problems land in ``errors``.
-    static func scan(path: String, limits: BundleLimits, budget: ReadBudget = .unbounded) throws(BundleError) -> ArchiveScan {
+    static func scan(path: String, limits: BundleLimits, budget: ReadBudget = .unbounded) throws(BundleError)
+        -> ArchiveScan
+    {
         try withArchiveReader(path: path, budget: budget) { reader throws(BundleError) in
             var scan = ArchiveScan()
             var seenPaths: Set<String> = []
@@ -74,7 +76,9 @@ struct ArchiveScan: Sendable {
                 // that has one; a second folder with one cannot be the single-top-folder root.
                 var keep: [UInt8]? = nil
                 let components = path.split(separator: "/", omittingEmptySubsequences: false)
-                if accepted, let name = components.last.map(String.init), bufferedNames.contains(name), components.count <= 2 {
+                if accepted, let name = components.last.map(String.init), bufferedNames.contains(name),
+                    components.count <= 2
+                {
                     let folder = components.count == 2 ? String(components[0]) : nil
                     if folder == nil || bufferedTopFolder == nil || bufferedTopFolder == folder {
                         if let folder { bufferedTopFolder = folder }
@@ -114,20 +118,22 @@ struct ArchiveScan: Sendable {
                     if keep != nil {
                         if size > limits.maxSessionBytes {
                             keep = nil
-                            scan.errors.append(BundleError(
-                                .sessionTooLarge, culprit: path,
-                                message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
-                            ))
+                            scan.errors.append(
+                                BundleError(
+                                    .sessionTooLarge, culprit: path,
+                                    message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
+                                ))
                         } else {
                             keep!.append(contentsOf: chunk)
                         }
                     }
                 }
                 guard accepted else { continue }
-                scan.files.append(ScannedFile(
-                    path: path, ordinal: scan.files.count, size: size,
-                    sha256: hasher.finalize().hexString, prefix: prefix
-                ))
+                scan.files.append(
+                    ScannedFile(
+                        path: path, ordinal: scan.files.count, size: size,
+                        sha256: hasher.finalize().hexString, prefix: prefix
+                    ))
                 if let keep { scan.buffered[path] = keep }
                 if let retain, scan.retainedBytes + size <= retainedTotalLimit {
                     scan.retained[path] = retain
@@ -144,7 +150,9 @@ struct ArchiveScan: Sendable {
 
     /// Normalises an entry's path and decides whether it is a file the bundle may hold;
     /// records why not, otherwise. Directories are remembered but not "accepted" as files.
-    private mutating func admit(_ header: ArchiveEntryHeader, seenPaths: inout Set<String>) -> (path: String, accepted: Bool) {
+    private mutating func admit(_ header: ArchiveEntryHeader, seenPaths: inout Set<String>) -> (
+        path: String, accepted: Bool
+    ) {
         if let nameError = header.nameError {
             errors.append(nameError)
             return (header.rawPath, false)
@@ -164,10 +172,13 @@ struct ArchiveScan: Sendable {
         case .regularFile:
             break
         case .symbolicLink, .hardLink:
-            errors.append(BundleError(.linkEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+            errors.append(
+                BundleError(.linkEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
             return (path, false)
         case .characterDevice, .blockDevice, .fifo, .socket, .unknown:
-            errors.append(BundleError(.specialEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
+            errors.append(
+                BundleError(
+                    .specialEntry, culprit: path, message: "a \(header.kind.rawValue) is not allowed in a bundle"))
             return (path, false)
         }
         if header.isEncrypted {
@@ -175,7 +186,8 @@ struct ArchiveScan: Sendable {
             return (path, false)
         }
         if !seenPaths.insert(path).inserted {
-            errors.append(BundleError(.duplicatePath, culprit: path, message: "the archive holds this path more than once"))
+            errors.append(
+                BundleError(.duplicatePath, culprit: path, message: "the archive holds this path more than once"))
             return (path, false)
         }
         return (path, true)
@@ -210,11 +222,13 @@ enum EntryPath {
             return .failure(BundleError(.absolutePath, culprit: raw, message: "an absolute path is not allowed"))
         }
         if raw.contains("\\") || raw.contains("\0") {
-            return .failure(BundleError(.badEntryPath, culprit: raw, message: "a path may not contain a backslash or NUL"))
+            return .failure(
+                BundleError(.badEntryPath, culprit: raw, message: "a path may not contain a backslash or NUL"))
         }
         var components = raw.split(separator: "/", omittingEmptySubsequences: true)
         if components.contains("..") {
-            return .failure(BundleError(.parentTraversal, culprit: raw, message: "a path with a `..` component is not allowed"))
+            return .failure(
+                BundleError(.parentTraversal, culprit: raw, message: "a path with a `..` component is not allowed"))
         }
         // `./a` and `a/./b` name the same file as `a` and `a/b`.
         components.removeAll { $0 == "." }

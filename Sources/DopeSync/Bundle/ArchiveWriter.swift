@@ -1,9 +1,9 @@
 import CArchive
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Writes a gzip-compressed tar (POSIX pax) to an open file descriptor, wrapping libarchive.
@@ -55,7 +55,10 @@ final class ArchiveWriter {
         try produce { (chunk: UnsafeRawBufferPointer) throws(BundleError) in
             total += Int64(chunk.count)
             guard total <= size else {
-                throw BundleError(.io, culprit: path, message: "changed while being packed: now more than \(size) bytes, the size it had when it was checked")
+                throw BundleError(
+                    .io, culprit: path,
+                    message:
+                        "changed while being packed: now more than \(size) bytes, the size it had when it was checked")
             }
             var offset = 0
             while offset < chunk.count {
@@ -65,7 +68,9 @@ final class ArchiveWriter {
             }
         }
         guard total == size else {
-            throw BundleError(.io, culprit: path, message: "changed while being packed: now \(total) bytes, \(size) when it was checked")
+            throw BundleError(
+                .io, culprit: path,
+                message: "changed while being packed: now \(total) bytes, \(size) when it was checked")
         }
         guard archive_write_finish_entry(archive) == ARCHIVE_OK else { throw Self.error(archive, culprit: path) }
     }

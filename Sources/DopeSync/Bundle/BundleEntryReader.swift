@@ -102,7 +102,9 @@ public final class BundleEntryReader {
             if ordinal == image.ordinal {
                 let path = EntryPath.normalise(header.rawPath).successValue
                 guard path == image.entryPath else {
-                    throw BundleError(.damaged, culprit: image.entryPath, message: "the archive changed since it was validated (found \(header.rawPath))")
+                    throw BundleError(
+                        .damaged, culprit: image.entryPath,
+                        message: "the archive changed since it was validated (found \(header.rawPath))")
                 }
                 return reader
             }

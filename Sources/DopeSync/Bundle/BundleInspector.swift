@@ -15,7 +15,10 @@ public struct BundleImage: Sendable, Hashable {
     /// (``ArchiveScan/retainedFileLimit``); nil when it is streamed from the archive.
     var bytes: [UInt8]?
 
-    init(fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int, bytes: [UInt8]? = nil) {
+    init(
+        fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int,
+        bytes: [UInt8]? = nil
+    ) {
         self.fileName = fileName
         self.entryPath = entryPath
         self.size = size
@@ -73,10 +76,11 @@ public struct BundleInspector: Sendable {
         var errors = scan.errors
 
         guard let root = Self.root(of: scan) else {
-            errors.append(BundleError(
-                .missingSession, culprit: "session.json",
-                message: "no session.json at the archive's top, nor in a single top-level folder"
-            ))
+            errors.append(
+                BundleError(
+                    .missingSession, culprit: "session.json",
+                    message: "no session.json at the archive's top, nor in a single top-level folder"
+                ))
             throw BundleValidationError(bundle: path, errors: errors)
         }
         let filesByPath = Dictionary(scan.files.map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
@@ -97,17 +101,19 @@ public struct BundleInspector: Sendable {
         for reference in session?.imageReferences ?? [] where images[reference.fileName] == nil {
             let entryPath = root + "images/" + reference.fileName
             guard let file = filesByPath[entryPath] else {
-                errors.append(BundleError(
-                    .missingImage, culprit: reference.fieldPath,
-                    message: "names images/\(reference.fileName), which the bundle does not hold"
-                ))
+                errors.append(
+                    BundleError(
+                        .missingImage, culprit: reference.fieldPath,
+                        message: "names images/\(reference.fileName), which the bundle does not hold"
+                    ))
                 continue
             }
             guard let type = ImageType(sniffing: file.prefix) else {
-                errors.append(BundleError(
-                    .unsupportedImageType, culprit: "images/\(reference.fileName)",
-                    message: "not a JPEG, PNG, HEIC or WebP image (first bytes: \(file.prefix.prefix(8).hexString))"
-                ))
+                errors.append(
+                    BundleError(
+                        .unsupportedImageType, culprit: "images/\(reference.fileName)",
+                        message: "not a JPEG, PNG, HEIC or WebP image (first bytes: \(file.prefix.prefix(8).hexString))"
+                    ))
                 continue
             }
             images[reference.fileName] = BundleImage(
@@ -125,7 +131,9 @@ public struct BundleInspector: Sendable {
         if !errors.isEmpty { throw BundleValidationError(bundle: path, errors: errors) }
         guard let session, let sessionFile = filesByPath[sessionPath] else {
             // Unreachable: a missing or invalid session always adds an error above.
-            throw BundleValidationError(bundle: path, errors: [BundleError(.missingSession, culprit: sessionPath, message: "could not be read")])
+            throw BundleValidationError(
+                bundle: path, errors: [BundleError(.missingSession, culprit: sessionPath, message: "could not be read")]
+            )
         }
 
         let used = Set([sessionPath, manifestPath] + images.values.map(\.entryPath))
@@ -179,13 +187,21 @@ enum BundleManifest {
         for expected in listed.sorted(by: { $0.name < $1.name }) {
             let name = expected.name
             guard let file = files[root + (EntryPath.normalise(name).successValue ?? name)] else {
-                errors.append(BundleError(.manifestMismatch, culprit: name, message: "listed in manifest.json but not in the bundle"))
+                errors.append(
+                    BundleError(
+                        .manifestMismatch, culprit: name, message: "listed in manifest.json but not in the bundle"))
                 continue
             }
             if file.size != expected.size {
-                errors.append(BundleError(.manifestMismatch, culprit: name, message: "size is \(file.size) bytes, manifest.json says \(expected.size)"))
+                errors.append(
+                    BundleError(
+                        .manifestMismatch, culprit: name,
+                        message: "size is \(file.size) bytes, manifest.json says \(expected.size)"))
             } else if file.sha256 != expected.sha256.lowercased() {
-                errors.append(BundleError(.manifestMismatch, culprit: name, message: "SHA-256 is \(file.sha256), manifest.json says \(expected.sha256)"))
+                errors.append(
+                    BundleError(
+                        .manifestMismatch, culprit: name,
+                        message: "SHA-256 is \(file.sha256), manifest.json says \(expected.sha256)"))
             }
         }
         return errors
@@ -194,7 +210,8 @@ enum BundleManifest {
     /// The files a manifest lists, or why it cannot be read.
     static func read(_ bytes: [UInt8]) -> Result<[Listed], BundleError> {
         func invalid(_ message: String) -> Result<[Listed], BundleError> {
-            .failure(BundleError(.manifestInvalid, culprit: "manifest.json", message: "not a valid manifest: \(message)"))
+            .failure(
+                BundleError(.manifestInvalid, culprit: "manifest.json", message: "not a valid manifest: \(message)"))
         }
         let document: JSONValue
         do {
@@ -207,12 +224,18 @@ enum BundleManifest {
         guard let versionValue = object["version"] else { return invalid("missing version") }
         guard let version = versionValue.numberValue?.intValue else { return invalid("version: wrong type") }
         guard version == 1 else {
-            return .failure(BundleError(.manifestVersion, culprit: "manifest.json", message: "version \(version) is not supported (this dopesync reads version 1)"))
+            return .failure(
+                BundleError(
+                    .manifestVersion, culprit: "manifest.json",
+                    message: "version \(version) is not supported (this dopesync reads version 1)"))
         }
         guard let formatValue = object["format"] else { return invalid("missing format") }
         guard let format = formatValue.stringValue else { return invalid("format: wrong type") }
         guard format == "truedope-session-bundle" else {
-            return .failure(BundleError(.manifestInvalid, culprit: "manifest.json", message: "format must be \"truedope-session-bundle\" (was \"\(format)\")"))
+            return .failure(
+                BundleError(
+                    .manifestInvalid, culprit: "manifest.json",
+                    message: "format must be \"truedope-session-bundle\" (was \"\(format)\")"))
         }
         guard let filesValue = object["files"] else { return invalid("missing files") }
         guard let files = filesValue.objectValue else { return invalid("files: wrong type") }

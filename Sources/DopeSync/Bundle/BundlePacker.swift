@@ -29,7 +29,8 @@ public struct BundlePacker: Sendable {
         do {
             sessionBytes = try FileSystem.readFile(sessionFile, maxBytes: Int(limits.maxSessionBytes))
         } catch let error as FileSystemError {
-            throw BundleValidationError(bundle: sessionFile, errors: [BundleError(.io, culprit: sessionFile, message: error.description)])
+            throw BundleValidationError(
+                bundle: sessionFile, errors: [BundleError(.io, culprit: sessionFile, message: error.description)])
         }
         let session: SessionDocument
         switch SessionValidator.validate(sessionBytes, maxBytes: Int(limits.maxSessionBytes)) {
@@ -42,7 +43,9 @@ public struct BundlePacker: Sendable {
         }
 
         // Every image the records name: present, recognised, hashed for the manifest.
-        var manifestFiles: [(String, Int64, String)] = [("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)]
+        var manifestFiles: [(String, Int64, String)] = [
+            ("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)
+        ]
         var imagePaths: [(entry: String, source: String, size: Int64, sha256: String)] = []
         var errors: [BundleError] = []
         var seen: Set<String> = []
@@ -50,7 +53,10 @@ public struct BundlePacker: Sendable {
         for reference in session.imageReferences where seen.insert(reference.fileName).inserted {
             let source = "\(folder)/\(reference.fileName)"
             guard FileSystem.isRegularFile(source) else {
-                errors.append(BundleError(.missingImage, culprit: reference.fieldPath, message: "names \(reference.fileName), which is not a file in \(folder)"))
+                errors.append(
+                    BundleError(
+                        .missingImage, culprit: reference.fieldPath,
+                        message: "names \(reference.fileName), which is not a file in \(folder)"))
                 continue
             }
             var hasher = SHA256()
@@ -62,7 +68,8 @@ public struct BundlePacker: Sendable {
                 if prefix.count < ImageType.sniffLength { prefix += chunk.prefix(ImageType.sniffLength - prefix.count) }
             }
             guard ImageType(sniffing: prefix) != nil else {
-                errors.append(BundleError(.unsupportedImageType, culprit: source, message: "not a JPEG, PNG, HEIC or WebP image"))
+                errors.append(
+                    BundleError(.unsupportedImageType, culprit: source, message: "not a JPEG, PNG, HEIC or WebP image"))
                 continue
             }
             let sha256 = hasher.finalize().hexString
@@ -81,9 +88,11 @@ public struct BundlePacker: Sendable {
             case .file(let path): (path, FileSystem.directory(of: path), true)
             case .spool(let root): ("\(root)/incoming/\(session.session.id).tar.gz", "\(root)/tmp", false)
             }
-        return try FileSystem.writeAtomically(to: target, temporaryDirectory: temporaryDirectory, replace: replace) { descriptor in
+        return try FileSystem.writeAtomically(to: target, temporaryDirectory: temporaryDirectory, replace: replace) {
+            descriptor in
             try withTarGzipWriter(fileDescriptor: descriptor, culprit: target) { writer in
-                try writer.addFile(path: "session.json", size: Int64(sessionBytes.count), modificationTime: now) { write in
+                try writer.addFile(path: "session.json", size: Int64(sessionBytes.count), modificationTime: now) {
+                    write in
                     try sessionBytes.withUnsafeBytes { try write($0) }
                 }
                 try writer.addFile(path: "manifest.json", size: Int64(manifest.count), modificationTime: now) { write in
@@ -100,7 +109,9 @@ public struct BundlePacker: Sendable {
                         }
                     }
                     guard hasher.finalize().hexString == image.sha256 else {
-                        throw BundleError(.io, culprit: image.source, message: "changed while being packed (its SHA-256 is not the one checked)")
+                        throw BundleError(
+                            .io, culprit: image.source,
+                            message: "changed while being packed (its SHA-256 is not the one checked)")
                     }
                 }
             }
@@ -110,7 +121,8 @@ public struct BundlePacker: Sendable {
     /// `manifest.json` with its files in the order given (deterministic bytes).
     static func manifest(_ files: [(path: String, size: Int64, sha256: String)]) -> [UInt8] {
         let entries = files.map { "    \(jsonString($0.path)): {\"size\": \($0.size), \"sha256\": \"\($0.sha256)\"}" }
-        let text = "{\n  \"format\": \"truedope-session-bundle\",\n  \"version\": 1,\n  \"files\": {\n"
+        let text =
+            "{\n  \"format\": \"truedope-session-bundle\",\n  \"version\": 1,\n  \"files\": {\n"
             + entries.joined(separator: ",\n") + "\n  }\n}\n"
         return Array(text.utf8)
     }

@@ -66,7 +66,8 @@ public struct BundleReport: Sendable, Codable {
         counts.groups = session.groupEntries.count
         counts.measurements = session.groupEntries.filter { $0.measurement != nil }.count
         counts.images = bundle.session.imageReferences.count
-        counts.requests = 1 + counts.dopeEntries + counts.chronoSessions + counts.velocityReadings
+        counts.requests =
+            1 + counts.dopeEntries + counts.chronoSessions + counts.velocityReadings
             + counts.groups + counts.measurements + counts.images
         self.bundle = bundle.path
         valid = true
@@ -77,7 +78,9 @@ public struct BundleReport: Sendable, Codable {
         self.counts = counts
         images = bundle.session.imageReferences.compactMap { reference in
             bundle.images[reference.fileName].map {
-                Image(fileName: $0.fileName, type: $0.type.rawValue, contentType: $0.type.contentType, size: $0.size, sha256: $0.sha256)
+                Image(
+                    fileName: $0.fileName, type: $0.type.rawValue, contentType: $0.type.contentType, size: $0.size,
+                    sha256: $0.sha256)
             }
         }
         ignoredFiles = bundle.ignoredFiles
@@ -108,9 +111,14 @@ public struct BundleReport: Sendable, Codable {
         if valid, let counts, let sessionID {
             lines.append("\(bundle): valid bundle")
             lines.append("  session      \(sessionID), \(sessionDate ?? "?")")
-            lines.append("  container    \(container ?? "?")\(compression.map { $0.isEmpty ? "" : ", " + $0.joined(separator: " + ") } ?? "")\(hasManifest == true ? ", with manifest" : ", no manifest")")
-            lines.append("  records      \(counts.dopeEntries) DOPE entries, \(counts.chronoSessions) chrono sessions (\(counts.velocityReadings) velocity readings), \(counts.groups) groups (\(counts.measurements) with a measurement)")
-            lines.append("  images       \(counts.images)\(unpackedBytes.map { ", \(ByteCount($0)) unpacked in all" } ?? "")")
+            lines.append(
+                "  container    \(container ?? "?")\(compression.map { $0.isEmpty ? "" : ", " + $0.joined(separator: " + ") } ?? "")\(hasManifest == true ? ", with manifest" : ", no manifest")"
+            )
+            lines.append(
+                "  records      \(counts.dopeEntries) DOPE entries, \(counts.chronoSessions) chrono sessions (\(counts.velocityReadings) velocity readings), \(counts.groups) groups (\(counts.measurements) with a measurement)"
+            )
+            lines.append(
+                "  images       \(counts.images)\(unpackedBytes.map { ", \(ByteCount($0)) unpacked in all" } ?? "")")
             for image in images ?? [] {
                 lines.append("    \(image.fileName)  \(image.type)  \(ByteCount(image.size)) (\(image.size) bytes)")
             }
@@ -127,9 +135,12 @@ public struct BundleReport: Sendable, Codable {
             lines.append("\(bundle): invalid bundle, \(problems.count) problem\(problems.count == 1 ? "" : "s"):")
             lines += problems.map { "  [\($0.code)] \($0.culprit): \($0.message)" }
         }
-        lines.append("  limits       \(limits.maxEntries) entries, \(ByteCount(limits.maxTotalBytes)) unpacked, \(ByteCount(limits.maxSessionBytes)) for session.json, ratio \(Int(limits.maxCompressionRatio)):1 checked after \(ByteCount(limits.ratioCheckAfterBytes))")
-        lines.append("  budget       one compression filter; \(Int(limits.readingSeconds)) s + 1 s per \(ByteCount(limits.readingBytesPerSecond)) of file to read it; "
-            + "memory: 64 KiB reads, session.json's limit, 1 MiB of small images kept")
+        lines.append(
+            "  limits       \(limits.maxEntries) entries, \(ByteCount(limits.maxTotalBytes)) unpacked, \(ByteCount(limits.maxSessionBytes)) for session.json, ratio \(Int(limits.maxCompressionRatio)):1 checked after \(ByteCount(limits.ratioCheckAfterBytes))"
+        )
+        lines.append(
+            "  budget       one compression filter; \(Int(limits.readingSeconds)) s + 1 s per \(ByteCount(limits.readingBytesPerSecond)) of file to read it; "
+                + "memory: 64 KiB reads, session.json's limit, 1 MiB of small images kept")
         return lines.joined(separator: "\n")
     }
 }

@@ -139,9 +139,15 @@ private struct JSONParser {
         case ASCII.openBrace: return try parseObject()
         case ASCII.openBracket: return try parseArray()
         case ASCII.quote: return .string(try parseString())
-        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectWord("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectWord("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectWord("null")
+            return .null
         case ASCII.minus, ASCII.zero...ASCII.nine: return .number(try parseNumber())
         case ASCII.slash: throw failure(.unexpectedByte, "comments are not allowed")
         default: throw failure(.unexpectedByte, "expected a value, found \(Self.describe(byte))")
@@ -190,7 +196,9 @@ private struct JSONParser {
             skipWhitespace()
             switch current {
             case ASCII.comma: index += 1
-            case ASCII.closeBracket: index += 1; return .array(elements)
+            case ASCII.closeBracket:
+                index += 1
+                return .array(elements)
             case nil: throw failure(.unexpectedEnd, "the document ends inside an array")
             case let byte?: throw failure(.unexpectedByte, "expected ',' or ']', found \(Self.describe(byte))")
             }
@@ -235,7 +243,9 @@ private struct JSONParser {
             skipWhitespace()
             switch current {
             case ASCII.comma: index += 1
-            case ASCII.closeBrace: index += 1; return .object(JSONObject(members))
+            case ASCII.closeBrace:
+                index += 1
+                return .object(JSONObject(members))
             case nil: throw failure(.unexpectedEnd, "the document ends inside an object")
             case let byte?: throw failure(.unexpectedByte, "expected ',' or '}', found \(Self.describe(byte))")
             }
@@ -268,7 +278,8 @@ private struct JSONParser {
             case ASCII.backslash:
                 try parseEscape(into: &buffer)
             case 0x00..<0x20:
-                throw failure(.unexpectedByte, "a control character (\(Self.describe(byte))) must be escaped in a string")
+                throw failure(
+                    .unexpectedByte, "a control character (\(Self.describe(byte))) must be escaped in a string")
             case 0x80...:
                 try copyUTF8Sequence(into: &buffer)
             default:
@@ -308,11 +319,15 @@ private struct JSONParser {
         case 0xD800...0xDBFF:
             guard index + 1 < bytes.count, bytes[index] == ASCII.backslash, bytes[index + 1] == UInt8(ascii: "u")
             else {
-                throw failure(.invalidEscape, "a high surrogate escape must be followed by a low surrogate escape", at: escapeOffset)
+                throw failure(
+                    .invalidEscape, "a high surrogate escape must be followed by a low surrogate escape",
+                    at: escapeOffset)
             }
             let low = try parseHexQuad()
             guard (0xDC00...0xDFFF).contains(low) else {
-                throw failure(.invalidEscape, "a high surrogate escape must be followed by a low surrogate escape", at: escapeOffset)
+                throw failure(
+                    .invalidEscape, "a high surrogate escape must be followed by a low surrogate escape",
+                    at: escapeOffset)
             }
             scalarValue = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
         case 0xDC00...0xDFFF:
@@ -349,13 +364,27 @@ private struct JSONParser {
         let secondRange: ClosedRange<UInt8>
         let length: Int
         switch lead {
-        case 0xC2...0xDF: length = 2; secondRange = 0x80...0xBF
-        case 0xE0: length = 3; secondRange = 0xA0...0xBF
-        case 0xE1...0xEC, 0xEE...0xEF: length = 3; secondRange = 0x80...0xBF
-        case 0xED: length = 3; secondRange = 0x80...0x9F
-        case 0xF0: length = 4; secondRange = 0x90...0xBF
-        case 0xF1...0xF3: length = 4; secondRange = 0x80...0xBF
-        case 0xF4: length = 4; secondRange = 0x80...0x8F
+        case 0xC2...0xDF:
+            length = 2
+            secondRange = 0x80...0xBF
+        case 0xE0:
+            length = 3
+            secondRange = 0xA0...0xBF
+        case 0xE1...0xEC, 0xEE...0xEF:
+            length = 3
+            secondRange = 0x80...0xBF
+        case 0xED:
+            length = 3
+            secondRange = 0x80...0x9F
+        case 0xF0:
+            length = 4
+            secondRange = 0x90...0xBF
+        case 0xF1...0xF3:
+            length = 4
+            secondRange = 0x80...0xBF
+        case 0xF4:
+            length = 4
+            secondRange = 0x80...0x8F
         default: throw failure(.invalidUTF8, "\(Self.describe(lead)) cannot start a UTF-8 sequence")
         }
         for offset in 1..<length {

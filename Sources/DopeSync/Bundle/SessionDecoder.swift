@@ -75,7 +75,8 @@ final class SessionDecoder {
         let velocity = record.integer("velocity", required: true, .greaterThanZero)
         let isExcluded = record.bool("isExcluded")
         guard let id, let shotNumber, let velocity, let isExcluded else { return nil }
-        return SessionDocument.VelocityReading(id: id, shotNumber: shotNumber, velocity: velocity, isExcluded: isExcluded)
+        return SessionDocument.VelocityReading(
+            id: id, shotNumber: shotNumber, velocity: velocity, isExcluded: isExcluded)
     }
 
     func groupEntry(_ value: JSONValue, at path: JSONPath) -> SessionDocument.GroupEntry? {
@@ -109,8 +110,12 @@ final class SessionDecoder {
         let horizontalSpread = record.number("horizontalSpread", .atLeastZero)
         let verticalSpread = record.number("verticalSpread", .atLeastZero)
         let cep50 = record.number("cep50", .atLeastZero)
-        let originalImageFileName = record.field("originalImageFileName", required: false).flatMap { fileName($0.value, at: $0.path) }
-        let annotatedImageFileName = record.field("annotatedImageFileName", required: false).flatMap { fileName($0.value, at: $0.path) }
+        let originalImageFileName = record.field("originalImageFileName", required: false).flatMap {
+            fileName($0.value, at: $0.path)
+        }
+        let annotatedImageFileName = record.field("annotatedImageFileName", required: false).flatMap {
+            fileName($0.value, at: $0.path)
+        }
         guard let holePositions, let bulletDiameter, let calibrationMethod else { return nil }
         return SessionDocument.GroupMeasurement(
             holePositions: holePositions, bulletDiameter: bulletDiameter, calibrationMethod: calibrationMethod,

@@ -23,10 +23,12 @@ public struct SessionDocument: Sendable, Equatable {
                 ImageReference(groupIndex: groupIndex, groupId: group.id, role: .photo, fileName: $0)
             }
             if let name = group.measurement?.originalImageFileName {
-                references.append(ImageReference(groupIndex: groupIndex, groupId: group.id, role: .original, fileName: name))
+                references.append(
+                    ImageReference(groupIndex: groupIndex, groupId: group.id, role: .original, fileName: name))
             }
             if let name = group.measurement?.annotatedImageFileName {
-                references.append(ImageReference(groupIndex: groupIndex, groupId: group.id, role: .annotated, fileName: name))
+                references.append(
+                    ImageReference(groupIndex: groupIndex, groupId: group.id, role: .annotated, fileName: name))
             }
             return references
         }

@@ -29,9 +29,11 @@ public enum SessionValidator {
     ) -> Result<SessionDocument, SessionValidationError> {
         let size = bytes.count
         guard size <= maxBytes else {
-            return .failure(SessionValidationError(issues: [
-                SessionIssue(path: .root, code: .tooLarge, message: "must be at most \(maxBytes) bytes (was \(size))")
-            ]))
+            return .failure(
+                SessionValidationError(issues: [
+                    SessionIssue(
+                        path: .root, code: .tooLarge, message: "must be at most \(maxBytes) bytes (was \(size))")
+                ]))
         }
         let value: JSONValue
         do {
@@ -142,7 +144,8 @@ public struct SessionIssue: Sendable, Equatable, CustomStringConvertible {
         if error.code == .duplicateKey {
             self.init(path: error.path, code: .duplicateKey, message: "\(error.message) at \(location)")
         } else {
-            self.init(path: error.path, code: .malformedJSON, message: "malformed JSON at \(location): \(error.message)")
+            self.init(
+                path: error.path, code: .malformedJSON, message: "malformed JSON at \(location): \(error.message)")
         }
     }
 

@@ -77,13 +77,23 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     static func from(_ error: SQLiteError, path: String, doing: String) -> CheckpointError {
         switch error.code.primary {
         case .busy, .locked:
-            CheckpointError(code: .busy, message: "\(path) stayed locked by another process while \(doing)", cause: error)
+            CheckpointError(
+                code: .busy, message: "\(path) stayed locked by another process while \(doing)", cause: error)
         case .full:
-            CheckpointError(code: .diskFull, message: "the disk holding \(path) is full; free space and run again (nothing was lost: the last change was not written)", cause: error)
+            CheckpointError(
+                code: .diskFull,
+                message:
+                    "the disk holding \(path) is full; free space and run again (nothing was lost: the last change was not written)",
+                cause: error)
         case .corrupt, .notADatabase:
-            CheckpointError(code: .corrupt, message: "\(path) is damaged or not a dopesync database; move it aside to start with an empty one (idempotency keys keep the server free of duplicates)", cause: error)
+            CheckpointError(
+                code: .corrupt,
+                message:
+                    "\(path) is damaged or not a dopesync database; move it aside to start with an empty one (idempotency keys keep the server free of duplicates)",
+                cause: error)
         case .readOnly:
-            CheckpointError(code: .readOnly, message: "\(path) (or its folder) is read-only for this user", cause: error)
+            CheckpointError(
+                code: .readOnly, message: "\(path) (or its folder) is read-only for this user", cause: error)
         case .cantOpen:
             CheckpointError(code: .cannotOpen, message: "cannot open \(path)", cause: error)
         case .ioError:

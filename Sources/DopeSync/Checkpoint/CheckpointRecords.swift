@@ -191,7 +191,10 @@ public struct RunSummary: Sendable, Hashable {
     public var seconds: Double
     public var exitCode: Int32
 
-    public init(claimed: Int = 0, done: Int = 0, deferred: Int = 0, failed: Int = 0, requests: Int = 0, bytes: Int64 = 0, seconds: Double = 0, exitCode: Int32 = 0) {
+    public init(
+        claimed: Int = 0, done: Int = 0, deferred: Int = 0, failed: Int = 0, requests: Int = 0, bytes: Int64 = 0,
+        seconds: Double = 0, exitCode: Int32 = 0
+    ) {
         self.claimed = claimed
         self.done = done
         self.deferred = deferred

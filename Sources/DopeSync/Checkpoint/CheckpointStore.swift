@@ -27,7 +27,9 @@ public final class CheckpointStore: Sendable {
     /// - Parameters:
     ///   - lockPath: the write-lock file; `path + ".lock"` when nil.
     ///   - busyTimeoutMilliseconds: how long a statement waits for another process before ``CheckpointError/Code/busy``.
-    public init(path: String, lockPath: String? = nil, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date()) throws(CheckpointError) {
+    public init(path: String, lockPath: String? = nil, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
+        throws(CheckpointError)
+    {
         self.path = path
         self.lockPath = lockPath ?? path + ".lock"
         var options = SQLiteOptions()
@@ -42,7 +44,10 @@ public final class CheckpointStore: Sendable {
             database = try SQLiteDatabase(path: path, options: options)
         } catch {
             if error.code.primary == .cantOpen {
-                throw CheckpointError(code: .cannotOpen, message: "cannot open the checkpoint database \(path) (does its folder exist and is it writable?)", cause: error)
+                throw CheckpointError(
+                    code: .cannotOpen,
+                    message: "cannot open the checkpoint database \(path) (does its folder exist and is it writable?)",
+                    cause: error)
             }
             throw CheckpointError.from(error, path: path, doing: "opening")
         }
@@ -52,8 +57,12 @@ public final class CheckpointStore: Sendable {
     }
 
     /// Opens the spool's database (`SPOOL/dopesync.sqlite`, lock `SPOOL/dopesync.sqlite.lock`).
-    public convenience init(spool: Spool, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date()) throws(CheckpointError) {
-        try self.init(path: spool.databasePath, lockPath: spool.databaseLockPath, busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now)
+    public convenience init(spool: Spool, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
+        throws(CheckpointError)
+    {
+        try self.init(
+            path: spool.databasePath, lockPath: spool.databaseLockPath,
+            busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now)
     }
 
     /// The names of the migrations applied to this database, in the order they were applied.
@@ -86,29 +95,42 @@ public final class CheckpointStore: Sendable {
         return try recordIntents(sessionID: sessionID, [intent], now: now)[0]
     }
 
-    private static func recordIntent(_ connection: SQLiteConnection, sessionID: String, _ intent: StepIntent, now: Date) throws -> StepIntentOutcome {
+    private static func recordIntent(_ connection: SQLiteConnection, sessionID: String, _ intent: StepIntent, now: Date)
+        throws -> StepIntentOutcome
+    {
         let stepKey = intent.stepKey
         let existing = try connection.queryFirst(
             "SELECT state, server_id, content_digest, done_at, request_fingerprint FROM steps WHERE session_id = ? AND step_key = ?",
             [sessionID, stepKey])
         if let existing {
             if existing.string(0) == StepRecord.State.done.rawValue {
-                return .alreadyDone(CompletedStep(
-                    serverID: Int64(existing.int(1) ?? 0), contentDigest: existing.string(2) ?? "",
-                    doneAt: Date(timeIntervalSince1970: existing.double(3) ?? 0)))
+                return .alreadyDone(
+                    CompletedStep(
+                        serverID: Int64(existing.int(1) ?? 0), contentDigest: existing.string(2) ?? "",
+                        doneAt: Date(timeIntervalSince1970: existing.double(3) ?? 0)))
             }
-            try connection.query("""
+            try connection.query(
+                """
                 UPDATE steps SET idempotency_key = ?, request_fingerprint = ?, content_digest = ?, sent_at = ?, bundle_name = ?
                 WHERE session_id = ? AND step_key = ?
-                """, [intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970, intent.bundleName,
-                      sessionID, stepKey])
+                """,
+                [
+                    intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970,
+                    intent.bundleName,
+                    sessionID, stepKey,
+                ])
             return .resent(previousFingerprint: existing.string(4) ?? "")
         }
-        try connection.query("""
+        try connection.query(
+            """
             INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
             VALUES (?, ?, ?, ?, ?, 'sent', ?, ?)
-            """, [sessionID, stepKey, intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970,
-                  intent.bundleName])
+            """,
+            [
+                sessionID, stepKey, intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest,
+                now.timeIntervalSince1970,
+                intent.bundleName,
+            ])
         return .recorded
     }
 
@@ -119,7 +141,10 @@ public final class CheckpointStore: Sendable {
         public var requestFingerprint: String
         public var contentDigest: String
         public var bundleName: String
-        public init(stepKey: String, idempotencyKey: String, requestFingerprint: String, contentDigest: String, bundleName: String) {
+        public init(
+            stepKey: String, idempotencyKey: String, requestFingerprint: String, contentDigest: String,
+            bundleName: String
+        ) {
             self.stepKey = stepKey
             self.idempotencyKey = idempotencyKey
             self.requestFingerprint = requestFingerprint
@@ -133,7 +158,9 @@ public final class CheckpointStore: Sendable {
     /// already on the wire (its intent committed before it was sent, as always). Each intent is
     /// recorded as by ``recordIntent(sessionID:stepKey:idempotencyKey:requestFingerprint:contentDigest:bundleName:now:)``.
     @discardableResult
-    public func recordIntents(sessionID: String, _ intents: [StepIntent], now: Date = Date()) throws(CheckpointError) -> [StepIntentOutcome] {
+    public func recordIntents(sessionID: String, _ intents: [StepIntent], now: Date = Date()) throws(CheckpointError)
+        -> [StepIntentOutcome]
+    {
         try write("recording the intent of \(intents.map(\.stepKey).joined(separator: ", "))") { connection in
             try intents.map { try Self.recordIntent(connection, sessionID: sessionID, $0, now: now) }
         }
@@ -146,7 +173,9 @@ public final class CheckpointStore: Sendable {
     /// ``CheckpointError/Code/conflictingResult``: the record may now exist twice on the server and a person
     /// must look. A step with no intent throws ``CheckpointError/Code/noIntent`` (a bug in the caller).
     @discardableResult
-    public func recordResult(sessionID: String, stepKey: String, serverID: Int64, now: Date = Date()) throws(CheckpointError) -> CompletedStep {
+    public func recordResult(sessionID: String, stepKey: String, serverID: Int64, now: Date = Date())
+        throws(CheckpointError) -> CompletedStep
+    {
         try recordResults([StepResult(sessionID: sessionID, stepKey: stepKey, serverID: serverID)], now: now)[0].get()
     }
 
@@ -169,11 +198,18 @@ public final class CheckpointStore: Sendable {
     /// outcome: one that cannot be recorded (``CheckpointError/Code/conflictingResult``,
     /// ``CheckpointError/Code/noIntent``) changes nothing and does not stop the others. A failure of the
     /// database itself throws, and then none is recorded.
-    public func recordResults(_ results: [StepResult], now: Date = Date()) throws(CheckpointError) -> [Result<CompletedStep, CheckpointError>] {
-        try write("recording the result of step \(results.map { "\($0.stepKey) of session \($0.sessionID)" }.joined(separator: ", "))") { connection in
+    public func recordResults(_ results: [StepResult], now: Date = Date()) throws(CheckpointError) -> [Result<
+        CompletedStep, CheckpointError
+    >] {
+        try write(
+            "recording the result of step \(results.map { "\($0.stepKey) of session \($0.sessionID)" }.joined(separator: ", "))"
+        ) { connection in
             try results.map { result in
                 do {
-                    return .success(try Self.recordResult(connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID, now: now))
+                    return .success(
+                        try Self.recordResult(
+                            connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID,
+                            now: now))
                 } catch let refused as CheckpointError {
                     // Refused before it wrote anything (the checks come first): the others go on.
                     return .failure(refused)
@@ -182,20 +218,29 @@ public final class CheckpointStore: Sendable {
         }
     }
 
-    private static func recordResult(_ connection: SQLiteConnection, sessionID: String, stepKey: String, serverID: Int64, now: Date) throws -> CompletedStep {
-        guard let row = try connection.queryFirst(
-            "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
-            [sessionID, stepKey])
+    private static func recordResult(
+        _ connection: SQLiteConnection, sessionID: String, stepKey: String, serverID: Int64, now: Date
+    ) throws -> CompletedStep {
+        guard
+            let row = try connection.queryFirst(
+                "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
+                [sessionID, stepKey])
         else {
-            throw CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
+            throw CheckpointError(
+                code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
         }
         let digest = row.string(2) ?? ""
         if row.string(0) == StepRecord.State.done.rawValue {
             let known = Int64(row.int(1) ?? 0)
             guard known == serverID else {
-                throw CheckpointError(code: .conflictingResult, message: "step \(stepKey) of session \(sessionID) was done with server id \(known), now reported as \(serverID): the record may exist twice on the server")
+                throw CheckpointError(
+                    code: .conflictingResult,
+                    message:
+                        "step \(stepKey) of session \(sessionID) was done with server id \(known), now reported as \(serverID): the record may exist twice on the server"
+                )
             }
-            return CompletedStep(serverID: known, contentDigest: digest, doneAt: Date(timeIntervalSince1970: row.double(3) ?? 0))
+            return CompletedStep(
+                serverID: known, contentDigest: digest, doneAt: Date(timeIntervalSince1970: row.double(3) ?? 0))
         }
         try connection.query(
             "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
@@ -217,13 +262,20 @@ public final class CheckpointStore: Sendable {
     ) throws(CheckpointError) -> [CompletedStep] {
         try write("recording \(found.count) steps found on the server for session \(sessionID)") { connection in
             try found.map { entry in
-                if case .alreadyDone(let done) = try Self.recordIntent(connection, sessionID: sessionID, entry.intent, now: now) {
+                if case .alreadyDone(let done) = try Self.recordIntent(
+                    connection, sessionID: sessionID, entry.intent, now: now)
+                {
                     guard done.serverID == entry.serverID else {
-                        throw CheckpointError(code: .conflictingResult, message: "step \(entry.intent.stepKey) of session \(sessionID) was done with server id \(done.serverID), found on the server as \(entry.serverID): the record may exist twice on the server")
+                        throw CheckpointError(
+                            code: .conflictingResult,
+                            message:
+                                "step \(entry.intent.stepKey) of session \(sessionID) was done with server id \(done.serverID), found on the server as \(entry.serverID): the record may exist twice on the server"
+                        )
                     }
                     return done
                 }
-                return try Self.recordResult(connection, sessionID: sessionID, stepKey: entry.intent.stepKey, serverID: entry.serverID, now: now)
+                return try Self.recordResult(
+                    connection, sessionID: sessionID, stepKey: entry.intent.stepKey, serverID: entry.serverID, now: now)
             }
         }
     }
@@ -250,10 +302,12 @@ public final class CheckpointStore: Sendable {
     /// (for `dopesync inspect`).
     public func steps(sessionID: String) throws(CheckpointError) -> [StepRecord] {
         try read("reading the steps of session \(sessionID)") { connection in
-            try connection.query("""
+            try connection.query(
+                """
                 SELECT session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, server_id, sent_at, done_at, bundle_name
                 FROM steps WHERE session_id = ? ORDER BY rowid
-                """, [sessionID]).map { row in
+                """, [sessionID]
+            ).map { row in
                 StepRecord(
                     sessionID: row.string(0) ?? "", stepKey: row.string(1) ?? "", idempotencyKey: row.string(2) ?? "",
                     requestFingerprint: row.string(3) ?? "", contentDigest: row.string(4) ?? "",
@@ -271,11 +325,14 @@ public final class CheckpointStore: Sendable {
     ///
     /// A bundle seen for the first time gets `first_seen = now`. A row left by a bundle that finished
     /// (`done`) under the same name belongs to another file: it is replaced by a fresh row.
-    public func recordClaim(name: String, sessionID: String? = nil, owner: ClaimOwner, totalSteps: Int? = nil, now: Date = Date()) throws(CheckpointError) {
+    public func recordClaim(
+        name: String, sessionID: String? = nil, owner: ClaimOwner, totalSteps: Int? = nil, now: Date = Date()
+    ) throws(CheckpointError) {
         try write("recording the claim of \(name)") { connection in
             let t = now.timeIntervalSince1970
             try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
-            try connection.query("""
+            try connection.query(
+                """
                 INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
@@ -296,7 +353,8 @@ public final class CheckpointStore: Sendable {
             // A row left by a bundle that finished under the same name belongs to another file.
             try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
             try Self.ensureBundle(connection, name: name, now: now)
-            let row = try connection.queryFirst("""
+            let row = try connection.queryFirst(
+                """
                 UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
                 WHERE name = ? RETURNING readings_cut_short
                 """, [now.timeIntervalSince1970, name])
@@ -311,26 +369,37 @@ public final class CheckpointStore: Sendable {
     ///
     /// The caller gives the bundle back with `nextAttemptAt` as its mtime, or, when the result is
     /// ``Deferral/exhausted``, moves it to `failed/` and calls ``recordFailure(name:sessionID:error:now:)``.
-    public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, now: Date = Date(), policy: DeferralPolicy = DeferralPolicy()) throws(CheckpointError) -> Deferral {
+    public func recordDeferral(
+        name: String, sessionID: String?, error: BundleFailure, now: Date = Date(),
+        policy: DeferralPolicy = DeferralPolicy()
+    ) throws(CheckpointError) -> Deferral {
         try write("recording the deferral of \(name)") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
-            guard let row = try connection.queryFirst(
-                "UPDATE bundles SET attempts = attempts + 1 WHERE name = ? RETURNING attempts, first_seen", [name])
+            guard
+                let row = try connection.queryFirst(
+                    "UPDATE bundles SET attempts = attempts + 1 WHERE name = ? RETURNING attempts, first_seen", [name])
             else { throw CheckpointError(code: .database, message: "bundle row \(name) vanished") }
             let attempts = row.int(0) ?? 1
             let firstSeen = Date(timeIntervalSince1970: row.double(1) ?? now.timeIntervalSince1970)
             let next = policy.nextAttempt(afterAttempt: attempts, now: now)
-            try Self.setOutcome(connection, name: name, sessionID: sessionID, outcome: .deferred, error: error, nextAttemptAt: next, now: now)
-            return Deferral(attempts: attempts, nextAttemptAt: next, firstSeen: firstSeen,
-                            exhausted: policy.isExhausted(attempts: attempts, firstSeen: firstSeen, now: now))
+            try Self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .deferred, error: error, nextAttemptAt: next,
+                now: now)
+            return Deferral(
+                attempts: attempts, nextAttemptAt: next, firstSeen: firstSeen,
+                exhausted: policy.isExhausted(attempts: attempts, firstSeen: firstSeen, now: now))
         }
     }
 
     /// Records that the bundle went to `failed/` and why; ends the claim. Checkpoints are kept.
-    public func recordFailure(name: String, sessionID: String?, error: BundleFailure, now: Date = Date()) throws(CheckpointError) {
+    public func recordFailure(name: String, sessionID: String?, error: BundleFailure, now: Date = Date())
+        throws(CheckpointError)
+    {
         try write("recording the failure of \(name)") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
-            try Self.setOutcome(connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil, now: now)
+            try Self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil,
+                now: now)
         }
     }
 
@@ -338,7 +407,9 @@ public final class CheckpointStore: Sendable {
     public func recordDone(name: String, sessionID: String?, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) done") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
-            try Self.setOutcome(connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil, now: now, keepError: true)
+            try Self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil, now: now,
+                keepError: true)
         }
     }
 
@@ -347,7 +418,9 @@ public final class CheckpointStore: Sendable {
     public func recordReturned(name: String, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) given back") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
-            try connection.query("UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?", [now.timeIntervalSince1970, name])
+            try connection.query(
+                "UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?",
+                [now.timeIntervalSince1970, name])
             try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
         }
     }
@@ -358,7 +431,8 @@ public final class CheckpointStore: Sendable {
     @discardableResult
     public func resetAttempts(name: String, now: Date = Date()) throws(CheckpointError) -> Bool {
         try write("resetting the attempts of \(name)") { connection in
-            try connection.query("""
+            try connection.query(
+                """
                 UPDATE bundles SET attempts = 0, first_seen = ?, next_attempt_at = NULL, last_outcome = 'requeued', updated_at = ?,
                     reading_since = NULL, readings_cut_short = 0
                 WHERE name = ?
@@ -379,15 +453,17 @@ public final class CheckpointStore: Sendable {
             var deleted = 0
             var sessions: Set<String> = []
             for name in names {
-                guard let row = try connection.queryFirst(
-                    "DELETE FROM bundles WHERE name = ? AND last_outcome = 'done' RETURNING session_id", [name])
+                guard
+                    let row = try connection.queryFirst(
+                        "DELETE FROM bundles WHERE name = ? AND last_outcome = 'done' RETURNING session_id", [name])
                 else { continue }
                 deleted += 1
                 if let session = row.string(0) { sessions.insert(session) }
                 try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
             }
             for session in sessions {
-                try connection.query("""
+                try connection.query(
+                    """
                     DELETE FROM steps WHERE session_id = ?1 AND NOT EXISTS (SELECT 1 FROM bundles WHERE session_id = ?1)
                     """, [session])
             }
@@ -402,9 +478,13 @@ public final class CheckpointStore: Sendable {
         try write("renaming \(oldName) to \(newName)") { connection in
             if try connection.queryFirst("SELECT 1 FROM bundles WHERE name = ?", [oldName]) != nil {
                 try connection.query("DELETE FROM bundles WHERE name = ?", [newName])
-                try connection.query("UPDATE bundles SET name = ?, updated_at = ? WHERE name = ?", [newName, now.timeIntervalSince1970, oldName])
+                try connection.query(
+                    "UPDATE bundles SET name = ?, updated_at = ? WHERE name = ?",
+                    [newName, now.timeIntervalSince1970, oldName])
             }
-            try connection.query("DELETE FROM claims WHERE bundle_name = ? AND EXISTS (SELECT 1 FROM claims WHERE bundle_name = ?)", [newName, oldName])
+            try connection.query(
+                "DELETE FROM claims WHERE bundle_name = ? AND EXISTS (SELECT 1 FROM claims WHERE bundle_name = ?)",
+                [newName, oldName])
             try connection.query("UPDATE claims SET bundle_name = ? WHERE bundle_name = ?", [newName, oldName])
             try connection.query("UPDATE steps SET bundle_name = ? WHERE bundle_name = ?", [newName, oldName])
         }
@@ -422,7 +502,9 @@ public final class CheckpointStore: Sendable {
         try read("reading bundles") { connection in
             var states: [BundleState] = []
             if let outcome {
-                try connection.forEachRow("\(Self.bundleColumns) WHERE last_outcome = ? ORDER BY name", [outcome.rawValue]) { states.append(Self.bundleState($0)) }
+                try connection.forEachRow(
+                    "\(Self.bundleColumns) WHERE last_outcome = ? ORDER BY name", [outcome.rawValue]
+                ) { states.append(Self.bundleState($0)) }
             } else {
                 try connection.forEachRow("\(Self.bundleColumns) ORDER BY name") { states.append(Self.bundleState($0)) }
             }
@@ -434,10 +516,13 @@ public final class CheckpointStore: Sendable {
     /// is taken back; `status` can compare with `processing/`.
     public func claims() throws(CheckpointError) -> [ClaimRecord] {
         try read("reading claims") { connection in
-            try connection.query("SELECT bundle_name, run_id, host, pid, claimed_at FROM claims ORDER BY claimed_at, bundle_name").map { row in
+            try connection.query(
+                "SELECT bundle_name, run_id, host, pid, claimed_at FROM claims ORDER BY claimed_at, bundle_name"
+            ).map { row in
                 ClaimRecord(
                     bundleName: row.string(0) ?? "",
-                    owner: ClaimOwner(host: row.string(2) ?? "", pid: Int32(row.int(3) ?? 0), runID: row.string(1) ?? ""),
+                    owner: ClaimOwner(
+                        host: row.string(2) ?? "", pid: Int32(row.int(3) ?? 0), runID: row.string(1) ?? ""),
                     claimedAt: Date(timeIntervalSince1970: row.double(4) ?? 0))
             }
         }
@@ -445,7 +530,9 @@ public final class CheckpointStore: Sendable {
 
     // MARK: - Runs
 
-    public func recordRunStarted(runID: String, host: String, pid: Int32, startedAt: Date = Date()) throws(CheckpointError) {
+    public func recordRunStarted(runID: String, host: String, pid: Int32, startedAt: Date = Date())
+        throws(CheckpointError)
+    {
         try write("recording run \(runID)") { connection in
             try connection.query(
                 "INSERT OR REPLACE INTO runs (run_id, host, pid, started_at) VALUES (?, ?, ?, ?)",
@@ -460,12 +547,16 @@ public final class CheckpointStore: Sendable {
         runID: String, summary: RunSummary, healthy: Bool? = nil, apiLookups: Bool? = nil, finishedAt: Date = Date()
     ) throws(CheckpointError) {
         try write("recording the end of run \(runID)") { connection in
-            try connection.query("""
+            try connection.query(
+                """
                 UPDATE runs SET finished_at = ?, claimed = ?, done = ?, deferred = ?, failed = ?, requests = ?, bytes = ?, seconds = ?, exit_code = ?,
                     healthy = ?, api_lookups = ?
                 WHERE run_id = ?
-                """, [finishedAt.timeIntervalSince1970, summary.claimed, summary.done, summary.deferred, summary.failed,
-                      summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy, apiLookups, runID])
+                """,
+                [
+                    finishedAt.timeIntervalSince1970, summary.claimed, summary.done, summary.deferred, summary.failed,
+                    summary.requests, summary.bytes, summary.seconds, Int(summary.exitCode), healthy, apiLookups, runID,
+                ])
             if connection.changes == 0 {
                 throw CheckpointError(code: .database, message: "run \(runID) was never recorded as started")
             }
@@ -493,20 +584,26 @@ public final class CheckpointStore: Sendable {
     private func lastRun(finishedOnly: Bool) throws(CheckpointError) -> RunRecord? {
         try read("reading the last run") { connection in
             let filter = finishedOnly ? "WHERE finished_at IS NOT NULL" : ""
-            return try connection.queryFirst("""
+            return try connection.queryFirst(
+                """
                 SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
                        api_lookups
                 FROM runs \(filter) ORDER BY started_at DESC, rowid DESC LIMIT 1
-                """).map { row in
+                """
+            ).map { row in
                 let finishedAt = row.double(4).map(Date.init(timeIntervalSince1970:))
                 let summary = finishedAt.map { _ in
-                    RunSummary(claimed: row.int(5) ?? 0, done: row.int(6) ?? 0, deferred: row.int(7) ?? 0, failed: row.int(8) ?? 0,
-                               requests: row.int(9) ?? 0, bytes: Int64(row.int(10) ?? 0), seconds: row.double(11) ?? 0,
-                               exitCode: Int32(row.int(12) ?? 0))
+                    RunSummary(
+                        claimed: row.int(5) ?? 0, done: row.int(6) ?? 0, deferred: row.int(7) ?? 0,
+                        failed: row.int(8) ?? 0,
+                        requests: row.int(9) ?? 0, bytes: Int64(row.int(10) ?? 0), seconds: row.double(11) ?? 0,
+                        exitCode: Int32(row.int(12) ?? 0))
                 }
-                return RunRecord(runID: row.string(0) ?? "", host: row.string(1) ?? "", pid: Int32(row.int(2) ?? 0),
-                                 startedAt: Date(timeIntervalSince1970: row.double(3) ?? 0), finishedAt: finishedAt, summary: summary,
-                                 apiLookups: row.int(13).map { $0 != 0 })
+                return RunRecord(
+                    runID: row.string(0) ?? "", host: row.string(1) ?? "", pid: Int32(row.int(2) ?? 0),
+                    startedAt: Date(timeIntervalSince1970: row.double(3) ?? 0), finishedAt: finishedAt,
+                    summary: summary,
+                    apiLookups: row.int(13).map { $0 != 0 })
             }
         }
     }
@@ -524,17 +621,23 @@ public final class CheckpointStore: Sendable {
         error: BundleFailure?, nextAttemptAt: Date?, now: Date, keepError: Bool = false
     ) throws(SQLiteError) {
         if keepError {
-            try connection.query("""
+            try connection.query(
+                """
                 UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ?, reading_since = NULL
                 WHERE name = ?
-                """, [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970, name])
+                """,
+                [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970, name])
         } else {
-            try connection.query("""
+            try connection.query(
+                """
                 UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ?,
                     reading_since = NULL, last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?
                 WHERE name = ?
-                """, [sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970,
-                      error?.reason.rawValue, error?.step, error?.httpStatus, error?.message, name])
+                """,
+                [
+                    sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970,
+                    error?.reason.rawValue, error?.step, error?.httpStatus, error?.message, name,
+                ])
         }
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
     }
@@ -547,28 +650,37 @@ public final class CheckpointStore: Sendable {
 
     private static func bundleState(_ row: SQLiteRow) -> BundleState {
         let error = row.string(5).map { reason in
-            BundleFailure(reason: FailureReason(rawValue: reason), step: row.string(6), httpStatus: row.int(7), message: row.string(8))
+            BundleFailure(
+                reason: FailureReason(rawValue: reason), step: row.string(6), httpStatus: row.int(7),
+                message: row.string(8))
         }
         return BundleState(
             name: row.string(0) ?? "", sessionID: row.string(1), attempts: row.int(2) ?? 0,
             firstSeen: Date(timeIntervalSince1970: row.double(3) ?? 0),
             nextAttemptAt: row.double(4).map(Date.init(timeIntervalSince1970:)), lastError: error,
             lastOutcome: row.string(9).map(BundleOutcome.init(rawValue:)),
-            updatedAt: Date(timeIntervalSince1970: row.double(10) ?? 0), stepsDone: row.int(11) ?? 0, stepsTotal: row.int(12))
+            updatedAt: Date(timeIntervalSince1970: row.double(10) ?? 0), stepsDone: row.int(11) ?? 0,
+            stepsTotal: row.int(12))
     }
 
     // `doing` is only needed for an error message: an autoclosure, so a step's commit builds no string.
-    private func read<T>(_ doing: @autoclosure () -> String, _ body: (SQLiteConnection) throws -> T) throws(CheckpointError) -> T {
+    private func read<T>(_ doing: @autoclosure () -> String, _ body: (SQLiteConnection) throws -> T)
+        throws(CheckpointError) -> T
+    {
         try Self.perform(path: path, doing: doing()) { try database.read(body) }
     }
 
     @discardableResult
-    private func write<T>(_ doing: @autoclosure () -> String, _ body: (SQLiteConnection) throws -> T) throws(CheckpointError) -> T {
+    private func write<T>(_ doing: @autoclosure () -> String, _ body: (SQLiteConnection) throws -> T)
+        throws(CheckpointError) -> T
+    {
         try Self.perform(path: path, doing: doing()) { try database.write(body) }
     }
 
     /// Runs `body` and gives every failure a ``CheckpointError`` code.
-    private static func perform<T>(path: String, doing: @autoclosure () -> String, _ body: () throws -> T) throws(CheckpointError) -> T {
+    private static func perform<T>(path: String, doing: @autoclosure () -> String, _ body: () throws -> T)
+        throws(CheckpointError) -> T
+    {
         do {
             return try body()
         } catch let error as CheckpointError {

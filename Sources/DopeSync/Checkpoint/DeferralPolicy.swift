@@ -15,7 +15,10 @@ public struct DeferralPolicy: Sendable, Hashable {
     /// After this long since first seen the bundle fails instead of being deferred again (nil: no limit).
     public var maxAge: Duration?
 
-    public init(base: Duration = .seconds(60), factor: Double = 2, cap: Duration = .seconds(3600), maxAttempts: Int? = 20, maxAge: Duration? = .seconds(6 * 24 * 3600)) {
+    public init(
+        base: Duration = .seconds(60), factor: Double = 2, cap: Duration = .seconds(3600), maxAttempts: Int? = 20,
+        maxAge: Duration? = .seconds(6 * 24 * 3600)
+    ) {
         self.base = base
         self.factor = factor
         self.cap = cap

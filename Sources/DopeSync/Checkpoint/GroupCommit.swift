@@ -104,7 +104,9 @@ public struct GroupCommitState<Waiter> {
 
     /// `batch` committed with `outcomes` (one per result, nil when recorded). Returns the waiters to
     /// resume, and the next batch to commit at once when one is due.
-    public mutating func committed(_ batch: Batch, outcomes batchOutcomes: [CheckpointError?]) -> (resume: [(Waiter, CheckpointError?)], next: Batch?) {
+    public mutating func committed(_ batch: Batch, outcomes batchOutcomes: [CheckpointError?]) -> (
+        resume: [(Waiter, CheckpointError?)], next: Batch?
+    ) {
         precondition(batch.tickets.count == batchOutcomes.count, "one outcome per result")
         precondition(committing == batch.tickets, "the batch that was committing")
         committing = nil

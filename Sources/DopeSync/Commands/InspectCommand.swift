@@ -4,13 +4,16 @@ import Foundation
 public enum InspectCommand {
     /// - Parameter databasePath: the checkpoint database; when it exists and knows the session, the report
     ///   lists the steps done with their server ids. It is only read (a missing one is not created).
-    public static func run(bundlePath: String, json: Bool, databasePath: String? = nil, limits: BundleLimits = .default) -> CommandOutcome {
+    public static func run(bundlePath: String, json: Bool, databasePath: String? = nil, limits: BundleLimits = .default)
+        -> CommandOutcome
+    {
         var report: BundleReport
         let status: ExitStatus
         do {
             report = BundleReport(try BundleInspector(limits: limits).inspect(path: bundlePath))
             status = .success
-            if let databasePath, let sessionID = report.sessionID, FileManager.default.fileExists(atPath: databasePath) {
+            if let databasePath, let sessionID = report.sessionID, FileManager.default.fileExists(atPath: databasePath)
+            {
                 // Best effort: a database that cannot be read does not make a valid bundle invalid.
                 let steps = (try? CheckpointStore(path: databasePath).steps(sessionID: sessionID)) ?? []
                 if !steps.isEmpty {
@@ -37,11 +40,14 @@ public enum PackCommand {
         limits: BundleLimits = .default
     ) -> CommandOutcome {
         do {
-            let path = try BundlePacker(limits: limits).pack(sessionFile: sessionFile, imagesDirectory: imagesDirectory, destination: destination)
+            let path = try BundlePacker(limits: limits).pack(
+                sessionFile: sessionFile, imagesDirectory: imagesDirectory, destination: destination)
             return CommandOutcome(output: "packed \(path)", status: .success)
         } catch let error as BundleValidationError {
             let reasons = error.errors.map { "  [\($0.code)] \($0.description)" }.joined(separator: "\n")
-            return CommandOutcome(output: "", diagnostics: "\(sessionFile): cannot pack, \(error.errors.count) problem(s):\n\(reasons)", status: .invalidData)
+            return CommandOutcome(
+                output: "", diagnostics: "\(sessionFile): cannot pack, \(error.errors.count) problem(s):\n\(reasons)",
+                status: .invalidData)
         } catch {
             // Anything else is the destination: the file or the spool could not be written.
             return CommandOutcome(output: "", diagnostics: "cannot write the bundle: \(error)", status: .cannotCreate)

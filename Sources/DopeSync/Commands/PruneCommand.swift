@@ -1,9 +1,9 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// `dopesync prune --older-than DURATION [--spool DIR]`: deletes bundles from `done/` that got there more
@@ -18,7 +18,9 @@ public enum PruneCommand {
         let cutoff = now.addingTimeInterval(-(Double(seconds) + Double(attoseconds) / 1e18))
         let old: [SpoolEntry]
         do {
-            old = try spool.list(.done).filter { $0.modified < cutoff }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
+            old = try spool.list(.done).filter { $0.modified < cutoff }.sorted {
+                ($0.modified, $0.name) < ($1.modified, $1.name)
+            }
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
@@ -34,7 +36,8 @@ public enum PruneCommand {
                 bytes += entry.size
                 lines.append("deleted done/\(entry.name) (\(entry.size) bytes)")
             } else if error != ENOENT {
-                diagnostics.append("cannot delete \(spool.path(.done, entry.name)): \(String(cString: strerror(error)))")
+                diagnostics.append(
+                    "cannot delete \(spool.path(.done, entry.name)): \(String(cString: strerror(error)))")
             }
         }
 
@@ -46,9 +49,12 @@ public enum PruneCommand {
                 diagnostics.append("bundles deleted, but their checkpoint rows could not be: \(error)")
             }
         }
-        lines.append("pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten")
-        return CommandOutcome(output: lines.joined(separator: "\n"),
-                              diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"),
-                              status: diagnostics.isEmpty ? .success : .cannotCreate)
+        lines.append(
+            "pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten"
+        )
+        return CommandOutcome(
+            output: lines.joined(separator: "\n"),
+            diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"),
+            status: diagnostics.isEmpty ? .success : .cannotCreate)
     }
 }

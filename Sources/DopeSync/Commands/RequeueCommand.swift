@@ -1,9 +1,9 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// `dopesync requeue NAME... | --all [--spool DIR]`: failed bundles back to `incoming/`, due at once, with a
@@ -53,7 +53,8 @@ public enum RequeueCommand {
             do {
                 store = try CheckpointStore(spool: spool, now: now)
             } catch {
-                return CommandOutcome(output: "", diagnostics: "cannot open the checkpoint database: \(error)", status: .cannotCreate)
+                return CommandOutcome(
+                    output: "", diagnostics: "cannot open the checkpoint database: \(error)", status: .cannotCreate)
             }
         }
 
@@ -80,7 +81,8 @@ public enum RequeueCommand {
             if status == .success { status = .bundlesFailed }
         }
         if names.isEmpty && unknown.isEmpty { lines.append("nothing to requeue: failed/ is empty") }
-        return CommandOutcome(output: lines.joined(separator: "\n"),
-                              diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"), status: status)
+        return CommandOutcome(
+            output: lines.joined(separator: "\n"),
+            diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"), status: status)
     }
 }

@@ -15,7 +15,8 @@ public enum StatusCommand {
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         } catch {
-            return CommandOutcome(output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .cannotCreate)
+            return CommandOutcome(
+                output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .cannotCreate)
         }
     }
 }
@@ -103,51 +104,73 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     public static func gather(spool: Spool, now: Date = Date()) throws -> SpoolStatus {
         let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
         let store = databaseExists ? try CheckpointStore(spool: spool, now: now) : nil
-        let deferred = try store.map { try Dictionary($0.bundles(withOutcome: .deferred).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let deferred =
+            try store.map {
+                try Dictionary(
+                    $0.bundles(withOutcome: .deferred).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+            } ?? [:]
         let backlog = try SpoolBacklog.list(spool, firstSeen: deferred.mapValues(\.firstSeen), now: now)
         let listings = backlog.listings
         let folders = backlog.folders
-        let failedStates = try store.map { try Dictionary($0.bundles(withOutcome: .failed).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
-        let claimRecords = try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let failedStates =
+            try store.map {
+                try Dictionary($0.bundles(withOutcome: .failed).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+            } ?? [:]
+        let claimRecords =
+            try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) }
+            ?? [:]
 
-        let waitingEntries = (listings[.incoming] ?? []).filter { $0.modified > now }.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        let waitingEntries = (listings[.incoming] ?? []).filter { $0.modified > now }.sorted {
+            ($0.modified, $0.name) < ($1.modified, $1.name)
+        }
         let waiting = waitingEntries.map { entry in
             let state = deferred[entry.name]
-            return Waiting(name: entry.name, attempts: state?.attempts, nextAttemptAt: entry.modified,
-                           lastError: state?.lastError.map { LastError($0) })
+            return Waiting(
+                name: entry.name, attempts: state?.attempts, nextAttemptAt: entry.modified,
+                lastError: state?.lastError.map { LastError($0) })
         }
 
         let failed = (listings[.failed] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
             let state = failedStates[entry.name]
             if let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name)) {
-                return Failed(name: entry.name, session: sidecar.session, failedAt: sidecar.failedAt, reason: sidecar.reason.rawValue,
-                              step: sidecar.step, httpStatus: sidecar.httpStatus, message: sidecar.message,
-                              attempts: sidecar.attempts ?? state?.attempts, hasSidecar: true)
+                return Failed(
+                    name: entry.name, session: sidecar.session, failedAt: sidecar.failedAt,
+                    reason: sidecar.reason.rawValue,
+                    step: sidecar.step, httpStatus: sidecar.httpStatus, message: sidecar.message,
+                    attempts: sidecar.attempts ?? state?.attempts, hasSidecar: true)
             }
-            return Failed(name: entry.name, session: state?.sessionID, failedAt: state?.updatedAt, reason: state?.lastError?.reason.rawValue,
-                          step: state?.lastError?.step, httpStatus: state?.lastError?.httpStatus, message: state?.lastError?.message,
-                          attempts: state?.attempts, hasSidecar: false)
+            return Failed(
+                name: entry.name, session: state?.sessionID, failedAt: state?.updatedAt,
+                reason: state?.lastError?.reason.rawValue,
+                step: state?.lastError?.step, httpStatus: state?.lastError?.httpStatus,
+                message: state?.lastError?.message,
+                attempts: state?.attempts, hasSidecar: false)
         }
 
-        let claims = (listings[.processing] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
+        let claims = (listings[.processing] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap
+        { entry -> Claim? in
             guard let alive = spool.isClaimHeld(entry) else { return nil }  // moved on since it was listed
             let record = claimRecords[entry.name]
             let since = record?.claimedAt ?? entry.modified
-            return Claim(name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
-                         claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive)
+            return Claim(
+                name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
+                claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive)
         }
 
         let lastRun = try store?.lastFinishedRun().flatMap { run -> LastRun? in
             guard let finishedAt = run.finishedAt, let summary = run.summary else { return nil }
-            return LastRun(runID: run.runID, host: run.host, pid: run.pid, startedAt: run.startedAt, finishedAt: finishedAt,
-                           claimed: summary.claimed, done: summary.done, deferred: summary.deferred, failed: summary.failed,
-                           requests: summary.requests, bytes: summary.bytes, seconds: summary.seconds, exitCode: summary.exitCode,
-                           apiLookups: run.apiLookups)
+            return LastRun(
+                runID: run.runID, host: run.host, pid: run.pid, startedAt: run.startedAt, finishedAt: finishedAt,
+                claimed: summary.claimed, done: summary.done, deferred: summary.deferred, failed: summary.failed,
+                requests: summary.requests, bytes: summary.bytes, seconds: summary.seconds, exitCode: summary.exitCode,
+                apiLookups: run.apiLookups)
         }
 
         return SpoolStatus(
             spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
-            folders: folders, incoming: Incoming(dueNow: (listings[.incoming]?.count ?? 0) - waitingEntries.count, waitingForRetry: waitingEntries.count),
+            folders: folders,
+            incoming: Incoming(
+                dueNow: (listings[.incoming]?.count ?? 0) - waitingEntries.count, waitingForRetry: waitingEntries.count),
             waiting: waiting, failed: failed, claims: claims, lastRun: lastRun)
     }
 
@@ -165,12 +188,15 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
 
     /// The report for a person.
     public func text() -> String {
-        var lines = ["spool        \(spool)",
-                     "checkpoints  \(database)\(databaseExists ? "" : " (not created yet)")", ""]
+        var lines = [
+            "spool        \(spool)",
+            "checkpoints  \(database)\(databaseExists ? "" : " (not created yet)")", "",
+        ]
         lines.append("folder          count        size  oldest")
         for name in ["incoming", "processing", "done", "failed"] {
             guard let folder = folders[name] else { continue }
-            var line = name.padding(toLength: 12, withPad: " ", startingAt: 0)
+            var line =
+                name.padding(toLength: 12, withPad: " ", startingAt: 0)
                 + String(folder.count).leftPadded(9) + ByteCount(folder.bytes).description.leftPadded(12)
                 + "  " + (folder.oldestAgeSeconds.map(Self.age) ?? "-")
             if name == "incoming" && folder.count > 0 {
@@ -180,15 +206,20 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         }
 
         lines += Self.section("waiting for retry (\(waiting.count)):", waiting) { bundle in
-            var line = "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"
+            var line =
+                "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"
             if let attempts = bundle.attempts { line += ", \(attempts) attempt\(attempts == 1 ? "" : "s")" }
             if let error = bundle.lastError { line += ", last error: \(Self.describe(error))" }
             return line
         }
-        lines += Self.section("failed (\(failed.count)), see failed/NAME.error; `dopesync requeue NAME` once fixed:", failed) { bundle in
+        lines += Self.section(
+            "failed (\(failed.count)), see failed/NAME.error; `dopesync requeue NAME` once fixed:", failed
+        ) { bundle in
             var line = "\(bundle.name)  "
             if let reason = bundle.reason {
-                line += Self.describe(LastError(reason: reason, step: bundle.step, httpStatus: bundle.httpStatus, message: bundle.message))
+                line += Self.describe(
+                    LastError(reason: reason, step: bundle.step, httpStatus: bundle.httpStatus, message: bundle.message)
+                )
             } else {
                 line += "no reason known (no sidecar, no checkpoint row)"
             }
@@ -208,11 +239,19 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         }
         lines.append("")
         if let run = lastRun {
-            lines.append("last run     \(run.runID) on \(run.host), finished \(Self.time(run.finishedAt)) (\(Self.age(generatedAt.timeIntervalSince(run.finishedAt))) ago), exit \(run.exitCode)")
-            lines.append("             claimed \(run.claimed), done \(run.done), deferred \(run.deferred), failed \(run.failed); \(run.requests) requests, \(ByteCount(run.bytes)), \(String(format: "%.1f", run.seconds)) s")
+            lines.append(
+                "last run     \(run.runID) on \(run.host), finished \(Self.time(run.finishedAt)) (\(Self.age(generatedAt.timeIntervalSince(run.finishedAt))) ago), exit \(run.exitCode)"
+            )
+            lines.append(
+                "             claimed \(run.claimed), done \(run.done), deferred \(run.deferred), failed \(run.failed); \(run.requests) requests, \(ByteCount(run.bytes)), \(String(format: "%.1f", run.seconds)) s"
+            )
             switch run.apiLookups {
-            case true?: lines.append("exactly once the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key")
-            case false?: lines.append("exactly once the API has no lookups: nothing is sent twice only if it honours Idempotency-Key")
+            case true?:
+                lines.append(
+                    "exactly once the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key")
+            case false?:
+                lines.append(
+                    "exactly once the API has no lookups: nothing is sent twice only if it honours Idempotency-Key")
             case nil: lines.append("exactly once not known: no bundle needed a lookup in the last run")
             }
         } else {
@@ -225,7 +264,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     static func section<Item>(_ title: String, _ items: [Item], _ line: (Item) -> String) -> [String] {
         guard !items.isEmpty else { return [] }
         var lines = ["", title] + items.prefix(textListLimit).map { "  " + line($0) }
-        if items.count > textListLimit { lines.append("  … and \(items.count - textListLimit) more (--json lists them all)") }
+        if items.count > textListLimit {
+            lines.append("  … and \(items.count - textListLimit) more (--json lists them all)")
+        }
         return lines
     }
 
@@ -254,7 +295,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
 
 extension SpoolStatus.LastError {
     init(_ failure: BundleFailure) {
-        self.init(reason: failure.reason.rawValue, step: failure.step, httpStatus: failure.httpStatus, message: failure.message)
+        self.init(
+            reason: failure.reason.rawValue, step: failure.step, httpStatus: failure.httpStatus,
+            message: failure.message)
     }
 }
 

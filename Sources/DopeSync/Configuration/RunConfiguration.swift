@@ -57,23 +57,40 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             }
             return nil
         }
-        func parsed<Value>(_ setting: RunSetting, expected: String, _ parse: (String) -> Value?) throws(ConfigurationError) -> Value? {
+        func parsed<Value>(_ setting: RunSetting, expected: String, _ parse: (String) -> Value?)
+            throws(ConfigurationError) -> Value?
+        {
             guard let (text, source) = try lookup(setting) else { return nil }
             guard let value = parse(text.trimmingCharacters(in: .whitespaces)) else {
-                throw ConfigurationError(.badValue, key: setting.key, source: source, message: "\"\(text)\" is not \(expected)")
+                throw ConfigurationError(
+                    .badValue, key: setting.key, source: source, message: "\"\(text)\" is not \(expected)")
             }
             return value
         }
 
-        if let spool = try parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) { configuration.spool = spool }
-        if let concurrency = try parsed(.concurrency, expected: "a whole number from 1 to 64", { Int($0).flatMap { (1...64).contains($0) ? $0 : nil } }) {
+        if let spool = try parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) {
+            configuration.spool = spool
+        }
+        if let concurrency = try parsed(
+            .concurrency, expected: "a whole number from 1 to 64",
+            { Int($0).flatMap { (1...64).contains($0) ? $0 : nil } })
+        {
             configuration.concurrency = concurrency
         }
-        configuration.maxBundles = try parsed(.maxBundles, expected: "a whole number of bundles, 0 or more") { Int($0).flatMap { $0 >= 0 ? $0 : nil } }
-        configuration.maxTime = try parsed(.maxTime, expected: "a duration (\(DurationText.examples))", DurationText.parse)
-        if let minAge = try parsed(.minAge, expected: "a duration (\(DurationText.examples))", DurationText.parse) { configuration.minAge = minAge }
-        if let progress = try parsed(.progress, expected: "auto, always or never", ProgressMode.init(rawValue:)) { configuration.progress = progress }
-        if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) { configuration.logFormat = format }
+        configuration.maxBundles = try parsed(.maxBundles, expected: "a whole number of bundles, 0 or more") {
+            Int($0).flatMap { $0 >= 0 ? $0 : nil }
+        }
+        configuration.maxTime = try parsed(
+            .maxTime, expected: "a duration (\(DurationText.examples))", DurationText.parse)
+        if let minAge = try parsed(.minAge, expected: "a duration (\(DurationText.examples))", DurationText.parse) {
+            configuration.minAge = minAge
+        }
+        if let progress = try parsed(.progress, expected: "auto, always or never", ProgressMode.init(rawValue:)) {
+            configuration.progress = progress
+        }
+        if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
+            configuration.logFormat = format
+        }
         guard purpose == .run else { return configuration }
 
         // Not checked for a folder that exists: monitoring that is not set up yet must never
@@ -82,8 +99,11 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
 
         guard let api = try parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) else {
             throw ConfigurationError(
-                .missing, key: RunSetting.api.key, source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
-                message: "the API's URL is not set: give --api, \(RunSetting.api.environmentVariable) or `api:` in a job file")
+                .missing, key: RunSetting.api.key,
+                source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
+                message:
+                    "the API's URL is not set: give --api, \(RunSetting.api.environmentVariable) or `api:` in a job file"
+            )
         }
         configuration.apiURL = api
         try configuration.resolveToken(tokenFile: lookup(.tokenFile), environment: environment, jobFile: jobFile)
@@ -95,7 +115,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     private mutating func resolveToken(
         tokenFile: (text: String, source: SettingSource)?, environment: [String: String], jobFile: String?
     ) throws(ConfigurationError) {
-        let fromEnvironment = environment[RunSetting.tokenEnvironmentVariable].map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let fromEnvironment = environment[RunSetting.tokenEnvironmentVariable].map {
+            $0.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
             token = fromEnvironment
             sources["token"] = .environment(variable: RunSetting.tokenEnvironmentVariable)
@@ -103,8 +125,11 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         guard let (path, source) = tokenFile else {
             throw ConfigurationError(
-                .missing, key: RunSetting.tokenFile.key, source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
-                message: "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file")
+                .missing, key: RunSetting.tokenFile.key,
+                source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
+                message:
+                    "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file"
+            )
         }
         let contents: [UInt8]
         do {
@@ -112,8 +137,13 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         } catch {
             // A path with no "/" that cannot be read may be the token itself, given by mistake:
             // never echo that into a log.
-            let shown = path.contains("/") ? "\(error)" : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
-            throw ConfigurationError(.unreadableTokenFile, key: RunSetting.tokenFile.key, source: source, message: "cannot read the token file: \(shown)")
+            let shown =
+                path.contains("/")
+                ? "\(error)"
+                : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
+            throw ConfigurationError(
+                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
+                message: "cannot read the token file: \(shown)")
         }
         let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty, !text.contains(where: \.isNewline) else {
@@ -124,8 +154,11 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         token = text
         sources["token"] = source
         // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
-        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int, mode & 0o077 != 0 {
-            warnings.append("the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
+        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int,
+            mode & 0o077 != 0
+        {
+            warnings.append(
+                "the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
         }
     }
 
@@ -139,12 +172,15 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     /// For the log line a run starts with: the settings and, for those not defaulted, where they
     /// came from; never the token itself.
     public var description: String {
-        var parts: [(key: String, value: String)] = [("spool", spool), ("api", apiURL), ("concurrency", "\(concurrency)"), ("min-age", "\(minAge)")]
+        var parts: [(key: String, value: String)] = [
+            ("spool", spool), ("api", apiURL), ("concurrency", "\(concurrency)"), ("min-age", "\(minAge)"),
+        ]
         if let maxBundles { parts.append(("max-bundles", "\(maxBundles)")) }
         if let maxTime { parts.append(("max-time", "\(maxTime)")) }
         if let metricsFile { parts.append(("metrics-file", metricsFile)) }
         parts.append(("token", "<redacted>"))
-        return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(separator: ", ")
+        return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(
+            separator: ", ")
     }
 }
 
@@ -164,7 +200,9 @@ struct SettingLayer: Sendable {
         do {
             result = try snapshot.value(forKey: key(setting), type: .string)
         } catch {
-            throw ConfigurationError(.wrongType, key: setting.key, source: source(setting), message: "expected one value, not a list or a mapping")
+            throw ConfigurationError(
+                .wrongType, key: setting.key, source: source(setting),
+                message: "expected one value, not a list or a mapping")
         }
         guard case .string(let text)? = result.value?.content else { return nil }
         return (text, source(setting))
@@ -172,15 +210,19 @@ struct SettingLayer: Sendable {
 
     static func commandLine(_ options: [RunSetting: String]) -> SettingLayer {
         var values: [AbsoluteConfigKey: ConfigValue] = [:]
-        for (setting, text) in options { values[AbsoluteConfigKey([setting.key])] = ConfigValue(.string(text), isSecret: false) }
+        for (setting, text) in options {
+            values[AbsoluteConfigKey([setting.key])] = ConfigValue(.string(text), isSecret: false)
+        }
         return SettingLayer(
-            snapshot: InMemoryProvider(name: "command line", values: values).snapshot(), key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
+            snapshot: InMemoryProvider(name: "command line", values: values).snapshot(),
+            key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
     }
 
     static func environment(_ variables: [String: String]) -> SettingLayer {
         // An empty variable (`DOPESYNC_API_URL=`) counts as not set, as it does for the shell's defaults.
         let provider = EnvironmentVariablesProvider(
-            environmentVariables: variables.filter { !$0.value.isEmpty }, secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
+            environmentVariables: variables.filter { !$0.value.isEmpty },
+            secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
         // The provider spells `dopesync.max.time` as DOPESYNC_MAX_TIME.
         return SettingLayer(
             snapshot: provider.snapshot(),
@@ -194,16 +236,21 @@ struct SettingLayer: Sendable {
         let lines = try JobFileKeys.scan(path: path)
         let snapshot: any ConfigSnapshot
         if lines.keys.isEmpty {
-            snapshot = InMemoryProvider(name: path, values: [:]).snapshot()  // an empty (or all-comment) job file is allowed
+            // An empty (or all-comment) job file is allowed.
+            snapshot = InMemoryProvider(name: path, values: [:]).snapshot()
         } else {
             do {
-                snapshot = try YAMLSnapshot(data: lines.contents.span.bytes, providerName: path, parsingOptions: .default)
+                snapshot = try YAMLSnapshot(
+                    data: lines.contents.span.bytes, providerName: path, parsingOptions: .default)
             } catch {
-                throw ConfigurationError(.unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil), message: "not valid YAML: \(error)")
+                throw ConfigurationError(
+                    .unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil),
+                    message: "not valid YAML: \(error)")
             }
         }
         return SettingLayer(
-            snapshot: snapshot, key: { AbsoluteConfigKey([$0.key]) }, source: { .jobFile(path: path, line: lines.keys[$0.key]) },
+            snapshot: snapshot, key: { AbsoluteConfigKey([$0.key]) },
+            source: { .jobFile(path: path, line: lines.keys[$0.key]) },
             unsetKeys: lines.nullKeys)
     }
 }
@@ -223,7 +270,8 @@ struct JobFileKeys {
         do {
             scanned.contents = try FileSystem.readFile(path, maxBytes: 1024 * 1024)
         } catch {
-            throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "cannot read the job file: \(error)")
+            throw ConfigurationError(
+                .unreadableJobFile, key: nil, source: whole, message: "cannot read the job file: \(error)")
         }
         let root: Node?
         do {
@@ -233,7 +281,9 @@ struct JobFileKeys {
         }
         guard let root else { return scanned }
         guard let mapping = root.mapping else {
-            throw ConfigurationError(.wrongType, key: nil, source: .jobFile(path: path, line: root.mark?.line), message: "a job file is a list of `key: value` lines")
+            throw ConfigurationError(
+                .wrongType, key: nil, source: .jobFile(path: path, line: root.mark?.line),
+                message: "a job file is a list of `key: value` lines")
         }
         let known = Set(RunSetting.all.map(\.key))
         for (keyNode, valueNode) in mapping {
@@ -245,10 +295,13 @@ struct JobFileKeys {
             if key == "token" || key == "api-token" {
                 throw ConfigurationError(
                     .unknownKey, key: key, source: source,
-                    message: "a job file never holds the token; put it in a file named by `token-file:` (mode 600) or in \(RunSetting.tokenEnvironmentVariable)")
+                    message:
+                        "a job file never holds the token; put it in a file named by `token-file:` (mode 600) or in \(RunSetting.tokenEnvironmentVariable)"
+                )
             }
             guard known.contains(key) else {
-                let hint = RunSetting.all.map(\.key).min { editDistance($0, key) < editDistance($1, key) }
+                let hint =
+                    RunSetting.all.map(\.key).min { editDistance($0, key) < editDistance($1, key) }
                     .flatMap { editDistance($0, key) <= 2 ? " (did you mean \($0)?)" : nil }
                     ?? " (known keys: \(RunSetting.all.map(\.key).joined(separator: ", ")))"
                 throw ConfigurationError(.unknownKey, key: key, source: source, message: "unknown key\(hint)")
@@ -257,7 +310,8 @@ struct JobFileKeys {
             case .scalar:
                 if valueNode.null != nil { scanned.nullKeys.insert(key) }
             case .mapping, .sequence, .alias:
-                throw ConfigurationError(.wrongType, key: key, source: source, message: "expected one value, not a list or a mapping")
+                throw ConfigurationError(
+                    .wrongType, key: key, source: source, message: "expected one value, not a list or a mapping")
             }
             scanned.keys[key] = line
         }
@@ -266,7 +320,8 @@ struct JobFileKeys {
 
     /// Levenshtein distance, for "did you mean" on short keys.
     static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a), b = Array(b)
+        let a = Array(a)
+        let b = Array(b)
         var previous = Array(0...b.count)  // distances from the first i characters of a
         for (i, character) in a.enumerated() {
             var current = [i + 1]

@@ -14,7 +14,8 @@ public struct RunSetting: Sendable, Hashable, CustomStringConvertible {
 
     init(_ key: String, environment: String? = nil, help: String) {
         self.key = key
-        self.environmentVariable = environment ?? "DOPESYNC_" + key.uppercased().replacingOccurrences(of: "-", with: "_")
+        self.environmentVariable =
+            environment ?? "DOPESYNC_" + key.uppercased().replacingOccurrences(of: "-", with: "_")
         self.help = help
     }
 }
@@ -22,15 +23,21 @@ public struct RunSetting: Sendable, Hashable, CustomStringConvertible {
 extension RunSetting {
     public static let spool = RunSetting("spool", help: "the spool folder (default ./spool)")
     /// WORKER.md names this variable `DOPESYNC_API_URL`, not `DOPESYNC_API`.
-    public static let api = RunSetting("api", environment: "DOPESYNC_API_URL", help: "the API's base URL, http or https (required)")
+    public static let api = RunSetting(
+        "api", environment: "DOPESYNC_API_URL", help: "the API's base URL, http or https (required)")
     public static let tokenFile = RunSetting("token-file", help: "a file whose only content is the API token")
     public static let concurrency = RunSetting("concurrency", help: "bundles uploaded at once, 1 to 64 (default 4)")
-    public static let maxBundles = RunSetting("max-bundles", help: "claim at most this many bundles in one run (default: no limit)")
-    public static let maxTime = RunSetting("max-time", help: "stop claiming after this long, e.g. 10m (default: no limit)")
-    public static let minAge = RunSetting("min-age", help: "claim only bundles unmodified for this long; 0 turns it off (default 5s)")
-    public static let progress = RunSetting("progress", help: "auto (a live line on a terminal), always or never (default auto)")
+    public static let maxBundles = RunSetting(
+        "max-bundles", help: "claim at most this many bundles in one run (default: no limit)")
+    public static let maxTime = RunSetting(
+        "max-time", help: "stop claiming after this long, e.g. 10m (default: no limit)")
+    public static let minAge = RunSetting(
+        "min-age", help: "claim only bundles unmodified for this long; 0 turns it off (default 5s)")
+    public static let progress = RunSetting(
+        "progress", help: "auto (a live line on a terminal), always or never (default auto)")
     public static let logFormat = RunSetting("log-format", help: "text or json (default text)")
-    public static let metricsFile = RunSetting("metrics-file", help: "write a Prometheus textfile here after each run (default: none)")
+    public static let metricsFile = RunSetting(
+        "metrics-file", help: "write a Prometheus textfile here after each run (default: none)")
 
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [

@@ -2,9 +2,9 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A bundle this process owns: it sits in `processing/` and an open descriptor holds an exclusive
@@ -35,7 +35,10 @@ public final class ClaimedBundle: Sendable {
     }
     private let state: Mutex<State>
 
-    init(spool: Spool, name: String, descriptor: Int32, device: UInt64, inode: UInt64, size: Int64, modified: Date, isOrphan: Bool) {
+    init(
+        spool: Spool, name: String, descriptor: Int32, device: UInt64, inode: UInt64, size: Int64, modified: Date,
+        isOrphan: Bool
+    ) {
         self.spool = spool
         self.name = name
         self.device = device
@@ -71,7 +74,10 @@ public final class ClaimedBundle: Sendable {
         try move { (descriptor: Int32) throws(SpoolError) -> String in
             // mtime = now: in done/ the mtime is when the bundle got there, the clock of `prune --older-than`
             // (a rename keeps the producer's mtime, or a deferred bundle's next-attempt time). Best effort.
-            var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), timespec(tv_sec: 0, tv_nsec: (1 << 30) - 1 /* UTIME_NOW */)]
+            var times = [
+                timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit),
+                timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeNow),
+            ]
             _ = futimens(descriptor, &times)
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
             // Durable before the caller records "done": else a power loss could bring the bundle back into
@@ -100,14 +106,21 @@ public final class ClaimedBundle: Sendable {
                 let temporary = folder + "/.\(candidate).error.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
                 let writeError = SpoolFiles.writeSynced(text.rendered(), to: temporary)
                 guard writeError == 0 else {
-                    throw SpoolError(code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary, errno: writeError)
+                    throw SpoolError(
+                        code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary,
+                        errno: writeError)
                 }
                 let sidecarPath = folder + "/" + candidate + ".error"
                 let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath)
-                if reserveError == EEXIST { unlink(temporary); continue }
+                if reserveError == EEXIST {
+                    unlink(temporary)
+                    continue
+                }
                 guard reserveError == 0 else {
                     unlink(temporary)
-                    throw SpoolError(code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath, errno: reserveError)
+                    throw SpoolError(
+                        code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath,
+                        errno: reserveError)
                 }
                 // The sidecar's entry must be on disk before the bundle's; if that cannot be made sure, the
                 // bundle does not move (and the sidecar, which would describe nothing, goes).
@@ -126,7 +139,9 @@ public final class ClaimedBundle: Sendable {
                 }
                 guard moveError == 0 else {
                     unlink(sidecarPath)
-                    throw SpoolError(code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: path, errno: moveError)
+                    throw SpoolError(
+                        code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: path,
+                        errno: moveError)
                 }
                 SpoolFiles.syncDirectoriesAfterMove(folder, spool.path(.processing))
                 return candidate
@@ -147,9 +162,12 @@ public final class ClaimedBundle: Sendable {
         try move { (descriptor: Int32) throws(SpoolError) -> String in
             if let nextAttemptAt {
                 // atime untouched (UTIME_OMIT); mtime = next attempt.
-                var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), spoolTimespec(nextAttemptAt)]
+                var times = [
+                    timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit), spoolTimespec(nextAttemptAt),
+                ]
                 if futimens(descriptor, &times) != 0 && errno != EPERM {
-                    throw SpoolError(code: .moveFailed, message: "cannot set the next-attempt time", path: path, errno: errno)
+                    throw SpoolError(
+                        code: .moveFailed, message: "cannot set the next-attempt time", path: path, errno: errno)
                 }
             }
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.incoming), name: name)
@@ -168,10 +186,14 @@ public final class ClaimedBundle: Sendable {
         let path = self.path
         return try state.withLock { (state: inout State) throws(SpoolError) -> String in
             guard let descriptor = state.descriptor else {
-                throw SpoolError(code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
+                throw SpoolError(
+                    code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
             }
-            guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode else {
-                throw SpoolError(code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)", path: path)
+            guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode
+            else {
+                throw SpoolError(
+                    code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)",
+                    path: path)
             }
             let final = try body(descriptor)
             close(descriptor)
@@ -201,7 +223,8 @@ extension Spool {
         guard error == 0 else {
             close(descriptor)
             if error == ENOENT || error == EEXIST { return nil }
-            throw SpoolError(code: .claimFailed, message: "cannot move bundle into processing/", path: source, errno: error)
+            throw SpoolError(
+                code: .claimFailed, message: "cannot move bundle into processing/", path: source, errno: error)
         }
         guard let moved = SpoolFiles.identity(ofPath: target), moved == (identity.device, identity.inode) else {
             // Someone swapped the file between our check and the rename: what we moved is not locked by us
@@ -209,8 +232,9 @@ extension Spool {
             close(descriptor)
             return nil
         }
-        return ClaimedBundle(spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
-                             inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: false)
+        return ClaimedBundle(
+            spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
+            inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: false)
     }
 
     /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
@@ -219,14 +243,17 @@ extension Spool {
     public func claimOrphan(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.processing, entry.name)
         guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
-        return ClaimedBundle(spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
-                             inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: true)
+        return ClaimedBundle(
+            spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
+            inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: true)
     }
 
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
     /// locked by someone else.
-    private static func openAndLock(_ path: String) throws(SpoolError) -> (Int32, (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool))? {
+    private static func openAndLock(_ path: String) throws(SpoolError) -> (
+        Int32, (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool)
+    )? {
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
         // must not inherit (and keep alive) our lock.
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)

@@ -33,8 +33,10 @@ public struct ErrorSidecar: Sendable, Hashable {
     /// Keys this version does not know, as read.
     public var otherFields: [String: String] = [:]
 
-    public init(bundle: String, session: String? = nil, failedAt: Date, reason: FailureReason, step: String? = nil,
-                httpStatus: Int? = nil, message: String? = nil, attempts: Int? = nil, firstSeen: Date? = nil) {
+    public init(
+        bundle: String, session: String? = nil, failedAt: Date, reason: FailureReason, step: String? = nil,
+        httpStatus: Int? = nil, message: String? = nil, attempts: Int? = nil, firstSeen: Date? = nil
+    ) {
         self.bundle = bundle
         self.session = session
         self.failedAt = failedAt
@@ -47,9 +49,13 @@ public struct ErrorSidecar: Sendable, Hashable {
     }
 
     /// A sidecar from a failure as the checkpoint store keeps it.
-    public init(bundle: String, session: String?, failedAt: Date, failure: BundleFailure, attempts: Int? = nil, firstSeen: Date? = nil) {
-        self.init(bundle: bundle, session: session, failedAt: failedAt, reason: failure.reason, step: failure.step,
-                  httpStatus: failure.httpStatus, message: failure.message, attempts: attempts, firstSeen: firstSeen)
+    public init(
+        bundle: String, session: String?, failedAt: Date, failure: BundleFailure, attempts: Int? = nil,
+        firstSeen: Date? = nil
+    ) {
+        self.init(
+            bundle: bundle, session: session, failedAt: failedAt, reason: failure.reason, step: failure.step,
+            httpStatus: failure.httpStatus, message: failure.message, attempts: attempts, firstSeen: firstSeen)
     }
 
     /// The failure it describes.
@@ -83,13 +89,16 @@ public struct ErrorSidecar: Sendable, Hashable {
         for scalars in text.unicodeScalars.split(separator: "\n") {
             var line = String(String.UnicodeScalarView(scalars))
             if line.unicodeScalars.last == "\r" { line.unicodeScalars.removeLast() }
-            guard let separator = line.range(of: ": ") ?? (line.hasSuffix(":") ? line.range(of: ":", options: .backwards) : nil) else { continue }
+            guard
+                let separator = line.range(of: ": ")
+                    ?? (line.hasSuffix(":") ? line.range(of: ":", options: .backwards) : nil)
+            else { continue }
             let key = String(line[..<separator.lowerBound]).trimmingCharacters(in: .whitespaces)
             values[key] = Self.unescape(String(line[separator.upperBound...]))
         }
         guard let bundle = values.removeValue(forKey: "bundle"),
-              let failedAt = values.removeValue(forKey: "failed_at").flatMap(Self.parseDate),
-              let reason = values.removeValue(forKey: "reason")
+            let failedAt = values.removeValue(forKey: "failed_at").flatMap(Self.parseDate),
+            let reason = values.removeValue(forKey: "reason")
         else { return nil }
         self.init(bundle: bundle, failedAt: failedAt, reason: FailureReason(rawValue: reason))
         session = values.removeValue(forKey: "session")

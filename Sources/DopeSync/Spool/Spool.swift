@@ -1,9 +1,9 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The spool folder and its five subfolders (see WORKER.md, "The spool"):
@@ -52,7 +52,8 @@ public struct Spool: Sendable, Hashable {
         for folder in Folder.allCases {
             try Self.makeDirectory(path(folder), intermediate: false)
             if access(path(folder), W_OK | X_OK) != 0 {
-                throw SpoolError(code: .notWritable, message: "spool folder is not writable", path: path(folder), errno: errno)
+                throw SpoolError(
+                    code: .notWritable, message: "spool folder is not writable", path: path(folder), errno: errno)
             }
         }
     }
@@ -93,7 +94,9 @@ public struct Spool: Sendable, Hashable {
         // A short alphanumeric extension after a non-empty base: `.zip`, `.tgz`, `.tar`, `.dopesync`.
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
             let ext = name[name.index(after: dot)...]
-            if (1...8).contains(ext.count) && ext.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) && !ext.allSatisfy(\.isNumber) {
+            if (1...8).contains(ext.count) && ext.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
+                && !ext.allSatisfy(\.isNumber)
+            {
                 return "\(name[..<dot]).\(n).\(ext)"
             }
         }
@@ -154,7 +157,8 @@ extension Spool {
             errno = 0
             guard let entry = readdir(directory) else {
                 if errno != 0 {
-                    throw SpoolError(code: .scanFailed, message: "cannot read spool folder", path: directoryPath, errno: errno)
+                    throw SpoolError(
+                        code: .scanFailed, message: "cannot read spool folder", path: directoryPath, errno: errno)
                 }
                 break
             }
@@ -170,9 +174,10 @@ extension Spool {
             // AT_SYMLINK_NOFOLLOW: lstat semantics. ENOENT: claimed or moved since readdir; skip it.
             guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
             guard info.st_mode & S_IFMT == S_IFREG else { continue }
-            entries.append(SpoolEntry(
-                name: name, folder: folder, size: Int64(info.st_size), modified: spoolDate(info.st_mtim),
-                device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+            entries.append(
+                SpoolEntry(
+                    name: name, folder: folder, size: Int64(info.st_size), modified: spoolDate(info.st_mtim),
+                    device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
         }
         return entries
     }
@@ -191,6 +196,9 @@ func spoolTimespec(_ date: Date) -> timespec {
     let interval = date.timeIntervalSince1970
     var seconds = interval.rounded(.down)
     var nanoseconds = ((interval - seconds) * 1e9).rounded()
-    if nanoseconds >= 1e9 { seconds += 1; nanoseconds -= 1e9 }
+    if nanoseconds >= 1e9 {
+        seconds += 1
+        nanoseconds -= 1e9
+    }
     return timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds))
 }

@@ -1,9 +1,9 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The file-system calls the spool's moves are made of.
@@ -24,9 +24,17 @@ enum SpoolFiles {
         )
     }
 
+    // Constants of <linux/fs.h> and <sys/stat.h> that Swift does not import (macros, or not in glibc's headers).
+    /// `RENAME_NOREPLACE`: renameat2 fails with EEXIST rather than replace the target.
+    private static let renameNoReplace: UInt32 = 1
+    /// `UTIME_OMIT`: utimensat leaves this time as it is.
+    static let utimeOmit = (1 << 30) - 2
+    /// `UTIME_NOW`: utimensat sets this time to now.
+    static let utimeNow = (1 << 30) - 1
+
     private static func systemRenameNoReplace(_ source: String, _ target: String) -> Int32 {
         guard let renameat2 = renameat2Function else { return ENOSYS }
-        return renameat2(AT_FDCWD, source, AT_FDCWD, target, 1 /* RENAME_NOREPLACE */) == 0 ? 0 : errno
+        return renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 ? 0 : errno
     }
 
     private static func systemLink(_ source: String, _ target: String) -> Int32 {
@@ -60,7 +68,8 @@ enum SpoolFiles {
         return 0
     }
 
-    private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    private typealias Renameat2 =
+        @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
     private static let renameat2Function: Renameat2? = {
         guard let symbol = dlsym(nil, "renameat2") else { return nil }
         return unsafeBitCast(symbol, to: Renameat2.self)
@@ -74,7 +83,9 @@ enum SpoolFiles {
             let error = renameNoReplace(source, folder + "/" + candidate)
             if error == 0 { return candidate }
             guard error == EEXIST else {
-                throw SpoolError(code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: source, errno: error)
+                throw SpoolError(
+                    code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: source,
+                    errno: error)
             }
         }
         throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
@@ -108,7 +119,9 @@ enum SpoolFiles {
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
-    static func identity(ofDescriptor descriptor: Int32) -> (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool)? {
+    static func identity(ofDescriptor descriptor: Int32) -> (
+        device: UInt64, inode: UInt64, size: Int64, isRegular: Bool
+    )? {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
         return (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size), info.st_mode & S_IFMT == S_IFREG)

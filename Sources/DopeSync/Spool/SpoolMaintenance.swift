@@ -1,9 +1,9 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// What operator commands (`status`, `requeue`, `prune`) do to the spool besides claiming.
@@ -31,9 +31,11 @@ extension Spool {
     /// Returns its name in `incoming/` (suffixed if taken). The sidecar is left for the caller.
     public func requeueFailed(_ name: String, now: Date = Date()) throws(SpoolError) -> String {
         let source = path(.failed, name)
-        var times = [timespec(tv_sec: 0, tv_nsec: (1 << 30) - 2 /* UTIME_OMIT */), spoolTimespec(now)]
+        var times = [timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit), spoolTimespec(now)]
         if utimensat(AT_FDCWD, source, &times, AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM {
-            throw SpoolError(code: .moveFailed, message: "cannot set the bundle's time before requeueing it", path: source, errno: errno)
+            throw SpoolError(
+                code: .moveFailed, message: "cannot set the bundle's time before requeueing it", path: source,
+                errno: errno)
         }
         let final = try SpoolFiles.moveNoReplace(source, toFolder: path(.incoming), name: name)
         SpoolFiles.syncDirectoriesAfterMove(path(.incoming), path(.failed))

@@ -3,7 +3,9 @@ public enum DurationText {
     public static let examples = "e.g. 500ms, 30s, 10m, 1h, 2d"
 
     public static func parse(_ text: String) -> Duration? {
-        let units: [(suffix: String, seconds: Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
+        let units: [(suffix: String, seconds: Double)] = [
+            ("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400),
+        ]
         // "5ms" also ends in "s": only the unit whose remaining text is a number counts.
         let seconds =
             units.lazy.filter { text.hasSuffix($0.suffix) }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// An error from the file system, naming the file and the operation.
@@ -104,7 +104,9 @@ enum FileSystem {
 
         let final: String
         if replace {
-            guard rename(temporary, target) == 0 else { throw FileSystemError(path: target, operation: "rename into place", errno: errno) }
+            guard rename(temporary, target) == 0 else {
+                throw FileSystemError(path: target, operation: "rename into place", errno: errno)
+            }
             final = target
         } else {
             let folder = directory(of: target)
@@ -119,7 +121,9 @@ enum FileSystem {
     static func writeAll(_ bytes: [UInt8], to descriptor: Int32, path: String) throws(FileSystemError) {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { buffer in write(descriptor, buffer.baseAddress! + offset, buffer.count - offset) }
+            let written = bytes.withUnsafeBytes { buffer in
+                write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+            }
             if written < 0 {
                 if errno == EINTR { continue }
                 throw FileSystemError(path: path, operation: "write", errno: errno)

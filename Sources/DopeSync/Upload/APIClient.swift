@@ -46,7 +46,8 @@ public struct APIClient: Sendable {
     ) async throws -> T {
         var configuration = HTTPClient.Configuration()
         configuration.timeout = .init(connect: .init(timeouts.connect), read: .init(timeouts.request))
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
+        configuration.connectionPool = .init(
+            idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
         configuration.decompression = .disabled
         let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let client = APIClient(
@@ -67,7 +68,9 @@ public struct APIClient: Sendable {
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
     /// Returns the bytes sent alongside, for the run's counters. An image kept from validation
     /// (small) is sent from memory; others stream from the archive.
-    public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (StepResponse, bytesSent: Int64) {
+    public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (
+        StepResponse, bytesSent: Int64
+    ) {
         await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images)
     }
 
@@ -86,7 +89,8 @@ public struct APIClient: Sendable {
             request.body = .bytes(ByteBuffer(bytes: bytes))
             return await execute(request, length: Int64(bytes.count), imageSize: 0)
         case .image(let image, let role, let groupID):
-            let framing = MultipartFraming(idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
+            let framing = MultipartFraming(
+                idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
             request.headers.add(name: "Content-Type", value: framing.contentType)
             let length = framing.contentLength(imageSize: image.size)
             if let bytes = bytesInMemory(image) {
@@ -101,7 +105,8 @@ public struct APIClient: Sendable {
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                request.body = .stream(MultipartBody(framing: framing, chunks: try archive.openImage(image)), length: .known(length))
+                request.body = .stream(
+                    MultipartBody(framing: framing, chunks: try archive.openImage(image)), length: .known(length))
             } catch {
                 return (.imageUnreadable(message: "\(error)"), 0)
             }
@@ -120,7 +125,9 @@ public struct APIClient: Sendable {
     }
 
     /// Sends and classifies per WORKER.md's failure table. The deadline grows with the image.
-    private func execute(_ request: HTTPClientRequest, length: Int64, imageSize: Int64) async -> (StepResponse, bytesSent: Int64) {
+    private func execute(_ request: HTTPClientRequest, length: Int64, imageSize: Int64) async -> (
+        StepResponse, bytesSent: Int64
+    ) {
         let deadline = timeouts.request + .seconds(imageSize / timeouts.minimumBytesPerSecond)
         do {
             let response = try await http.execute(request, timeout: .init(deadline))
@@ -129,9 +136,13 @@ public struct APIClient: Sendable {
             let answer = Self.decodeAnswer(body)
             if (200..<300).contains(status) {
                 guard let id = answer.id else {
-                    return (.retryable(status: status, retryAfter: nil, message: "a \(status) answer without an id"), length)
+                    return (
+                        .retryable(status: status, retryAfter: nil, message: "a \(status) answer without an id"), length
+                    )
                 }
-                return (.created(id: id, replayed: response.headers.first(name: "Idempotent-Replayed") == "true"), length)
+                return (
+                    .created(id: id, replayed: response.headers.first(name: "Idempotent-Replayed") == "true"), length
+                )
             }
             let message = answer.message ?? "HTTP \(status)"
             switch status {

@@ -210,7 +210,9 @@ struct BundleUploadState {
     }
 
     /// A record of `step` is on the server as `id` with `field` = `server`, the bundle saying `bundle`.
-    static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String) -> BundleFailure {
+    static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String)
+        -> BundleFailure
+    {
         BundleFailure(
             reason: .changedAfterUpload, step: step.key,
             message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
@@ -227,7 +229,9 @@ struct BundleUploadState {
                 guard done.contentDigest == step.contentDigest else {
                     let failure = BundleFailure(
                         reason: .changedAfterUpload, step: step.key,
-                        message: "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only")
+                        message:
+                            "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
+                    )
                     return settleThen(.finish(.fail(failure, stepAnswered: false)))
                 }
                 serverIDs[step.key] = done.serverID
@@ -258,7 +262,8 @@ struct BundleUploadState {
             phase = .stepping
             return advance(stopping: stopping)
         }
-        let response: StepResponse, cutShort: Bool
+        let response: StepResponse
+        let cutShort: Bool
         switch resolution {
         case .response(let answer, let stopped): (response, cutShort) = (answer, stopped)
         case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
@@ -270,15 +275,21 @@ struct BundleUploadState {
             phase = .handingIn
             return .handInResult(CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id))
         case .rejected(let status, _, let message):
-            return finish(.fail(BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message), stepAnswered: true))
+            return finish(
+                .fail(
+                    BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message),
+                    stepAnswered: true))
         case .imageUnreadable(let message):
-            return finish(.fail(BundleFailure(reason: .bundleChanged, step: step.key, message: message), stepAnswered: false))
+            return finish(
+                .fail(BundleFailure(reason: .bundleChanged, step: step.key, message: message), stepAnswered: false))
         case .unauthorized(let status, let message):
             return finish(.giveBack(.credentialsRefused(status: status, message: message)))
         case .retryable(let status, _, let message):
             // Retries cut short because the run is stopping: not this bundle's attempt.
             if cutShort { return finish(.giveBack(.stopping)) }
-            let failure = BundleFailure(reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status, message: message)
+            let failure = BundleFailure(
+                reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status,
+                message: message)
             return finish(.deferBundle(failure, answered: status != nil))
         }
     }
@@ -304,7 +315,8 @@ struct BundleUploadState {
     private func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
         CheckpointStore.StepIntent(
             stepKey: step.key, idempotencyKey: step.idempotencyKey,
-            requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest, bundleName: bundleName)
+            requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest,
+            bundleName: bundleName)
     }
 
     /// The intents of the step at `index` and of the steps after it whose requests are known now

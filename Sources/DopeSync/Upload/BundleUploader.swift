@@ -59,7 +59,9 @@ struct BundleUploader: Sendable {
         // A bundle whose reading was cut short (the process died) too often is not opened again.
         let cutShort: Int
         do {
-            cutShort = try await checkpoints.perform { [name = claimed.name] in try $0.beginReading(name: name, now: now) }
+            cutShort = try await checkpoints.perform { [name = claimed.name] in
+                try $0.beginReading(name: name, now: now)
+            }
         } catch {
             checkpointFailed(error, logger: logger)
             return await giveBack(claimed, logger: logger)
@@ -84,7 +86,9 @@ struct BundleUploader: Sendable {
         let plan = UploadPlan(session: bundle.session, images: bundle.images)
         do {
             let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
-            try await checkpoints.perform { try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now) }
+            try await checkpoints.perform {
+                try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+            }
         } catch {
             checkpointFailed(error, logger: logger)
             return await giveBack(claimed, logger: logger)
@@ -97,12 +101,14 @@ struct BundleUploader: Sendable {
             checkpointFailed(error, logger: logger)
             return await giveBack(claimed, logger: logger)
         }
-        return await upload(claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
+        return await upload(
+            claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
     }
 
     /// Carries out ``BundleUploadState``'s actions for one bundle until it says where the bundle goes.
     private func upload(
-        _ claimed: ClaimedBundle, plan: UploadPlan, images: BundleEntryReader, completed: [String: CompletedStep], logger: Logger
+        _ claimed: ClaimedBundle, plan: UploadPlan, images: BundleEntryReader, completed: [String: CompletedStep],
+        logger: Logger
     ) async -> UploadOutcome {
         let sessionID = plan.sessionID
         var state = BundleUploadState(plan: plan, bundleName: claimed.name, completed: completed)
@@ -122,7 +128,9 @@ struct BundleUploader: Sendable {
             case .found(let found):
                 do {
                     let entries = found.map { (intent: $0.intent, serverID: $0.serverID) }
-                    let recorded = try await checkpoints.perform { try $0.recordFoundOnServer(sessionID: sessionID, entries) }
+                    let recorded = try await checkpoints.perform {
+                        try $0.recordFoundOnServer(sessionID: sessionID, entries)
+                    }
                     state.foundOnServer(zip(found, recorded).map { (stepKey: $0.intent.stepKey, done: $1) })
                     logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
                     return nil
@@ -154,7 +162,9 @@ struct BundleUploader: Sendable {
                 return .absent
             case .failed(.rejected(let status, _, let message)):
                 // A lookup the API refuses as a request (400): it cannot say; the key must do.
-                logger.warning("a lookup was refused; sending under the key alone", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                logger.warning(
+                    "a lookup was refused; sending under the key alone",
+                    metadata: ["http.status": "\(status)", "message": "\(message)"])
                 return .absent
             case .failed(let response):
                 return .failed(response)
@@ -165,7 +175,8 @@ struct BundleUploader: Sendable {
                 case .absent: return .absent
                 case .present(let id): return .found(id)
                 case .differs(let id, let field, let server, let bundle):
-                    return .differs(BundleUploadState.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
+                    return .differs(
+                        BundleUploadState.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
                 }
             }
         }
@@ -182,7 +193,8 @@ struct BundleUploader: Sendable {
                     action = state.checkpointFailed()
                 }
             case .send(let step, let path, let lookFirst):
-                let resolution = await resolve(step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
+                let resolution = await resolve(
+                    step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
                 action = state.resolved(resolution, stopping: counters.shouldStop)
             case .handInResult(let result):
                 counters.stepAnswered()
@@ -209,7 +221,8 @@ struct BundleUploader: Sendable {
         case .done:
             do {
                 let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToDone() }
-                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] store in
+                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) {
+                    [name = claimed.name] store in
                     try store.recordDone(name: name, sessionID: sessionID)
                     if final != name { try store.renamed(from: name, to: final) }
                 }
@@ -222,10 +235,13 @@ struct BundleUploader: Sendable {
             }
         case .fail(let failure, let stepAnswered):
             if stepAnswered { counters.stepAnswered() }
-            logger.warning("a step failed for good", metadata: [
-                "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)", "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
-                "message": "\(failure.message ?? "")",
-            ])
+            logger.warning(
+                "a step failed for good",
+                metadata: [
+                    "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)",
+                    "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
+                    "message": "\(failure.message ?? "")",
+                ])
             return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
         case .deferBundle(let failure, let answered):
             // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
@@ -237,7 +253,8 @@ struct BundleUploader: Sendable {
             return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
         case .giveBack(let why):
             if case .credentialsRefused(let status, let message) = why {
-                logger.error("the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                logger.error(
+                    "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
                 counters.credentialsRefused()
             }
             return await giveBack(claimed, logger: logger)
@@ -261,20 +278,25 @@ struct BundleUploader: Sendable {
     /// one to run (``RunOptions/isolatedReader``): a bundle that kills or stalls the child goes to
     /// `failed/` now, and one that does not was innocent and is read as usual (nil). Without one,
     /// the bundle goes to `failed/` once ``readingsCutShortLimit`` readings were cut short.
-    private func readAgainAfterCutShort(_ claimed: ClaimedBundle, cutShort: Int, logger: Logger) async -> UploadOutcome? {
+    private func readAgainAfterCutShort(_ claimed: ClaimedBundle, cutShort: Int, logger: Logger) async -> UploadOutcome?
+    {
         func failure(_ message: String) -> BundleFailure {
             BundleFailure(reason: FailureReason(.readerCrashed), message: message)
         }
         let advice = "check it with `dopesync inspect` where a crash does no harm, then requeue or remove it"
         guard let isolatedReader else {
             guard cutShort >= Self.readingsCutShortLimit else { return nil }
-            logger.error("bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
-            return await fail(claimed, sessionID: nil, failure: failure(
-                "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
-                    + "while reading it), so it is not opened again; \(advice)"), logger: logger)
+            logger.error(
+                "bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
+            return await fail(
+                claimed, sessionID: nil,
+                failure: failure(
+                    "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
+                        + "while reading it), so it is not opened again; \(advice)"), logger: logger)
         }
-        logger.notice("the last reading of this bundle never ended: reading it in a separate process first",
-                      metadata: ["readings.cut.short": "\(cutShort)"])
+        logger.notice(
+            "the last reading of this bundle never ended: reading it in a separate process first",
+            metadata: ["readings.cut.short": "\(cutShort)"])
         let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
         switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop) {
         case .survived, .notStarted:
@@ -282,14 +304,19 @@ struct BundleUploader: Sendable {
         case .stopped:
             return await giveBack(claimed, logger: logger)
         case .timedOut:
-            let message = "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
+            let message =
+                "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
                 + "refused as a hostile or damaged archive"
-            return await fail(claimed, sessionID: nil, failure: BundleFailure(reason: FailureReason(.overTimeBudget), message: message), logger: logger)
+            return await fail(
+                claimed, sessionID: nil,
+                failure: BundleFailure(reason: FailureReason(.overTimeBudget), message: message), logger: logger)
         case .killed(let signal):
             logger.error("reading this bundle killed a separate reader process", metadata: ["signal": "\(signal)"])
-            return await fail(claimed, sessionID: nil, failure: failure(
-                "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
-                    + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
+            return await fail(
+                claimed, sessionID: nil,
+                failure: failure(
+                    "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
+                        + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
         }
     }
 
@@ -298,17 +325,21 @@ struct BundleUploader: Sendable {
     /// bundle where it no longer is): logged with where the bundle went, and the run stops with 73
     /// so that a person looks, as for any database that cannot be written.
     private func recordAfterMove(
-        of name: String, to place: String, logger: Logger, _ record: @escaping @Sendable (CheckpointStore) throws -> Void
+        of name: String, to place: String, logger: Logger,
+        _ record: @escaping @Sendable (CheckpointStore) throws -> Void
     ) async {
         do {
             try await checkpoints.perform(record)
         } catch {
-            logger.error("the bundle moved but the checkpoint database could not record it", metadata: [
-                "moved.to": "\(place)", "error": "\(error)",
-            ])
+            logger.error(
+                "the bundle moved but the checkpoint database could not record it",
+                metadata: [
+                    "moved.to": "\(place)", "error": "\(error)",
+                ])
             if counters.checkpointsFailed() {
-                logger.critical("the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
-                                metadata: ["error": "\(error)"])
+                logger.critical(
+                    "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                    metadata: ["error": "\(error)"])
             }
         }
     }
@@ -318,8 +349,9 @@ struct BundleUploader: Sendable {
     private func checkpointFailed(_ error: CheckpointError, logger: Logger) {
         logger.error("checkpoint database error", metadata: ["error": "\(error)"])
         if error.isDatabaseFailure, counters.checkpointsFailed() {
-            logger.critical("the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
-                            metadata: ["error": "\(error)"])
+            logger.critical(
+                "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                metadata: ["error": "\(error)"])
         }
     }
 
@@ -328,9 +360,13 @@ struct BundleUploader: Sendable {
     /// loops in `dopesync` (Swift's global executor there), which must keep the other bundles'
     /// connections moving. A small one is read where it is: sending every bundle to the pool and
     /// back cost the run about a tenth more CPU in all, in thread switches.
-    static func inspect(_ path: String, size: Int64, limits: BundleLimits, stop: StopRequest) async -> Result<ValidatedBundle, BundleValidationError> {
+    static func inspect(_ path: String, size: Int64, limits: BundleLimits, stop: StopRequest) async -> Result<
+        ValidatedBundle, BundleValidationError
+    > {
         let inspect = { @Sendable in
-            Result { () throws(BundleValidationError) in try BundleInspector(limits: limits).inspect(path: path, stop: stop) }
+            Result { () throws(BundleValidationError) in
+                try BundleInspector(limits: limits).inspect(path: path, stop: stop)
+            }
         }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
         return await onBlockingPool(inspect)
@@ -338,7 +374,9 @@ struct BundleUploader: Sendable {
 
     /// Moves a bundle (rename, sidecar, folder syncs) on NIO's blocking-work pool: a sync waits for
     /// the disk, and no event loop should.
-    static func offTheLoop<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value) async throws(SpoolError) -> Value {
+    static func offTheLoop<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value)
+        async throws(SpoolError) -> Value
+    {
         try await onBlockingPool { Result { () throws(SpoolError) in try move() } }.get()
     }
 
@@ -367,7 +405,8 @@ struct BundleUploader: Sendable {
             if mustLook {
                 switch await look(step) {
                 case .found(let id):
-                    logger.info("found on the server, not sent again", metadata: ["step": "\(step.key)", "server.id": "\(id)"])
+                    logger.info(
+                        "found on the server, not sent again", metadata: ["step": "\(step.key)", "server.id": "\(id)"])
                     return .found(id)
                 case .differs(let failure): return .differs(failure)
                 case .failed(let answer): response = answer
@@ -380,18 +419,26 @@ struct BundleUploader: Sendable {
                 response = answer
             }
             guard let response else { preconditionFailure("a look or a send answers") }
-            guard case .retryable(let status, let retryAfter, let message) = response else { return .response(response, cutShort: false) }
+            guard case .retryable(let status, let retryAfter, let message) = response else {
+                return .response(response, cutShort: false)
+            }
             mustLook = lookup != nil
             func stop(_ cutShort: Bool) -> Resolution { .response(response, cutShort: cutShort) }
             retry += 1
             guard retry < self.retry.attempts else { return stop(false) }
             guard !counters.shouldStop else { return stop(true) }
-            guard let delay = self.retry.delay(beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1)) else {
+            guard
+                let delay = self.retry.delay(
+                    beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1))
+            else {
                 return stop(false)
             }
-            logger.info("retrying a step", metadata: [
-                "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)", "retry": "\(retry)",
-            ])
+            logger.info(
+                "retrying a step",
+                metadata: [
+                    "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)",
+                    "retry": "\(retry)",
+                ])
             do {
                 try await Task.sleep(for: delay)
             } catch {
@@ -400,7 +447,9 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async -> UploadOutcome {
+    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async
+        -> UploadOutcome
+    {
         // Only for the sidecar's attempts and first-seen lines: a sidecar without them still says why.
         let state = try? await checkpoints.perform { [name = claimed.name] in try $0.bundleState(name: name) }
         let sidecar = ErrorSidecar(
@@ -409,7 +458,8 @@ struct BundleUploader: Sendable {
         )
         do {
             let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
-            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] store in
+            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) {
+                [name = claimed.name] store in
                 try store.recordFailure(name: name, sessionID: sessionID, error: failure)
                 if final != name { try store.renamed(from: name, to: final) }
             }
@@ -422,7 +472,9 @@ struct BundleUploader: Sendable {
         }
     }
 
-    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async -> UploadOutcome {
+    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async
+        -> UploadOutcome
+    {
         do {
             let deferral = try await checkpoints.perform { [name = claimed.name] in
                 try $0.recordDeferral(name: name, sessionID: sessionID, error: failure)
@@ -430,15 +482,21 @@ struct BundleUploader: Sendable {
             if deferral.exhausted {
                 return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
-            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt) }
+            let final = try await Self.offTheLoop { () throws(SpoolError) in
+                try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt)
+            }
             if final != claimed.name {
-                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { [name = claimed.name] store in
+                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) {
+                    [name = claimed.name] store in
                     try store.renamed(from: name, to: final)
                 }
             }
-            logger.info("bundle deferred", metadata: [
-                "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)", "reason": "\(failure.reason)",
-            ])
+            logger.info(
+                "bundle deferred",
+                metadata: [
+                    "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)",
+                    "reason": "\(failure.reason)",
+                ])
             return .deferred
         } catch let error as CheckpointError {
             // Nothing moved yet: the bundle goes back uncounted.

@@ -28,7 +28,9 @@ public struct RunMetrics: Sendable {
 
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
     static func backlog(of spool: Spool, deferred: [BundleState], now: Date = Date()) throws -> SpoolBacklog {
-        return try SpoolBacklog.list(spool, firstSeen: Dictionary(deferred.map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a }), now: now)
+        return try SpoolBacklog.list(
+            spool, firstSeen: Dictionary(deferred.map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a }),
+            now: now)
     }
 
     /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`).
@@ -44,33 +46,53 @@ public struct RunMetrics: Sendable {
             out += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n"
             for sample in samples { out += "\(name)\(sample.labels) \(Self.format(sample.value))\n" }
         }
-        metric("dopesync_last_run_timestamp_seconds", "When the last dopesync run finished (Unix time).", [("", finishedAt.timeIntervalSince1970)])
-        metric("dopesync_last_success_timestamp_seconds",
-               "When a healthy run last finished: exit 0 or 1, nothing deferred, and work done or none waiting (Unix time; 0 never).",
-               [("", lastSuccessAt?.timeIntervalSince1970 ?? 0)])
+        metric(
+            "dopesync_last_run_timestamp_seconds", "When the last dopesync run finished (Unix time).",
+            [("", finishedAt.timeIntervalSince1970)])
+        metric(
+            "dopesync_last_success_timestamp_seconds",
+            "When a healthy run last finished: exit 0 or 1, nothing deferred, and work done or none waiting (Unix time; 0 never).",
+            [("", lastSuccessAt?.timeIntervalSince1970 ?? 0)])
         metric("dopesync_last_run_duration_seconds", "How long the last run took.", [("", summary.seconds)])
-        metric("dopesync_last_run_exit_code", "The last run's exit code (WORKER.md: 0 ok, 1 bundles failed, 75 API down, 77 credentials refused).",
-               [("", Double(summary.exitCode))])
+        metric(
+            "dopesync_last_run_exit_code",
+            "The last run's exit code (WORKER.md: 0 ok, 1 bundles failed, 75 API down, 77 credentials refused).",
+            [("", Double(summary.exitCode))])
         metric("dopesync_last_run_claimed_bundles", "Bundles the last run claimed.", [("", Double(summary.claimed))])
-        metric("dopesync_last_run_bundles", "Bundles of the last run by outcome.",
-               [("{outcome=\"done\"}", Double(summary.done)), ("{outcome=\"deferred\"}", Double(summary.deferred)),
-                ("{outcome=\"failed\"}", Double(summary.failed))])
-        metric("dopesync_last_run_requests", "HTTP requests the last run sent, retries included.", [("", Double(summary.requests))])
+        metric(
+            "dopesync_last_run_bundles", "Bundles of the last run by outcome.",
+            [
+                ("{outcome=\"done\"}", Double(summary.done)), ("{outcome=\"deferred\"}", Double(summary.deferred)),
+                ("{outcome=\"failed\"}", Double(summary.failed)),
+            ])
+        metric(
+            "dopesync_last_run_requests", "HTTP requests the last run sent, retries included.",
+            [("", Double(summary.requests))])
         metric("dopesync_last_run_sent_bytes", "Request body bytes the last run sent.", [("", Double(summary.bytes))])
-        let folders = ["incoming", "processing", "done", "failed"].compactMap { name in backlog.folders[name].map { ("{folder=\"\(name)\"}", $0) } }
-        metric("dopesync_spool_bundles", "Bundles in each spool folder after the last run.", folders.map { ($0.0, Double($0.1.count)) })
-        metric("dopesync_spool_bytes", "Bytes of the bundles in each spool folder after the last run.", folders.map { ($0.0, Double($0.1.bytes)) })
-        metric("dopesync_spool_oldest_age_seconds",
-               "Age of the oldest bundle in each spool folder (0 when empty); in incoming, counted from when it was first seen.",
-               folders.map { ($0.0, $0.1.oldestAgeSeconds ?? 0) })
-        metric("dopesync_spool_waiting_for_retry_bundles", "Deferred bundles in incoming/ whose next attempt is still to come.",
-               [("", Double(waitingForRetry))])
+        let folders = ["incoming", "processing", "done", "failed"].compactMap { name in
+            backlog.folders[name].map { ("{folder=\"\(name)\"}", $0) }
+        }
+        metric(
+            "dopesync_spool_bundles", "Bundles in each spool folder after the last run.",
+            folders.map { ($0.0, Double($0.1.count)) })
+        metric(
+            "dopesync_spool_bytes", "Bytes of the bundles in each spool folder after the last run.",
+            folders.map { ($0.0, Double($0.1.bytes)) })
+        metric(
+            "dopesync_spool_oldest_age_seconds",
+            "Age of the oldest bundle in each spool folder (0 when empty); in incoming, counted from when it was first seen.",
+            folders.map { ($0.0, $0.1.oldestAgeSeconds ?? 0) })
+        metric(
+            "dopesync_spool_waiting_for_retry_bundles",
+            "Deferred bundles in incoming/ whose next attempt is still to come.",
+            [("", Double(waitingForRetry))])
         return out
     }
 
     /// Writes the file atomically (a temporary dot-name in the same folder, then a rename).
     public func write(to path: String) throws {
-        try FileSystem.writeAtomically(to: path, temporaryDirectory: FileSystem.directory(of: path), replace: true) { descriptor in
+        try FileSystem.writeAtomically(to: path, temporaryDirectory: FileSystem.directory(of: path), replace: true) {
+            descriptor in
             try FileSystem.writeAll(Array(text().utf8), to: descriptor, path: path)
         }
     }

@@ -62,9 +62,14 @@ struct ServerLookup: Sendable {
             // Not JSON, or not this shape: the same answer as any other unreadable one, below.
             let items = (try? JSONValue.parse(bytes))?.objectValue?["items"]?.arrayValue
             guard let items else {
-                return .failed(.retryable(status: 200, retryAfter: nil, message: "a session lookup answered something that is not {\"items\": […]}"))
+                return .failed(
+                    .retryable(
+                        status: 200, retryAfter: nil,
+                        message: "a session lookup answered something that is not {\"items\": […]}"))
             }
-            guard let id = items.first?.objectValue?["id"]?.numberValue, let serverID = Int64(id.literal) else { return .tree(nil) }
+            guard let id = items.first?.objectValue?["id"]?.numberValue, let serverID = Int64(id.literal) else {
+                return .tree(nil)
+            }
             return await tree(serverID: serverID)
         case .notFound(let status):
             if support.learn(.missing) {
@@ -85,7 +90,9 @@ struct ServerLookup: Sendable {
         switch await client.get("/api/sessions/\(serverID)") {
         case .found(let bytes):
             guard let tree = ServerTree(json: bytes) else {
-                return .failed(.retryable(status: 200, retryAfter: nil, message: "the session tree of \(serverID) could not be read"))
+                return .failed(
+                    .retryable(
+                        status: 200, retryAfter: nil, message: "the session tree of \(serverID) could not be read"))
             }
             return .tree(tree)
         case .notFound:

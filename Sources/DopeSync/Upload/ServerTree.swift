@@ -61,7 +61,9 @@ struct ServerTree: Sendable, Equatable {
 
     @discardableResult
     private mutating func add(_ key: String, _ object: JSONObject) -> Bool {
-        guard records[key] == nil, let id = object["id"]?.numberValue, id.isIntegerLiteral, let value = Int64(id.literal) else {
+        guard records[key] == nil, let id = object["id"]?.numberValue, id.isIntegerLiteral,
+            let value = Int64(id.literal)
+        else {
             return records[key] != nil
         }
         records[key] = Record(id: value, fields: object)
@@ -107,7 +109,8 @@ struct ServerTree: Sendable, Equatable {
             SessionFieldFormats.instant(x).map { $0 == SessionFieldFormats.instant(y) } ?? false
         case (.array(let x), .array(let y)): x.count == y.count && zip(x, y).allSatisfy { same($0, $1) }
         case (.object(let x), .object(let y)):
-            x.members.count == y.members.count && x.members.allSatisfy { member in y[member.key].map { same(member.value, $0) } ?? false }
+            x.members.count == y.members.count
+                && x.members.allSatisfy { member in y[member.key].map { same(member.value, $0) } ?? false }
         default: a == b
         }
     }

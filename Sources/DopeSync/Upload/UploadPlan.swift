@@ -74,11 +74,12 @@ public struct UploadPlan: Sendable {
         var steps: [UploadStep] = []
         func add(_ kind: UploadStep.Kind, _ key: String, _ parent: UploadStep.Parent, _ body: JSONObject) {
             let bytes = JSONValue.object(body).serialized()
-            steps.append(UploadStep(
-                kind: kind, key: key, parent: parent, payload: .json(bytes),
-                idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
-                contentDigest: SHA256.hash(data: bytes).hexString
-            ))
+            steps.append(
+                UploadStep(
+                    kind: kind, key: key, parent: parent, payload: .json(bytes),
+                    idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
+                    contentDigest: SHA256.hash(data: bytes).hexString
+                ))
         }
 
         var body = JSONObject()
@@ -143,7 +144,8 @@ public struct UploadPlan: Sendable {
             if let measurement = group.measurement {
                 var body = JSONObject()
                 body["clientId"] = .string(group.id)
-                body["holePositions"] = .array(measurement.holePositions.map { .object(["x": .number($0.x), "y": .number($0.y)]) })
+                body["holePositions"] = .array(
+                    measurement.holePositions.map { .object(["x": .number($0.x), "y": .number($0.y)]) })
                 body["bulletDiameter"] = .number(measurement.bulletDiameter)
                 body["calibrationMethod"] = .string(measurement.calibrationMethod)
                 body["measurementConfidence"] = measurement.measurementConfidence.map { .number($0) }
@@ -158,12 +160,13 @@ public struct UploadPlan: Sendable {
             guard let image = images[reference.fileName] else { continue }  // validation guarantees it
             let key = "image:\(reference.groupId):\(reference.role.rawValue):\(reference.fileName)"
             let digestInput = "image\n\(reference.role.rawValue)\n\(reference.fileName)\n\(image.sha256)"
-            steps.append(UploadStep(
-                kind: .image, key: key, parent: .group(stepKey: "group:\(reference.groupId)"),
-                payload: .image(image, role: reference.role.rawValue, groupID: reference.groupId),
-                idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
-                contentDigest: SHA256.hash(data: Array(digestInput.utf8)).hexString
-            ))
+            steps.append(
+                UploadStep(
+                    kind: .image, key: key, parent: .group(stepKey: "group:\(reference.groupId)"),
+                    payload: .image(image, role: reference.role.rawValue, groupID: reference.groupId),
+                    idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
+                    contentDigest: SHA256.hash(data: Array(digestInput.utf8)).hexString
+                ))
         }
         self.steps = steps
     }
@@ -190,7 +193,8 @@ struct MultipartFraming: Sendable {
             "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n"
         }
         let quotedName = image.fileName.replacingOccurrences(of: "\"", with: "%22")
-        let text = field("clientId", groupID) + field("role", role) + field("fileName", image.fileName)
+        let text =
+            field("clientId", groupID) + field("role", role) + field("fileName", image.fileName)
             + "--\(boundary)\r\nContent-Disposition: form-data; name=\"file\"; filename=\"\(quotedName)\"\r\n"
             + "Content-Type: \(image.type.contentType)\r\n\r\n"
         head = Array(text.utf8)

@@ -65,7 +65,9 @@ final class RunCounters: Sendable {
         self.state = Mutex(State(breaker: CircuitBreaker(policy: breaker)))
     }
 
-    var shouldStop: Bool { stop.isRequested || state.withLock { $0.credentialsRefused || $0.checkpointsFailed || $0.breaker.isOpen } }
+    var shouldStop: Bool {
+        stop.isRequested || state.withLock { $0.credentialsRefused || $0.checkpointsFailed || $0.breaker.isOpen }
+    }
     var snapshot: State { state.withLock { $0 } }
 
     func request(bytes: Int64) {
@@ -131,16 +133,24 @@ public struct Worker: Sendable {
         let store: CheckpointStore
         do {
             try spool.create()
-            store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: Int32(min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max))))
+            store = try CheckpointStore(
+                spool: spool,
+                busyTimeoutMilliseconds: Int32(
+                    min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max))))
         } catch {
-            logger.critical("the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            logger.critical(
+                "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
             return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         }
         // From here on every checkpoint goes through the writer's own thread, never an event loop's.
-        return await CheckpointWriter.with(store) { checkpoints in await run(spool: spool, checkpoints: checkpoints, started: started) }
+        return await CheckpointWriter.with(store) { checkpoints in
+            await run(spool: spool, checkpoints: checkpoints, started: started)
+        }
     }
 
-    private func run(spool: Spool, checkpoints: CheckpointWriter, started: ContinuousClock.Instant) async -> (RunSummary, ExitStatus) {
+    private func run(spool: Spool, checkpoints: CheckpointWriter, started: ContinuousClock.Instant) async -> (
+        RunSummary, ExitStatus
+    ) {
         let runID = UUID().uuidString.lowercased()
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         do throws(CheckpointError) {
@@ -150,21 +160,26 @@ public struct Worker: Sendable {
             // Only the run's own record otherwise; but a database that cannot be written at all
             // could not checkpoint a single step: claim nothing.
             if error.isDatabaseFailure {
-                logger.critical("the checkpoint database cannot be written: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
+                logger.critical(
+                    "the checkpoint database cannot be written: the run claims nothing (exit 73)",
+                    metadata: ["error": "\(error)"])
                 return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
             }
         }
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
-        let orphans: [SpoolEntry], due: [SpoolEntry]
+        let orphans: [SpoolEntry]
+        let due: [SpoolEntry]
         do throws(SpoolError) {
             orphans = try spool.processingEntries()
             due = try spool.scan(minAge: options.minAge)
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
-            logger.critical("the spool cannot be read: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
+            logger.critical(
+                "the spool cannot be read: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
             let summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
-            try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }  // the 73 above is what matters
+            // The 73 above is what matters; the run's own record is for `status`.
+            try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }
             return (summary, .cannotCreate)
         }
         let queue = BundleQueue(orphans + due)
@@ -173,12 +188,16 @@ public struct Worker: Sendable {
         let maxBundles = options.maxBundles ?? Int.max
 
         let lookups = LookupSupport()
-        let clientResult: Void? = try? await APIClient.with(baseURL: options.apiURL, token: options.token, connections: options.concurrency) { client in
+        let clientResult: Void? = try? await APIClient.with(
+            baseURL: options.apiURL, token: options.token, connections: options.concurrency
+        ) { client in
             let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
             let uploader = BundleUploader(
-                checkpoints: checkpoints, results: results, client: client, retry: options.retry, limits: options.limits, counters: counters,
+                checkpoints: checkpoints, results: results, client: client, retry: options.retry,
+                limits: options.limits, counters: counters,
                 isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
-                lookup: options.lookBeforeResending ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
+                lookup: options.lookBeforeResending
+                    ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
                 logger: logger)
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
@@ -189,12 +208,18 @@ public struct Worker: Sendable {
                         group.addTask {
                             while !counters.shouldStop {
                                 if let deadline, ContinuousClock.now >= deadline { return }
-                                guard counters.snapshot.summary.claimed < maxBundles, let entry = queue.next() else { return }
+                                guard counters.snapshot.summary.claimed < maxBundles, let entry = queue.next() else {
+                                    return
+                                }
                                 let claimed: ClaimedBundle?
                                 do {
-                                    claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
+                                    claimed =
+                                        entry.folder == .processing
+                                        ? try spool.claimOrphan(entry) : try spool.claim(entry)
                                 } catch {
-                                    logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
+                                    logger.error(
+                                        "cannot claim a bundle",
+                                        metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
                                     continue
                                 }
                                 guard let claimed else { continue }  // another run has it
@@ -213,10 +238,13 @@ public struct Worker: Sendable {
         var summary = state.summary
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         let status: ExitStatus =
-            state.credentialsRefused ? .permissionDenied
-            : state.checkpointsFailed ? .cannotCreate
-            : state.breaker.isOpen ? .temporaryFailure
-            : summary.failed > 0 ? .bundlesFailed : .success
+            state.credentialsRefused
+            ? .permissionDenied
+            : state.checkpointsFailed
+                ? .cannotCreate
+                : state.breaker.isOpen
+                    ? .temporaryFailure
+                    : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
@@ -230,24 +258,31 @@ public struct Worker: Sendable {
             }
         }
         // A backlog that could not be listed leaves health unknown here; its error is logged below.
-        let healthy = (try? backlog?.get()).map { RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now)) }
-        let apiLookups: Bool? = switch lookups.current {
-        case .available: true
-        case .missing: false
-        case .unknown: nil
+        let healthy = (try? backlog?.get()).map {
+            RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now))
         }
+        let apiLookups: Bool? =
+            switch lookups.current {
+            case .available: true
+            case .missing: false
+            case .unknown: nil
+            }
         let finished = summary
         // The run's own record, for `status` and the metrics' last success: the bundles' fate is
         // already recorded and in their folders, so a failure here changes nothing they need.
-        try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: finished, healthy: healthy, apiLookups: apiLookups) }
+        try? await checkpoints.perform {
+            try $0.recordRunFinished(runID: runID, summary: finished, healthy: healthy, apiLookups: apiLookups)
+        }
         if let metricsFile = options.metricsFile, let backlog {
             // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
                 let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
-                let metrics = RunMetrics(finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
+                let metrics = RunMetrics(
+                    finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
                 try metrics.write(to: metricsFile)
             } catch {
-                logger.error("cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
+                logger.error(
+                    "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
             }
         }
         return (summary, status)
@@ -260,7 +295,8 @@ extension Worker {
         while !Task.isCancelled {
             let summary = counters.snapshot.summary
             let seconds = max((ContinuousClock.now - started) / .seconds(1), 0.001)
-            let line = "\r\u{1B}[2K\(summary.done + summary.failed + summary.deferred)/\(total) bundles "
+            let line =
+                "\r\u{1B}[2K\(summary.done + summary.failed + summary.deferred)/\(total) bundles "
                 + "(\(summary.done) done, \(summary.failed) failed, \(summary.deferred) deferred), "
                 + "\(summary.requests) requests, \(ByteCount(summary.bytes)), \(Int(Double(summary.requests) / seconds)) req/s"
             FileHandle.standardError.write(Data(line.utf8))

@@ -1,9 +1,9 @@
 import Crypto
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The image types the API takes, recognised by their first bytes (never by a header or a name).
@@ -68,11 +68,13 @@ enum MultipartImageParser {
     /// The boundary of a `multipart/form-data` Content-Type, or a 415/422 error.
     static func boundary(contentType: String?) throws(APIError) -> String {
         guard let contentType else {
-            throw APIError.unsupportedMediaType("the body must be multipart/form-data (no Content-Type)", field: "Content-Type")
+            throw APIError.unsupportedMediaType(
+                "the body must be multipart/form-data (no Content-Type)", field: "Content-Type")
         }
         let parameters = contentType.split(separator: ";").map { $0.trimmingSpaces }
         guard let mediaType = parameters.first, mediaType.lowercased() == "multipart/form-data" else {
-            throw APIError.unsupportedMediaType("the body must be multipart/form-data (was \(contentType))", field: "Content-Type")
+            throw APIError.unsupportedMediaType(
+                "the body must be multipart/form-data (was \(contentType))", field: "Content-Type")
         }
         for parameter in parameters.dropFirst() {
             let pair = parameter.split(separator: "=", maxSplits: 1)
@@ -134,19 +136,24 @@ enum MultipartImageParser {
         }
 
         guard let clientId = fields["clientId"] else { throw APIError.validation("clientId", "is required") }
-        guard isUUID(clientId) else { throw APIError.validation("clientId", "must be a UUID (was \(clientId.debugDescription))") }
+        guard isUUID(clientId) else {
+            throw APIError.validation("clientId", "must be a UUID (was \(clientId.debugDescription))")
+        }
         guard let role = fields["role"] else { throw APIError.validation("role", "is required") }
         guard roles.contains(role) else {
-            throw APIError.validation("role", "must be one of photo, original, annotated (was \(role.debugDescription))")
+            throw APIError.validation(
+                "role", "must be one of photo, original, annotated (was \(role.debugDescription))")
         }
         guard let fileName = fields["fileName"] else { throw APIError.validation("fileName", "is required") }
         guard !fileName.isEmpty else { throw APIError.validation("fileName", "must not be empty") }
         guard let file else { throw APIError.validation("file", "is required") }
         guard file.count <= maxImageBytes else {
-            throw APIError.payloadTooLarge("file: the image is \(file.count) bytes, above the limit of \(maxImageBytes)")
+            throw APIError.payloadTooLarge(
+                "file: the image is \(file.count) bytes, above the limit of \(maxImageBytes)")
         }
         guard let type = ImageType(sniffing: file) else {
-            throw APIError.unsupportedMediaType("file: not a JPEG, PNG, HEIC or WebP image (by its first bytes)", field: "file")
+            throw APIError.unsupportedMediaType(
+                "file: not a JPEG, PNG, HEIC or WebP image (by its first bytes)", field: "file")
         }
         var hasher = SHA256()
         hasher.update(bufferPointer: file)
@@ -164,7 +171,9 @@ enum MultipartImageParser {
                 let pair = parameter.split(separator: "=", maxSplits: 1)
                 guard pair.count == 2, pair[0].trimmingSpaces.lowercased() == "name" else { continue }
                 var value = pair[1].trimmingSpaces
-                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 { value = value.dropFirst().dropLast() }
+                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 {
+                    value = value.dropFirst().dropLast()
+                }
                 return String(value)
             }
         }

@@ -21,7 +21,8 @@ enum JSONValue: Sendable, Equatable {
         case (.number(let a), .number(let b)): a == b
         case (.string(let a), .string(let b)): a == b
         case (.array(let a), .array(let b)): a == b
-        case (.object(let a), .object(let b)): a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+        case (.object(let a), .object(let b)):
+            a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.value == $1.value }
         default: false
         }
     }
@@ -258,7 +259,9 @@ private struct JSONParser {
             switch byte {
             case UInt8(ascii: "\""):
                 index += 1
-                guard let text = String(validating: utf8, as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+                guard let text = String(validating: utf8, as: UTF8.self) else {
+                    throw error("invalid UTF-8 in a string")
+                }
                 return text
             case UInt8(ascii: "\\"):
                 index += 1
@@ -277,7 +280,9 @@ private struct JSONParser {
                     var scalarValue = UInt32(try parseHex4())
                     if (0xD800..<0xDC00).contains(scalarValue) {
                         // A high surrogate must be followed by an escaped low surrogate.
-                        guard current == UInt8(ascii: "\\"), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "u") else {
+                        guard current == UInt8(ascii: "\\"), index + 1 < bytes.count,
+                            bytes[index + 1] == UInt8(ascii: "u")
+                        else {
                             throw error("unpaired surrogate")
                         }
                         index += 2

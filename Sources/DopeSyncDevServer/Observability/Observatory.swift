@@ -65,7 +65,8 @@ final class Observatory: Sendable {
             if replayed { state.replays += 1 }
             if let fault { state.faults[fault, default: 0] += 1 }
             let entry = RequestRecord(
-                sequence: state.nextSequence, method: method, path: path, idempotencyKey: idempotencyKey, status: status,
+                sequence: state.nextSequence, method: method, path: path, idempotencyKey: idempotencyKey,
+                status: status,
                 replayed: replayed, fault: fault, durationMicroseconds: durationMicroseconds)
             state.nextSequence += 1
             if state.log.count < capacity {
@@ -81,9 +82,11 @@ final class Observatory: Sendable {
     func statsJSON() -> String {
         state.withLock { state in
             var text = #"{"requests":\#(state.requests),"replays":\#(state.replays),"created":{"#
-            text += RecordKind.allCases.map { #""\#($0.rawValue)":\#(state.created[$0, default: 0])"# }.joined(separator: ",")
+            text += RecordKind.allCases.map { #""\#($0.rawValue)":\#(state.created[$0, default: 0])"# }.joined(
+                separator: ",")
             text += #"},"byStatus":{"#
-            text += state.byStatus.sorted { $0.key < $1.key }.map { #""\#($0.key)":\#($0.value)"# }.joined(separator: ",")
+            text += state.byStatus.sorted { $0.key < $1.key }.map { #""\#($0.key)":\#($0.value)"# }.joined(
+                separator: ",")
             text += #"},"faults":{"#
             let faultNames = ["server_error", "rate_limited", Observatory.droppedFault]
             text += faultNames.map { #""\#($0)":\#(state.faults[$0, default: 0])"# }.joined(separator: ",")

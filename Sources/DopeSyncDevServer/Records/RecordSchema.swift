@@ -168,15 +168,23 @@ extension RecordSchema {
     }
 
     /// Returns the value as stored (integers given as `3.0` become `3`), or throws 422.
-    static func check(_ value: JSONValue, against type: FieldRule.ValueType, field: String) throws(APIError) -> JSONValue {
+    static func check(_ value: JSONValue, against type: FieldRule.ValueType, field: String) throws(APIError)
+        -> JSONValue
+    {
         if case .null = value { throw APIError.validation(field, "must not be null (leave the field out)") }
         switch type {
         case .uuid:
-            guard case .string(let text) = value else { throw APIError.validation(field, "must be a string (was \(value.typeName))") }
-            guard isUUID(text) else { throw APIError.validation(field, "must be a UUID (was \(text.debugDescription))") }
+            guard case .string(let text) = value else {
+                throw APIError.validation(field, "must be a string (was \(value.typeName))")
+            }
+            guard isUUID(text) else {
+                throw APIError.validation(field, "must be a UUID (was \(text.debugDescription))")
+            }
             return value
         case .dateTime:
-            guard case .string(let text) = value else { throw APIError.validation(field, "must be a string (was \(value.typeName))") }
+            guard case .string(let text) = value else {
+                throw APIError.validation(field, "must be a string (was \(value.typeName))")
+            }
             guard isRFC3339DateTime(text) else {
                 throw APIError.validation(field, "must be an RFC 3339 date-time (was \(text.debugDescription))")
             }
@@ -211,25 +219,40 @@ extension RecordSchema {
             }
             return value
         case .string(let maxLength):
-            guard case .string(let text) = value else { throw APIError.validation(field, "must be a string (was \(value.typeName))") }
+            guard case .string(let text) = value else {
+                throw APIError.validation(field, "must be a string (was \(value.typeName))")
+            }
             if let maxLength, text.count > maxLength {
                 throw APIError.validation(field, "must be at most \(maxLength) characters (was \(text.count))")
             }
             return value
         case .boolean:
-            guard case .bool = value else { throw APIError.validation(field, "must be a boolean (was \(value.typeName))") }
+            guard case .bool = value else {
+                throw APIError.validation(field, "must be a boolean (was \(value.typeName))")
+            }
             return value
         case .points:
-            guard case .array(let items) = value else { throw APIError.validation(field, "must be an array (was \(value.typeName))") }
+            guard case .array(let items) = value else {
+                throw APIError.validation(field, "must be an array (was \(value.typeName))")
+            }
             var points: [JSONValue] = []
             points.reserveCapacity(items.count)
             for (index, item) in items.enumerated() {
                 let path = "\(field)[\(index)]"
-                guard case .object = item else { throw APIError.validation(path, "must be an object (was \(item.typeName))") }
+                guard case .object = item else {
+                    throw APIError.validation(path, "must be an object (was \(item.typeName))")
+                }
                 var point: [(key: String, value: JSONValue)] = []
                 for coordinate in ["x", "y"] {
-                    guard let member = item[coordinate] else { throw APIError.validation("\(path).\(coordinate)", "is required") }
-                    point.append((coordinate, try check(member, against: .number(minimum: nil, maximum: nil), field: "\(path).\(coordinate)")))
+                    guard let member = item[coordinate] else {
+                        throw APIError.validation("\(path).\(coordinate)", "is required")
+                    }
+                    point.append(
+                        (
+                            coordinate,
+                            try check(
+                                member, against: .number(minimum: nil, maximum: nil), field: "\(path).\(coordinate)")
+                        ))
                 }
                 points.append(.object(point))
             }

@@ -47,7 +47,9 @@ enum AdminRoutes {
                 try await changeReferences(request, state: state, replacing: true)
             },
             Route(.get, "/admin/sessions") { request, _ in try await DevServerRoutes.sessions(request, state: state) },
-            Route(.get, "/admin/sessions/:sessionId") { _, context in try await DevServerRoutes.sessionTree(context, state: state) },
+            Route(.get, "/admin/sessions/:sessionId") { _, context in
+                try await DevServerRoutes.sessionTree(context, state: state)
+            },
             Route(.get, "/admin/faults") { _, _ in
                 DevServerState.jsonResponse(status: .ok, body: faultsJSON(state.faults.configuration))
             },
@@ -58,7 +60,9 @@ enum AdminRoutes {
                 faults.rateLimitRate = try rate(body, "rateLimitRate") ?? faults.rateLimitRate
                 faults.dropAfterCommitRate = try rate(body, "dropAfterCommitRate") ?? faults.dropAfterCommitRate
                 if let latency = body["latencyMs"] {
-                    guard case .string(let text) = latency else { throw APIError.validation("latencyMs", "must be a string \"A-B\"") }
+                    guard case .string(let text) = latency else {
+                        throw APIError.validation("latencyMs", "must be a string \"A-B\"")
+                    }
                     do { faults.latencyMilliseconds = try .parsingMilliseconds(text) } catch {
                         throw APIError.validation("latencyMs", "\(error)")
                     }
@@ -70,7 +74,9 @@ enum AdminRoutes {
                     faults.retryAfterSeconds = Int(seconds)
                 }
                 if let seed = body["seed"] {
-                    guard case .integer(let value) = seed, value >= 0 else { throw APIError.validation("seed", "must be an integer >= 0") }
+                    guard case .integer(let value) = seed, value >= 0 else {
+                        throw APIError.validation("seed", "must be an integer >= 0")
+                    }
                     faults.seed = UInt64(value)
                 }
                 state.faults.replace(faults)
@@ -81,11 +87,14 @@ enum AdminRoutes {
 
     private static var referenceKinds: [(name: String, keyPath: WritableKeyPath<ReferenceIDs, IDSet>)] {
         [
-            ("rifles", \.rifleSetups), ("locations", \.locations), ("ammunition", \.ammunition), ("ammoLots", \.ammoLots),
+            ("rifles", \.rifleSetups), ("locations", \.locations), ("ammunition", \.ammunition),
+            ("ammoLots", \.ammoLots),
         ]
     }
 
-    private static func changeReferences(_ request: Request, state: DevServerState, replacing: Bool) async throws -> Response {
+    private static func changeReferences(_ request: Request, state: DevServerState, replacing: Bool) async throws
+        -> Response
+    {
         let body = try await adminBody(request)
         var changes: [(WritableKeyPath<ReferenceIDs, IDSet>, IDSet)] = []
         for kind in referenceKinds {
@@ -136,7 +145,8 @@ enum AdminRoutes {
 
     private static func faultsJSON(_ faults: FaultConfiguration) -> String {
         let latency = faults.latencyMilliseconds
-        return #"{"failRate":\#(faults.failRate),"rateLimitRate":\#(faults.rateLimitRate),"dropAfterCommitRate":\#(faults.dropAfterCommitRate),"latencyMs":"\#(latency.lowerBound)-\#(latency.upperBound)","retryAfterSeconds":\#(faults.retryAfterSeconds),"seed":\#(faults.seed)}"#
+        return
+            #"{"failRate":\#(faults.failRate),"rateLimitRate":\#(faults.rateLimitRate),"dropAfterCommitRate":\#(faults.dropAfterCommitRate),"latencyMs":"\#(latency.lowerBound)-\#(latency.upperBound)","retryAfterSeconds":\#(faults.retryAfterSeconds),"seed":\#(faults.seed)}"#
     }
 
     private static func rate(_ body: JSONValue, _ field: String) throws(APIError) -> Double? {

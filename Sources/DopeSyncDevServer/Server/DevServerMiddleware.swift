@@ -50,33 +50,44 @@ struct DevServerMiddleware: RouterMiddleware {
         } catch let error as APIError {
             response = error.response
         } catch is ConnectionDroppedAfterCommit {
-            record(request, path: path, status: 201, replayed: false, fault: Observatory.droppedFault, since: started, context: context)
+            record(
+                request, path: path, status: 201, replayed: false, fault: Observatory.droppedFault, since: started,
+                context: context)
             throw ConnectionDroppedAfterCommit()
         } catch let error as any HTTPResponseError {
             // Hummingbird's own errors (no such route, a bad parameter): the spec's body all the same.
             // Its 404 means no route takes this method on this path: 405 if the path has others.
-            if error.status == .notFound, let allowed = routes.methods(forPath: path), !allowed.contains(request.method) {
+            if error.status == .notFound, let allowed = routes.methods(forPath: path), !allowed.contains(request.method)
+            {
                 response = APIError.methodNotAllowed(request.method, path: path, allowed: allowed).response
             } else {
-                let code: APIError.Code = error.status == .notFound ? .notFound : error.status.code >= 500 ? .internal : .validationFailed
-                response = APIError(status: error.status, code: code, message: "\(error.status.reasonPhrase)", field: nil).response
+                let code: APIError.Code =
+                    error.status == .notFound ? .notFound : error.status.code >= 500 ? .internal : .validationFailed
+                response =
+                    APIError(status: error.status, code: code, message: "\(error.status.reasonPhrase)", field: nil)
+                    .response
             }
         } catch {
             context.logger.error("request failed", metadata: ["error": "\(error)"])
-            response = APIError(status: .internalServerError, code: .internal, message: "internal error", field: nil).response
+            response =
+                APIError(status: .internalServerError, code: .internal, message: "internal error", field: nil).response
         }
         let replayed = response.headers[.idempotentReplayed] == "true"
-        record(request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started, context: context)
+        record(
+            request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started,
+            context: context)
         // No route takes HEAD (api.yaml has none): its 405 or 404 goes out with headers only.
         return request.method == .head ? response.createHeadResponse() : response
     }
 
     private func record(
-        _ request: Request, path: String, status: Int, replayed: Bool, fault: String?, since started: ContinuousClock.Instant,
+        _ request: Request, path: String, status: Int, replayed: Bool, fault: String?,
+        since started: ContinuousClock.Instant,
         context: Context
     ) {
         let elapsed = ContinuousClock.now - started
-        let microseconds = Int(elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000)
+        let microseconds = Int(
+            elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000)
         let key = request.headers[.idempotencyKey]
         state.observatory.record(
             method: request.method.rawValue, path: path, idempotencyKey: key, status: status, replayed: replayed,

@@ -103,9 +103,12 @@ enum DevServerRoutes {
     }
 
     /// A path id: an integer >= 1, or 404 (no record can have that id).
-    static func pathID(_ context: DevServerRequestContext, _ parameter: String, name: String) throws(APIError) -> Int64 {
+    static func pathID(_ context: DevServerRequestContext, _ parameter: String, name: String) throws(APIError) -> Int64
+    {
         let text = context.parameters.get(parameter) ?? ""
-        guard let id = Int64(text), id >= 1 else { throw APIError.notFound("\(name) \(text.debugDescription) does not exist") }
+        guard let id = Int64(text), id >= 1 else {
+            throw APIError.notFound("\(name) \(text.debugDescription) does not exist")
+        }
         return id
     }
 }
@@ -135,7 +138,9 @@ enum SessionTree {
         for record in records {
             switch record.kind {
             case .dope: dope.append(object(record))
-            case .chrono: chrono.append(object(record, extra: #""readings":[\#(readings[record.id, default: []].joined(separator: ","))]"#))
+            case .chrono:
+                chrono.append(
+                    object(record, extra: #""readings":[\#(readings[record.id, default: []].joined(separator: ","))]"#))
             case .group:
                 let groupMeasurements = measurements[record.id, default: []]
                 var extra = ""
@@ -147,7 +152,8 @@ enum SessionTree {
             }
         }
         guard let session = records.first else { return "{}" }
-        let children = #""dope":[\#(dope.joined(separator: ","))],"chrono":[\#(chrono.joined(separator: ","))],"groups":[\#(groups.joined(separator: ","))]"#
+        let children =
+            #""dope":[\#(dope.joined(separator: ","))],"chrono":[\#(chrono.joined(separator: ","))],"groups":[\#(groups.joined(separator: ","))]"#
         return object(session, extra: children)
     }
 

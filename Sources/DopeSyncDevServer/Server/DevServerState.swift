@@ -21,7 +21,8 @@ final class DevServerState: Sendable {
 
     init(configuration: DevServerConfiguration) throws {
         self.configuration = configuration
-        store = try DevServerStore(path: configuration.databasePath, retentionSeconds: configuration.idempotencyRetentionSeconds)
+        store = try DevServerStore(
+            path: configuration.databasePath, retentionSeconds: configuration.idempotencyRetentionSeconds)
         faults = FaultInjector(configuration.faults)
         observatory = Observatory(capacity: configuration.requestLogCapacity)
         references = Mutex(configuration.references)
@@ -32,11 +33,14 @@ final class DevServerState: Sendable {
     /// 401 for a missing or malformed `Authorization: Bearer …`, 403 for a wrong token.
     func authorize(_ request: Request) throws(APIError) {
         guard let header = request.headers[.authorization] else {
-            throw APIError(status: .unauthorized, code: .unauthorized, message: "missing Authorization: Bearer token", field: nil)
+            throw APIError(
+                status: .unauthorized, code: .unauthorized, message: "missing Authorization: Bearer token", field: nil)
         }
         let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
         guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].trimmingSpaces.isEmpty else {
-            throw APIError(status: .unauthorized, code: .unauthorized, message: "malformed Authorization header (expected Bearer TOKEN)", field: nil)
+            throw APIError(
+                status: .unauthorized, code: .unauthorized,
+                message: "malformed Authorization header (expected Bearer TOKEN)", field: nil)
         }
         let presented = Array("Bearer \(parts[1].trimmingSpaces)".utf8)
         // Compare every byte whatever the first difference, so timing tells nothing.
@@ -79,13 +83,15 @@ final class DevServerState: Sendable {
 
         guard let key, let fingerprint else {
             try await injectLatency(context)
-            return try await commit(request, context: context, kind: kind, parent: parent, payload: payload, body: body, key: nil)
+            return try await commit(
+                request, context: context, kind: kind, parent: parent, payload: payload, body: body, key: nil)
         }
         let fingerprintText = fingerprint.finalize()
         return try await inFlight.withClaim(InFlightKeys.Key(credential: credential, key: key)) {
             try await injectLatency(context)
             let keyToStore = DevServerStore.KeyToStore(credential: credential, key: key, fingerprint: fingerprintText)
-            return try await commit(request, context: context, kind: kind, parent: parent, payload: payload, body: body, key: keyToStore)
+            return try await commit(
+                request, context: context, kind: kind, parent: parent, payload: payload, body: body, key: keyToStore)
         }
     }
 
@@ -129,7 +135,8 @@ final class DevServerState: Sendable {
                     message: "this Idempotency-Key was used for a different request", field: "Idempotency-Key")
             }
             return Self.jsonResponse(
-                status: HTTPResponse.Status(code: stored.status), body: stored.body, headers: [.idempotentReplayed: "true"])
+                status: HTTPResponse.Status(code: stored.status), body: stored.body,
+                headers: [.idempotentReplayed: "true"])
         case .created(let id, let clientId):
             observatory.recordCreated(kind)
             if context.faults.dropAfterCommit {
@@ -161,9 +168,11 @@ final class DevServerState: Sendable {
     /// JSON routes take `application/json` (any parameters) or no Content-Type at all; else 415.
     static func requireJSONContentType(_ request: Request) throws(APIError) {
         guard let contentType = request.headers[.contentType] else { return }
-        let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces.lowercased() } ?? ""
+        let mediaType =
+            contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces.lowercased() } ?? ""
         guard mediaType == "application/json" else {
-            throw APIError.unsupportedMediaType("the body must be application/json (was \(contentType))", field: "Content-Type")
+            throw APIError.unsupportedMediaType(
+                "the body must be application/json (was \(contentType))", field: "Content-Type")
         }
     }
 

@@ -1,11 +1,10 @@
 import SQLiteSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
-
 
 /// The dev server's records and idempotency keys in one SQLite database.
 ///
@@ -167,7 +166,9 @@ actor DevServerStore {
                     "SELECT fingerprint, status, body FROM idempotency_keys WHERE credential = ? AND key = ?",
                     [key.credential, key.key])
             {
-                return .stored(StoredResponse(fingerprint: row.string(0) ?? "", status: row.int(1) ?? 0, body: row.string(2) ?? ""))
+                return .stored(
+                    StoredResponse(fingerprint: row.string(0) ?? "", status: row.int(1) ?? 0, body: row.string(2) ?? "")
+                )
             }
             let record = try prepare()
             let clientId = record.clientId
@@ -207,7 +208,8 @@ actor DevServerStore {
                 )
             }
             if purgeDue {
-                try connection.query("DELETE FROM idempotency_keys WHERE created_at < ?", [now - Int64(retentionSeconds)])
+                try connection.query(
+                    "DELETE FROM idempotency_keys WHERE created_at < ?", [now - Int64(retentionSeconds)])
             }
             return .created(id: id, clientId: clientId)
         }
@@ -269,4 +271,3 @@ actor DevServerStore {
         return records
     }
 }
-

@@ -64,7 +64,8 @@ struct APIClient {
     ) async throws -> APIResponse {
         let boundary = "dopesync-test-boundary-7d3f"
         var body = ByteBuffer()
-        for (name, value) in [("clientId", clientId), ("role", role), ("fileName", fileName)] where !omit.contains(name) {
+        for (name, value) in [("clientId", clientId), ("role", role), ("fileName", fileName)] where !omit.contains(name)
+        {
             body.writeString("--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n")
         }
         if !omit.contains("file") {
@@ -114,7 +115,8 @@ enum SampleImages {
     static let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xE0] + Array(repeating: 0x11, count: 300)
     static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 0x22, count: 300)
     static let heic: [UInt8] = [0, 0, 0, 0x18] + Array("ftypheic".utf8) + Array(repeating: 0x33, count: 300)
-    static let webp: [UInt8] = Array("RIFF".utf8) + [0x10, 0, 0, 0] + Array("WEBPVP8 ".utf8) + Array(repeating: 0x44, count: 300)
+    static let webp: [UInt8] =
+        Array("RIFF".utf8) + [0x10, 0, 0, 0] + Array("WEBPVP8 ".utf8) + Array(repeating: 0x44, count: 300)
     static let text: [UInt8] = Array("this is not an image at all".utf8)
 }
 
