@@ -41,10 +41,13 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
 
+        // LeakSanitizer's suppressions, built into every binary (only an ASan build reads them).
+        .target(name: "CLeakSuppressions"),
+
         // A small SQLite wrapper shared by the checkpoint store and the dev server's storage.
         .target(
             name: "SQLiteSupport",
-            dependencies: ["CSQLite"],
+            dependencies: ["CSQLite", "CLeakSuppressions"],
             swiftSettings: strictness
         ),
 

@@ -118,7 +118,10 @@ import Testing
             #expect(result.stdout.contains("decompression_bomb"))
             let line = try #require(result.stderr.split(separator: "\n").last { $0.hasPrefix("maxrss_kib=") })
             let kib = try #require(Int(line.dropFirst("maxrss_kib=".count)))
-            #expect(kib < 64 * 1024, "peak RSS \(kib) KiB")
+            // Under AddressSanitizer (`make sanitize`) the shadow memory and the quarantine of freed
+            // blocks come on top: the bound doubles there, and still catches memory growing with the bomb.
+            let bound = ProcessInfo.processInfo.environment["DOPESYNC_SANITIZER"] == "address" ? 128 * 1024 : 64 * 1024
+            #expect(kib < bound, "peak RSS \(kib) KiB")
         }
     }
 }
