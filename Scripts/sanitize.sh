@@ -11,5 +11,8 @@ export SWIFT_BACKTRACE=enable=no
 # LSan's false positives on Swift are built into the binaries (Sources/CLeakSuppressions).
 # Tests that measure memory allow for ASan's own (shadow memory, quarantine).
 export DOPESYNC_SANITIZER=address
+# Named, so that a child started with an empty environment (`env -i`, as cron does) can be given it.
+ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer || echo /opt/swift/usr/bin/llvm-symbolizer)"
+export ASAN_SYMBOLIZER_PATH
 swift build --scratch-path "$scratch" --build-tests --sanitize=address
 swift test --scratch-path "$scratch" --skip-build --sanitize=address --parallel

@@ -19,8 +19,18 @@ import Testing
     static let environments: [(label: String, env: [String])] = [
         ("LC_ALL=C", ["LC_ALL=C"]),
         ("LANG unset", ["-u", "LANG", "-u", "LC_ALL", "-u", "LC_CTYPE", "-u", "LANGUAGE"]),
-        ("env -i", ["-i"]),
+        ("env -i", ["-i"] + sanitizerVariables),
     ]
+
+    /// Under `make sanitize`, where LeakSanitizer finds its symbolizer: without it (no PATH) the
+    /// suppressions built into the binary cannot match their function names. Nothing otherwise.
+    static var sanitizerVariables: [String] {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["DOPESYNC_SANITIZER"] != nil, let symbolizer = environment["ASAN_SYMBOLIZER_PATH"] else {
+            return []
+        }
+        return ["ASAN_SYMBOLIZER_PATH=\(symbolizer)"]
+    }
 
     /// A bundle of `sample` made by `producer`.
     static func bundle(_ sample: SampleSession, by producer: ArchiveProducer, in directory: URL, name: String) throws
