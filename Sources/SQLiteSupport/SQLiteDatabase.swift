@@ -25,6 +25,7 @@ public struct SQLiteResultCode: RawRepresentable, Hashable, Sendable, CustomStri
     public static let full = SQLiteResultCode(rawValue: SQLITE_FULL)
     public static let cantOpen = SQLiteResultCode(rawValue: SQLITE_CANTOPEN)
     public static let constraint = SQLiteResultCode(rawValue: SQLITE_CONSTRAINT)
+    public static let mismatch = SQLiteResultCode(rawValue: SQLITE_MISMATCH)
     public static let notADatabase = SQLiteResultCode(rawValue: SQLITE_NOTADB)
     public static let row = SQLiteResultCode(rawValue: SQLITE_ROW)
     public static let done = SQLiteResultCode(rawValue: SQLITE_DONE)
@@ -71,42 +72,6 @@ extension Bool: SQLiteBindable { public var sqliteValue: SQLiteValue { .integer(
 extension SQLiteValue: SQLiteBindable { public var sqliteValue: SQLiteValue { self } }
 extension Optional: SQLiteBindable where Wrapped: SQLiteBindable {
     public var sqliteValue: SQLiteValue { self?.sqliteValue ?? .null }
-}
-
-/// One result row, its columns by position.
-public struct SQLiteRow: Sendable {
-    public let values: [SQLiteValue]
-
-    public subscript(_ index: Int) -> SQLiteValue { values[index] }
-
-    public func int(_ index: Int) -> Int? {
-        switch values[index] {
-        case .integer(let value): Int(value)
-        case .real(let value): Int(value)
-        default: nil
-        }
-    }
-
-    public func double(_ index: Int) -> Double? {
-        switch values[index] {
-        case .integer(let value): Double(value)
-        case .real(let value): value
-        default: nil
-        }
-    }
-
-    public func string(_ index: Int) -> String? {
-        if case .text(let value) = values[index] { return value }
-        return nil
-    }
-
-    public func blob(_ index: Int) -> [UInt8]? {
-        switch values[index] {
-        case .blob(let value): value
-        case .text(let value): Array(value.utf8)
-        default: nil
-        }
-    }
 }
 
 /// A connection lent to a closure by ``SQLiteDatabase/read(_:)`` or ``SQLiteDatabase/write(_:)``.
@@ -170,6 +135,8 @@ public struct SQLiteConnection {
             try check(bind(argument.sqliteValue, at: Int32(offset + 1), in: statement), sql: sql)
         }
         let columnCount = sqlite3_column_count(statement)
+        // The names once per statement run, shared by its rows (an array is copied on write only).
+        var columns: [String]? = nil
         while true {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return }
@@ -182,7 +149,10 @@ public struct SQLiteConnection {
             for column in 0..<columnCount {
                 values.append(Self.columnValue(statement, column))
             }
-            try body(SQLiteRow(values: values))
+            if columns == nil {
+                columns = (0..<columnCount).map { String(cString: sqlite3_column_name(statement, $0)) }
+            }
+            try body(SQLiteRow(columns: columns!, values: values, sql: sql))
         }
     }
 
@@ -338,7 +308,7 @@ public final class SQLiteDatabase: Sendable {
                 // so a database already in WAL opens without the write lock (and opens even while
                 // another process holds it).
                 try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
-                let mode = try connection.queryFirst("PRAGMA journal_mode")?.string(0)
+                let mode: String? = try connection.queryFirst("PRAGMA journal_mode")?["journal_mode"]
                 if options.walJournal && mode?.lowercased() != "wal" {
                     try writeLock?.acquire()
                     defer { writeLock?.release() }

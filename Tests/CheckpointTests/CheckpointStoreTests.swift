@@ -24,7 +24,10 @@ import Testing
         try CheckpointMigrator.migrate(v1, migrations: Array(checkpointMigrations.prefix(1)), now: 0)
         try v1.write { connection in
             _ = try connection.query(
-                "INSERT INTO runs (run_id, host, pid, started_at, finished_at, exit_code) VALUES ('old', 'h', 1, 1, 2, 0)"
+                """
+                INSERT INTO runs (run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code)
+                VALUES ('old', 'h', 1, 1, 2, 0, 0, 0, 0, 0, 0, 1.0, 0)
+                """
             )
         }
         let store = try CheckpointStore(path: path)
@@ -45,7 +48,9 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: store.lockPath))
         let again = try open()
         #expect(try again.appliedMigrations() == Self.allMigrations)
-        let mode = try SQLiteDatabase(path: store.path).read { try $0.queryFirst("PRAGMA journal_mode")?.string(0) }
+        let mode = try SQLiteDatabase(path: store.path).read {
+            try $0.queryFirst("PRAGMA journal_mode")?["journal_mode"] as String?
+        }
         #expect(mode == "wal")
     }
 

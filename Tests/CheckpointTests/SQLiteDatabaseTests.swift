@@ -3,6 +3,33 @@ import SQLiteSupport
 import Testing
 
 @Suite struct SQLiteDatabaseTests {
+    @Test(
+        "columns are read by name and type: a missing column, a NULL where a value is required, another type, each an error naming the column"
+    )
+    func columnsByNameFailLoudly() throws {
+        let database = try SQLiteDatabase(path: ":memory:")
+        let row = try #require(
+            try database.read { try $0.queryFirst("SELECT 7 AS n, NULL AS missing, 'x' AS word, 2.5 AS real") })
+        #expect(try row["n"] as Int == 7)
+        #expect(try row["n"] as Double == 7, "an integer is a number")
+        #expect(try row["missing"] as Int? == nil, "NULL is nil only where nil is allowed")
+        #expect(try row["word"] as String == "x")
+        #expect(try row["real"] as Double == 2.5)
+        /// The message of reading `column` as an Int.
+        func failure(_ column: String) -> String {
+            do {
+                _ = try row[column] as Int
+                return "no error"
+            } catch {
+                return error.message
+            }
+        }
+        #expect(failure("nope").contains("no column nope"))
+        #expect(failure("missing") == "column missing is NULL, not an integer")
+        #expect(failure("word") == "column word is text, not an integer")
+        #expect(failure("real") == "column real is the real 2.5, not an integer")
+    }
+
     @Test func aWriteTransactionCommitsAllOrNothing() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -18,9 +45,11 @@ import Testing
                 try connection.query("INSERT INTO t (name) VALUES (?)", ["a"])  // UNIQUE fails: b must roll back
             }
         }
-        let names = try database.read { try $0.query("SELECT name FROM t ORDER BY id").compactMap { $0.string(0) } }
+        let names: [String] = try database.read {
+            try $0.query("SELECT name FROM t ORDER BY id").map { try $0["name"] }
+        }
         #expect(names == ["a"])
-        let mode = try database.read { try $0.queryFirst("PRAGMA journal_mode")?.string(0) }
+        let mode: String? = try database.read { try $0.queryFirst("PRAGMA journal_mode")?["journal_mode"] }
         #expect(mode == "wal")
     }
 
@@ -54,7 +83,7 @@ import Testing
         // Once it lets go, writes go through again.
         close(holder)
         _ = try database.write { try $0.query("INSERT INTO t VALUES ('kept')") }
-        let names = try database.read { try $0.query("SELECT name FROM t").compactMap { $0.string(0) } }
+        let names: [String] = try database.read { try $0.query("SELECT name FROM t").map { try $0["name"] } }
         #expect(names == ["kept"])
     }
 }

@@ -49,7 +49,7 @@ import Testing
         #expect(try store.bundleState(name: "parent.tar.gz")?.stepsDone == count)
         #expect(try store.bundleState(name: "child.tar.gz")?.stepsDone == count)
         let check = try SQLiteDatabase(path: spool.databasePath).read {
-            try $0.queryFirst("PRAGMA integrity_check")?.string(0)
+            try $0.queryFirst("PRAGMA integrity_check")?["integrity_check"] as String?
         }
         #expect(check == "ok")
     }

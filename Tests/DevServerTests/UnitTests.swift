@@ -1,4 +1,6 @@
+import Foundation
 import HTTPTypes
+import SQLiteSupport
 import Testing
 
 @testable import DopeSyncDevServer
@@ -104,6 +106,26 @@ import Testing
 }
 
 @Suite struct StoreTests {
+    @Test(
+        "a database from before migrations were recorded by name (user_version 1) opens with its records and is not migrated again"
+    )
+    func aDatabaseCountedByUserVersionIsAdopted() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("devserver-\(UUID()).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        // What the earlier dev server left: its one migration applied, counted in user_version.
+        let first = try DevServerStore(path: path, retentionSeconds: 3600)
+        let record = DevServerStore.PreparedRecord(
+            clientId: BadRequest.uuid, fieldsJSON: #"{"clientId":"\#(BadRequest.uuid)"}"#)
+        _ = try await first.createOrReplay(kind: .session, parent: .none, key: nil, prepare: { record })
+        try SQLiteDatabase(path: path).write { connection in
+            try connection.execute("DROP TABLE schema_migrations")
+            try connection.execute("PRAGMA user_version = 1")
+        }
+        let reopened = try DevServerStore(path: path, retentionSeconds: 3600)
+        #expect(try await reopened.sessions(clientId: BadRequest.uuid).count == 1)
+        #expect(try SQLiteMigrator.appliedNames(SQLiteDatabase(path: path)) == ["create records and idempotency keys"])
+    }
+
     @Test func idempotencyKeysAreKeptSevenDaysThenPurged() async throws {
         let store = try DevServerStore(path: nil, retentionSeconds: 7 * 24 * 3600)
         let record = DevServerStore.PreparedRecord(

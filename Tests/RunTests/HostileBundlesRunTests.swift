@@ -57,7 +57,7 @@ import Testing
                     try $0.queryFirst(
                         "SELECT reading_since FROM bundles WHERE name = ? AND readings_cut_short = ?", [name, cutShort])
                 }),
-                reading.double(0) != nil
+                (try? reading["reading_since"] as Double?) != nil
             {
                 return
             }

@@ -1,19 +1,12 @@
 import SQLiteSupport
 
-/// One named change to the checkpoint schema.
-struct CheckpointMigration: Sendable {
-    let name: String
-    let sql: String
-}
-
-/// The schema's history: ordered and append-only. Never edit or reorder an entry that has shipped;
-/// add a new one. Each is applied once, in its own write transaction, and recorded by name in
-/// `schema_migrations`.
+/// The checkpoint schema's history: ordered and append-only (``SQLiteMigrator`` applies each once,
+/// in its own write transaction, and records it by name in `schema_migrations`).
 ///
 /// Times are REAL seconds since 1970 (UTC), so `sqlite3` users can read them with
 /// `datetime(col, 'unixepoch')` and comparisons are numeric.
-let checkpointMigrations: [CheckpointMigration] = [
-    CheckpointMigration(
+let checkpointMigrations: [SQLiteMigration] = [
+    SQLiteMigration(
         name: "v1-steps-bundles-runs",
         sql: """
             CREATE TABLE steps (
@@ -72,14 +65,14 @@ let checkpointMigrations: [CheckpointMigration] = [
             CREATE INDEX runs_by_start ON runs (started_at);
             """),
     // Whether a run shows the API working (see `CheckpointStore.recordRunFinished`); NULL: not judged.
-    CheckpointMigration(
+    SQLiteMigration(
         name: "v2-runs-healthy",
         sql: """
             ALTER TABLE runs ADD COLUMN healthy INTEGER;
             """),
     // A bundle being read (validated) since when, and how many readings of it never ended: the
     // process crashed, ran out of memory or was killed while reading it (`beginReading`).
-    CheckpointMigration(
+    SQLiteMigration(
         name: "v3-bundles-reading",
         sql: """
             ALTER TABLE bundles ADD COLUMN reading_since REAL;
@@ -87,7 +80,7 @@ let checkpointMigrations: [CheckpointMigration] = [
             """),
     // Whether the API answered the session lookups in that run (1), lacked them (0), or was never
     // asked (NULL): which guarantee of exactly once holds against it (`dopesync status`).
-    CheckpointMigration(
+    SQLiteMigration(
         name: "v4-runs-api-lookups",
         sql: """
             ALTER TABLE runs ADD COLUMN api_lookups INTEGER;
@@ -95,41 +88,17 @@ let checkpointMigrations: [CheckpointMigration] = [
 ]
 
 enum CheckpointMigrator {
-    /// Applies every migration the database lacks. Safe when several processes open at once: each
-    /// migration runs in a `BEGIN IMMEDIATE` transaction (under the cross-process write lock) that
-    /// checks again whether it was applied, so the second opener finds it done and skips it.
-    static func migrate(_ database: SQLiteDatabase, migrations: [CheckpointMigration], now: Double) throws {
-        // A read first: an up-to-date database (the usual case) opens without taking the write lock.
-        let applied = try appliedNames(database)
-        let known = Set(migrations.map(\.name))
-        if let unknown = applied.first(where: { !known.contains($0) }) {
+    /// Applies what the database lacks (``SQLiteMigrator``); a database a newer dopesync migrated
+    /// is ``CheckpointError/Code/schemaTooNew``, before anything changes.
+    static func migrate(_ database: SQLiteDatabase, migrations: [SQLiteMigration], now: Double) throws {
+        do {
+            try SQLiteMigrator.migrate(database, migrations, now: now)
+        } catch let error as SQLiteMigrator.UnknownMigration {
             throw CheckpointError(
                 code: .schemaTooNew,
                 message:
-                    "\(database.path) has migration \"\(unknown)\", unknown to this dopesync \(DopeSyncInfo.version): a newer version wrote it; upgrade dopesync"
+                    "\(database.path) has migration \"\(error.name)\", unknown to this dopesync \(DopeSyncInfo.version): a newer version wrote it; upgrade dopesync"
             )
-        }
-        for migration in migrations where !applied.contains(migration.name) {
-            try database.write { connection in
-                try connection.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
-                let done =
-                    try connection.queryFirst("SELECT 1 FROM schema_migrations WHERE name = ?", [migration.name]) != nil
-                guard !done else { return }
-                try connection.execute(migration.sql)
-                try connection.query(
-                    "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", [migration.name, now])
-            }
-        }
-    }
-
-    static func appliedNames(_ database: SQLiteDatabase) throws -> Set<String> {
-        try database.read { connection in
-            let exists =
-                try connection.queryFirst(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") != nil
-            guard exists else { return [] }
-            return Set(try connection.query("SELECT name FROM schema_migrations").compactMap { $0.string(0) })
         }
     }
 }

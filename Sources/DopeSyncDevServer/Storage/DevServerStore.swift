@@ -26,33 +26,33 @@ actor DevServerStore {
     private var lastPurge: Int64 = 0
     private static let purgeIntervalSeconds: Int64 = 3600
 
-    /// Migrations are named and append-only: `PRAGMA user_version` counts those applied.
-    private static let migrations: [(name: String, sql: String)] = [
-        (
-            "create records and idempotency keys",
-            """
-            CREATE TABLE records (
-                id INTEGER PRIMARY KEY,
-                kind TEXT NOT NULL,
-                session_id INTEGER,
-                parent_id INTEGER,
-                client_id TEXT NOT NULL,
-                fields TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            );
-            CREATE INDEX records_by_session ON records(session_id, id);
-            CREATE INDEX records_by_client_id ON records(kind, client_id);
-            CREATE TABLE idempotency_keys (
-                credential TEXT NOT NULL,
-                key TEXT NOT NULL,
-                fingerprint TEXT NOT NULL,
-                status INTEGER NOT NULL,
-                body TEXT NOT NULL,
-                created_at INTEGER NOT NULL,
-                PRIMARY KEY (credential, key)
-            ) WITHOUT ROWID;
-            CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at);
-            """
+    /// Named and append-only, applied by ``SQLiteMigrator`` as the checkpoint store's are.
+    private static let migrations: [SQLiteMigration] = [
+        SQLiteMigration(
+            name: "create records and idempotency keys",
+            sql: """
+                CREATE TABLE records (
+                    id INTEGER PRIMARY KEY,
+                    kind TEXT NOT NULL,
+                    session_id INTEGER,
+                    parent_id INTEGER,
+                    client_id TEXT NOT NULL,
+                    fields TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                );
+                CREATE INDEX records_by_session ON records(session_id, id);
+                CREATE INDEX records_by_client_id ON records(kind, client_id);
+                CREATE TABLE idempotency_keys (
+                    credential TEXT NOT NULL,
+                    key TEXT NOT NULL,
+                    fingerprint TEXT NOT NULL,
+                    status INTEGER NOT NULL,
+                    body TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (credential, key)
+                ) WITHOUT ROWID;
+                CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at);
+                """
         )
     ]
 
@@ -76,13 +76,13 @@ actor DevServerStore {
     }
 
     private static func migrate(_ database: SQLiteDatabase) throws {
-        try database.write { connection in
-            let applied = try connection.queryFirst("PRAGMA user_version").flatMap { $0.int(0) } ?? 0
-            for (index, migration) in Self.migrations.enumerated() where index >= applied {
-                try connection.execute(migration.sql)
-                try connection.execute("PRAGMA user_version = \(index + 1)")
-            }
+        let now = Double(Self.now())
+        // A database made before migrations were recorded by name counted them in user_version.
+        let counted: Int = try database.read { try $0.queryFirst("PRAGMA user_version")?["user_version"] } ?? 0
+        if counted > 0, try SQLiteMigrator.appliedNames(database).isEmpty {
+            try SQLiteMigrator.adopt(Self.migrations.prefix(counted).map(\.name), in: database, now: now)
         }
+        try SQLiteMigrator.migrate(database, Self.migrations, now: now)
     }
 
     /// Deletes keys older than the retention, as of `now` (seconds since 1970).
@@ -103,6 +103,17 @@ actor DevServerStore {
         let fingerprint: String
         let status: Int
         let body: String
+
+        init(fingerprint: String, status: Int, body: String) {
+            self.fingerprint = fingerprint
+            self.status = status
+            self.body = body
+        }
+
+        /// An `idempotency_keys` row's `fingerprint`, `status` and `body`.
+        init(_ row: SQLiteRow) throws(SQLiteError) {
+            self.init(fingerprint: try row["fingerprint"], status: try row["status"], body: try row["body"])
+        }
     }
 
     func storedResponse(credential: String, key: String) throws -> StoredResponse? {
@@ -110,9 +121,7 @@ actor DevServerStore {
             try connection.queryFirst(
                 "SELECT fingerprint, status, body FROM idempotency_keys WHERE credential = ? AND key = ?",
                 [credential, key]
-            ).map { row in
-                StoredResponse(fingerprint: row.string(0) ?? "", status: row.int(1) ?? 0, body: row.string(2) ?? "")
-            }
+            ).map { row throws(SQLiteError) in try StoredResponse(row) }
         }
     }
 
@@ -166,9 +175,7 @@ actor DevServerStore {
                     "SELECT fingerprint, status, body FROM idempotency_keys WHERE credential = ? AND key = ?",
                     [key.credential, key.key])
             {
-                return .stored(
-                    StoredResponse(fingerprint: row.string(0) ?? "", status: row.int(1) ?? 0, body: row.string(2) ?? "")
-                )
+                return .stored(try StoredResponse(row))
             }
             let record = try prepare()
             let clientId = record.clientId
@@ -188,9 +195,9 @@ actor DevServerStore {
                 guard
                     let row = try connection.queryFirst(
                         "SELECT session_id FROM records WHERE id = ? AND kind = 'group'", [group]),
-                    let owner = row.int(0)
+                    let owner: Int64 = try row["session_id"]
                 else { throw APIError.notFound("group \(group) does not exist") }
-                (sessionId, parentId) = (Int64(owner), group)
+                (sessionId, parentId) = (owner, group)
             }
             try connection.query(
                 "INSERT INTO records (kind, session_id, parent_id, client_id, fields, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -243,7 +250,7 @@ actor DevServerStore {
         try database.read { connection in
             try connection.query(
                 "SELECT id, client_id FROM records WHERE kind = 'session' AND client_id = ? ORDER BY id", [clientId]
-            ).map { (Int64($0.int(0) ?? 0), $0.string(1) ?? "") }
+            ).map { row throws(SQLiteError) in (try row["id"], try row["client_id"]) }
         }
     }
 
@@ -260,11 +267,14 @@ actor DevServerStore {
         let records = try database.read { connection in
             try connection.query(
                 "SELECT id, kind, parent_id, client_id, fields FROM records WHERE session_id = ? ORDER BY id", [id]
-            ).compactMap { row -> StoredRecord? in
-                guard let kind = row.string(1).flatMap(RecordKind.init(rawValue:)) else { return nil }
+            ).map { row throws(SQLiteError) -> StoredRecord in
+                let kindName: String = try row["kind"]
+                guard let kind = RecordKind(rawValue: kindName) else {
+                    throw SQLiteError(code: .mismatch, message: "records.kind is \"\(kindName)\", not a kind of record")
+                }
                 return StoredRecord(
-                    id: Int64(row.int(0) ?? 0), kind: kind, parentId: row.int(2).map { Int64($0) },
-                    clientId: row.string(3) ?? "", fieldsJSON: row.string(4) ?? "{}")
+                    id: try row["id"], kind: kind, parentId: try row["parent_id"], clientId: try row["client_id"],
+                    fieldsJSON: try row["fields"])
             }
         }
         guard records.first?.id == id, records.first?.kind == .session else { return nil }
