@@ -45,3 +45,55 @@ public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: 
         ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
     return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
 }
+
+/// One redraw of `dopesync run`'s progress line, as a test saw it arrive.
+public struct ProgressTick: Sendable {
+    public let at: ContinuousClock.Instant
+    /// The requests answered so far, as the line shows them.
+    public let requests: Int
+}
+
+/// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but with `--progress always`
+/// and its standard error (the progress line and the log) on the child's output, read on a thread
+/// of its own: each redraw arrives on the stream as it is written, which ends with the run.
+public func spawnRunShowingProgress(
+    _ spool: Spool, against server: RunningDevServer, _ extra: [String] = []
+) throws -> (Spawned, AsyncStream<ProgressTick>) {
+    var environment = ProcessInfo.processInfo.environment
+    environment["DOPESYNC_API_TOKEN"] = server.token
+    let arguments = [
+        "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
+        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always",
+    ]
+    let run = try Spawned("/bin/sh", arguments + extra, environment: environment)
+    let (ticks, continuation) = AsyncStream.makeStream(of: ProgressTick.self)
+    Thread {
+        let redraw = /bundles \(.*\), (\d+) requests, .* req\/s/
+        // Each redraw is "\r\u{1B}[2K" + the line. The text after the last "\r" may be a redraw
+        // still being written: it counts once complete, and only once.
+        var last = ""
+        var lastCounted = false
+        while true {
+            let data = run.output.availableData  // blocks until the run writes or ends
+            guard !data.isEmpty else { break }
+            let now = ContinuousClock.now
+            var pieces = (last + String(decoding: data, as: UTF8.self)).split(
+                separator: "\r", omittingEmptySubsequences: false)
+            let tail = String(pieces.removeLast())
+            // pieces[0], if any, is `last` completed.
+            for (index, piece) in pieces.enumerated() where !(index == 0 && lastCounted) {
+                if let match = piece.firstMatch(of: redraw), let requests = Int(match.1) {
+                    continuation.yield(ProgressTick(at: now, requests: requests))
+                }
+            }
+            if !pieces.isEmpty { lastCounted = false }
+            last = tail
+            if !lastCounted, let match = last.firstMatch(of: redraw), let requests = Int(match.1) {
+                continuation.yield(ProgressTick(at: now, requests: requests))
+                lastCounted = true
+            }
+        }
+        continuation.finish()
+    }.start()
+    return (run, ticks)
+}

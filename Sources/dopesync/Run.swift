@@ -2,6 +2,9 @@ import ArgumentParser
 import DopeSync
 import Foundation
 import Logging
+import ServiceLifecycle
+import Synchronization
+import UnixSignals
 
 struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -77,22 +80,19 @@ struct Run: AsyncParsableCommand {
         options.showProgress =
             settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
 
-        // SIGINT/SIGTERM: stop claiming, let steps in flight finish (or time out), give back.
-        let stop = options.stop
-        let signalSources = [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
-                logger.notice(
-                    "signal received: finishing the steps in flight, then giving bundles back",
-                    metadata: ["signal": "\(number)"])
-                stop.request()
-            }
-            source.resume()
-            return source
+        // SIGINT/SIGTERM, through swift-service-lifecycle: the group's graceful shutdown asks the
+        // run to stop claiming, let the steps in flight finish (or time out), and give back.
+        let service = RunService(worker: Worker(options: options, logger: logger), logger: logger)
+        // The run ending is the group's end, not a failure of it.
+        let configuration = ServiceGroupConfiguration.ServiceConfiguration(
+            service: service, successTerminationBehavior: .gracefullyShutdownGroup)
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [configuration], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+        guard let (summary, status) = service.outcome.withLock({ $0 }) else {
+            throw ExitCode(ExitStatus.software.rawValue)  // the service returned without running: a bug
         }
-        defer { for source in signalSources { source.cancel() } }
-        let (summary, status) = await Worker(options: options, logger: logger).run()
         print(summary.line)
         if status != .success { throw ExitCode(status.rawValue) }
     }
@@ -159,5 +159,31 @@ struct JSONLogHandler: LogHandler {
         if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
             FileHandle.standardError.write(data + Data("\n".utf8))
         }
+    }
+}
+
+/// One `dopesync run` as a service of swift-service-lifecycle, so that SIGINT and SIGTERM reach it
+/// as the group's graceful shutdown. The stop itself stays a ``StopRequest`` flag: the bundle
+/// reader checks it in libarchive's read callback, on a thread outside the task tree.
+final class RunService: Service {
+    let worker: Worker
+    let logger: Logger
+    /// The run's summary and exit status, once it has ended.
+    let outcome = Mutex<(RunSummary, ExitStatus)?>(nil)
+
+    init(worker: Worker, logger: Logger) {
+        self.worker = worker
+        self.logger = logger
+    }
+
+    func run() async {
+        let (stop, logger) = (worker.options.stop, logger)
+        let result = await withGracefulShutdownHandler {
+            await worker.run()
+        } onGracefulShutdown: {
+            logger.notice("signal received: finishing the steps in flight, then giving bundles back")
+            stop.request()
+        }
+        outcome.withLock { $0 = result }
     }
 }

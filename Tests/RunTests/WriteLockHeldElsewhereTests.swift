@@ -9,12 +9,6 @@ import Testing
 /// The built `dopesync run` (its tasks on NIO's event loops) while another process holds the
 /// checkpoint database's write lock: only the checkpoint writer's thread waits for it.
 @Suite struct WriteLockHeldElsewhereTests {
-    /// One redraw of the progress line, as the test saw it arrive.
-    struct Tick: Sendable {
-        let at: ContinuousClock.Instant
-        let requests: Int
-    }
-
     @Test(
         "another process holds the write lock for 5 s mid-run: the progress line keeps ticking and answers in flight are read; released, the run finishes normally",
         .timeLimit(.minutes(2)))
@@ -29,24 +23,13 @@ import Testing
             // A request of each bundle in flight at almost any moment.
             configuration.faults.latencyMilliseconds = 100...100
             try await withDevServer(configuration) { server async throws in
-                // Standard error (the progress line and the log) on the pipe the test reads.
-                let run = try Spawned(
-                    "/bin/sh",
-                    [
-                        "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
-                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always",
-                        "--concurrency", "4",
-                    ],
-                    environment: ProcessInfo.processInfo.environment.merging(["DOPESYNC_API_TOKEN": server.token]) {
-                        $1
-                    })
-                let ticks = Self.progressTicks(of: run)
+                let (run, ticks) = try spawnRunShowingProgress(spool, against: server, ["--concurrency", "4"])
 
                 var holder: Spawned? = nil
                 var lockedAt: ContinuousClock.Instant? = nil
                 var requestsWhenLocked = 0
                 var releasedAt: ContinuousClock.Instant? = nil
-                var held: [Tick] = []
+                var held: [ProgressTick] = []
                 for await tick in ticks {
                     if lockedAt == nil, tick.requests > 0 {
                         // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
@@ -89,40 +72,5 @@ import Testing
                 #expect(try await server.createdCounts()["session"] == bundles, "each session created once")
             }
         }
-    }
-
-    /// The progress redraws of `run` (lines starting with "\r", as on a terminal) as they arrive,
-    /// read on a thread of its own; the stream ends when the run closes its output.
-    static func progressTicks(of run: Spawned) -> AsyncStream<Tick> {
-        let (ticks, continuation) = AsyncStream.makeStream(of: Tick.self)
-        Thread {
-            let redraw = /bundles \(.*\), (\d+) requests, .* req\/s/
-            // Each redraw is "\r\u{1B}[2K" + the line. The text after the last "\r" may be a redraw
-            // still being written: it counts once complete, and only once.
-            var last = ""
-            var lastCounted = false
-            while true {
-                let data = run.output.availableData  // blocks until the run writes or ends
-                guard !data.isEmpty else { break }
-                let now = ContinuousClock.now
-                var pieces = (last + String(decoding: data, as: UTF8.self)).split(
-                    separator: "\r", omittingEmptySubsequences: false)
-                let tail = String(pieces.removeLast())
-                // pieces[0], if any, is `last` completed.
-                for (index, piece) in pieces.enumerated() where !(index == 0 && lastCounted) {
-                    if let match = piece.firstMatch(of: redraw), let requests = Int(match.1) {
-                        continuation.yield(Tick(at: now, requests: requests))
-                    }
-                }
-                if !pieces.isEmpty { lastCounted = false }
-                last = tail
-                if !lastCounted, let match = last.firstMatch(of: redraw), let requests = Int(match.1) {
-                    continuation.yield(Tick(at: now, requests: requests))
-                    lastCounted = true
-                }
-            }
-            continuation.finish()
-        }.start()
-        return ticks
     }
 }

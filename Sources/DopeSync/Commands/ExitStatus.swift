@@ -19,6 +19,8 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let permissionDenied = ExitStatus(rawValue: 77)
     /// The job file or configuration is invalid (EX_CONFIG).
     public static let configuration = ExitStatus(rawValue: 78)
+    /// An internal error: dopesync itself is wrong (EX_SOFTWARE). Never expected.
+    public static let software = ExitStatus(rawValue: 70)
 
     public var description: String { String(rawValue) }
 }

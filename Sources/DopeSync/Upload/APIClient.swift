@@ -49,19 +49,12 @@ public struct APIClient: Sendable {
         configuration.connectionPool = .init(
             idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
         configuration.decompression = .disabled
-        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-        let client = APIClient(
-            http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
-            token: token, timeouts: timeouts
-        )
-        do {
-            let result = try await body(client)
-            try await http.shutdown()
-            return result
-        } catch {
-            // The body's error is the one to report; a client that also shuts down badly adds nothing.
-            try? await http.shutdown()
-            throw error
+        return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
+            let client = APIClient(
+                http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
+                token: token, timeouts: timeouts
+            )
+            return try await body(client)
         }
     }
 
