@@ -202,8 +202,10 @@ private func withUTF8Names<T>(_ body: () -> T) -> T {
 /// format libarchive knows — mtree above all, whose reader pulls file contents from the local
 /// disk — is never registered, so the archive is refused. The content decides, never the name.
 ///
-/// Use it through ``withArchiveReader(path:budget:blockSize:_:)``. Not Sendable: one task reads
-/// it at a time (``BundleEntryReader`` keeps one open between an upload's steps).
+/// Read one pass with ``withArchiveReader(path:budget:blockSize:_:)``; keep one open across calls
+/// with ``opening(path:budget:blockSize:)`` (``BundleEntryReader`` does, between an upload's steps).
+/// It closes the archive and its file when the last reference goes. Not Sendable: one task reads
+/// it at a time.
 final class ArchiveReader {
     private let archive: OpaquePointer
     private let input: ArchiveInput
@@ -460,13 +462,22 @@ enum EntryName {
     }
 }
 
-/// Opens the archive at `path`, lends a reader to `body`, and closes it afterwards.
+/// Opens the archive at `path` and lends a reader to `body`; the reader closes when `body` is
+/// done with it (unless `body` keeps it: then use ``ArchiveReader/opening(path:budget:blockSize:)``).
 func withArchiveReader<T>(
     path: String,
     budget: ReadBudget = .unbounded,
     blockSize: Int = 64 * 1024,
     _ body: (ArchiveReader) throws(BundleError) -> T
 ) throws(BundleError) -> T {
-    let reader = try ArchiveReader(path: path, budget: budget, blockSize: blockSize)
-    return try body(reader)
+    try body(ArchiveReader.opening(path: path, budget: budget, blockSize: blockSize))
+}
+
+extension ArchiveReader {
+    /// Opens the archive at `path` for a reader that is kept: it closes when its last reference goes.
+    static func opening(
+        path: String, budget: ReadBudget = .unbounded, blockSize: Int = 64 * 1024
+    ) throws(BundleError) -> ArchiveReader {
+        try ArchiveReader(path: path, budget: budget, blockSize: blockSize)
+    }
 }

@@ -90,7 +90,7 @@ public final class BundleEntryReader {
     private func position(at image: BundleImage) throws(BundleError) -> ArchiveReader {
         if reader == nil || image.ordinal < nextOrdinal {
             reader = nil
-            reader = try withArchiveReader(path: bundle.path) { $0 }
+            reader = try ArchiveReader.opening(path: bundle.path)
             openCount += 1
             nextOrdinal = 0
         }

@@ -125,7 +125,7 @@ public final class ClaimedBundle: Sendable {
                 // The sidecar's entry must be on disk before the bundle's; if that cannot be made sure, the
                 // bundle does not move (and the sidecar, which would describe nothing, goes).
                 do throws(SpoolError) {
-                    try SpoolFiles.syncDirectory(folder)
+                    try FileSystem.syncDirectory(folder)
                 } catch {
                     unlink(sidecarPath)
                     throw error

@@ -91,25 +91,11 @@ enum SpoolFiles {
         throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
     }
 
-    /// Makes the folder's entries durable: after `rename` returns, the new entry may still exist only in
-    /// memory, and a power loss could bring back the old one.
-    static func syncDirectory(_ path: String) throws(SpoolError) {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw SpoolError(code: .moveFailed, message: "cannot open folder to sync it", path: path, errno: errno)
-        }
-        defer { close(descriptor) }
-        // EINVAL: a file system that cannot sync folders (some network mounts); nothing more can be done.
-        if fsync(descriptor) != 0 && errno != EINVAL {
-            throw SpoolError(code: .moveFailed, message: "cannot sync folder", path: path, errno: errno)
-        }
-    }
-
     /// Syncs both folders of a rename that has happened. Best effort: a failure here cannot undo the
     /// rename, and reporting the move as failed would make the caller act on a bundle that has moved.
     static func syncDirectoriesAfterMove(_ target: String, _ source: String) {
-        try? syncDirectory(target)
-        try? syncDirectory(source)
+        try? FileSystem.syncDirectory(target)
+        try? FileSystem.syncDirectory(source)
     }
 
     /// The (device, inode) a path names now, without following a symlink; nil if it names nothing.

@@ -68,12 +68,18 @@ enum FileSystem {
         return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
     }
 
-    /// Flushes a directory's entries, so a rename or create in it survives a crash.
-    static func syncDirectory(_ path: String) {
+    /// Makes a folder's entries durable: after `rename` returns, the new entry may still exist only
+    /// in memory, and a power loss could bring back the old one.
+    static func syncDirectory(_ path: String) throws(SpoolError) {
         let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
-        close(descriptor)
+        guard descriptor >= 0 else {
+            throw SpoolError(code: .moveFailed, message: "cannot open folder to sync it", path: path, errno: errno)
+        }
+        defer { close(descriptor) }
+        // EINVAL: a file system that cannot sync folders (some network mounts); nothing more can be done.
+        if fsync(descriptor) != 0 && errno != EINVAL {
+            throw SpoolError(code: .moveFailed, message: "cannot sync folder", path: path, errno: errno)
+        }
     }
 
     /// Writes a file atomically: into a dot-named temporary file in `temporaryDirectory`
@@ -113,7 +119,9 @@ enum FileSystem {
             final = folder + "/" + (try SpoolFiles.moveNoReplace(temporary, toFolder: folder, name: name))
         }
         committed = true
-        syncDirectory(directory(of: final))
+        // Best effort, as after a move (SpoolFiles.syncDirectoriesAfterMove): the file is in place
+        // and complete; failing now would make the caller act as if it were not.
+        try? syncDirectory(directory(of: final))
         return final
     }
 
