@@ -272,6 +272,7 @@ public final class SQLiteDatabase: Sendable {
     private nonisolated(unsafe) let statements: PreparedStatements?
     private let lock = Mutex<Void>(())
     private let writeLock: WriteLock?
+    private let busyTimeoutMilliseconds: Int32
 
     /// Opens (and creates, unless `readOnly`) the database at `path`.
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
@@ -321,6 +322,7 @@ public final class SQLiteDatabase: Sendable {
         }
         self.handle = handle
         self.writeLock = writeLock
+        self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         self.statements = options.reusesPreparedStatements ? PreparedStatements() : nil
     }
 
@@ -372,6 +374,43 @@ public final class SQLiteDatabase: Sendable {
                 throw error
             }
         }
+    }
+
+    /// ``write(_:)``, but only if nothing would make this thread wait: the connection is free, the
+    /// cross-process write lock is free, and SQLite's own lock is free. Returns nil, having done
+    /// nothing, when any of them is taken. For a caller that must not block its thread (an event
+    /// loop) and has somewhere else to do the write when it would wait.
+    public func writeIfAvailable<T>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
+        var outcome: Result<T, any Error>?? = nil
+        lock.withLockIfAvailable { _ in
+            outcome = { () -> Result<T, any Error>? in
+                if let writeLock, !writeLock.tryAcquire() { return nil }
+                defer { writeLock?.release() }
+                let connection = SQLiteConnection(handle: handle, statements: statements)
+                // No waiting for SQLite's lock either (another program, such as the sqlite3 shell).
+                sqlite3_busy_timeout(handle, 0)
+                defer { sqlite3_busy_timeout(handle, busyTimeoutMilliseconds) }
+                do throws(SQLiteError) {
+                    try connection.query("BEGIN IMMEDIATE")
+                } catch  where error.code.primary == .busy {
+                    return nil
+                } catch {
+                    return .failure(error)
+                }
+                return Result {
+                    do {
+                        let result = try body(connection)
+                        try connection.query("COMMIT")
+                        return result
+                    } catch {
+                        try? connection.execute("ROLLBACK")  // as in write(_:)
+                        throw error
+                    }
+                }
+            }()
+        }
+        guard let attempt = outcome, let result = attempt else { return nil }
+        return try result.get()
     }
 
     private func withConnection<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
@@ -428,6 +467,13 @@ final class WriteLock: Sendable {
             pause = min(pause * 2, 5_000)
             if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return lockTaken() }
         }
+    }
+
+    /// Takes the lock if it is free at once; never waits.
+    func tryAcquire() -> Bool {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return false }
+        lockTaken()
+        return true
     }
 
     private func lockTaken() {

@@ -92,6 +92,17 @@ extension CheckpointStore {
         }
     }
 
+    /// ``recordIntents(sessionID:_:now:)`` if nothing would make the thread wait for a lock; nil,
+    /// having recorded nothing, otherwise.
+    public func recordIntentsIfAvailable(sessionID: String, _ intents: [StepIntent], now: Date = Date())
+        throws(CheckpointError) -> [StepIntentOutcome]?
+    {
+        try writeIfAvailable("recording the intent of \(intents.map(\.stepKey).joined(separator: ", "))") {
+            connection in
+            try intents.map { try Self.recordIntent(connection, sessionID: sessionID, $0, now: now) }
+        }
+    }
+
     /// Records a step's server id, in one transaction with what follows from it: the step becomes `done`,
     /// and the bundle that sent it counts one more step done.
     ///
@@ -127,19 +138,33 @@ extension CheckpointStore {
     public func recordResults(_ results: [StepResult], now: Date = Date()) throws(CheckpointError) -> [Result<
         CompletedStep, CheckpointError
     >] {
-        try write(
-            "recording the result of step \(results.map { "\($0.stepKey) of session \($0.sessionID)" }.joined(separator: ", "))"
-        ) { connection in
-            try results.map { result in
-                do {
-                    return .success(
-                        try Self.recordResult(
-                            connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID,
-                            now: now))
-                } catch let refused as CheckpointError {
-                    // Refused before it wrote anything (the checks come first): the others go on.
-                    return .failure(refused)
-                }
+        try write(Self.describe(results)) { try Self.recordResults(results, in: $0, now: now) }
+    }
+
+    /// ``recordResults(_:now:)`` if nothing would make the thread wait for a lock; nil, having
+    /// recorded nothing, otherwise (then record them where waiting is allowed).
+    public func recordResultsIfAvailable(_ results: [StepResult], now: Date = Date()) throws(CheckpointError)
+        -> [Result<CompletedStep, CheckpointError>]?
+    {
+        try writeIfAvailable(Self.describe(results)) { try Self.recordResults(results, in: $0, now: now) }
+    }
+
+    private static func describe(_ results: [StepResult]) -> String {
+        "recording the result of step \(results.map { "\($0.stepKey) of session \($0.sessionID)" }.joined(separator: ", "))"
+    }
+
+    private static func recordResults(_ results: [StepResult], in connection: SQLiteConnection, now: Date) throws
+        -> [Result<CompletedStep, CheckpointError>]
+    {
+        try results.map { result in
+            do {
+                return .success(
+                    try Self.recordResult(
+                        connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID,
+                        now: now))
+            } catch let refused as CheckpointError {
+                // Refused before it wrote anything (the checks come first): the others go on.
+                return .failure(refused)
             }
         }
     }

@@ -196,31 +196,56 @@ public final class GroupCommit: Sendable {
             switch state.withLock({ $0.settle(ticket, waiter: continuation) }) {
             case .resume(let outcome): continuation.resume(returning: outcome)
             case .wait: break
-            case .commit(let batch): commit(batch)  // this bundle needs it now
+            case .commit(let batch): commitHereIfFree(batch)  // this bundle needs it now
             }
         }
     }
 
-    /// Queues `batch` on the writer; there it commits, resumes its waiters, and queues the next
+    /// Commits `batch` on this thread if nothing would make it wait (the usual case: a commit
+    /// takes tens of microseconds), else queues it on the writer. A bundle settling its result
+    /// then goes on without a trip to the writer's thread and back, which cost the run about a
+    /// quarter more CPU when every commit made it.
+    private func commitHereIfFree(_ batch: State.Batch) {
+        let recorded: [Result<CompletedStep, CheckpointError>]?
+        do {
+            recorded = try writer.store.recordResultsIfAvailable(batch.results)
+        } catch {
+            return finish(batch, .failure(error))
+        }
+        guard let recorded else { return commit(batch) }
+        finish(batch, .success(recorded))
+    }
+
+    /// Queues `batch` on the writer; there it commits, resumes its waiters, and commits the next
     /// batch if one is due.
     private func commit(_ batch: State.Batch) {
         writer.submit { store in
-            let outcomes: [CheckpointError?]
-            do throws(CheckpointError) {
-                guard let store else { throw CheckpointWriter.stopped }
-                outcomes = try store.recordResults(batch.results).map { result in
-                    if case .failure(let error) = result { return error }
-                    return nil
-                }
-                self.tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
-                self.onCommitted(batch.results.count)
-            } catch {
-                // The database itself failed: every bundle of the batch hears it and gives its bundle back.
-                outcomes = Array(repeating: error, count: batch.results.count)
-            }
-            let (resume, next) = self.state.withLock { $0.committed(batch, outcomes: outcomes) }
-            for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
-            if let next { self.commit(next) }
+            guard let store else { return self.finish(batch, .failure(CheckpointWriter.stopped)) }
+            self.finish(batch, Result { () throws(CheckpointError) in try store.recordResults(batch.results) })
         }
+    }
+
+    /// `batch` was committed (or the database failed): resumes its waiters and starts the next
+    /// batch if one is due.
+    private func finish(
+        _ batch: State.Batch, _ recorded: Result<[Result<CompletedStep, CheckpointError>], CheckpointError>
+    ) {
+        let outcomes: [CheckpointError?]
+        switch recorded {
+        case .success(let results):
+            outcomes = results.map { result in
+                if case .failure(let error) = result { return error }
+                return nil
+            }
+            tally.withLock { $0 = ($0.transactions + 1, $0.results + batch.results.count) }
+            onCommitted(batch.results.count)
+        case .failure(let error):
+            // The database itself failed: every bundle of the batch hears it and gives its bundle back.
+            outcomes = Array(repeating: error, count: batch.results.count)
+        }
+        let (resume, next) = state.withLock { $0.committed(batch, outcomes: outcomes) }
+        for (waiter, outcome) in resume { waiter.resume(returning: outcome) }
+        // On the writer's thread: the next batch, whoever needs it, is the writer's to commit.
+        if let next { commit(next) }
     }
 }

@@ -185,8 +185,14 @@ struct BundleUploader: Sendable {
         while true {
             switch action {
             case .recordIntents(let intents):
-                do {
-                    let outcomes = try await checkpoints.perform { try $0.recordIntents(sessionID: sessionID, intents) }
+                do throws(CheckpointError) {
+                    // Here when nothing would make this thread wait, else on the writer's thread.
+                    let outcomes: [StepIntentOutcome]
+                    if let here = try checkpoints.store.recordIntentsIfAvailable(sessionID: sessionID, intents) {
+                        outcomes = here
+                    } else {
+                        outcomes = try await checkpoints.perform { try $0.recordIntents(sessionID: sessionID, intents) }
+                    }
                     action = state.intentsRecorded(outcomes, stopping: counters.shouldStop)
                 } catch {
                     checkpointFailed(error, logger: logger)
