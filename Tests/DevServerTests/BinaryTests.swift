@@ -1,22 +1,17 @@
 import AsyncHTTPClient
+import DopeSyncTestSupport
 import Foundation
 import NIOCore
 import NIOHTTP1
 import Testing
 
-/// The built `dopesync-devserver` executable as a real process.
+/// The built `dopesync-devserver` executable as a real process (started with `Spawned`, the
+/// project's posix_spawn helper, as every other real-process test is).
 @Suite struct BinaryTests {
-    /// The executable beside this test bundle in the build folder.
-    static var executable: URL {
-        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-            .appendingPathComponent("dopesync-devserver")
-    }
-
-    /// A started `dopesync-devserver`: its process, the port from its listening line, and how it ends.
+    /// A started `dopesync-devserver`: its process and the port from its listening line.
     struct Launched {
-        let process: Process
+        let process: Spawned
         let port: Int
-        let exits: AsyncStream<(Process.TerminationReason, Int32)>
 
         func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
     }
@@ -24,46 +19,21 @@ import Testing
     /// Starts the executable with `arguments` (plus `--port 0`) and reads stdout until its
     /// listening line; throws if it ends without one.
     static func launch(_ arguments: [String]) async throws -> Launched {
-        let executable = Self.executable
-        try #require(
-            FileManager.default.isExecutableFile(atPath: executable.path), "build it first: \(executable.path)")
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["--port", "0", "--log-level", "warning"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-
-        let (exits, exitContinuation) = AsyncStream.makeStream(of: (Process.TerminationReason, Int32).self)
-        process.terminationHandler = { process in
-            exitContinuation.yield((process.terminationReason, process.terminationStatus))
-            exitContinuation.finish()
-        }
-        let (chunks, chunkContinuation) = AsyncStream.makeStream(of: String.self)
-        output.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty {
-                handle.readabilityHandler = nil
-                chunkContinuation.finish()
-            } else {
-                chunkContinuation.yield(String(decoding: data, as: UTF8.self))
+        let executable = builtProduct("dopesync-devserver").path
+        try #require(FileManager.default.isExecutableFile(atPath: executable), "build it first: \(executable)")
+        let process = try Spawned(
+            executable, ["--port", "0", "--log-level", "warning"] + arguments, silenceErrors: true)
+        // Read stdout until the listening line (or the end of output, if the server died).
+        let listening: String? = await onOwnThread {
+            while let line = process.output.readLine() {
+                if line.hasPrefix("listening on http://127.0.0.1:") { return line }
             }
+            return nil
         }
-        try process.run()
-
-        // Read stdout until the listening line (or end of output, if the server died).
-        var text = ""
-        var port: Int?
-        for await chunk in chunks {
-            text += chunk
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("listening on http://127.0.0.1:") }) {
-                port = Int(line.split(separator: ":").last ?? "")
-                break
-            }
-        }
-        let boundPort = try #require(port, "no listening line; stdout was: \(text)")
-        #expect(boundPort > 0)
-        return Launched(process: process, port: boundPort, exits: exits)
+        let line = try #require(listening, "no listening line on its standard output")
+        let port = try #require(Int(line.split(separator: ":").last ?? ""), "\(line)")
+        #expect(port > 0)
+        return Launched(process: process, port: port)
     }
 
     @Test(arguments: [SIGTERM, SIGINT])
@@ -77,18 +47,15 @@ import Testing
         stats.headers.add(name: "Authorization", value: "Bearer binary-token")
         #expect(try await HTTPClient.shared.execute(stats, timeout: .seconds(30)).status.code == 200)
 
-        kill(server.process.processIdentifier, signal)
-        var iterator = server.exits.makeAsyncIterator()
-        let exit = try #require(await iterator.next())
-        #expect(exit.0 == .exit)
-        #expect(exit.1 == 0)
+        server.process.kill(signal)
+        #expect(await server.process.finished() == 0, "a clean exit, not killed by the signal")
     }
 
     @Test func takesTheFlagsOfABackendWithoutKeysOrLookups() async throws {
         let server = try await Self.launch([
             "--token", "binary-token", "--ignore-idempotency-keys", "--no-lookups", "--lookups-status", "405",
         ])
-        defer { kill(server.process.processIdentifier, SIGTERM) }
+        defer { server.process.kill(SIGTERM) }
         func send(_ method: HTTPMethod, _ path: String, body: String? = nil) async throws -> HTTPClientResponse {
             var request = HTTPClientRequest(url: server.url(path))
             request.method = method
@@ -113,22 +80,14 @@ import Testing
         #expect(lookup.status.code == 405)
         #expect(lookup.headers.first(name: "Allow") == "POST")
         #expect(try await send(.DELETE, "/api/groups/1/images").headers.first(name: "Allow") == "POST")
+        server.process.kill(SIGTERM)
+        #expect(await server.process.finished() == 0)
     }
 
     @Test(arguments: [["--lookups-status", "405"], ["--no-lookups", "--lookups-status", "500"]])
     func refusesALookupsStatusItCannotUse(_ arguments: [String]) async throws {
-        let process = Process()
-        process.executableURL = Self.executable
-        process.arguments = ["--port", "0"] + arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        let (exits, continuation) = AsyncStream.makeStream(of: Int32.self)
-        process.terminationHandler = { process in
-            continuation.yield(process.terminationStatus)
-            continuation.finish()
-        }
-        try process.run()
-        var iterator = exits.makeAsyncIterator()
-        #expect(await iterator.next() == 64)  // EX_USAGE, argument parser's ValidationError
+        let process = try Spawned(
+            builtProduct("dopesync-devserver").path, ["--port", "0"] + arguments, silenceErrors: true)
+        #expect(await process.finished() == 64)  // EX_USAGE, argument parser's ValidationError
     }
 }
