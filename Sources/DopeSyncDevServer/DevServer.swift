@@ -1,6 +1,10 @@
 import Hummingbird
+import HummingbirdCore
+import HummingbirdHTTP2
+import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOSSL
 
 /// The TrueDope API on loopback (api.yaml), for demos, tests and benchmarks.
 ///
@@ -15,7 +19,8 @@ public enum DevServer {
     /// accepts connections, and serves until the task is cancelled or, with `handlingSignals`,
     /// until SIGTERM or SIGINT (graceful shutdown: in-flight requests finish).
     ///
-    /// Throws if the database cannot be opened or the address cannot be bound.
+    /// Throws if the database cannot be opened, the TLS files cannot be read or the address
+    /// cannot be bound.
     public static func run(
         configuration: DevServerConfiguration,
         logger: Logger,
@@ -26,6 +31,7 @@ public enum DevServer {
         let router = DevServerRoutes.router(state: state)
         let application = Application(
             router: router,
+            server: try serverBuilder(configuration.tls),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: nil
@@ -40,5 +46,31 @@ public enum DevServer {
         } else {
             try await application.run()
         }
+    }
+
+    /// HTTP/1.1 in the clear, HTTP/1.1 over TLS, or h2 and HTTP/1.1 over TLS (chosen by ALPN).
+    static func serverBuilder(_ tls: DevServerTLS?) throws -> HTTPServerBuilder {
+        guard let tls else { return .http1() }
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath)
+        } catch {
+            throw DevServerConfigurationError(
+                "--tls-cert \(tls.certificateChainPath): not a PEM certificate (\(error))")
+        }
+        do {
+            key = try NIOSSLPrivateKey(file: tls.privateKeyPath, format: .pem)
+        } catch {
+            throw DevServerConfigurationError("--tls-key \(tls.privateKeyPath): not a PEM private key (\(error))")
+        }
+        guard !chain.isEmpty else {
+            throw DevServerConfigurationError("--tls-cert \(tls.certificateChainPath): holds no certificate")
+        }
+        let configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        return tls.http2
+            ? try .http2Upgrade(tlsConfiguration: configuration)
+            : try .tls(.http1(), tlsConfiguration: configuration)
     }
 }

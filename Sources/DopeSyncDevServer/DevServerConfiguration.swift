@@ -37,8 +37,29 @@ public struct DevServerConfiguration: Sendable {
     public var idempotencyRetentionSeconds: Int = 7 * 24 * 3600
     /// How many recent requests `GET /admin/requests` remembers (a ring buffer).
     public var requestLogCapacity: Int = 10_000
+    /// Serve HTTPS instead of HTTP. `--tls-cert FILE --tls-key FILE` (`--http2` for h2).
+    public var tls: DevServerTLS? = nil
 
     public init() {}
+
+    /// `http` or `https`, for the `listening on` line and for clients built from it.
+    public var scheme: String { tls == nil ? "http" : "https" }
+}
+
+/// The certificate the dev server presents, and whether it offers HTTP/2.
+public struct DevServerTLS: Sendable, Equatable {
+    /// PEM file holding the server's certificate, then any intermediates.
+    public var certificateChainPath: String
+    /// PEM file holding the certificate's private key.
+    public var privateKeyPath: String
+    /// Offer `h2` next to `http/1.1` through ALPN; a client that asks for h2 gets it.
+    public var http2: Bool
+
+    public init(certificateChainPath: String, privateKeyPath: String, http2: Bool = false) {
+        self.certificateChainPath = certificateChainPath
+        self.privateKeyPath = privateKeyPath
+        self.http2 = http2
+    }
 }
 
 /// The answer of a lookup on a server without lookups (``DevServerConfiguration/lookups`` off).

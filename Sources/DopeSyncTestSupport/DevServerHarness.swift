@@ -5,7 +5,7 @@ import Logging
 public struct RunningDevServer: Sendable {
     /// The bound port (the configuration asked for port 0).
     public let port: Int
-    /// `http://127.0.0.1:PORT`, no trailing slash.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), no trailing slash.
     public let baseURL: String
     /// The bearer token it accepts.
     public let token: String
@@ -44,7 +44,8 @@ public func withDevServer<Result>(
             throw DevServerHarnessError(message: "the dev server stopped before listening")
         }
         let server = RunningDevServer(
-            port: port, baseURL: "http://\(serverConfiguration.host):\(port)", token: serverConfiguration.token,
+            port: port, baseURL: "\(serverConfiguration.scheme)://\(serverConfiguration.host):\(port)",
+            token: serverConfiguration.token,
             configuration: serverConfiguration)
         do {
             let result = try await body(server)

@@ -1,16 +1,19 @@
 import AsyncHTTPClient
+import DopeSyncDevServer
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 
 extension RunningDevServer {
     /// GETs `path` with the server's token and decodes the JSON answer.
     public func getJSON(_ path: String) async throws -> Any {
-        var request = HTTPClientRequest(url: baseURL + path)
-        request.headers.add(name: "Authorization", value: authorization)
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
-        let body = try await response.body.collect(upTo: 64 << 20)
-        return try JSONSerialization.jsonObject(with: Data(body.readableBytesView))
+        try JSONSerialization.jsonObject(with: try await get(path))
+    }
+
+    /// GETs `path` with the server's token and decodes the answer as `T`.
+    public func get<T: Decodable>(_ path: String, as type: T.Type) async throws -> T {
+        try JSONDecoder().decode(T.self, from: try await get(path))
     }
 
     /// POSTs a JSON document to an admin route.
@@ -20,20 +23,57 @@ extension RunningDevServer {
         request.headers.add(name: "Authorization", value: authorization)
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: document)))
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
-        _ = try await response.body.collect(upTo: 1 << 20)
+        _ = try await execute(request)
     }
 
     /// Records created per kind (`session`, `dope`, `reading`, …), duplicates included.
     public func createdCounts() async throws -> [String: Int] {
-        let stats = try await getJSON("/admin/stats") as! [String: Any]
-        return stats["created"] as! [String: Int]
+        struct Stats: Decodable { var created: [String: Int] }
+        return try await get("/admin/stats", as: Stats.self).created
     }
 
     /// Every request the server received (the log keeps the last 10,000), in arrival order.
-    public func requestLog() async throws -> [(path: String, key: String?, status: Int)] {
-        let page = try await getJSON("/admin/requests") as! [String: Any]
-        let requests = page["requests"] as! [[String: Any]]
-        return requests.map { ($0["path"] as! String, $0["idempotencyKey"] as? String, $0["status"] as? Int ?? 0) }
+    public func requestLog() async throws -> [LoggedRequest] {
+        struct Page: Decodable { var requests: [LoggedRequest] }
+        return try await get("/admin/requests", as: Page.self).requests
+    }
+
+    private func get(_ path: String) async throws -> Data {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.headers.add(name: "Authorization", value: authorization)
+        return try await execute(request)
+    }
+
+    /// Over plain HTTP through the shared client; over TLS through a client of its own that
+    /// skips verification: these are the test's own questions to its own server, and what
+    /// dopesync trusts is what the tests prove, not this.
+    private func execute(_ request: HTTPClientRequest) async throws -> Data {
+        guard configuration.tls != nil else { return try await Self.execute(request, on: .shared) }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none
+        var configuration = HTTPClient.Configuration()
+        configuration.tlsConfiguration = tls
+        return try await HTTPClient.withHTTPClient(configuration: configuration) { client in
+            try await Self.execute(request, on: client)
+        }
+    }
+
+    private static func execute(_ request: HTTPClientRequest, on client: HTTPClient) async throws -> Data {
+        let response = try await client.execute(request, timeout: .seconds(30))
+        return Data(try await response.body.collect(upTo: 64 << 20).readableBytesView)
+    }
+}
+
+/// One line of the dev server's request log (`GET /admin/requests`).
+public struct LoggedRequest: Decodable, Sendable {
+    public var method: String
+    public var path: String
+    /// The `Idempotency-Key` sent, if any.
+    public var key: String?
+    public var status: Int
+
+    enum CodingKeys: String, CodingKey {
+        case method, path, status
+        case key = "idempotencyKey"
     }
 }

@@ -97,3 +97,27 @@ public func spawnRunShowingProgress(
     }.start()
     return (run, ticks)
 }
+
+/// The built `dopesync run` on `spool` against `apiURL` to its end, as cron would start it: the
+/// environment the test's own minus any proxy variables, plus `environment`. Returns the exit
+/// status and everything it wrote (standard output and error together).
+public func runToEnd(
+    _ spool: Spool, apiURL: String, token: String, _ extra: [String] = [], environment: [String: String] = [:]
+) async throws -> (status: Int32, output: String) {
+    var variables = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
+    variables["DOPESYNC_API_TOKEN"] = token
+    variables.merge(environment) { $1 }
+    let arguments = [
+        "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
+        "run", "--spool", spool.root, "--api", apiURL, "--min-age", "0", "--progress", "never",
+    ]
+    let run = try Spawned("/bin/sh", arguments + extra, environment: variables)
+    let output = await onOwnThread { run.output.readDataToEndOfFile() }
+    return (await run.finished(), String(decoding: output, as: UTF8.self))
+}
+
+/// The variables that send a run through a proxy, as curl reads them.
+public let proxyVariables: Set<String> = [
+    "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY",
+    "DOPESYNC_PROXY",
+]

@@ -15,7 +15,7 @@ struct DevServerCommand: AsyncParsableCommand {
         commandName: "dopesync-devserver",
         abstract: "The TrueDope API on loopback, for demos, tests and benchmarks.",
         discussion: """
-            Prints `listening on http://HOST:PORT` on stdout once it accepts connections; logs go \
+            Prints `listening on http://HOST:PORT` (https with --tls-cert) on stdout once it accepts connections; logs go \
             to stderr. SIGTERM or SIGINT stops it cleanly (exit 0). Admin routes (same token): \
             GET /admin/stats, GET /admin/requests?since=N, POST /admin/reset, \
             GET|POST|PUT /admin/references, GET|PUT /admin/faults, GET /admin/sessions?clientId=, \
@@ -62,6 +62,12 @@ struct DevServerCommand: AsyncParsableCommand {
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
+    @Option(name: .customLong("tls-cert"), help: "Serve HTTPS with this PEM certificate chain (needs --tls-key).")
+    var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "The PEM private key of --tls-cert.") var tlsKey: String?
+    @Flag(name: .customLong("http2"), help: "With TLS, offer HTTP/2 (h2) through ALPN next to HTTP/1.1.")
+    var http2 = false
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
 
@@ -80,6 +86,8 @@ struct DevServerCommand: AsyncParsableCommand {
                 throw ValidationError("--lookups-status must be 404 or 405")
             }
         }
+        guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
+        guard !http2 || tlsCert != nil else { throw ValidationError("--http2 needs --tls-cert and --tls-key") }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level: unknown level \(logLevel)")
         }
@@ -111,6 +119,9 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
         configuration.lookups = !noLookups
         configuration.lookupsStatus = lookupsStatus.flatMap(MissingLookupsStatus.init(rawValue:)) ?? .notFound
+        if let tlsCert, let tlsKey {
+            configuration.tls = DevServerTLS(certificateChainPath: tlsCert, privateKeyPath: tlsKey, http2: http2)
+        }
         return configuration
     }
 
@@ -126,7 +137,7 @@ struct DevServerCommand: AsyncParsableCommand {
         let configuration = try makeConfiguration()
         try await DevServer.run(configuration: configuration, logger: logger, handlingSignals: true) { port in
             // Straight to file descriptor 1, unbuffered: a parent reading a pipe sees it at once.
-            let line = Array("listening on http://\(configuration.host):\(port)\n".utf8)
+            let line = Array("listening on \(configuration.scheme)://\(configuration.host):\(port)\n".utf8)
             _ = line.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
         }
     }

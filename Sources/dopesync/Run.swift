@@ -14,8 +14,8 @@ struct Run: AsyncParsableCommand {
             the environment (DOPESYNC_API_URL, DOPESYNC_API_TOKEN, DOPESYNC_SPOOL, DOPESYNC_CONCURRENCY, \
             ... one DOPESYNC_ variable per option), the --job file, the defaults. The token is never printed.
             Exit codes: 0 done (nothing failed), 1 a bundle went to failed/, 64 bad command line, \
-            73 spool unusable, 75 API unreachable or kept failing, 77 credentials refused, \
-            78 the job file or configuration is invalid.
+            73 spool unusable, 75 API unreachable or kept failing, 76 the API's TLS certificate \
+            is not trusted, 77 credentials refused, 78 the job file or configuration is invalid.
             """
     )
 
@@ -49,11 +49,24 @@ struct Run: AsyncParsableCommand {
     @Option(help: "After the run, write Prometheus metrics to this file (node_exporter's textfile collector).")
     var metricsFile: String?
 
+    @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
+    var caFile: String?
+
+    @Option(
+        help:
+            "Reach the API through this http://[user:password@]host:port proxy, or none (default: $https_proxy, $http_proxy, $no_proxy)."
+    )
+    var proxy: String?
+
+    @Option(help: "Cap the run's total upload rate, e.g. 500KiB/s or 2MB/s.")
+    var maxRate: String?
+
     func run() async throws {
         let typed: [(RunSetting, String?)] = [
             (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
             (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
-            (.logFormat, logFormat), (.metricsFile, metricsFile),
+            (.logFormat, logFormat), (.metricsFile, metricsFile), (.caFile, caFile), (.proxy, proxy),
+            (.maxRate, maxRate),
         ]
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
@@ -75,6 +88,9 @@ struct Run: AsyncParsableCommand {
         options.maxTime = settings.maxTime
         options.minAge = settings.minAge
         options.metricsFile = settings.metricsFile
+        options.network = APIClient.Network(
+            caFile: settings.caFile, proxy: settings.proxy.proxy,
+            rateLimit: settings.maxRate.map(UploadRateLimit.init(bytesPerSecond:)))
         // This very binary, even if a package upgrade replaced the file since the run started.
         options.isolatedReader = "/proc/self/exe"
         options.showProgress =

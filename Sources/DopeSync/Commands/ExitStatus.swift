@@ -15,6 +15,9 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let cannotCreate = ExitStatus(rawValue: 73)
     /// The API was unreachable or kept failing; bundles deferred (EX_TEMPFAIL).
     public static let temporaryFailure = ExitStatus(rawValue: 75)
+    /// The API's TLS certificate could not be trusted, or TLS could not be agreed; bundles given
+    /// back (EX_PROTOCOL). Not in WORKER.md's table: not an outage (75), since retrying cannot help.
+    public static let apiNotTrusted = ExitStatus(rawValue: 76)
     /// The API refused the credentials (EX_NOPERM).
     public static let permissionDenied = ExitStatus(rawValue: 77)
     /// The job file or configuration is invalid (EX_CONFIG).

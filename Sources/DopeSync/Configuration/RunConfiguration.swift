@@ -1,5 +1,6 @@
 import Configuration
 import Foundation
+import NIOSSL
 import Yams
 
 /// `dopesync run`'s settings, resolved from (highest first) the command line, the environment,
@@ -29,6 +30,12 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var progress = ProgressMode.auto
     public var logFormat = LogFormat.text
     public var metricsFile: String?
+    /// PEM file of CA certificates trusted besides the system's, checked to hold at least one.
+    public var caFile: String?
+    /// The proxy to the API, after the `proxy` setting, `https_proxy` & co. and `no_proxy`.
+    public var proxy = ProxyChoice.direct
+    /// The cap on the run's upload rate, in bytes per second.
+    public var maxRate: Int64?
     /// Where each given setting came from, by key (the token's source under `token`).
     public var sources: [String: SettingSource] = [:]
     /// Things an operator should fix that do not stop the run (a token file others can read).
@@ -107,7 +114,36 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         configuration.apiURL = api
         try configuration.resolveToken(tokenFile: lookup(.tokenFile), environment: environment, jobFile: jobFile)
+        configuration.maxRate = try parsed(.maxRate, expected: "a rate (\(ByteRate.examples))", ByteRate.parse)
+        if let (path, source) = try lookup(.caFile) {
+            try Self.checkCAFile(path, source: source)
+            configuration.caFile = path
+        }
+        // The proxy's text may hold a password: never through `parsed`, which echoes values.
+        let (proxy, proxySource) = try ProxyChoice.resolve(
+            apiURL: api, setting: lookup(.proxy), environment: environment)
+        configuration.proxy = proxy
+        configuration.sources[RunSetting.proxy.key] = proxySource
         return configuration
+    }
+
+    /// A CA file must hold at least one PEM certificate: a typo in its path, or a DER file,
+    /// would otherwise show up later as every request refused for an untrusted certificate.
+    private static func checkCAFile(_ path: String, source: SettingSource) throws(ConfigurationError) {
+        let certificates: [NIOSSLCertificate]
+        do {
+            certificates = try NIOSSLCertificate.fromPEMFile(path)
+        } catch {
+            let why = FileManager.default.isReadableFile(atPath: path) ? "it holds no PEM certificate" : "\(error)"
+            throw ConfigurationError(
+                .unreadableCAFile, key: RunSetting.caFile.key, source: source,
+                message: "cannot read CA certificates from \(path): \(why)")
+        }
+        guard !certificates.isEmpty else {
+            throw ConfigurationError(
+                .unreadableCAFile, key: RunSetting.caFile.key, source: source,
+                message: "cannot read CA certificates from \(path): it holds no PEM certificate")
+        }
     }
 
     /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
@@ -178,6 +214,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         if let maxBundles { parts.append(("max-bundles", "\(maxBundles)")) }
         if let maxTime { parts.append(("max-time", "\(maxTime)")) }
         if let metricsFile { parts.append(("metrics-file", metricsFile)) }
+        if let caFile { parts.append(("ca-file", caFile)) }
+        if case .through = proxy { parts.append(("proxy", "\(proxy)")) }
+        if let maxRate { parts.append(("max-rate", ByteRate.text(Double(maxRate)))) }
         parts.append(("token", "<redacted>"))
         return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(
             separator: ", ")

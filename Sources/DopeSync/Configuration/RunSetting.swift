@@ -39,9 +39,19 @@ extension RunSetting {
     public static let metricsFile = RunSetting(
         "metrics-file", help: "write a Prometheus textfile here after each run (default: none)")
 
+    public static let caFile = RunSetting(
+        "ca-file", help: "a PEM file of CA certificates trusted for the API besides the system's (default: none)")
+    public static let proxy = RunSetting(
+        "proxy",
+        help: "reach the API through this http://[user:password@]host:port proxy, or none "
+            + "(default: https_proxy, http_proxy and no_proxy, as curl reads them)")
+    public static let maxRate = RunSetting(
+        "max-rate", help: "cap the whole run's upload rate, e.g. 500KiB/s or 2MB/s (default: no cap)")
+
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [
         .spool, .api, .tokenFile, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat, .metricsFile,
+        .caFile, .proxy, .maxRate,
     ]
 
     /// The token itself comes only from the environment (or from `token-file`), never from a job
@@ -86,6 +96,8 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
         public static let unreadableJobFile = Code(rawValue: "unreadable_job_file")
         /// The token file cannot be read or is empty.
         public static let unreadableTokenFile = Code(rawValue: "unreadable_token_file")
+        /// The CA file cannot be read or holds no PEM certificate.
+        public static let unreadableCAFile = Code(rawValue: "unreadable_ca_file")
     }
 
     public let code: Code

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 /// How the API answered one step, classified the way WORKER.md's failure table needs it.
 public enum StepResponse: Sendable, Equatable {
@@ -10,8 +11,12 @@ public enum StepResponse: Sendable, Equatable {
     case created(id: Int64, replayed: Bool)
     /// 400, 413, 415, 422, 404: the request can never succeed as sent.
     case rejected(status: Int, code: String?, message: String)
-    /// 401 or 403: the credential is wrong, not the request.
+    /// 401 or 403 (or the proxy's 407): the credential is wrong, not the request.
     case unauthorized(status: Int, message: String)
+    /// The API's TLS certificate could not be verified (an unknown CA, another host's name,
+    /// expired) or TLS could not be agreed at all: nothing was sent, and trying again changes
+    /// nothing until the certificate or `--ca-file` does.
+    case notTrusted(message: String)
     /// Timeout, lost connection, 408, 409, 425, 429, 5xx: try again later.
     case retryable(status: Int?, retryAfter: Duration?, message: String)
     /// Nothing was sent: the image could not be read back from the archive as validation saw it
@@ -30,10 +35,30 @@ public struct APIClient: Sendable {
         public init() {}
     }
 
+    /// How the client reaches the API beyond its URL: extra trusted roots, a proxy, a rate cap.
+    public struct Network: Sendable {
+        /// PEM file of CA certificates trusted in addition to the system's (`--ca-file`).
+        public var caFile: String?
+        /// The proxy requests go through (CONNECT), if any (`--proxy`, `https_proxy`, …).
+        public var proxy: HTTPProxy?
+        /// The cap on the upload rate of all requests together (`--max-rate`), if any.
+        public var rateLimit: UploadRateLimit?
+        public init(caFile: String? = nil, proxy: HTTPProxy? = nil, rateLimit: UploadRateLimit? = nil) {
+            self.caFile = caFile
+            self.proxy = proxy
+            self.rateLimit = rateLimit
+        }
+    }
+
     let http: HTTPClient
     let baseURL: String
     let token: String
     let timeouts: Timeouts
+    let rateLimit: UploadRateLimit?
+    /// The slowest rate a body can expect to be sent at: the timeouts' floor, or the request's
+    /// share of the cap when every connection uploads at once. Deadlines grow by it.
+    let slowestBytesPerSecond: Int64
+    let proxy: HTTPProxy?
 
     /// Runs `body` with a client whose pool holds up to `connections` connections, and shuts it
     /// down afterwards.
@@ -42,6 +67,7 @@ public struct APIClient: Sendable {
         token: String,
         connections: Int,
         timeouts: Timeouts = Timeouts(),
+        network: Network = Network(),
         _ body: (APIClient) async throws -> T
     ) async throws -> T {
         var configuration = HTTPClient.Configuration()
@@ -49,13 +75,34 @@ public struct APIClient: Sendable {
         configuration.connectionPool = .init(
             idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
         configuration.decompression = .disabled
+        if let caFile = network.caFile {
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = [.file(caFile)]
+            configuration.tlsConfiguration = tls
+        }
+        if let proxy = network.proxy {
+            let authorization = proxy.username.map {
+                HTTPClient.Authorization.basic(username: $0, password: proxy.password ?? "")
+            }
+            configuration.proxy = .server(host: proxy.host, port: proxy.port, authorization: authorization)
+        }
+        let share = network.rateLimit.map { $0.bytesPerSecond / Int64(max(connections, 1)) }
+        let slowest = max(min(timeouts.minimumBytesPerSecond, share ?? .max), 1)
         return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
             let client = APIClient(
                 http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
-                token: token, timeouts: timeouts
+                token: token, timeouts: timeouts, rateLimit: network.rateLimit, slowestBytesPerSecond: slowest,
+                proxy: network.proxy
             )
             return try await body(client)
         }
+    }
+
+    /// How long a request may take, from sending to the end of the answer: the JSON step's
+    /// timeout, plus the body's length at the slowest rate it can expect (under `--max-rate`,
+    /// its share of the cap), so a big image on a capped link never times out while bytes flow.
+    func deadline(forBodyOf length: Int64) -> Duration {
+        timeouts.request + .milliseconds(length * 1000 / slowestBytesPerSecond)
     }
 
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
@@ -79,8 +126,8 @@ public struct APIClient: Sendable {
         var request = makeRequest(step, path: path)
         switch step.payload {
         case .json(let bytes):
-            request.body = .bytes(ByteBuffer(bytes: bytes))
-            return await execute(request, length: Int64(bytes.count), imageSize: 0)
+            request.body = body(ByteBuffer(bytes: bytes))
+            return await execute(request, length: Int64(bytes.count))
         case .image(let image, let role, let groupID):
             let framing = MultipartFraming(
                 idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
@@ -93,18 +140,31 @@ public struct APIClient: Sendable {
                 body.writeBytes(framing.head)
                 body.writeBytes(bytes)
                 body.writeBytes(framing.tail)
-                request.body = .bytes(body)
-                return await execute(request, length: length, imageSize: image.size)
+                request.body = self.body(body)
+                return await execute(request, length: length)
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                request.body = .stream(
-                    MultipartBody(framing: framing, chunks: try archive.openImage(image)), length: .known(length))
+                let parts = MultipartBody(framing: framing, chunks: try archive.openImage(image))
+                request.body =
+                    if let rateLimit {
+                        .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))
+                    } else {
+                        .stream(parts, length: .known(length))
+                    }
             } catch {
                 return (.imageUnreadable(message: "\(error)"), 0)
             }
-            return await execute(request, length: length, imageSize: image.size)
+            return await execute(request, length: length)
         }
+    }
+
+    /// A body in memory: as it is, or in chunks through the rate cap.
+    private func body(_ bytes: ByteBuffer) -> HTTPClientRequest.Body {
+        guard let rateLimit else { return .bytes(bytes) }
+        return .stream(
+            RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit),
+            length: .known(Int64(bytes.readableBytes)))
     }
 
     private func makeRequest(_ step: UploadStep, path: String) -> HTTPClientRequest {
@@ -117,13 +177,10 @@ public struct APIClient: Sendable {
         return request
     }
 
-    /// Sends and classifies per WORKER.md's failure table. The deadline grows with the image.
-    private func execute(_ request: HTTPClientRequest, length: Int64, imageSize: Int64) async -> (
-        StepResponse, bytesSent: Int64
-    ) {
-        let deadline = timeouts.request + .seconds(imageSize / timeouts.minimumBytesPerSecond)
+    /// Sends and classifies per WORKER.md's failure table. The deadline grows with the body.
+    private func execute(_ request: HTTPClientRequest, length: Int64) async -> (StepResponse, bytesSent: Int64) {
         do {
-            let response = try await http.execute(request, timeout: .init(deadline))
+            let response = try await http.execute(request, timeout: .init(deadline(forBodyOf: length)))
             let body = try await response.body.collect(upTo: 1 << 20)
             let status = Int(response.status.code)
             let answer = Self.decodeAnswer(body)
@@ -148,7 +205,7 @@ public struct APIClient: Sendable {
                 return (.rejected(status: status, code: answer.code, message: message), length)
             }
         } catch {
-            return (.retryable(status: nil, retryAfter: nil, message: Self.describe(error)), length)
+            return (classify(error), length)
         }
     }
 
@@ -185,7 +242,7 @@ public struct APIClient: Sendable {
             default: return .failed(.rejected(status: status, code: Self.decodeAnswer(body).code, message: message))
             }
         } catch {
-            return .failed(.retryable(status: nil, retryAfter: nil, message: Self.describe(error)))
+            return .failed(classify(error))
         }
     }
 
@@ -213,18 +270,50 @@ public struct APIClient: Sendable {
         return .seconds(max(0, Int64(date.timeIntervalSinceNow.rounded(.up))))
     }
 
-    /// Why a request got no answer, in words for the log and `failed/NAME.error`: by the error's
-    /// type (AsyncHTTPClient's, NIO's), never by its text.
-    static func describe(_ error: any Error) -> String {
+    /// A request that got no answer, by the error's type (AsyncHTTPClient's, NIO's, NIOSSL's),
+    /// never by its text: a certificate that cannot be trusted, or a proxy that wants
+    /// credentials, stops the run; anything else is an outage to retry, in words for the log and
+    /// `failed/NAME.error`.
+    func classify(_ error: any Error) -> StepResponse {
+        if let reason = Self.trustFailure(error) {
+            return .notTrusted(message: "the API's TLS certificate cannot be trusted: \(reason)")
+        }
+        // The proxy refused the credentials: like the API refusing them, no retry can help.
+        if let error = error as? HTTPClientError, error == .proxyAuthenticationRequired {
+            return .unauthorized(status: 407, message: describe(error))
+        }
+        return .retryable(status: nil, retryAfter: nil, message: describe(error))
+    }
+
+    /// Why TLS with the API failed, if that is what `error` is.
+    static func trustFailure(_ error: any Error) -> String? {
+        switch error {
+        case let error as NIOSSLExtraError where error == .failedToValidateHostname:
+            return "it is not issued for this host name (\(error))"
+        case NIOSSLError.handshakeFailed(let reason):
+            return "the TLS handshake failed (\(reason)); an unknown CA needs --ca-file"
+        case let error as NIOConnectionError:
+            return error.connectionErrors.lazy.compactMap { trustFailure($0.error) }.first
+        default:
+            return nil
+        }
+    }
+
+    func describe(_ error: any Error) -> String {
         switch error {
         case let error as HTTPClientError:
             switch error {
             case .deadlineExceeded, .readTimeout, .writeTimeout, .connectTimeout: return "timed out"
             case .remoteConnectionClosed: return "the server closed the connection without an answer"
+            case .proxyAuthenticationRequired:
+                return "the proxy \(proxy.map(String.init(describing:)) ?? "") asks for credentials (407): "
+                    + "give them in the proxy's URL, http://user:password@host:port"
+            case .invalidProxyResponse:
+                return "the proxy \(proxy.map(String.init(describing:)) ?? "") refused to connect to the API"
             default: return "\(error)"
             }
         case let error as NIOConnectionError:
-            // Every address tried failed; one refusal is enough to say the API is not listening.
+            // Every address tried failed; one refusal is enough to say nothing listens there.
             let refused = error.connectionErrors.contains { ($0.error as? IOError)?.errnoCode == ECONNREFUSED }
             return refused ? refusedMessage : "\(error)"
         case let error as IOError where error.errnoCode == ECONNREFUSED:
@@ -236,7 +325,10 @@ public struct APIClient: Sendable {
         }
     }
 
-    private static let refusedMessage = "connection refused (is the API up?)"
+    /// With a proxy, connections go to the proxy only: a refusal is the proxy's.
+    private var refusedMessage: String {
+        proxy.map { "connection refused by the proxy \($0) (is it up?)" } ?? "connection refused (is the API up?)"
+    }
 }
 
 /// The multipart body of an image step: the framing's head, the image streamed chunk by chunk

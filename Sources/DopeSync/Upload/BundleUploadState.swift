@@ -54,6 +54,8 @@ struct BundleUploadState {
         case stopping
         /// The API refused the credentials (401, 403): the whole run stops.
         case credentialsRefused(status: Int, message: String)
+        /// The API's certificate cannot be trusted: the whole run stops.
+        case apiNotTrusted(message: String)
         /// A checkpoint could not be recorded.
         case checkpointFailed
     }
@@ -284,6 +286,8 @@ struct BundleUploadState {
                 .fail(BundleFailure(reason: .bundleChanged, step: step.key, message: message), stepAnswered: false))
         case .unauthorized(let status, let message):
             return finish(.giveBack(.credentialsRefused(status: status, message: message)))
+        case .notTrusted(let message):
+            return finish(.giveBack(.apiNotTrusted(message: message)))
         case .retryable(let status, _, let message):
             // Retries cut short because the run is stopping: not this bundle's attempt.
             if cutShort { return finish(.giveBack(.stopping)) }

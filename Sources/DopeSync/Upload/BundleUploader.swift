@@ -263,6 +263,11 @@ struct BundleUploader: Sendable {
                     "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
                 counters.credentialsRefused()
             }
+            if case .apiNotTrusted(let message) = why, counters.apiNotTrusted() {
+                logger.error(
+                    "the API cannot be trusted: the run stops and gives bundles back (exit 76)",
+                    metadata: ["message": "\(message)"])
+            }
             return await giveBack(claimed, logger: logger)
         }
     }

@@ -28,6 +28,8 @@ public struct RunOptions: Sendable {
     /// once per new bundle, before its session): exactly once even against an API that ignores
     /// `Idempotency-Key`. Off: keys alone (for measuring what the looks cost).
     public var lookBeforeResending = true
+    /// Extra trusted roots, a proxy and a cap on the upload rate.
+    public var network = APIClient.Network()
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
@@ -51,6 +53,8 @@ final class RunCounters: Sendable {
     struct State {
         var summary = RunSummary()
         var credentialsRefused = false
+        /// The API's certificate could not be trusted: no request can go until an operator acts.
+        var apiNotTrusted = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
         var breaker: CircuitBreaker
@@ -66,7 +70,8 @@ final class RunCounters: Sendable {
     }
 
     var shouldStop: Bool {
-        stop.isRequested || state.withLock { $0.credentialsRefused || $0.checkpointsFailed || $0.breaker.isOpen }
+        stop.isRequested
+            || state.withLock { $0.credentialsRefused || $0.apiNotTrusted || $0.checkpointsFailed || $0.breaker.isOpen }
     }
     var snapshot: State { state.withLock { $0 } }
 
@@ -86,6 +91,14 @@ final class RunCounters: Sendable {
     }
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
+
+    /// Returns true for the first report only (one log line for the run).
+    func apiNotTrusted() -> Bool {
+        state.withLock { state in
+            defer { state.apiNotTrusted = true }
+            return !state.apiNotTrusted
+        }
+    }
 
     /// Returns true for the first report only (one log line for the run).
     func checkpointsFailed() -> Bool {
@@ -189,7 +202,7 @@ public struct Worker: Sendable {
 
         let lookups = LookupSupport()
         let clientResult: Void? = try? await APIClient.with(
-            baseURL: options.apiURL, token: options.token, connections: options.concurrency
+            baseURL: options.apiURL, token: options.token, connections: options.concurrency, network: options.network
         ) { client in
             let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
             let uploader = BundleUploader(
@@ -240,11 +253,13 @@ public struct Worker: Sendable {
         let status: ExitStatus =
             state.credentialsRefused
             ? .permissionDenied
-            : state.checkpointsFailed
-                ? .cannotCreate
-                : state.breaker.isOpen
-                    ? .temporaryFailure
-                    : summary.failed > 0 ? .bundlesFailed : .success
+            : state.apiNotTrusted
+                ? .apiNotTrusted
+                : state.checkpointsFailed
+                    ? .cannotCreate
+                    : state.breaker.isOpen
+                        ? .temporaryFailure
+                        : summary.failed > 0 ? .bundlesFailed : .success
         summary.exitCode = status.rawValue
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
@@ -298,7 +313,8 @@ extension Worker {
             let line =
                 "\r\u{1B}[2K\(summary.done + summary.failed + summary.deferred)/\(total) bundles "
                 + "(\(summary.done) done, \(summary.failed) failed, \(summary.deferred) deferred), "
-                + "\(summary.requests) requests, \(ByteCount(summary.bytes)), \(Int(Double(summary.requests) / seconds)) req/s"
+                + "\(summary.requests) requests, \(ByteCount(summary.bytes)) at \(ByteRate.text(Double(summary.bytes) / seconds)), "
+                + "\(Int(Double(summary.requests) / seconds)) req/s"
             FileHandle.standardError.write(Data(line.utf8))
             do { try await Task.sleep(for: .milliseconds(500)) } catch { break }  // cancelled: the run is over
         }
@@ -310,6 +326,7 @@ extension RunSummary {
     /// The one summary line a run ends with.
     public var line: String {
         "run finished: \(claimed) claimed, \(done) done, \(deferred) deferred, \(failed) failed; "
-            + "\(requests) requests, \(ByteCount(bytes)) sent; \(String(format: "%.1f", seconds)) s"
+            + "\(requests) requests, \(ByteCount(bytes)) sent at \(ByteRate.text(Double(bytes) / max(seconds, 0.001))); "
+            + "\(String(format: "%.1f", seconds)) s"
     }
 }

@@ -1,0 +1,259 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// An HTTP proxy on loopback that takes `CONNECT host:port` (as AsyncHTTPClient sends for every
+/// proxied connection), tunnels the bytes both ways, and counts what passes: tunnels, bytes
+/// from the client with the time of the first and the last, and, for plain-HTTP traffic in a
+/// tunnel, the requests in it (read from their framing: head, then `Content-Length` bytes).
+public final class CountingProxy: Sendable {
+    public struct Counts: Sendable {
+        /// CONNECT requests answered 200.
+        public var tunnels = 0
+        /// CONNECT requests refused (407 for missing credentials, 502 for an unreachable target).
+        public var refused = 0
+        /// Bytes the client sent into tunnels.
+        public var bytesFromClient: Int64 = 0
+        /// HTTP requests seen inside tunnels (plain HTTP only; TLS hides them), by method.
+        public var requests: [String: Int] = [:]
+        public var firstByteAt: ContinuousClock.Instant?
+        public var lastByteAt: ContinuousClock.Instant?
+        /// When each read from a client arrived, and the bytes from clients so far then.
+        public var progress: [(at: ContinuousClock.Instant, bytes: Int64)] = []
+        /// What CONNECT asked for, in order (`127.0.0.1:8443`).
+        public var targets: [String] = []
+    }
+
+    public let port: Int
+    private let counter: ProxyCounter
+
+    private init(port: Int, counter: ProxyCounter) {
+        self.port = port
+        self.counter = counter
+    }
+
+    public var snapshot: Counts { counter.counts.withLock { $0 } }
+
+    /// Bytes per second from clients between the moments `from` and `to` of the bytes had
+    /// passed (fractions of the total): the sustained rate, without the start and the end.
+    public func rate(from: Double, to: Double) -> Double? {
+        let progress = snapshot.progress
+        guard let total = progress.last?.bytes, total > 0,
+            let start = progress.first(where: { Double($0.bytes) >= from * Double(total) }),
+            let end = progress.first(where: { Double($0.bytes) >= to * Double(total) }), end.at > start.at
+        else { return nil }
+        return Double(end.bytes - start.bytes) / ((end.at - start.at) / .seconds(1))
+    }
+
+    /// `http://127.0.0.1:PORT`, as `https_proxy` or `--proxy` takes it.
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Runs a proxy on a free loopback port for the length of `body`.
+    public static func with<T>(
+        credentials: String? = nil, _ body: (CountingProxy) async throws -> T
+    ) async throws -> T {
+        let counter = ProxyCounter()
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        ConnectHandler(proxy: counter, expectedAuthorization: credentials.map(basicAuthorization)))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let proxy = CountingProxy(port: channel.localAddress?.port ?? 0, counter: counter)
+        do {
+            let result = try await body(proxy)
+            try await channel.close()
+            return result
+        } catch {
+            try? await channel.close()  // the body's error is the one worth reporting
+            throw error
+        }
+    }
+}
+
+/// What the proxy's connections count into.
+private final class ProxyCounter: Sendable {
+    let counts = Mutex(CountingProxy.Counts())
+    func update(_ change: (inout CountingProxy.Counts) -> Void) { counts.withLock { change(&$0) } }
+}
+
+private func basicAuthorization(_ credentials: String) -> String {
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    let bytes = Array(credentials.utf8)
+    var encoded: [UInt8] = []
+    for start in stride(from: 0, to: bytes.count, by: 3) {
+        let chunk = bytes[start..<min(start + 3, bytes.count)]
+        let value = chunk.enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (16 - 8 * UInt32($1.offset)) }
+        for index in 0..<4 {
+            encoded.append(
+                index <= chunk.count ? alphabet[Int(value >> (18 - 6 * UInt32(index)) & 63)] : UInt8(ascii: "="))
+        }
+    }
+    return "Basic " + String(decoding: encoded, as: UTF8.self)
+}
+
+/// Reads the CONNECT head, opens the tunnel, then glues the two connections together.
+private final class ConnectHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let proxy: ProxyCounter
+    let expectedAuthorization: String?
+    var head = ByteBuffer()
+    var connecting = false
+
+    init(proxy: ProxyCounter, expectedAuthorization: String?) {
+        self.proxy = proxy
+        self.expectedAuthorization = expectedAuthorization
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var buffer = unwrapInboundIn(data)
+        guard !connecting else { return }  // the client must wait for the 200 before sending more
+        head.writeBuffer(&buffer)
+        let text = String(buffer: head)
+        guard let end = text.range(of: "\r\n\r\n") else { return }
+        connecting = true
+        let lines = text[..<end.lowerBound].split(separator: "\r\n", omittingEmptySubsequences: false)
+        let requestLine = lines.first?.split(separator: " ") ?? []
+        guard requestLine.count == 3, requestLine[0] == "CONNECT",
+            let colon = requestLine[1].lastIndex(of: ":"),
+            let port = Int(requestLine[1][requestLine[1].index(after: colon)...])
+        else {
+            refuse(context: context, status: "405 Method Not Allowed")
+            return
+        }
+        let host = String(requestLine[1][..<colon]).trimmingCharacters(in: ["[", "]"])
+        if let expectedAuthorization {
+            let given = lines.dropFirst().first { $0.lowercased().hasPrefix("proxy-authorization:") }
+                .map { $0.dropFirst("proxy-authorization:".count).trimmingCharacters(in: .whitespaces) }
+            guard given == expectedAuthorization else {
+                refuse(context: context, status: "407 Proxy Authentication Required")
+                return
+            }
+        }
+        proxy.update { $0.targets.append(String(requestLine[1])) }
+        let client = context.channel
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        ClientBootstrap(group: context.eventLoop).connect(host: host, port: port).whenComplete { result in
+            let (handler, context) = loopBound.value
+            switch result {
+            case .success(let target):
+                handler.proxy.update { $0.tunnels += 1 }
+                context.writeAndFlush(
+                    handler.wrapOutboundOut(ByteBuffer(string: "HTTP/1.1 200 Connection established\r\n\r\n")),
+                    promise: nil)
+                let (toTarget, toClient) = GlueHandler.pair(counting: handler.proxy)
+                do {
+                    try target.pipeline.syncOperations.addHandler(toClient)
+                    context.pipeline.syncOperations.removeHandler(handler, promise: nil)
+                    try client.pipeline.syncOperations.addHandler(toTarget)
+                } catch {
+                    target.close(promise: nil)
+                    client.close(promise: nil)
+                }
+            case .failure:
+                handler.refuse(context: context, status: "502 Bad Gateway")
+            }
+        }
+    }
+
+    func refuse(context: ChannelHandlerContext, status: String) {
+        proxy.update { $0.refused += 1 }
+        let answer = "HTTP/1.1 \(status)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: answer))).whenComplete { _ in
+            context.close(promise: nil)
+        }
+    }
+}
+
+/// One end of a tunnel: what one channel reads, its partner writes. The client's end also
+/// counts bytes and, for plain HTTP, the requests in them.
+private final class GlueHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    var partner: GlueHandler?
+    var context: ChannelHandlerContext?
+    let counter: ProxyCounter?
+    var requests = HTTPRequestCounter()
+
+    init(counting counter: ProxyCounter?) { self.counter = counter }
+
+    /// The client's end (reads from the client, counted) and the target's end.
+    static func pair(counting proxy: ProxyCounter) -> (fromClient: GlueHandler, fromTarget: GlueHandler) {
+        let fromClient = GlueHandler(counting: proxy)
+        let fromTarget = GlueHandler(counting: nil)
+        fromClient.partner = fromTarget
+        fromTarget.partner = fromClient
+        return (fromClient, fromTarget)
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        partner = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        if let counter {
+            let now = ContinuousClock.now
+            let methods = requests.consume(buffer)
+            counter.update { counts in
+                counts.bytesFromClient += Int64(buffer.readableBytes)
+                if counts.firstByteAt == nil { counts.firstByteAt = now }
+                counts.lastByteAt = now
+                counts.progress.append((now, counts.bytesFromClient))
+                for method in methods { counts.requests[method, default: 0] += 1 }
+            }
+        }
+        partner?.context?.write(wrapOutboundOut(buffer), promise: nil)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) { partner?.context?.flush() }
+
+    func channelInactive(context: ChannelHandlerContext) { partner?.context?.close(promise: nil) }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) { context.close(promise: nil) }
+}
+
+/// Follows HTTP/1.1 request framing in a byte stream (heads, then `Content-Length` bodies) and
+/// reports each request's method. Bytes that are not HTTP (TLS) stop it for good.
+struct HTTPRequestCounter {
+    private var head: [UInt8] = []
+    private var bodyLeft = 0
+    private var gaveUp = false
+
+    mutating func consume(_ buffer: ByteBuffer) -> [String] {
+        guard !gaveUp else { return [] }
+        var methods: [String] = []
+        var bytes = buffer.readableBytesView[...]
+        while !bytes.isEmpty {
+            if bodyLeft > 0 {
+                let skipped = min(bodyLeft, bytes.count)
+                bodyLeft -= skipped
+                bytes = bytes.dropFirst(skipped)
+                continue
+            }
+            head.append(bytes.removeFirst())
+            guard head.count >= 4, head.suffix(4).elementsEqual("\r\n\r\n".utf8) else {
+                if head.count == 1 && !(UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(head[0]) { gaveUp = true }
+                if gaveUp { return methods }
+                continue
+            }
+            let text = String(decoding: head, as: UTF8.self)
+            head = []
+            methods.append(String(text.prefix { $0 != " " }))
+            for line in text.split(separator: "\r\n") where line.lowercased().hasPrefix("content-length:") {
+                bodyLeft = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+            }
+        }
+        return methods
+    }
+}

@@ -1,0 +1,211 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// The built `dopesync run` over the networks production has: HTTPS with a private CA, a proxy
+/// (CONNECT, as curl users expect it), a cap on the upload rate. Real certificates made by
+/// `openssl`, the real dev server over TLS, a real proxy on loopback counting what it tunnels.
+@Suite(.timeLimit(.minutes(2))) struct NetworkTests {
+    /// Packs `count` realistic bundles; returns their names.
+    @discardableResult
+    func packBundles(_ count: Int, seed: UInt64, into spool: Spool, scratch: URL, imageBytes: Int? = nil) throws
+        -> [String]
+    {
+        try (0..<count).map { index in
+            // With images to measure a rate by: few JSON steps, so the images are nearly all of it.
+            let shape =
+                imageBytes.map { SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: $0) }
+                ?? .realistic
+            return try pack(SampleSession(seed: seed + UInt64(index), shape: shape), into: spool, scratch: scratch)
+        }
+    }
+
+    func tlsServer(_ certificates: TestCertificates, otherHost: Bool = false, http2: Bool = false)
+        -> DevServerConfiguration
+    {
+        var configuration = DevServerConfiguration()
+        configuration.tls = DevServerTLS(
+            certificateChainPath: otherHost
+                ? certificates.otherHostCertificatePath : certificates.serverCertificatePath,
+            privateKeyPath: otherHost ? certificates.otherHostKeyPath : certificates.serverKeyPath, http2: http2)
+        return configuration
+    }
+
+    @Test("HTTPS with a private CA given by --ca-file: every bundle uploaded, over HTTP/1.1 and over h2")
+    func httpsWithPrivateCA() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try TestCertificates(in: scratch)
+            for http2 in [false, true] {
+                let names = try packBundles(3, seed: http2 ? 7_200 : 7_100, into: spool, scratch: scratch)
+                try await withDevServer(tlsServer(certificates, http2: http2)) { server in
+                    #expect(server.baseURL.hasPrefix("https://"))
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token,
+                        ["--ca-file", certificates.caCertificatePath])
+                    #expect(status == 0, "\(output)")
+                    #expect(Set(try spool.list(.done).map(\.name)).isSuperset(of: names))
+                    #expect(try await server.createdCounts()["session"] == 3)
+                }
+            }
+        }
+    }
+
+    @Test(
+        "HTTPS with a certificate nobody vouched for: exit 76 at once, a message naming the cause, bundles back in incoming/ uncounted"
+    )
+    func untrustedCertificateStopsTheRun() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try TestCertificates(in: scratch)
+            let names = try packBundles(3, seed: 7_300, into: spool, scratch: scratch)
+            try await withDevServer(tlsServer(certificates)) { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 76, "\(output)")
+                #expect(output.contains("TLS certificate cannot be trusted"), "\(output)")
+                #expect(output.contains("--ca-file"), "the message says what to do: \(output)")
+                #expect(Set(try spool.list(.incoming).map(\.name)) == Set(names))
+                #expect(try spool.list(.failed).isEmpty && spool.list(.processing).isEmpty)
+                let store = try CheckpointStore(spool: spool)
+                for name in names { #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0) }
+                #expect(try await server.createdCounts()["session", default: 0] == 0)
+            }
+        }
+    }
+
+    @Test("A certificate from the trusted CA but for another host name: exit 76, the message says so")
+    func wrongHostNameStopsTheRun() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try TestCertificates(in: scratch)
+            try packBundles(1, seed: 7_400, into: spool, scratch: scratch)
+            try await withDevServer(tlsServer(certificates, otherHost: true)) { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--ca-file", certificates.caCertificatePath])
+                #expect(status == 76, "\(output)")
+                #expect(output.contains("TLS certificate cannot be trusted"), "\(output)")
+                #expect(try spool.list(.incoming).count == 1)
+            }
+        }
+    }
+
+    @Test("A --ca-file that holds no certificate is a configuration error naming the file (exit 78)")
+    func caFileWithoutCertificate() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let notPEM = scratch.appendingPathComponent("not-a-ca.pem")
+            try Data("hello\n".utf8).write(to: notPEM)
+            let (status, output) = try await runToEnd(
+                spool, apiURL: "https://127.0.0.1:9", token: "t", ["--ca-file", notPEM.path])
+            #expect(status == 78)
+            #expect(output.contains(notPEM.path) && output.contains("[unreadable_ca_file]"), "\(output)")
+        }
+    }
+
+    @Test("http_proxy: every request goes through the proxy, which counts exactly the requests the server saw")
+    func runThroughProxy() async throws {
+        try await withTemporarySpool { spool, scratch in
+            try packBundles(3, seed: 7_500, into: spool, scratch: scratch)
+            try await withDevServer { server in
+                try await CountingProxy.with { proxy in
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token, environment: ["http_proxy": proxy.url])
+                    #expect(status == 0, "\(output)")
+                    #expect(try spool.list(.done).count == 3)
+                    let counts = proxy.snapshot
+                    let seen = try await server.requestLog()
+                    #expect(counts.tunnels >= 1)
+                    #expect(counts.requests.values.reduce(0, +) == seen.count, "\(counts.requests)")
+                    #expect(counts.requests["POST"] == seen.filter { $0.method == "POST" }.count)
+                    #expect(counts.targets.allSatisfy { $0 == "127.0.0.1:\(server.port)" })
+                }
+            }
+        }
+    }
+
+    @Test("HTTPS through the proxy (CONNECT): uploaded, the proxy sees only tunnels to the API")
+    func httpsThroughProxy() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try TestCertificates(in: scratch)
+            try packBundles(2, seed: 7_600, into: spool, scratch: scratch)
+            try await withDevServer(tlsServer(certificates)) { server in
+                try await CountingProxy.with { proxy in
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token,
+                        ["--ca-file", certificates.caCertificatePath], environment: ["HTTPS_PROXY": proxy.url])
+                    #expect(status == 0, "\(output)")
+                    #expect(try spool.list(.done).count == 2)
+                    let counts = proxy.snapshot
+                    #expect(counts.tunnels >= 1 && counts.bytesFromClient > 0)
+                    #expect(counts.requests.isEmpty, "TLS inside the tunnel: nothing readable")
+                    #expect(counts.targets.allSatisfy { $0 == "127.0.0.1:\(server.port)" })
+                }
+            }
+        }
+    }
+
+    @Test("NO_PROXY naming the API's host: the run goes straight to it, the proxy sees nothing")
+    func noProxyBypassesTheProxy() async throws {
+        try await withTemporarySpool { spool, scratch in
+            try packBundles(2, seed: 7_700, into: spool, scratch: scratch)
+            try await withDevServer { server in
+                try await CountingProxy.with { proxy in
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token,
+                        environment: ["http_proxy": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
+                    #expect(status == 0, "\(output)")
+                    #expect(try spool.list(.done).count == 2)
+                    #expect(proxy.snapshot.tunnels == 0 && proxy.snapshot.bytesFromClient == 0)
+                }
+            }
+        }
+    }
+
+    @Test(
+        "Proxy credentials in --proxy are sent to the proxy and never printed; without them, a 407 said plainly (exit 77)"
+    )
+    func proxyCredentials() async throws {
+        try await withTemporarySpool { spool, scratch in
+            try packBundles(1, seed: 7_800, into: spool, scratch: scratch)
+            try await withDevServer { server in
+                try await CountingProxy.with(credentials: "ops:s3cret-proxy-word") { proxy in
+                    let (refusedStatus, refusedOutput) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token, ["--proxy", proxy.url])
+                    #expect(refusedStatus == 77, "credentials refused, as the API's would be: \(refusedOutput)")
+                    #expect(refusedOutput.contains("asks for credentials (407)"), "\(refusedOutput)")
+                    #expect(try spool.list(.incoming).count == 1, "given back")
+
+                    let withCredentials = "http://ops:s3cret-proxy-word@127.0.0.1:\(proxy.port)"
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token, ["--proxy", withCredentials])
+                    #expect(status == 0, "\(output)")
+                    #expect(try spool.list(.done).count == 1)
+                    #expect(!output.contains("s3cret"), "\(output)")
+                    #expect(output.contains("http://***@127.0.0.1:\(proxy.port)"), "the log names the proxy: \(output)")
+                }
+            }
+        }
+    }
+
+    @Test("--max-rate 1MiB/s over about 4 MiB of images: the rate the proxy measures is within 15% of the cap")
+    func maxRateHoldsTheCap() async throws {
+        try await withTemporarySpool { spool, scratch in
+            // 4 bundles × 4 images × 256 KiB, uploaded 4 at once: the cap is shared, not per bundle.
+            try packBundles(4, seed: 7_900, into: spool, scratch: scratch, imageBytes: 256 * 1024)
+            try await withDevServer { server in
+                try await CountingProxy.with { proxy in
+                    let cap = 1024.0 * 1024
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: server.token,
+                        ["--max-rate", "1MiB/s", "--concurrency", "4"], environment: ["http_proxy": proxy.url])
+                    #expect(status == 0, "\(output)")
+                    // The sustained rate: from the moment a tenth of the bytes had passed to the moment
+                    // nine tenths had, past the first JSON steps and before the last answers.
+                    let rate = try #require(proxy.rate(from: 0.1, to: 0.9))
+                    #expect(proxy.snapshot.bytesFromClient > 4_000_000)
+                    #expect(abs(rate - cap) / cap <= 0.15, "measured \(Int(rate)) B/s against a cap of \(Int(cap))")
+                    #expect(output.contains(" sent at "), "the summary shows the rate achieved: \(output)")
+                }
+            }
+        }
+    }
+}
