@@ -5,6 +5,9 @@
 # Also the memory check: one bundle of 200 images of 5 MB, peak RSS of the run. PAIRS (default 5)
 # raw/run pairs give the median ratio, and the CPU seconds per 1000 requests of the worker and of
 # the raw client (same HTTP client and executor): steadier than wall-clock ratios on a shared machine.
+# Then the latency-bound case: the dev server adds LATENCY_MS (default 20) to every POST, as a
+# real link would, and run/raw is measured at LATENCY_CONCURRENCY (default 4 32 64), with about
+# ten bundles per connection, so the network, not the CPU, is the limit.
 set -euo pipefail
 BIN=${BIN:-.build/release}
 WORK=${BENCH_DIR:-bench-results}/run
@@ -14,16 +17,25 @@ CONCURRENCY=${CONCURRENCY:-4}
 PAIRS=${PAIRS:-5}
 rm -rf "$WORK"; mkdir -p "$WORK"
 
-start_server() {  # start_server NAME → sets URL; the server logs to $WORK/NAME.log
-  rm -f "$WORK/$1.out"
-  "$BIN/dopesync-devserver" --port 0 --db "$WORK/$1.sqlite" --token bench --log-level warning > "$WORK/$1.out" 2> "$WORK/$1.log" &
+# Which parts to run (all by default): run (the ratio on loopback and the script), memory, latency.
+SECTIONS=${SECTIONS:-run memory latency}
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
+LATENCY_MS=${LATENCY_MS:-20}
+LATENCY_CONCURRENCY=${LATENCY_CONCURRENCY:-4 32 64}
+LATENCY_PAIRS=${LATENCY_PAIRS:-3}
+
+start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs to $WORK/NAME.log
+  local name=$1; shift
+  rm -f "$WORK/$name.out"
+  "$BIN/dopesync-devserver" --port 0 --db "$WORK/$name.sqlite" --token bench --log-level warning "$@" > "$WORK/$name.out" 2> "$WORK/$name.log" &
   SERVER_PID=$!
-  for _ in $(seq 200); do grep -q "listening on" "$WORK/$1.out" 2>/dev/null && break; sleep 0.05; done
-  URL=$(grep -o "http://[0-9.:]*" "$WORK/$1.out")
+  for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
+  URL=$(grep -o "http://[0-9.:]*" "$WORK/$name.out")
 }
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 
+if section run; then
 echo "making $BUNDLES realistic bundles..."
 "$BIN/dopesync-bench" make-bundles --spool "$WORK/spool" --count "$BUNDLES"
 cp -a "$WORK/spool/incoming" "$WORK/pristine"
@@ -76,9 +88,51 @@ print(f"ratio run/raw: median {med(4):.2f} of {', '.join(f'{r[4]:.2f}' for r in 
 print(f"naive script: {subset / naive:.2f} bundles/s; ratio run/script: {med(0) / (subset / naive):.0f}x (target >= 30x)")
 PY
 
+fi
+
+if section memory; then
 echo "memory: one bundle of 200 images of 5 MB..."
 rm -rf "$WORK/big"; "$BIN/dopesync-bench" make-bundles --spool "$WORK/big" --count 1 --groups 20 --images-per-group 10 --image-bytes 5000000
 start_server big
 /usr/bin/time -f "%e s, peak RSS %M KiB" -o "$WORK/big.time" env DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run --spool "$WORK/big" --api "$URL" --min-age 0 --progress never 2>/dev/null
 stop_server
 echo "200 x 5 MB bundle synced: $(cat "$WORK/big.time") (target < 100 MiB = 102400 KiB)"
+fi
+
+section latency || exit 0
+
+# The latency-bound case. Each concurrency gets its own bundles (ten per connection, at least
+# 40), LATENCY_PAIRS raw/run pairs against servers adding LATENCY_MS to each POST. The ratio is
+# taken on bundles/s, which is POSTs/s for both (the run's session lookups, GETs without the
+# added latency, are not counted in its favour).
+LAT="$WORK/latency"; rm -rf "$LAT"; mkdir -p "$LAT"
+for concurrency in $LATENCY_CONCURRENCY; do
+  count=$(( concurrency * 10 > 40 ? concurrency * 10 : 40 ))
+  "$BIN/dopesync-bench" make-bundles --spool "$LAT/c$concurrency-spool" --count "$count" --seed 5000 > /dev/null
+  mv "$LAT/c$concurrency-spool/incoming" "$LAT/c$concurrency-pristine"
+  for pair in $(seq "$LATENCY_PAIRS"); do
+    rm -rf "$LAT/spool"; mkdir -p "$LAT/spool"; cp -a "$LAT/c$concurrency-pristine" "$LAT/spool/incoming"
+    start_server "lat-raw-$concurrency-$pair" --latency-ms "$LATENCY_MS"
+    "$BIN/dopesync-bench" raw-capacity --spool "$LAT/spool" --api "$URL" --token bench --concurrency "$concurrency" > "$LAT/raw-$concurrency-$pair.txt"
+    stop_server
+    start_server "lat-run-$concurrency-$pair" --latency-ms "$LATENCY_MS"
+    /usr/bin/time -f "%e" -o "$LAT/run-$concurrency-$pair.time" \
+      env DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run --spool "$LAT/spool" --api "$URL" --min-age 0 --concurrency "$concurrency" --progress never 2> "$LAT/run-$concurrency-$pair.log" > "$LAT/run-$concurrency-$pair.txt"
+    stop_server
+  done
+done
+python3 - "$LAT" "$LATENCY_MS" "$LATENCY_PAIRS" $LATENCY_CONCURRENCY <<'PY'
+import re, statistics, sys
+lat, ms, pairs, levels = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+for c in levels:
+    ratios = []
+    for pair in range(1, pairs + 1):
+        raw = open(f"{lat}/raw-{c}-{pair}.txt").read()
+        raw_bps = float(re.search(r"([\d.]+) bundles/s", raw).group(1))
+        run = open(f"{lat}/run-{c}-{pair}.txt").read()
+        done = int(re.search(r"(\d+) done", run).group(1))
+        seconds = float(open(f"{lat}/run-{c}-{pair}.time").read().split()[0])
+        ratios.append((done / seconds) / raw_bps)
+    print(f"latency {ms} ms, concurrency {c}: run/raw bundles/s median {statistics.median(ratios):.3f} "
+          f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
+PY

@@ -37,6 +37,9 @@ public struct DevServerConfiguration: Sendable {
     public var idempotencyRetentionSeconds: Int = 7 * 24 * 3600
     /// How many recent requests `GET /admin/requests` remembers (a ring buffer).
     public var requestLogCapacity: Int = 10_000
+    /// Called with each request's method and path as it arrives, before anything else: a test
+    /// waits for a run's first request with it, where it would otherwise poll the request log.
+    public var onRequest: (@Sendable (_ method: String, _ path: String) -> Void)? = nil
     /// Serve HTTPS instead of HTTP. `--tls-cert FILE --tls-key FILE` (`--http2` for h2).
     public var tls: DevServerTLS? = nil
 

@@ -77,3 +77,48 @@ public struct LoggedRequest: Decodable, Sendable {
         case key = "idempotencyKey"
     }
 }
+
+/// What `GET /api/sessions/{id}` answers, as far as tests compare it with a bundle.
+public struct SessionTreeSnapshot: Decodable, Sendable {
+    public struct Record: Decodable, Sendable {
+        public var id: Int
+        public var clientId: String
+    }
+    public struct Chrono: Decodable, Sendable {
+        public var id: Int
+        public var clientId: String
+        public var readings: [Record]
+    }
+    public struct Image: Decodable, Sendable {
+        public var id: Int
+        public var fileName: String
+        public var sha256: String
+    }
+    public struct Group: Decodable, Sendable {
+        public var id: Int
+        public var clientId: String
+        public var images: [Image]
+    }
+    public var id: Int
+    public var clientId: String
+    public var dope: [Record]
+    public var chrono: [Chrono]
+    public var groups: [Group]
+
+    /// (file name, SHA-256) of every image, group by group.
+    public var images: [(fileName: String, sha256: String)] {
+        groups.flatMap { $0.images.map { ($0.fileName, $0.sha256) } }
+    }
+}
+
+extension RunningDevServer {
+    /// The tree of the one session with this client id; fails the lookup if there is not exactly one.
+    public func sessionTree(clientID: String) async throws -> SessionTreeSnapshot {
+        struct Page: Decodable { var items: [SessionTreeSnapshot.Record] }
+        let items = try await get("/api/sessions?clientId=\(clientID)", as: Page.self).items
+        guard items.count == 1 else {
+            throw DevServerHarnessError(message: "\(items.count) sessions with client id \(clientID), not one")
+        }
+        return try await get("/api/sessions/\(items[0].id)", as: SessionTreeSnapshot.self)
+    }
+}

@@ -167,6 +167,19 @@ public struct SampleSession: Sendable {
         Array(try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]))
     }
 
+    /// The `id`s of the DOPE entries, in the document's order (the server's `clientId`s).
+    public var dopeEntryIDs: [String] { ids(of: json["dopeEntries"]) }
+    /// The `id`s of every chrono session's velocity readings, session by session.
+    public var velocityReadingIDs: [String] {
+        ((json["chronoSessions"] as? [[String: any Sendable]]) ?? []).flatMap { ids(of: $0["velocityReadings"]) }
+    }
+    /// The `id`s of the groups, in the document's order.
+    public var groupIDs: [String] { ids(of: json["groupEntries"]) }
+
+    private func ids(of records: (any Sendable)?) -> [String] {
+        ((records as? [[String: any Sendable]]) ?? []).compactMap { $0["id"] as? String }
+    }
+
     /// The total number of upload requests this session makes (session, records, images).
     public var expectedRequestCount: Int {
         let dope = (json["dopeEntries"] as? [Any])?.count ?? 0

@@ -12,6 +12,29 @@ public func withTemporarySpool<T>(_ body: (Spool, URL) async throws -> T) async 
     }
 }
 
+/// A spool under `directory` with each sample packed into `incoming/` as `dopesync pack` does.
+public func makeSpool(in directory: URL, samples: [SampleSession]) throws -> Spool {
+    let spool = Spool(root: directory.appendingPathComponent("spool").path)
+    try spool.create()
+    for sample in samples { try pack(sample, into: spool, scratch: directory) }
+    return spool
+}
+
+/// Logs nobody reads: for runs in-process whose outcome the test reads from the spool and server.
+public let quietLogger = Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+extension Spool {
+    /// The names in one of the spool's folders, sorted, without dot-files (as a person's `ls`).
+    public func names(_ folder: Folder) throws -> [String] {
+        try fileNames(in: path(folder)).filter { !$0.hasPrefix(".") }
+    }
+}
+
+/// Every name in a folder, sorted; none if the folder cannot be read.
+public func fileNames(in folder: String) throws -> [String] {
+    try FileManager.default.contentsOfDirectory(atPath: folder).sorted()
+}
+
 /// Packs `sample` into the spool's `incoming/` as `dopesync pack --spool` does, its layout written under
 /// `scratch`. Returns the bundle's name.
 @discardableResult
@@ -31,9 +54,7 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
     options.minAge = .zero
     options.retry.base = .milliseconds(1)
     options.retry.cap = .milliseconds(5)
-    return await Worker(
-        options: options, logger: Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
-    ).run()
+    return await Worker(options: options, logger: quietLogger).run()
 }
 
 /// The built `dopesync run` as a child process on `spool` against `server` (its token in the

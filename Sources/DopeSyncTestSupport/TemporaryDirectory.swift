@@ -10,6 +10,20 @@ public func withTemporaryDirectory<T>(
     return try await body(directory)
 }
 
+/// A fresh directory for the life of a suite's instance (Swift Testing makes one per test),
+/// removed when it goes: for suites whose every test needs one, set up in `init`.
+public final class TemporaryFolder {
+    public let url: URL
+    public var path: String { url.path }
+
+    public init(_ label: String = "dopesync-test") throws { url = try makeTemporaryDirectory(label) }
+
+    deinit { try? FileManager.default.removeItem(at: url) }  // a leftover in /tmp fails no test
+
+    /// The path of `name` inside the folder.
+    public func sub(_ name: String) -> String { url.appendingPathComponent(name).path }
+}
+
 /// A fresh directory the caller removes.
 public func makeTemporaryDirectory(_ label: String = "dopesync-test") throws -> URL {
     let directory = FileManager.default.temporaryDirectory

@@ -7,10 +7,6 @@ import Testing
 /// `dopesync status`, `requeue`, `prune` and `inspect`'s checkpoint progress, as an operator meets them:
 /// the built binary on a real spool filled by real runs against the in-process dev server.
 @Suite struct OperatorCommandsTests {
-    static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: spool.path(folder)).filter { !$0.hasPrefix(".") }.sorted()
-    }
-
     /// A session the dev server rejects with 422 (`unknown_reference`) at its third DOPE entry.
     static func rejectedSample(seed: UInt64) -> SampleSession {
         var sample = SampleSession(seed: seed)
@@ -158,15 +154,15 @@ import Testing
             try await withDevServer { server in
                 let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
-                #expect(try Self.names(spool, .failed) == [name, name + ".error"])
+                #expect(try spool.names(.failed) == [name, name + ".error"])
 
                 try await server.postJSON("/admin/references", ["ammunition": [9999]])
                 let requeue = try runBuilt("dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
                 #expect(requeue.status == 0, "\(requeue.stderr)")
                 #expect(requeue.stdout.contains("requeued failed/\(name) -> incoming/\(name)"), "\(requeue.stdout)")
                 #expect(requeue.stdout.contains("3 steps already done"), "\(requeue.stdout)")
-                #expect(try Self.names(spool, .failed).isEmpty)  // the sidecar went with it
-                #expect(try Self.names(spool, .incoming) == [name])
+                #expect(try spool.names(.failed).isEmpty)  // the sidecar went with it
+                #expect(try spool.names(.incoming) == [name])
                 let modified =
                     try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.modificationDate]
                     as! Date
@@ -182,7 +178,7 @@ import Testing
                 #expect(!resent.contains { $0.path == "/api/sessions" })
                 #expect(!resent.isEmpty)
                 #expect(try await server.createdCounts()["session"] == 1)
-                #expect(try Self.names(spool, .done) == [name])
+                #expect(try spool.names(.done) == [name])
             }
         }
     }
@@ -201,10 +197,10 @@ import Testing
             #expect(result.status == 1)
             #expect(result.stderr.contains("nope.tar.gz"), "\(result.stderr)")
             #expect(result.stdout.contains("requeued failed/a.tar.gz -> incoming/a.1.tar.gz"), "\(result.stdout)")
-            #expect(try Self.names(spool, .incoming) == ["a.1.tar.gz", "a.tar.gz"])
+            #expect(try spool.names(.incoming) == ["a.1.tar.gz", "a.tar.gz"])
             #expect(try String(contentsOfFile: spool.path(.incoming, "a.tar.gz"), encoding: .utf8) == "newer one")
             #expect(try String(contentsOfFile: spool.path(.incoming, "a.1.tar.gz"), encoding: .utf8) == "failed one")
-            #expect(try Self.names(spool, .failed).isEmpty)
+            #expect(try spool.names(.failed).isEmpty)
 
             #expect(try runBuilt("dopesync", ["requeue", "--spool", spool.root]).status == 64)
             #expect(try runBuilt("dopesync", ["requeue", "x", "--all", "--spool", spool.root]).status == 64)
@@ -245,7 +241,7 @@ import Testing
             #expect(result.stdout.contains("deleted done/old-1.tar.gz (100 bytes)"))
             #expect(result.stdout.contains("pruned 2 bundles from done/, 200 bytes"), "\(result.stdout)")
             #expect(result.stdout.contains("2 checkpoint rows forgotten"))
-            #expect(try Self.names(spool, .done) == ["new.tar.gz"])
+            #expect(try spool.names(.done) == ["new.tar.gz"])
             for path in others { #expect(FileManager.default.fileExists(atPath: path), "\(path)") }
             #expect(try store.bundleState(name: "old-1.tar.gz") == nil)
             #expect(try store.bundleState(name: "old-2.tar.gz") == nil)

@@ -1,3 +1,4 @@
+import DopeSyncTestSupport
 import Foundation
 import Testing
 

@@ -1,3 +1,4 @@
+import DopeSyncTestSupport
 import Foundation
 import SQLiteSupport
 import Testing
@@ -31,9 +32,8 @@ import Testing
     }
 
     @Test func aWriteTransactionCommitsAllOrNothing() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let folder = try TemporaryFolder("sqlite")
+        let directory = folder.url
         var options = SQLiteOptions()
         options.writeLockPath = directory.appendingPathComponent("db.lock").path
         let database = try SQLiteDatabase(path: directory.appendingPathComponent("db.sqlite").path, options: options)
@@ -57,9 +57,8 @@ import Testing
         "a write waits for another holder of the write lock no longer than the busy timeout, then fails as busy and leaves nothing half-written"
     )
     func aHeldWriteLockFailsAsBusyAfterTheTimeout() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let folder = try TemporaryFolder("sqlite")
+        let directory = folder.url
         var options = SQLiteOptions()
         options.writeLockPath = directory.appendingPathComponent("db.lock").path
         options.busyTimeoutMilliseconds = 200

@@ -35,7 +35,7 @@ import Testing
 
     @Test func createMakesTheFiveFoldersAndIsIdempotent() throws {
         #expect(spool.root == folder.sub("spool"))
-        #expect(names(in: spool.root) == ["done", "failed", "incoming", "processing", "tmp"])
+        #expect(try fileNames(in: spool.root) == ["done", "failed", "incoming", "processing", "tmp"])
         try spool.create()
         #expect(spool.databasePath == folder.sub("spool/dopesync.sqlite"))
         #expect(spool.databaseLockPath == folder.sub("spool/dopesync.sqlite.lock"))
@@ -103,7 +103,7 @@ import Testing
         #expect(claim.isHeld)
         #expect(!claim.isOrphan)
         #expect(contents(claim.path) == "payload")
-        #expect(names(in: spool.path(.incoming)).isEmpty)
+        #expect(try fileNames(in: spool.path(.incoming)).isEmpty)
         // The same entry again: gone from incoming/.
         #expect(try spool.claim(entry) == nil)
         // While held it is no orphan.
@@ -137,7 +137,7 @@ import Testing
         let claimed = won.withLock { $0 }
         #expect(claimed.count == 200)
         #expect(Set(claimed).count == 200)
-        #expect(names(in: spool.path(.processing)).count == 200)
+        #expect(try fileNames(in: spool.path(.processing)).count == 200)
     }
 
     @Test func aBundleOfTheSameNameAsOneInProcessingWaits() throws {
@@ -213,7 +213,7 @@ import Testing
         #expect(contents(spool.path(.done, "b.tar.gz")) == "old")
         #expect(contents(spool.path(.done, "b.1.tar.gz")) == "older")
         #expect(contents(spool.path(.done, "b.2.tar.gz")) == "new")
-        #expect(names(in: spool.path(.processing)).isEmpty)
+        #expect(try fileNames(in: spool.path(.processing)).isEmpty)
     }
 
     @Test func concurrentMovesToOneNameAllGetDistinctNames() throws {
@@ -229,7 +229,9 @@ import Testing
         let moved = results.withLock { $0 }
         #expect(Set(moved).count == 16)
         #expect(!moved.contains("FAILED"))
-        #expect(Set(names(in: target).compactMap { contents(spool.path(.done, $0)) }) == Set((0..<16).map(String.init)))
+        #expect(
+            Set(try fileNames(in: target).compactMap { contents(spool.path(.done, $0)) })
+                == Set((0..<16).map(String.init)))
     }
 
     @Test func giveBackSetsTheNextAttemptTimeAsMtime() throws {
@@ -267,7 +269,8 @@ import Testing
         #expect(try claim.moveToFailed(sidecar) == "b.1.tar.gz")
         #expect(contents(spool.path(.failed, "b.tar.gz")) == "earlier failure")
         #expect(contents(spool.path(.failed, "b.1.tar.gz")) == "this one")
-        #expect(names(in: spool.path(.failed)) == ["b.1.tar.gz", "b.1.tar.gz.error", "b.tar.gz", "b.tar.gz.error"])
+        #expect(
+            try fileNames(in: spool.path(.failed)) == ["b.1.tar.gz", "b.1.tar.gz.error", "b.tar.gz", "b.tar.gz.error"])
         let text = try #require(contents(spool.sidecarPath(forFailed: "b.1.tar.gz")))
         #expect(
             text == """

@@ -71,7 +71,7 @@ import Testing
         #expect(Set(mine).isDisjoint(with: theirs))
         #expect(mine.count + theirs.count == 300)
         #expect(Set(mine + theirs).count == 300)
-        #expect(names(in: spool.path(.processing)).count == 300)
+        #expect(try fileNames(in: spool.path(.processing)).count == 300)
         #expect(try store.claims().count == 300)
         print("parent claimed \(mine.count), child \(theirs.count)")
     }

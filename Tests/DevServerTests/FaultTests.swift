@@ -127,7 +127,7 @@ import Testing
     @Test func dataSurvivesARestartOnTheSameDatabase() async throws {
         try await withTemporaryDirectory { directory in
             var configuration = DevServerConfiguration()
-            configuration.databasePath = directory + "/devserver.sqlite"
+            configuration.databasePath = directory.appendingPathComponent("devserver.sqlite").path
             let clientId = UUID().uuidString.lowercased()
             let (sessionId, treeBefore) = try await withDevServer(configuration) { server in
                 let client = APIClient(server)

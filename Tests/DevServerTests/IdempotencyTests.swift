@@ -18,7 +18,7 @@ import Testing
             #expect(try await client.createdCount("session") == 1)
 
             // Images are fingerprinted over the exact multipart bytes too.
-            let group = try await ImageTests.makeGroup(client)
+            let group = try await client.makeGroup()
             let image1 = try await client.postImage(
                 group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "img")
             let image2 = try await client.postImage(
@@ -92,7 +92,7 @@ import Testing
     @Test func keysAreKeptPerCredentialAndSurviveARestart() async throws {
         try await withTemporaryDirectory { directory in
             var configuration = DevServerConfiguration()
-            configuration.databasePath = directory + "/devserver.sqlite"
+            configuration.databasePath = directory.appendingPathComponent("devserver.sqlite").path
             let body = Bodies.session()
             let firstId = try await withDevServer(configuration) { server in
                 try #require(
@@ -128,7 +128,7 @@ import Testing
             #expect((second.id == first.id) == !ignoring)
             #expect(try await client.createdCount("session") == (ignoring ? 2 : 1))
 
-            let group = try await ImageTests.makeGroup(client)
+            let group = try await client.makeGroup()
             for _ in 0..<2 {
                 let image = try await client.postImage(
                     group: group.id, clientId: group.clientId, bytes: SampleImages.jpeg, idempotencyKey: "image")

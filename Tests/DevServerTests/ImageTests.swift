@@ -4,16 +4,6 @@ import Foundation
 import Testing
 
 @Suite struct ImageTests {
-    /// Creates a session and a group; returns the group's server id and client id.
-    static func makeGroup(_ client: APIClient) async throws -> (id: Int, clientId: String) {
-        let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
-        let clientId = UUID().uuidString
-        let group = try await client.post(
-            "/api/sessions/\(session)/groups",
-            json: #"{"clientId":"\#(clientId)","groupNumber":1,"distance":100,"numberOfShots":3}"#)
-        return (try #require(group.id), clientId)
-    }
-
     @Test(arguments: [
         ("jpeg", SampleImages.jpeg, "image/jpeg"), ("png", SampleImages.png, "image/png"),
         ("heic", SampleImages.heic, "image/heic"), ("webp", SampleImages.webp, "image/webp"),
@@ -21,7 +11,7 @@ import Testing
     func eachImageTypeIsRecognisedByItsBytes(_ name: String, _ bytes: [UInt8], _ contentType: String) async throws {
         try await withDevServer { server in
             let client = APIClient(server)
-            let group = try await Self.makeGroup(client)
+            let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, fileName: "x.\(name)", bytes: bytes)
             #expect(response.status == 201)
@@ -32,7 +22,7 @@ import Testing
     @Test func anythingElseIs415() async throws {
         try await withDevServer { server in
             let client = APIClient(server)
-            let group = try await Self.makeGroup(client)
+            let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, bytes: SampleImages.text)
             #expect(response.status == 415)
@@ -50,7 +40,7 @@ import Testing
         configuration.maxImageBytes = 4096
         try await withDevServer(configuration) { server in
             let client = APIClient(server)
-            let group = try await Self.makeGroup(client)
+            let group = try await client.makeGroup()
             let atLimit = SampleImages.jpeg + Array(repeating: 0, count: 4096 - SampleImages.jpeg.count)
             #expect(try await client.postImage(group: group.id, clientId: group.clientId, bytes: atLimit).status == 201)
             let justAbove = try await client.postImage(group: group.id, clientId: group.clientId, bytes: atLimit + [0])
@@ -69,7 +59,7 @@ import Testing
     func aMissingPartIs422NamingIt(_ part: String) async throws {
         try await withDevServer { server in
             let client = APIClient(server)
-            let group = try await Self.makeGroup(client)
+            let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, bytes: SampleImages.png, omit: [part])
             #expect(response.status == 422)
@@ -81,7 +71,7 @@ import Testing
     @Test func roleMustBeOneOfThree() async throws {
         try await withDevServer { server in
             let client = APIClient(server)
-            let group = try await Self.makeGroup(client)
+            let group = try await client.makeGroup()
             for role in ["photo", "original", "annotated"] {
                 #expect(
                     try await client.postImage(

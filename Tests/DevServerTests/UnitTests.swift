@@ -1,3 +1,4 @@
+import DopeSyncTestSupport
 import Foundation
 import HTTPTypes
 import SQLiteSupport
@@ -110,8 +111,8 @@ import Testing
         "a database from before migrations were recorded by name (user_version 1) opens with its records and is not migrated again"
     )
     func aDatabaseCountedByUserVersionIsAdopted() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("devserver-\(UUID()).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let folder = try TemporaryFolder("devserver-store")
+        let path = folder.sub("devserver.sqlite")
         // What the earlier dev server left: its one migration applied, counted in user_version.
         let first = try DevServerStore(path: path, retentionSeconds: 3600)
         let record = DevServerStore.PreparedRecord(

@@ -16,13 +16,13 @@ import Testing
 @Suite struct CrashRecoveryTests {
     @Test(
         "SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/",
-        arguments: RunAgainstDevServerTests.keys)
+        arguments: [true, false])  // keys honoured, or ignored
     func killedRunsLoseNothingAndDuplicateNothing(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle, and a server a few milliseconds slow, so that a child
             // is still at work when its random moment comes.
             let samples = (1...30).map { SampleSession(seed: UInt64(900 + $0), shape: .realistic) }
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 10...20
             configuration.ignoreIdempotencyKeys = !keysHonoured
@@ -43,9 +43,9 @@ import Testing
                 #expect(await last.finished() == 0)
 
                 #expect(kills >= 20, "\(kills) kills in \(children) children")
-                #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)
-                #expect(try RunAgainstDevServerTests.names(spool, .processing).isEmpty)
-                #expect(try RunAgainstDevServerTests.names(spool, .incoming).isEmpty)
+                #expect(try spool.names(.done).count == samples.count)
+                #expect(try spool.names(.processing).isEmpty)
+                #expect(try spool.names(.incoming).isEmpty)
                 let created = try await server.createdCounts()
                 #expect(created["session"] == samples.count)
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
@@ -74,7 +74,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at 10-20 ms, two at a time: the run lasts about 4 s.
             let samples = (1...10).map { SampleSession(seed: UInt64(870 + $0), shape: .realistic) }
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             let database = directory.appendingPathComponent("server.sqlite").path
             var (server, url) = try await Self.startServer(port: 0, database: database)
             let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })
@@ -84,7 +84,7 @@ import Testing
             options.concurrency = 2
             let finished = Atomic<Bool>(false)
             let run = Task {
-                let result = await Worker(options: options, logger: RunAgainstDevServerTests.quiet).run()
+                let result = await Worker(options: options, logger: quietLogger).run()
                 finished.store(true, ordering: .relaxed)
                 return result
             }
@@ -100,7 +100,7 @@ import Testing
             let (summary, status) = await run.value
             #expect(status == .success, "\(summary.line)")
             #expect(summary.done == samples.count && summary.deferred == 0, "\(summary.line)")
-            #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)
+            #expect(try spool.names(.done).count == samples.count)
 
             server.kill(SIGTERM)
             _ = await server.finished()

@@ -19,7 +19,7 @@ import Testing
     func hostileBundlesFailAndOthersSync() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             try FileManager.default.copyItem(
                 at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
             for (outer, name) in [("gzip", "gzip-in-gzip"), ("xz", "gzip-in-xz")] {
@@ -32,7 +32,7 @@ import Testing
                 #expect(status == .bundlesFailed)
                 #expect(summary.done == 3 && summary.failed == 3)
                 #expect(
-                    try RunAgainstDevServerTests.names(spool, .failed) == [
+                    try spool.names(.failed) == [
                         "gzip-in-gzip", "gzip-in-gzip.error", "gzip-in-xz", "gzip-in-xz.error", "quine.gz",
                         "quine.gz.error",
                     ])
@@ -85,8 +85,8 @@ import Testing
                 let took = ContinuousClock.now - signalled
                 #expect(status == 0)
                 #expect(took < .seconds(10), "exited \(took) after SIGTERM")
-                #expect(try RunAgainstDevServerTests.names(spool, .incoming) == ["huge.tar"])
-                let failed = try RunAgainstDevServerTests.names(spool, .failed)
+                #expect(try spool.names(.incoming) == ["huge.tar"])
+                let failed = try spool.names(.failed)
                 let sidecars = try failed.map { try String(contentsOfFile: spool.path(.failed, $0), encoding: .utf8) }
                 #expect(failed.isEmpty, "\(sidecars)")
             }
@@ -111,7 +111,7 @@ import Testing
         .timeLimit(.minutes(3)))
     func readerKillingBundleIsIsolatedThenFailed() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 12)])
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 12)])
             try HostileBundles.huge(
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             // The huge bundle first: make it the oldest.
@@ -122,15 +122,15 @@ import Testing
                 try await Self.waitUntilReading(spool, "huge.tar")
                 first.kill(SIGKILL)  // what a crash, the OOM killer, or a timer's kill after a hang does
                 #expect(await first.finished() == 128 + SIGKILL)
-                #expect(try RunAgainstDevServerTests.names(spool, .processing) == ["huge.tar"])
+                #expect(try spool.names(.processing) == ["huge.tar"])
 
                 // The next run reads the orphan in a child first; that child dies as the run did.
                 let second = try spawnRun(spool, against: server, ["--concurrency", "1"])
                 let child = try #require(try await Self.inspectChild(of: second.pid))
                 kill(child, SIGKILL)
                 #expect(await second.finished() == 1)
-                #expect(try RunAgainstDevServerTests.names(spool, .failed) == ["huge.tar", "huge.tar.error"])
-                #expect(try RunAgainstDevServerTests.names(spool, .done).count == 1)
+                #expect(try spool.names(.failed) == ["huge.tar", "huge.tar.error"])
+                #expect(try spool.names(.done).count == 1)
                 let sidecar = try String(contentsOfFile: spool.path(.failed, "huge.tar.error"), encoding: .utf8)
                 #expect(sidecar.contains("reason: reader_crashed"), "\(sidecar)")
                 #expect(sidecar.contains("signal 9"))
@@ -146,8 +146,8 @@ import Testing
     @Test("in-process (no child to read in), a bundle goes to failed/ unread once three readings were cut short")
     func cutShortReadingsWithoutAChild() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 14)])
-            let name = try RunAgainstDevServerTests.names(spool, .incoming)[0]
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 14)])
+            let name = try spool.names(.incoming)[0]
             let store = try CheckpointStore(spool: spool)
             // Three processes died reading it.
             for expected in 0..<3 { #expect(try store.beginReading(name: name) == expected) }

@@ -11,18 +11,14 @@ import Testing
 @Suite struct LookBeforeResendTests {
     /// The API requests of the server's log: (method, path), in arrival order.
     static func apiRequests(_ server: RunningDevServer) async throws -> [(method: String, path: String)] {
-        let page = try await server.getJSON("/admin/requests") as! [String: Any]
-        return (page["requests"] as! [[String: Any]]).compactMap { entry in
-            let path = entry["path"] as! String
-            return path.hasPrefix("/api/") ? (entry["method"] as! String, path) : nil
-        }
+        try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.map { ($0.method, $0.path) }
     }
 
     @Test("the clean path costs one lookup per bundle (GET /api/sessions?clientId=), and nothing else extra")
     func cleanPathBudget() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...5).map { SampleSession(seed: UInt64(1100 + $0)) }
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .success && summary.done == samples.count)
@@ -48,7 +44,7 @@ import Testing
     func conflictingRecordFails() async throws {
         try await withTemporaryDirectory { directory in
             let original = SampleSession(seed: 1200)
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [original])
+            let spool = try makeSpool(in: directory, samples: [original])
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = true
             try await withDevServer(configuration) { server in
@@ -61,7 +57,7 @@ import Testing
                     try? FileManager.default.removeItem(atPath: spool.databasePath + suffix)
                 }
                 var edited = original
-                var dope = edited.json["dopeEntries"] as! [[String: any Sendable]]
+                var dope = edited.json["dopeEntries"] as! [[String: any Sendable]]  // the sample's own document
                 dope[1]["distance"] = 175
                 edited.json["dopeEntries"] = dope
                 let name = try pack(edited, into: spool, scratch: directory.appendingPathComponent("edited"))
@@ -87,7 +83,7 @@ import Testing
             early.json["chronoSessions"] = [[String: any Sendable]]()
             early.json["groupEntries"] = [[String: any Sendable]]()
             early.images = [:]
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [early])
+            let spool = try makeSpool(in: directory, samples: [early])
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = true
             try await withDevServer(configuration) { server in
@@ -116,7 +112,7 @@ import Testing
     func noLookups(answer: MissingLookupsStatus) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(1400 + $0)) }
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.lookups = false
             configuration.lookupsStatus = answer
@@ -127,7 +123,7 @@ import Testing
                         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
                     ], environment: ["DOPESYNC_API_TOKEN": server.token])
                 #expect(result.status == 0, "\(result.stderr)")
-                #expect(try RunAgainstDevServerTests.names(spool, .done).count == samples.count)
+                #expect(try spool.names(.done).count == samples.count)
                 let warnings = result.stderr.split(separator: "\n").filter {
                     $0.contains("the API has no session lookups")
                 }

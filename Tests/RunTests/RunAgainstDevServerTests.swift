@@ -9,51 +9,15 @@ import Testing
 /// `dopesync run` against the real dev server over real sockets, with real bundles, a real
 /// SQLite checkpoint file and a real spool.
 @Suite struct RunAgainstDevServerTests {
-    static let quiet = Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
-
-    /// Packs each sample into `spool/incoming/` as `dopesync pack` does.
-    static func spool(in directory: URL, samples: [SampleSession]) throws -> Spool {
-        let spool = Spool(root: directory.appendingPathComponent("spool").path)
-        try spool.create()
-        for (index, sample) in samples.enumerated() {
-            let source = directory.appendingPathComponent("src-\(index)")
-            try sample.writeLayout(to: source)
-            try BundlePacker().pack(
-                sessionFile: source.appendingPathComponent("session.json").path, imagesDirectory: nil,
-                destination: .spool(root: spool.root))
-        }
-        return spool
-    }
-
     static func run(_ spool: Spool, _ server: RunningDevServer, token: String? = nil, apiURL: String? = nil) async -> (
         RunSummary, DopeSync.ExitStatus
     ) {
         await runWorker(spool, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
     }
 
-    /// The server's tree of the session with this client id (exactly one must exist).
-    static func sessionTree(_ server: RunningDevServer, clientID: String) async throws -> [String: Any] {
-        let items =
-            (try await server.getJSON("/api/sessions?clientId=\(clientID)") as! [String: Any])["items"]
-            as! [[String: Any]]
-        try #require(items.count == 1, "sessions with client id \(clientID)")
-        return try await server.getJSON("/api/sessions/\(items[0]["id"] as! Int)") as! [String: Any]
-    }
-
-    /// (file name, SHA-256) of every image of a session tree.
-    static func images(of tree: [String: Any]) -> [(String, String)] {
-        (tree["groups"] as! [[String: Any]]).flatMap {
-            ($0["images"] as! [[String: Any]]).map { ($0["fileName"] as! String, $0["sha256"] as! String) }
-        }
-    }
-
-    static func names(_ spool: Spool, _ folder: Spool.Folder) throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: spool.path(folder)).filter { !$0.hasPrefix(".") }.sorted()
-    }
-
     /// Makes deferred bundles due now: their next-attempt time is their mtime (the Postfix trick).
     static func makeDue(_ spool: Spool) throws {
-        for name in try names(spool, .incoming) {
+        for name in try spool.names(.incoming) {
             try FileManager.default.setAttributes(
                 [.modificationDate: Date(timeIntervalSinceNow: -60)], ofItemAtPath: spool.path(.incoming, name))
         }
@@ -63,32 +27,21 @@ import Testing
     func orderAndContent() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(100 + $0)) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let (summary, status) = await Self.run(spool, server)
                 #expect(status == .success)
                 #expect(summary.done == 4 && summary.failed == 0)
-                #expect(try Self.names(spool, .done).count == 4)
-                #expect(try Self.names(spool, .incoming).isEmpty && Self.names(spool, .processing).isEmpty)
+                #expect(try spool.names(.done).count == 4)
+                #expect(try spool.names(.incoming).isEmpty && spool.names(.processing).isEmpty)
 
                 let log = try await server.requestLog()
                 for sample in samples {
-                    let tree = try await Self.sessionTree(server, clientID: sample.sessionID)
-                    let dope = (tree["dope"] as! [[String: Any]]).map { $0["clientId"] as! String }
-                    #expect(
-                        dope == (sample.json["dopeEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
-                    let chrono = tree["chrono"] as! [[String: Any]]
-                    let readings = chrono.flatMap {
-                        ($0["readings"] as! [[String: Any]]).map { $0["clientId"] as! String }
-                    }
-                    let sampleReadings = (sample.json["chronoSessions"] as! [[String: any Sendable]])
-                        .flatMap { ($0["velocityReadings"] as! [[String: any Sendable]]).map { $0["id"] as! String } }
-                    #expect(readings == sampleReadings)
-                    let groups = tree["groups"] as! [[String: Any]]
-                    #expect(
-                        groups.map { $0["clientId"] as! String }
-                            == (sample.json["groupEntries"] as! [[String: any Sendable]]).map { $0["id"] as! String })
-                    let images = Self.images(of: tree)
+                    let tree = try await server.sessionTree(clientID: sample.sessionID)
+                    #expect(tree.dope.map(\.clientId) == sample.dopeEntryIDs)
+                    #expect(tree.chrono.flatMap { $0.readings.map(\.clientId) } == sample.velocityReadingIDs)
+                    #expect(tree.groups.map(\.clientId) == sample.groupIDs)
+                    let images = tree.images
                     #expect(images.count == sample.images.count)
                     for (name, sha) in images { #expect(sha256Hex(sample.images[name]!) == sha) }
 
@@ -107,7 +60,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(
                 seed: 77, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000))
-            let spool = try Self.spool(in: directory, samples: [sample])
+            let spool = try makeSpool(in: directory, samples: [sample])
             let name = "\(sample.sessionID).tar.gz"
             let size = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.size] as! Int64
             #expect(
@@ -115,8 +68,8 @@ import Testing
             try await withDevServer { server in
                 let (summary, status) = await Self.run(spool, server)
                 #expect(status == .success && summary.done == 1)
-                #expect(try Self.names(spool, .done) == [name])
-                let images = Self.images(of: try await Self.sessionTree(server, clientID: sample.sessionID))
+                #expect(try spool.names(.done) == [name])
+                let images = try await server.sessionTree(clientID: sample.sessionID).images
                 #expect(images.count == sample.images.count)
                 for (file, sha) in images { #expect(sha256Hex(sample.images[file]!) == sha, "\(file)") }
             }
@@ -132,12 +85,12 @@ import Testing
             var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
             dope[2]["ammunitionId"] = 9999
             sample.json["dopeEntries"] = dope
-            let spool = try Self.spool(in: directory, samples: [sample])
+            let spool = try makeSpool(in: directory, samples: [sample])
             try await withDevServer { server in
                 let (_, status) = await Self.run(spool, server)
                 #expect(status == .bundlesFailed)
                 let name = "\(sample.sessionID).tar.gz"
-                #expect(try Self.names(spool, .failed) == [name, name + ".error"])
+                #expect(try spool.names(.failed) == [name, name + ".error"])
                 let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
                 #expect(sidecar.contains("step: dope:\(dope[2]["id"] as! String)"))
                 #expect(sidecar.contains("http_status: 422"))
@@ -161,14 +114,14 @@ import Testing
     @Test("a wrong token: exit 77 and every bundle back in incoming/, no attempt counted")
     func wrongToken() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(300 + $0)) })
+            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(300 + $0)) })
             try await withDevServer { server in
                 let (_, status) = await Self.run(spool, server, token: "wrong")
                 #expect(status == .permissionDenied)
-                #expect(try Self.names(spool, .incoming).count == 3)
-                #expect(try Self.names(spool, .failed).isEmpty && Self.names(spool, .processing).isEmpty)
+                #expect(try spool.names(.incoming).count == 3)
+                #expect(try spool.names(.failed).isEmpty && spool.names(.processing).isEmpty)
                 let store = try CheckpointStore(spool: spool)
-                for name in try Self.names(spool, .incoming) {
+                for name in try spool.names(.incoming) {
                     #expect((try store.bundleState(name: name)?.attempts ?? 0) == 0)
                 }
             }
@@ -180,7 +133,7 @@ import Testing
     )
     func checkpointDatabaseHeldElsewhere() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
+            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
             _ = try CheckpointStore(spool: spool)  // migrated, as after earlier runs
             // A process stopped while it holds the write lock (another open file description
             // conflicts as another process would).
@@ -192,15 +145,15 @@ import Testing
                 options.minAge = .zero
                 options.checkpointBusyTimeout = .milliseconds(100)
                 let started = ContinuousClock.now
-                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
                 #expect(status == .cannotCreate)
                 #expect(summary.done == 0 && summary.failed == 0 && summary.requests == 0)
                 let took = ContinuousClock.now - started
                 #expect(
                     took >= .milliseconds(100) && took < .seconds(30),
                     "it waited out the busy timeout, then ended instead of waiting for good: \(took)")
-                #expect(try Self.names(spool, .incoming).count == 3)
-                #expect(try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty)
+                #expect(try spool.names(.incoming).count == 3)
+                #expect(try spool.names(.processing).isEmpty && spool.names(.failed).isEmpty)
                 #expect(try await server.requestLog().isEmpty)
             }
         }
@@ -211,26 +164,28 @@ import Testing
         .timeLimit(.minutes(1)))
     func checkpointDatabaseHeldMidRun() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try Self.spool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
+            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 20...20  // time to take the lock between two steps
+            let (requests, arrived) = AsyncStream.makeStream(of: Void.self)
+            configuration.onRequest = { _, _ in arrived.yield() }
             try await withDevServer(configuration) { server async throws in
                 var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
                 options.minAge = .zero
                 options.checkpointBusyTimeout = .milliseconds(200)
-                let run = Task { await Worker(options: options, logger: Self.quiet).run() }
+                let run = Task { await Worker(options: options, logger: quietLogger).run() }
                 // Once uploads are under way, a process takes the write lock and stops (SIGSTOP).
-                while try await server.requestLog().isEmpty { await Task.yield() }
+                for await _ in requests { break }
                 let holder = open(spool.databaseLockPath, O_RDWR | O_CLOEXEC)
                 #expect(flock(holder, LOCK_EX) == 0)
                 defer { close(holder) }
                 let (summary, status) = await run.value
                 #expect(status == .cannotCreate)
                 #expect(summary.done == 0 && summary.failed == 0 && summary.deferred == 0)
-                #expect(try Self.names(spool, .incoming).count == 3)
+                #expect(try spool.names(.incoming).count == 3)
                 #expect(
-                    try Self.names(spool, .processing).isEmpty && Self.names(spool, .failed).isEmpty
-                        && Self.names(spool, .done).isEmpty)
+                    try spool.names(.processing).isEmpty && spool.names(.failed).isEmpty
+                        && spool.names(.done).isEmpty)
             }
         }
     }
@@ -239,19 +194,19 @@ import Testing
     func noServer() async throws {
         try await withTemporaryDirectory { directory in
             // One bundle is enough: an API that does not answer at all opens the breaker.
-            let spool = try Self.spool(in: directory, samples: [SampleSession(seed: 401)])
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 401)])
             // A port that was just free: the server that had it is gone.
             let deadURL = try await withDevServer { $0.baseURL }
             var options = RunOptions(spoolRoot: spool.root, apiURL: deadURL, token: "t")
             options.minAge = .zero
             options.retry.base = .milliseconds(1)
-            let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+            let (summary, status) = await Worker(options: options, logger: quietLogger).run()
             #expect(status == .temporaryFailure)
             #expect(summary.failed == 0)
-            #expect(try Self.names(spool, .incoming).count == 1)
-            #expect(try Self.names(spool, .failed).isEmpty && Self.names(spool, .processing).isEmpty)
+            #expect(try spool.names(.incoming).count == 1)
+            #expect(try spool.names(.failed).isEmpty && spool.names(.processing).isEmpty)
             let store = try CheckpointStore(spool: spool)
-            let attempts = try Self.names(spool, .incoming).map { try store.bundleState(name: $0)?.attempts ?? 0 }
+            let attempts = try spool.names(.incoming).map { try store.bundleState(name: $0)?.attempts ?? 0 }
             #expect(attempts.contains { $0 >= 1 })
         }
     }
@@ -264,7 +219,7 @@ import Testing
     func faultsConverge(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(500 + $0)) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             configuration.faults.failRate = 0.1
@@ -274,19 +229,19 @@ import Testing
             configuration.faults.seed = 42
             try await withDevServer(configuration) { server in
                 var runs = 0
-                while try !Self.names(spool, .incoming).isEmpty, runs < 30 {
+                while try !spool.names(.incoming).isEmpty, runs < 30 {
                     _ = await Self.run(spool, server)
                     try Self.makeDue(spool)
                     runs += 1
                 }
-                #expect(try Self.names(spool, .done).count == samples.count, "after \(runs) runs")
+                #expect(try spool.names(.done).count == samples.count, "after \(runs) runs")
                 let created = try await server.createdCounts()
                 #expect(created["session"] == samples.count)
                 #expect(created["image"] == samples.reduce(0) { $0 + $1.images.count })
                 let total = created.values.reduce(0, +)
                 #expect(total == samples.reduce(0) { $0 + $1.expectedRequestCount })
-                let stats = try await server.getJSON("/admin/stats") as! [String: Any]
-                let faults = stats["faults"] as! [String: Int]
+                struct Stats: Decodable { var faults: [String: Int] }
+                let faults = try await server.get("/admin/stats", as: Stats.self).faults
                 #expect(faults["dropped_after_commit", default: 0] > 0, "the dangerous window was exercised")
             }
         }
@@ -296,7 +251,7 @@ import Testing
     func lostCheckpointDatabase(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(600 + $0)) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
@@ -304,9 +259,9 @@ import Testing
                 options.minAge = .zero
                 options.maxBundles = 2
                 options.concurrency = 1
-                _ = await Worker(options: options, logger: Self.quiet).run()
+                _ = await Worker(options: options, logger: quietLogger).run()
                 // Done bundles go back in, as if a client sent them again, and the database is gone.
-                for name in try Self.names(spool, .done) {
+                for name in try spool.names(.done) {
                     try FileManager.default.moveItem(
                         atPath: spool.path(.done, name), toPath: spool.path(.incoming, "again-" + name))
                 }
@@ -315,7 +270,7 @@ import Testing
                 }
                 let (_, status) = await Self.run(spool, server)
                 #expect(status == .success)
-                #expect(try Self.names(spool, .done).count == 4)
+                #expect(try spool.names(.done).count == 4)
                 let created = try await server.createdCounts()
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
             }
@@ -326,7 +281,7 @@ import Testing
     func threeConcurrentRuns(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...12).map { SampleSession(seed: UInt64(700 + $0)) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
@@ -335,7 +290,7 @@ import Testing
                     return await group.reduce(into: [RunSummary]()) { $0.append($1) }
                 }
                 #expect(results.reduce(0) { $0 + $1.claimed } == samples.count)
-                #expect(try Self.names(spool, .done).count == samples.count)
+                #expect(try spool.names(.done).count == samples.count)
                 let created = try await server.createdCounts()
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
             }
@@ -350,7 +305,7 @@ import Testing
             // About 50 requests a bundle at a few milliseconds each: the batch lasts about a second,
             // far longer than starting a process, so the three runs overlap.
             let samples = (1...12).map { SampleSession(seed: UInt64(750 + $0), shape: .realistic) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5
             configuration.ignoreIdempotencyKeys = !keysHonoured
@@ -364,7 +319,7 @@ import Testing
                     claimed.append(try #require(count, "no summary line: \(summary)"))
                 }
                 #expect(claimed.reduce(0, +) == samples.count, "claims per run: \(claimed)")
-                #expect(try Self.names(spool, .done).count == samples.count)
+                #expect(try spool.names(.done).count == samples.count)
                 let created = try await server.createdCounts()
                 #expect(created["session"] == samples.count)
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
@@ -378,7 +333,7 @@ import Testing
             // About 50 requests a bundle at 50 ms each: 2.5 s a bundle, 25 s for all. The deadline
             // leaves a loaded machine (the whole suite in parallel) seconds to make its first claim.
             let samples = (1...10).map { SampleSession(seed: UInt64(800 + $0), shape: .realistic) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 50...50
             try await withDevServer(configuration) { server in
@@ -386,12 +341,12 @@ import Testing
                 options.minAge = .zero
                 options.concurrency = 1
                 options.maxTime = .seconds(6)  // far below the 25 seconds all ten would take
-                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
                 #expect(status == .success)
                 #expect(summary.claimed >= 1 && summary.claimed < samples.count, "\(summary.line)")
                 #expect(summary.done == summary.claimed, "a claimed bundle is finished, not cut off")
-                #expect(try Self.names(spool, .done).count == summary.done)
-                let left = try Self.names(spool, .incoming)
+                #expect(try spool.names(.done).count == summary.done)
+                let left = try spool.names(.incoming)
                 #expect(left.count == samples.count - summary.claimed)
                 let store = try CheckpointStore(spool: spool)
                 for name in left {
@@ -409,7 +364,7 @@ import Testing
     func failingStepsOpenTheBreaker() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(850 + $0)) }
-            let spool = try Self.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.failRate = 1  // the server answers, but only with errors
             configuration.faults.retryAfterSeconds = 0
@@ -418,14 +373,14 @@ import Testing
                 options.minAge = .zero
                 options.concurrency = 2
                 options.retry.base = .milliseconds(1)
-                let (summary, status) = await Worker(options: options, logger: Self.quiet).run()
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
                 #expect(status == .temporaryFailure)
                 #expect(summary.failed == 0)
                 // Without the breaker every bundle would be claimed and tried.
                 #expect(summary.claimed < samples.count, "\(summary.line)")
                 let (incoming, processing, done, failed) = try (
-                    Self.names(spool, .incoming), Self.names(spool, .processing), Self.names(spool, .done),
-                    Self.names(spool, .failed)
+                    spool.names(.incoming), spool.names(.processing), spool.names(.done),
+                    spool.names(.failed)
                 )
                 #expect(processing.isEmpty && failed.isEmpty)
                 #expect(incoming.count + done.count == samples.count)

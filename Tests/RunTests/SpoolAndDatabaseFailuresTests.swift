@@ -16,7 +16,7 @@ import Testing
     @Test("an incoming/ the run cannot read is not 'nothing to do': exit 73, naming the folder")
     func unreadableIncoming() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: [SampleSession(seed: 41)])
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 41)])
             // Tests run as root, whom permissions do not stop: the run runs as nobody instead.
             for path in [directory.path, spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {
                 chmod(path, 0o777)
@@ -35,7 +35,7 @@ import Testing
             #expect(result.status == 73, "\(result.stderr)")
             #expect(result.stderr.contains("the spool cannot be read"))
             #expect(result.stderr.contains("incoming"))
-            #expect(try RunAgainstDevServerTests.names(spool, .incoming).count == 1)
+            #expect(try spool.names(.incoming).count == 1)
         }
     }
 
@@ -43,7 +43,7 @@ import Testing
     func checkpointUpdateAfterMoveFails() async throws {
         try await withTemporaryDirectory { directory in
             let samples = [SampleSession(seed: 42)]
-            let spool = try RunAgainstDevServerTests.spool(in: directory, samples: samples)
+            let spool = try makeSpool(in: directory, samples: samples)
             // The database refuses to record any bundle as done, as a full or failing disk would.
             let store = try CheckpointStore(spool: spool)
             let database = try SQLiteDatabase(path: spool.databasePath)
@@ -68,7 +68,7 @@ import Testing
                     "\(result.stderr)")
                 #expect(result.stderr.contains("done/\(name)"))
                 #expect(result.stderr.contains("disk trouble"))
-                #expect(try RunAgainstDevServerTests.names(spool, .done) == [name])  // the bundle itself is safe
+                #expect(try spool.names(.done) == [name])  // the bundle itself is safe
             }
         }
     }

@@ -23,6 +23,7 @@ struct DevServerMiddleware: RouterMiddleware {
     ) async throws -> Response {
         let started = ContinuousClock.now
         let path = request.uri.path
+        state.configuration.onRequest?(request.method.rawValue, path)
         var context = context
         var fault: String? = nil
         var response: Response

@@ -3,6 +3,7 @@ import DopeSyncTestSupport
 import Foundation
 import NIOCore
 import NIOHTTP1
+import Testing
 
 /// An answer from the dev server, with its body as text and as parsed JSON.
 struct APIResponse {
@@ -120,10 +121,14 @@ enum SampleImages {
     static let text: [UInt8] = Array("this is not an image at all".utf8)
 }
 
-/// A folder under the system's temporary directory, removed afterwards.
-func withTemporaryDirectory<T>(_ body: (String) async throws -> T) async throws -> T {
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("devserver-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    return try await body(path)
+extension APIClient {
+    /// A new session with one group in it, for image uploads: the group's id and client id.
+    func makeGroup() async throws -> (id: Int, clientId: String) {
+        let session = try #require(try await post("/api/sessions", json: Bodies.session()).id)
+        let clientId = UUID().uuidString
+        let group = try await post(
+            "/api/sessions/\(session)/groups",
+            json: #"{"clientId":"\#(clientId)","groupNumber":1,"distance":100,"numberOfShots":3}"#)
+        return (try #require(group.id), clientId)
+    }
 }
