@@ -17,8 +17,10 @@ CONCURRENCY=${CONCURRENCY:-4}
 PAIRS=${PAIRS:-5}
 rm -rf "$WORK"; mkdir -p "$WORK"
 
-# Which parts to run (all by default): run (the ratio on loopback and the script), memory, latency.
-SECTIONS=${SECTIONS:-run memory latency}
+# Which parts to run (all by default): run (the ratio on loopback and the script), memory,
+# latency, tls (HTTP/1.1 against h2 over TLS with a throwaway CA, at TLS_CONCURRENCY).
+SECTIONS=${SECTIONS:-run memory latency tls}
+TLS_CONCURRENCY=${TLS_CONCURRENCY:-4 32}
 section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 LATENCY_MS=${LATENCY_MS:-20}
 LATENCY_CONCURRENCY=${LATENCY_CONCURRENCY:-4 32 64}
@@ -30,7 +32,7 @@ start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs 
   "$BIN/dopesync-devserver" --port 0 --db "$WORK/$name.sqlite" --token bench --log-level warning "$@" > "$WORK/$name.out" 2> "$WORK/$name.log" &
   SERVER_PID=$!
   for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
-  URL=$(grep -o "http://[0-9.:]*" "$WORK/$name.out")
+  URL=$(grep -o "https*://[0-9.:]*" "$WORK/$name.out")
 }
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
@@ -99,7 +101,7 @@ stop_server
 echo "200 x 5 MB bundle synced: $(cat "$WORK/big.time") (target < 100 MiB = 102400 KiB)"
 fi
 
-section latency || exit 0
+if section latency; then
 
 # The latency-bound case. Each concurrency gets its own bundles (ten per connection, at least
 # 40), LATENCY_PAIRS raw/run pairs against servers adding LATENCY_MS to each POST. The ratio is
@@ -136,3 +138,33 @@ for c in levels:
     print(f"latency {ms} ms, concurrency {c}: run/raw bundles/s median {statistics.median(ratios):.3f} "
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
 PY
+fi
+
+section tls || exit 0
+# HTTP/1.1 against h2, both over TLS with a CA made here, LATENCY_MS on each POST: the same
+# raw/run pairs, one server with --http2 and one without.
+TLS="$WORK/tls"; rm -rf "$TLS"; mkdir -p "$TLS"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$TLS/ca-key.pem" -out "$TLS/ca.pem" \
+  -days 2 -subj "/CN=bench CA" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2> /dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$TLS/key.pem" -out "$TLS/req.csr" -subj "/CN=bench" 2> /dev/null
+printf "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" > "$TLS/ext.cnf"
+openssl x509 -req -in "$TLS/req.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca-key.pem" -CAcreateserial -out "$TLS/cert.pem" -days 2 -extfile "$TLS/ext.cnf" 2> /dev/null
+for concurrency in $TLS_CONCURRENCY; do
+  count=$(( concurrency * 10 > 40 ? concurrency * 10 : 40 ))
+  "$BIN/dopesync-bench" make-bundles --spool "$TLS/c$concurrency-spool" --count "$count" --seed 6000 > /dev/null
+  mv "$TLS/c$concurrency-spool/incoming" "$TLS/c$concurrency-pristine"
+  for protocol in h1 h2; do
+    extra=(--tls-cert "$TLS/cert.pem" --tls-key "$TLS/key.pem" --latency-ms "$LATENCY_MS")
+    [ "$protocol" = h2 ] && extra+=(--http2)
+    rm -rf "$TLS/spool"; mkdir -p "$TLS/spool"; cp -a "$TLS/c$concurrency-pristine" "$TLS/spool/incoming"
+    start_server "tls-raw-$protocol-$concurrency" "${extra[@]}"
+    raw=$("$BIN/dopesync-bench" raw-capacity --spool "$TLS/spool" --api "$URL" --token bench --concurrency "$concurrency" --ca-file "$TLS/ca.pem")
+    stop_server
+    start_server "tls-run-$protocol-$concurrency" "${extra[@]}"
+    /usr/bin/time -f "%e s, CPU %U user + %S sys s" -o "$TLS/run.time" env DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run \
+      --spool "$TLS/spool" --api "$URL" --ca-file "$TLS/ca.pem" --min-age 0 --concurrency "$concurrency" --progress never 2> "$TLS/run-$protocol-$concurrency.log" > "$TLS/run.txt"
+    stop_server
+    echo "TLS $protocol, concurrency $concurrency, $LATENCY_MS ms: raw: ${raw#raw capacity: }"
+    echo "TLS $protocol, concurrency $concurrency, $LATENCY_MS ms: dopesync $(cat "$TLS/run.txt"); $(cat "$TLS/run.time")"
+  done
+done

@@ -49,6 +49,7 @@ struct RawCapacity: AsyncParsableCommand {
     @Option(help: "The API's base URL.") var api: String
     @Option(help: "The API token.") var token = "dev-token"
     @Option(help: "Bundles sent at once (each one's steps in order).") var concurrency = 4
+    @Option(help: "A PEM file of CA certificates trusted for an https API.") var caFile: String?
 
     func run() async throws {
         let folder = Spool(root: spool).path(.incoming)
@@ -69,7 +70,9 @@ struct RawCapacity: AsyncParsableCommand {
         let queue = WorkQueue(work)
         let started = ContinuousClock.now
         let cpuBefore = processCPUSeconds()
-        let requests = try await APIClient.with(baseURL: api, token: token, connections: concurrency) { client in
+        let requests = try await APIClient.with(
+            baseURL: api, token: token, connections: concurrency, network: APIClient.Network(caFile: caFile)
+        ) { client in
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<concurrency {
                     group.addTask {
