@@ -5,7 +5,7 @@ SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # what the demo and the benchmark's plain-script comparison call (curl, jq, python3).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
-.PHONY: deps build lint format test demo bench fuzz sanitize clean
+.PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test
 
 # Installs the C libraries (and the archive tools the tests use) when they are missing.
 deps:
@@ -51,5 +51,24 @@ fuzz: deps
 sanitize: deps
 	./Scripts/sanitize.sh
 
+# Debian packages (Scripts/deb-build.sh): dist/dopesync_VERSION_ARCH.deb and
+# dist/dopesync-devserver_VERSION_ARCH.deb, from a release build with the Swift runtime linked
+# statically, in .build-deb (15-25 minutes the first time), checked by lintian.
+DEB_TOOLS := dpkg-dev lintian man-db
+deb: deps
+	@missing=""; \
+	for p in $(DEB_TOOLS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	./Scripts/deb-build.sh
+
+# Installs the packages `make deb` built, syncs a bundle with them, removes and purges them, and
+# leaves the machine as it was (Scripts/deb-test.sh; root, through sudo). Not part of `make test`.
+deb-test:
+	./Scripts/deb-test.sh
+
 clean:
-	rm -rf .build .build-fuzz .build-asan
+	rm -rf .build .build-fuzz .build-asan .build-deb dist

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# `make deb`: builds dist/dopesync_VERSION_ARCH.deb and dist/dopesync-devserver_VERSION_ARCH.deb
+# with dpkg-deb, then runs lintian on both (failing on any error or warning).
+#
+#   1. VERSION is DopeSyncInfo.version (Sources/DopeSync/DopeSync.swift), what `dopesync
+#      --version` prints; packaging/deb/changelog must have an entry for it (its date and author
+#      become the packages' timestamps and Maintainer).
+#   2. The binaries: `swift build -c release --static-swift-stdlib` (the Swift runtime and
+#      Foundation linked in; libarchive, SQLite, zlib and the C/C++ runtimes stay Debian's shared
+#      libraries), in SCRATCH (default .build-deb, so it never fights `make build`/`make bench`
+#      over .build's lock). Checked: `ldd` names no Swift library. Then stripped.
+#   3. Man pages from the command definitions: the tool of swift-argument-parser's
+#      generate-manual plugin, run on the binaries being packaged, as the plugin runs it.
+#      (`swift package --scratch-path SCRATCH generate-manual` works too, but it first builds
+#      every product without --static-swift-stdlib, which SwiftPM also passes to every compile:
+#      the plugin's build and this one would recompile everything, 7-15 minutes, at each switch.)
+#   4. Completions from the binaries (`--generate-completion-script bash|zsh|fish`).
+#   5. The file trees under SCRATCH/deb/, Depends from dpkg-shlibdeps, dpkg-deb --build, lintian.
+#
+# A fresh build takes 10-20 minutes on 2 cores; later ones only what changed.
+# SKIP_BUILD=1 packs what SCRATCH already holds (after a successful run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+umask 022
+
+SWIFT=${SWIFT:-swift}
+SCRATCH=${SCRATCH:-.build-deb}
+DIST=dist
+PKG=packaging/deb
+PRODUCTS=(dopesync dopesync-devserver)
+# --disable-local-rpath: no RUNPATH $ORIGIN (nothing to find beside /usr/bin; lintian flags it).
+# -z now: full RELRO. Both are link flags only: the objects the plugin's build made are reused.
+BUILD_FLAGS=(-c release --static-swift-stdlib --disable-local-rpath -Xlinker -z -Xlinker now --scratch-path "$SCRATCH")
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+fail() { echo "deb-build: $*" >&2; exit 1; }
+
+# --- 1. Version, date, maintainer ---------------------------------------------------------------
+VERSION=$(sed -n 's/^ *public static let version = "\([^"]*\)".*/\1/p' Sources/DopeSync/DopeSync.swift)
+[ -n "$VERSION" ] && [ "$(printf '%s\n' "$VERSION" | wc -l)" = 1 ] ||
+  fail "cannot read DopeSyncInfo.version from Sources/DopeSync/DopeSync.swift"
+CHANGELOG_VERSION=$(dpkg-parsechangelog -l "$PKG/changelog" -S Version)
+[ "$CHANGELOG_VERSION" = "$VERSION" ] ||
+  fail "packaging/deb/changelog's latest entry is $CHANGELOG_VERSION, the package is $VERSION: add an entry (dch -c packaging/deb/changelog -v $VERSION)"
+MAINTAINER=$(dpkg-parsechangelog -l "$PKG/changelog" -S Maintainer)
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(dpkg-parsechangelog -l "$PKG/changelog" -S Timestamp)}
+export SOURCE_DATE_EPOCH
+ARCH=$(dpkg --print-architecture)
+echo "dopesync $VERSION ($ARCH), dated $(date -u -d "@$SOURCE_DATE_EPOCH" +%F), by $MAINTAINER"
+
+RELEASE="$SCRATCH/release"
+MAN_OUT="$SCRATCH/manual"
+GENERATE_MANUAL="$SCRATCH/generate-manual/debug/generate-manual"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  # --- 2. Binaries --------------------------------------------------------------------------------
+  for product in "${PRODUCTS[@]}"; do
+    step "swift build ${BUILD_FLAGS[*]} --product $product"
+    "$SWIFT" build "${BUILD_FLAGS[@]}" --product "$product"
+  done
+
+  # --- 3. Man pages -------------------------------------------------------------------------------
+  # The plugin's tool, from the swift-argument-parser the package resolved (the checkout the
+  # build above used), built on its own in SCRATCH/generate-manual (debug: half a minute).
+  step "Man pages: generate-manual (swift-argument-parser $(git -C "$SCRATCH/checkouts/swift-argument-parser" describe --tags 2> /dev/null || echo '?'))"
+  "$SWIFT" build --package-path "$SCRATCH/checkouts/swift-argument-parser" \
+    --scratch-path "$SCRATCH/generate-manual" --product generate-manual
+  rm -rf "$MAN_OUT"
+  for product in "${PRODUCTS[@]}"; do
+    mkdir -p "$MAN_OUT/$product"
+    "$GENERATE_MANUAL" "$RELEASE/$product" --output-directory "$MAN_OUT/$product" \
+      --date "$(date -u -d "@$SOURCE_DATE_EPOCH" +%F)" --section 1
+  done
+fi
+
+for product in "${PRODUCTS[@]}"; do
+  [ -x "$RELEASE/$product" ] || fail "$RELEASE/$product is missing (run without SKIP_BUILD=1)"
+  [ -f "$MAN_OUT/$product/$product.1" ] || fail "$MAN_OUT/$product/$product.1 is missing: generate-manual did not write it"
+  # No Swift library may be needed at run time: the server has no toolchain.
+  if ldd "$RELEASE/$product" | grep -E 'libswift|libFoundation|lib_Foundation|libdispatch|libBlocksRuntime|/opt/swift'; then
+    fail "$product still needs the Swift libraries above"
+  fi
+done
+printed=$("$RELEASE/dopesync" --version)
+[ "$printed" = "$VERSION" ] || fail "dopesync --version prints '$printed', DopeSyncInfo.version says '$VERSION'"
+
+# --- 4. File trees --------------------------------------------------------------------------------
+STAGE="$SCRATCH/deb"
+rm -rf "$STAGE"
+mkdir -p "$DIST" "$STAGE"
+
+# install_binary PRODUCT ROOT: stripped as dh_strip does (the Swift metadata sections stay).
+install_binary() {
+  install -D -m 0755 "$RELEASE/$1" "$2/usr/bin/$1"
+  strip --remove-section=.comment --remove-section=.note --strip-unneeded "$2/usr/bin/$1"
+}
+
+# install_common PACKAGE ROOT PRODUCT: man page, completions, copyright, changelog.
+install_common() {
+  local package=$1 root=$2 product=$3 bin="$2/usr/bin/$3"
+  install -d "$root/usr/share/man/man1"
+  gzip -9n < "$MAN_OUT/$product/$product.1" > "$root/usr/share/man/man1/$product.1.gz"
+  install -d "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
+    "$root/usr/share/fish/vendor_completions.d"
+  # bash-completion sources the file: no #! line (lintian: bash-completion-with-hashbang).
+  "$bin" --generate-completion-script bash | sed '1{/^#!/d}' > "$root/usr/share/bash-completion/completions/$product"
+  "$bin" --generate-completion-script zsh > "$root/usr/share/zsh/vendor-completions/_$product"
+  "$bin" --generate-completion-script fish > "$root/usr/share/fish/vendor_completions.d/$product.fish"
+  install -D -m 0644 "$PKG/copyright" "$root/usr/share/doc/$package/copyright"
+  gzip -9n < "$PKG/changelog" > "$root/usr/share/doc/$package/changelog.gz"
+  if [ -f "$PKG/$package/lintian-overrides" ]; then
+    install -D -m 0644 "$PKG/$package/lintian-overrides" "$root/usr/share/lintian/overrides/$package"
+  fi
+}
+
+# --- dopesync
+step "Staging dopesync"
+ROOT="$STAGE/debian/dopesync"
+install_binary dopesync "$ROOT"
+"$ROOT/usr/bin/dopesync" --version > /dev/null || fail "the stripped dopesync does not start"
+install_common dopesync "$ROOT" dopesync
+
+# The units: the service is jobs/systemd/dopesync.service (one source for its sandboxing) with
+# the package's header, /usr/bin instead of /usr/local/bin, and a Documentation= line.
+UNITS="$ROOT/usr/lib/systemd/system"
+install -d "$UNITS"
+{
+  cat "$PKG/dopesync/service-header"
+  echo
+  sed -e '1,/^$/d' \
+    -e 's|/usr/local/bin/dopesync|/usr/bin/dopesync|g' \
+    -e 's|see the install lines above|see /usr/lib/tmpfiles.d/dopesync.conf|' \
+    -e '/^Description=/a Documentation=man:dopesync(1)' \
+    jobs/systemd/dopesync.service
+} > "$UNITS/dopesync.service"
+grep -q '^ExecStart=/usr/bin/dopesync run --job /etc/dopesync/production.yaml ' "$UNITS/dopesync.service" ||
+  fail "the packaged dopesync.service has no ExecStart=/usr/bin/dopesync run --job /etc/dopesync/production.yaml"
+! grep -n '/usr/local' "$UNITS/dopesync.service" || fail "the packaged dopesync.service still names /usr/local"
+install -m 0644 jobs/systemd/dopesync.timer "$UNITS/dopesync.timer"
+
+install -D -m 0644 "$PKG/dopesync/sysusers.conf" "$ROOT/usr/lib/sysusers.d/dopesync.conf"
+install -D -m 0644 "$PKG/dopesync/tmpfiles.conf" "$ROOT/usr/lib/tmpfiles.d/dopesync.conf"
+
+# The job file, a conffile: jobs/production.yaml with `api:` left empty, so that a run before the
+# operator sets it exits 78 ("the API's URL is not set") instead of calling an example host.
+install -d "$ROOT/etc/dopesync"
+awk '
+  NR == 1 && /^# dopesync job file for a production machine/ {
+    print "# dopesync job file, as dopesync.service and the cron example use it (installed by the dopesync"
+    print "# package, which keeps your edits across upgrades): set `api:`, then enable the timer."
+    getline; next
+  }
+  /^# The TrueDope API\.$/ {
+    print "# The TrueDope API (https://...): set it. While it is empty, `dopesync run` uploads nothing"
+    print "# and exits 78 (\"api: the API'"'"'s URL is not set\")."
+    next
+  }
+  /^api: / { print "api:"; replaced = 1; next }
+  { print }
+  END { if (!replaced) exit 1 }
+' jobs/production.yaml > "$ROOT/etc/dopesync/production.yaml" ||
+  fail "jobs/production.yaml has no 'api: ' line to empty"
+chmod 0644 "$ROOT/etc/dopesync/production.yaml"
+
+install -D -m 0644 jobs/cron.example "$ROOT/usr/share/doc/dopesync/examples/cron.example"
+
+# --- dopesync-devserver
+step "Staging dopesync-devserver"
+ROOT="$STAGE/debian/dopesync-devserver"
+install_binary dopesync-devserver "$ROOT"
+"$ROOT/usr/bin/dopesync-devserver" --help > /dev/null || fail "the stripped dopesync-devserver does not start"
+install_common dopesync-devserver "$ROOT" dopesync-devserver
+
+# --- 5. Control files, Depends, build ----------------------------------------------------------------
+# dpkg-shlibdeps wants a debian/control naming the packages, whose trees are debian/PACKAGE.
+printf 'Source: dopesync\n\nPackage: dopesync\nArchitecture: any\n\nPackage: dopesync-devserver\nArchitecture: any\n' \
+  > "$STAGE/debian/control"
+
+rm -f "$DIST"/dopesync_*.deb "$DIST"/dopesync-devserver_*.deb
+for package in "${PRODUCTS[@]}"; do
+  step "Building $DIST/${package}_${VERSION}_${ARCH}.deb"
+  ROOT="$STAGE/debian/$package"
+  install -d "$ROOT/DEBIAN"
+  depends=$(cd "$STAGE" && dpkg-shlibdeps -O -e"debian/$package/usr/bin/$package" | sed -n 's/^shlibs:Depends=//p')
+  [ -n "$depends" ] || fail "dpkg-shlibdeps found no dependencies for $package"
+  echo "Depends: $depends"
+  case "$package" in
+  dopesync)
+    for lib in libarchive13 libsqlite3-0; do
+      case ", $depends" in *", $lib "* | *", $lib,"* | *", $lib") ;; *) fail "Depends lacks $lib" ;; esac
+    done ;;
+  esac
+
+  for script in postinst prerm postrm; do
+    if [ -f "$PKG/$package/$script" ]; then install -m 0755 "$PKG/$package/$script" "$ROOT/DEBIAN/$script"; fi
+  done
+  if [ -f "$PKG/$package/conffiles" ]; then install -m 0644 "$PKG/$package/conffiles" "$ROOT/DEBIAN/conffiles"; fi
+  # md5sums of every shipped file but the conffiles (dpkg tracks those itself).
+  (cd "$ROOT" && find . -path ./DEBIAN -prune -o -type f -printf '%P\n' | LC_ALL=C sort |
+    grep -vxF -f <(sed 's|^/||' DEBIAN/conffiles 2>/dev/null || true) | xargs -r md5sum) > "$ROOT/DEBIAN/md5sums"
+  chmod 0644 "$ROOT/DEBIAN/md5sums"
+  size=$(du -sk --apparent-size --exclude=DEBIAN "$ROOT" | cut -f1)
+  sed -e "s|@VERSION@|$VERSION|" -e "s|@ARCH@|$ARCH|" -e "s|@MAINTAINER@|$MAINTAINER|" \
+    -e "s|@INSTALLED_SIZE@|$size|" -e "s|@DEPENDS@|$depends|" "$PKG/$package/control.in" > "$ROOT/DEBIAN/control"
+  ! grep -n '@[A-Z_]*@' "$ROOT/DEBIAN/control" || fail "unfilled placeholder in $package's control"
+  chmod 0644 "$ROOT/DEBIAN/control"
+
+  # Reproducible: every file dated from the changelog, owned by root in the archive.
+  find "$ROOT" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+  dpkg-deb --root-owner-group -Zxz --build "$ROOT" "$DIST/${package}_${VERSION}_${ARCH}.deb"
+done
+
+step "Packages"
+ls -l "$DIST"/*_"${VERSION}_${ARCH}".deb
+for package in "${PRODUCTS[@]}"; do
+  dpkg-deb --info "$DIST/${package}_${VERSION}_${ARCH}.deb" | sed -n 's/^ \(Installed-Size\|Depends\):/  \1:/p'
+done
+
+# --- lintian ---------------------------------------------------------------------------------------
+step "lintian"
+# As an unprivileged user when run as root (lintian advises against root).
+LINTIAN=(lintian)
+[ "$(id -u)" = 0 ] && LINTIAN=(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/tmp lintian)
+if "${LINTIAN[@]}" --display-info --fail-on error,warning "$DIST"/*_"${VERSION}_${ARCH}".deb | tee "$DIST/lintian.txt"; then
+  echo "lintian: no error or warning (all of its output, info tags included, is in $DIST/lintian.txt)"
+else
+  fail "lintian reported errors or warnings (above; also in $DIST/lintian.txt)"
+fi
