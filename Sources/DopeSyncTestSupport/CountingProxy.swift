@@ -17,8 +17,6 @@ public final class CountingProxy: Sendable {
         public var bytesFromClient: Int64 = 0
         /// HTTP requests seen inside tunnels (plain HTTP only; TLS hides them), by method.
         public var requests: [String: Int] = [:]
-        public var firstByteAt: ContinuousClock.Instant?
-        public var lastByteAt: ContinuousClock.Instant?
         /// When each read from a client arrived, and the bytes from clients so far then.
         public var progress: [(at: ContinuousClock.Instant, bytes: Int64)] = []
         /// What CONNECT asked for, in order (`127.0.0.1:8443`).
@@ -82,18 +80,7 @@ private final class ProxyCounter: Sendable {
 }
 
 private func basicAuthorization(_ credentials: String) -> String {
-    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-    let bytes = Array(credentials.utf8)
-    var encoded: [UInt8] = []
-    for start in stride(from: 0, to: bytes.count, by: 3) {
-        let chunk = bytes[start..<min(start + 3, bytes.count)]
-        let value = chunk.enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (16 - 8 * UInt32($1.offset)) }
-        for index in 0..<4 {
-            encoded.append(
-                index <= chunk.count ? alphabet[Int(value >> (18 - 6 * UInt32(index)) & 63)] : UInt8(ascii: "="))
-        }
-    }
-    return "Basic " + String(decoding: encoded, as: UTF8.self)
+    "Basic " + Data(credentials.utf8).base64EncodedString()
 }
 
 /// Reads the CONNECT head, opens the tunnel, then glues the two connections together.
@@ -207,8 +194,6 @@ private final class GlueHandler: ChannelDuplexHandler {
             let methods = requests.consume(buffer)
             counter.update { counts in
                 counts.bytesFromClient += Int64(buffer.readableBytes)
-                if counts.firstByteAt == nil { counts.firstByteAt = now }
-                counts.lastByteAt = now
                 counts.progress.append((now, counts.bytesFromClient))
                 for method in methods { counts.requests[method, default: 0] += 1 }
             }

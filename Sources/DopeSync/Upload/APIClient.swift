@@ -54,11 +54,12 @@ public struct APIClient: Sendable {
     let baseURL: String
     let token: String
     let timeouts: Timeouts
-    let rateLimit: UploadRateLimit?
+    let network: Network
     /// The slowest rate a body can expect to be sent at: the timeouts' floor, or the request's
     /// share of the cap when every connection uploads at once. Deadlines grow by it.
     let slowestBytesPerSecond: Int64
-    let proxy: HTTPProxy?
+    var rateLimit: UploadRateLimit? { network.rateLimit }
+    var proxy: HTTPProxy? { network.proxy }
 
     /// Runs `body` with a client whose pool holds up to `connections` connections, and shuts it
     /// down afterwards.
@@ -91,8 +92,7 @@ public struct APIClient: Sendable {
         return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
             let client = APIClient(
                 http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
-                token: token, timeouts: timeouts, rateLimit: network.rateLimit, slowestBytesPerSecond: slowest,
-                proxy: network.proxy
+                token: token, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest
             )
             return try await body(client)
         }
