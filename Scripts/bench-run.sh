@@ -35,6 +35,8 @@ start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs 
   URL=$(grep -o "https*://[0-9.:]*" "$WORK/$name.out")
 }
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
+# The server's CPU seconds so far (user + system), from /proc: call it before stop_server.
+server_cpu() { awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / tick }' "/proc/$SERVER_PID/stat"; }
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 
 if section run; then
@@ -116,27 +118,47 @@ for concurrency in $LATENCY_CONCURRENCY; do
     rm -rf "$LAT/spool"; mkdir -p "$LAT/spool"; cp -a "$LAT/c$concurrency-pristine" "$LAT/spool/incoming"
     start_server "lat-raw-$concurrency-$pair" --latency-ms "$LATENCY_MS"
     "$BIN/dopesync-bench" raw-capacity --spool "$LAT/spool" --api "$URL" --token bench --concurrency "$concurrency" > "$LAT/raw-$concurrency-$pair.txt"
+    server_cpu > "$LAT/raw-$concurrency-$pair.server-cpu"
     stop_server
     start_server "lat-run-$concurrency-$pair" --latency-ms "$LATENCY_MS"
-    /usr/bin/time -f "%e" -o "$LAT/run-$concurrency-$pair.time" \
+    /usr/bin/time -f "%e %U %S" -o "$LAT/run-$concurrency-$pair.time" \
       env DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run --spool "$LAT/spool" --api "$URL" --min-age 0 --concurrency "$concurrency" --progress never 2> "$LAT/run-$concurrency-$pair.log" > "$LAT/run-$concurrency-$pair.txt"
+    server_cpu > "$LAT/run-$concurrency-$pair.server-cpu"
     stop_server
   done
 done
 python3 - "$LAT" "$LATENCY_MS" "$LATENCY_PAIRS" $LATENCY_CONCURRENCY <<'PY'
 import re, statistics, sys
 lat, ms, pairs, levels = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+# Whether the case is bound by latency at all: the bound is `c` bundles every (POSTs per bundle x
+# latency) seconds; "cores busy" is the client's and the server's CPU seconds per wall second
+# (of this machine's cores). Raw far below the bound with the cores busy means the machine, not
+# the link, sets the pace, and run/raw then compares CPU per request rather than waiting.
+cores = len(__import__("os").sched_getaffinity(0))
 for c in levels:
-    ratios = []
+    ratios, notes = [], []
     for pair in range(1, pairs + 1):
         raw = open(f"{lat}/raw-{c}-{pair}.txt").read()
         raw_bps = float(re.search(r"([\d.]+) bundles/s", raw).group(1))
+        raw_seconds = float(re.search(r"in ([\d.]+) s", raw).group(1))
+        raw_requests = int(re.search(r"(\d+) requests", raw).group(1))
+        raw_bundles = int(re.search(r"(\d+) bundles", raw).group(1))
+        raw_client_cpu = float(re.search(r"client CPU ([\d.]+) s", raw).group(1)) * raw_requests / 1000
+        raw_server_cpu = float(open(f"{lat}/raw-{c}-{pair}.server-cpu").read())
         run = open(f"{lat}/run-{c}-{pair}.txt").read()
         done = int(re.search(r"(\d+) done", run).group(1))
-        seconds = float(open(f"{lat}/run-{c}-{pair}.time").read().split()[0])
+        run_requests = int(re.search(r"(\d+) requests", run).group(1))
+        seconds, user, system = map(float, open(f"{lat}/run-{c}-{pair}.time").read().split()[:3])
+        run_server_cpu = float(open(f"{lat}/run-{c}-{pair}.server-cpu").read())
         ratios.append((done / seconds) / raw_bps)
+        bound = int(c) / (raw_requests / raw_bundles * int(ms) / 1000)
+        notes.append(f"pair {pair}: run/raw {ratios[-1]:.3f}; raw at {raw_bps / bound:.2f} of the latency bound "
+                     f"({bound:.1f} bundles/s); cores busy raw {(raw_client_cpu + raw_server_cpu) / raw_seconds:.2f}, "
+                     f"run {(user + system + run_server_cpu) / seconds:.2f} of {cores}; client CPU per 1000 requests "
+                     f"raw {raw_client_cpu / raw_requests * 1000:.2f} s, run {(user + system) / run_requests * 1000:.2f} s")
     print(f"latency {ms} ms, concurrency {c}: run/raw bundles/s median {statistics.median(ratios):.3f} "
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
+    for note in notes: print("  " + note)
 PY
 fi
 
