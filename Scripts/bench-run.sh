@@ -7,7 +7,8 @@
 # the raw client (same HTTP client and executor): steadier than wall-clock ratios on a shared machine.
 # Then the latency-bound case: the dev server adds LATENCY_MS (default 20) to every POST, as a
 # real link would, and run/raw is measured at LATENCY_CONCURRENCY (default 4 32 64), with about
-# ten bundles per connection, so the network, not the CPU, is the limit.
+# ten bundles per connection; each pair also says how close raw comes to the latency bound and how
+# many cores are busy, since on a small machine the CPU, not the link, may set the pace.
 set -euo pipefail
 BIN=${BIN:-.build/release}
 WORK=${BENCH_DIR:-bench-results}/run
@@ -39,6 +40,16 @@ stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
 server_cpu() { awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / tick }' "/proc/$SERVER_PID/stat"; }
 trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
 
+# fresh_spool PRISTINE SPOOL: SPOOL anew, with a copy of the PRISTINE bundles in its incoming/.
+fresh_spool() { rm -rf "$2"; mkdir -p "$2"; cp -a "$1" "$2/incoming"; }
+# pristine_bundles DIR CONCURRENCY SEED: about ten realistic bundles per connection (at least 40)
+# in DIR/cCONCURRENCY-pristine, for the latency and TLS cases.
+pristine_bundles() {
+  local count=$(( $2 * 10 > 40 ? $2 * 10 : 40 ))
+  "$BIN/dopesync-bench" make-bundles --spool "$1/c$2-spool" --count "$count" --seed "$3" > /dev/null
+  mv "$1/c$2-spool/incoming" "$1/c$2-pristine"
+}
+
 if section run; then
 echo "making $BUNDLES realistic bundles..."
 "$BIN/dopesync-bench" make-bundles --spool "$WORK/spool" --count "$BUNDLES"
@@ -48,7 +59,7 @@ cp -a "$WORK/spool/incoming" "$WORK/pristine"
 # against a fresh server. The ratio is taken per pair and its median reported: on a shared
 # machine the capacity itself moves by a third from one minute to the next.
 for pair in $(seq "$PAIRS"); do
-  rm -rf "$WORK/spool"; mkdir -p "$WORK/spool"; cp -a "$WORK/pristine" "$WORK/spool/incoming"
+  fresh_spool "$WORK/pristine" "$WORK/spool"
   start_server "raw-$pair"
   "$BIN/dopesync-bench" raw-capacity --spool "$WORK/spool" --api "$URL" --token bench --concurrency "$CONCURRENCY" > "$WORK/raw-$pair.txt"
   stop_server
@@ -111,11 +122,9 @@ if section latency; then
 # added latency, are not counted in its favour).
 LAT="$WORK/latency"; rm -rf "$LAT"; mkdir -p "$LAT"
 for concurrency in $LATENCY_CONCURRENCY; do
-  count=$(( concurrency * 10 > 40 ? concurrency * 10 : 40 ))
-  "$BIN/dopesync-bench" make-bundles --spool "$LAT/c$concurrency-spool" --count "$count" --seed 5000 > /dev/null
-  mv "$LAT/c$concurrency-spool/incoming" "$LAT/c$concurrency-pristine"
+  pristine_bundles "$LAT" "$concurrency" 5000
   for pair in $(seq "$LATENCY_PAIRS"); do
-    rm -rf "$LAT/spool"; mkdir -p "$LAT/spool"; cp -a "$LAT/c$concurrency-pristine" "$LAT/spool/incoming"
+    fresh_spool "$LAT/c$concurrency-pristine" "$LAT/spool"
     start_server "lat-raw-$concurrency-$pair" --latency-ms "$LATENCY_MS"
     "$BIN/dopesync-bench" raw-capacity --spool "$LAT/spool" --api "$URL" --token bench --concurrency "$concurrency" > "$LAT/raw-$concurrency-$pair.txt"
     server_cpu > "$LAT/raw-$concurrency-$pair.server-cpu"
@@ -128,13 +137,13 @@ for concurrency in $LATENCY_CONCURRENCY; do
   done
 done
 python3 - "$LAT" "$LATENCY_MS" "$LATENCY_PAIRS" $LATENCY_CONCURRENCY <<'PY'
-import re, statistics, sys
+import os, re, statistics, sys
 lat, ms, pairs, levels = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 # Whether the case is bound by latency at all: the bound is `c` bundles every (POSTs per bundle x
 # latency) seconds; "cores busy" is the client's and the server's CPU seconds per wall second
 # (of this machine's cores). Raw far below the bound with the cores busy means the machine, not
 # the link, sets the pace, and run/raw then compares CPU per request rather than waiting.
-cores = len(__import__("os").sched_getaffinity(0))
+cores = len(os.sched_getaffinity(0))
 for c in levels:
     ratios, notes = [], []
     for pair in range(1, pairs + 1):
@@ -172,13 +181,11 @@ openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$TL
 printf "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" > "$TLS/ext.cnf"
 openssl x509 -req -in "$TLS/req.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca-key.pem" -CAcreateserial -out "$TLS/cert.pem" -days 2 -extfile "$TLS/ext.cnf" 2> /dev/null
 for concurrency in $TLS_CONCURRENCY; do
-  count=$(( concurrency * 10 > 40 ? concurrency * 10 : 40 ))
-  "$BIN/dopesync-bench" make-bundles --spool "$TLS/c$concurrency-spool" --count "$count" --seed 6000 > /dev/null
-  mv "$TLS/c$concurrency-spool/incoming" "$TLS/c$concurrency-pristine"
+  pristine_bundles "$TLS" "$concurrency" 6000
   for protocol in h1 h2; do
     extra=(--tls-cert "$TLS/cert.pem" --tls-key "$TLS/key.pem" --latency-ms "$LATENCY_MS")
     [ "$protocol" = h2 ] && extra+=(--http2)
-    rm -rf "$TLS/spool"; mkdir -p "$TLS/spool"; cp -a "$TLS/c$concurrency-pristine" "$TLS/spool/incoming"
+    fresh_spool "$TLS/c$concurrency-pristine" "$TLS/spool"
     start_server "tls-raw-$protocol-$concurrency" "${extra[@]}"
     raw=$("$BIN/dopesync-bench" raw-capacity --spool "$TLS/spool" --api "$URL" --token bench --concurrency "$concurrency" --ca-file "$TLS/ca.pem")
     stop_server
