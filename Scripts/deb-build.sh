@@ -29,7 +29,7 @@ DIST=dist
 PKG=packaging/deb
 PRODUCTS=(dopesync dopesync-devserver)
 # --disable-local-rpath: no RUNPATH $ORIGIN (nothing to find beside /usr/bin; lintian flags it).
-# -z now: full RELRO. Both are link flags only: the objects the plugin's build made are reused.
+# -z now: full RELRO. Both are link flags only: the objects of an earlier build in SCRATCH are reused.
 BUILD_FLAGS=(-c release --static-swift-stdlib --disable-local-rpath -Xlinker -z -Xlinker now --scratch-path "$SCRATCH")
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

@@ -20,6 +20,11 @@ public func makeSpool(in directory: URL, samples: [SampleSession]) throws -> Spo
     return spool
 }
 
+/// Whether the dev server honours `Idempotency-Key` (api.yaml) or ignores it, as an existing
+/// backend may: exactly once must hold against both (the second through look-before-resend).
+/// The arguments of every test that proves it.
+public let keysHonouredOrIgnored = [true, false]
+
 /// Logs nobody reads: for runs in-process whose outcome the test reads from the spool and server.
 public let quietLogger = Logger(label: "dopesync.test", factory: { _ in SwiftLogNoOpLogHandler() })
 
@@ -30,7 +35,7 @@ extension Spool {
     }
 }
 
-/// Every name in a folder, sorted; none if the folder cannot be read.
+/// Every name in a folder, sorted; throws if the folder cannot be read.
 public func fileNames(in folder: String) throws -> [String] {
     try FileManager.default.contentsOfDirectory(atPath: folder).sorted()
 }

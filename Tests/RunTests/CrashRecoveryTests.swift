@@ -16,7 +16,7 @@ import Testing
 @Suite struct CrashRecoveryTests {
     @Test(
         "SIGKILLed 20 times over 30 bundles, then a last run: every record exactly once, every bundle in done/",
-        arguments: [true, false])  // keys honoured, or ignored
+        arguments: keysHonouredOrIgnored)
     func killedRunsLoseNothingAndDuplicateNothing(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle, and a server a few milliseconds slow, so that a child

@@ -211,11 +211,9 @@ import Testing
         }
     }
 
-    /// Whether the dev server honours `Idempotency-Key` (api.yaml) or ignores it, as an existing
-    /// backend may: exactly once must hold against both (the second through look-before-resend).
-    static let keys = [true, false]
-
-    @Test("with failures, rate limits and lost answers, repeated runs converge with zero duplicates", arguments: keys)
+    @Test(
+        "with failures, rate limits and lost answers, repeated runs converge with zero duplicates",
+        arguments: keysHonouredOrIgnored)
     func faultsConverge(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(500 + $0)) }
@@ -247,7 +245,7 @@ import Testing
         }
     }
 
-    @Test("a lost checkpoint database: the next runs still create nothing twice", arguments: keys)
+    @Test("a lost checkpoint database: the next runs still create nothing twice", arguments: keysHonouredOrIgnored)
     func lostCheckpointDatabase(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(600 + $0)) }
@@ -277,7 +275,9 @@ import Testing
         }
     }
 
-    @Test("three runs started at once on one spool: each bundle claimed once, zero duplicates", arguments: keys)
+    @Test(
+        "three runs started at once on one spool: each bundle claimed once, zero duplicates",
+        arguments: keysHonouredOrIgnored)
     func threeConcurrentRuns(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...12).map { SampleSession(seed: UInt64(700 + $0)) }
@@ -299,7 +299,7 @@ import Testing
 
     @Test(
         "three dopesync processes started at once on one spool: each bundle claimed by one, zero duplicates",
-        arguments: keys)
+        arguments: keysHonouredOrIgnored)
     func threeConcurrentProcesses(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at a few milliseconds each: the batch lasts about a second,
