@@ -8,7 +8,8 @@
 # Then the latency-bound case: the dev server adds LATENCY_MS (default 20) to every POST, as a
 # real link would, and run/raw is measured at LATENCY_CONCURRENCY (default 4 32 64), with about
 # ten bundles per connection; each pair also says how close raw comes to the latency bound and how
-# many cores are busy, since on a small machine the CPU, not the link, may set the pace.
+# many cores are busy, since on a small machine the CPU, not the link, may set the pace, and where
+# the run's extra time per bundle went (Scripts/request-timeline.py, from the servers' request logs).
 set -euo pipefail
 BIN=${BIN:-.build/release}
 WORK=${BENCH_DIR:-bench-results}/run
@@ -125,19 +126,21 @@ for concurrency in $LATENCY_CONCURRENCY; do
   pristine_bundles "$LAT" "$concurrency" 5000
   for pair in $(seq "$LATENCY_PAIRS"); do
     fresh_spool "$LAT/c$concurrency-pristine" "$LAT/spool"
-    start_server "lat-raw-$concurrency-$pair" --latency-ms "$LATENCY_MS"
+    start_server "lat-raw-$concurrency-$pair" --latency-ms "$LATENCY_MS" --request-log-capacity 1000000
     "$BIN/dopesync-bench" raw-capacity --spool "$LAT/spool" --api "$URL" --token bench --concurrency "$concurrency" > "$LAT/raw-$concurrency-$pair.txt"
     server_cpu > "$LAT/raw-$concurrency-$pair.server-cpu"
+    Scripts/request-timeline.py "$URL" "$WORK/lat-raw-$concurrency-$pair.sqlite" "$concurrency" > "$LAT/raw-$concurrency-$pair.timeline"
     stop_server
-    start_server "lat-run-$concurrency-$pair" --latency-ms "$LATENCY_MS"
+    start_server "lat-run-$concurrency-$pair" --latency-ms "$LATENCY_MS" --request-log-capacity 1000000
     /usr/bin/time -f "%e %U %S" -o "$LAT/run-$concurrency-$pair.time" \
       env DOPESYNC_API_TOKEN=bench "$BIN/dopesync" run --spool "$LAT/spool" --api "$URL" --min-age 0 --concurrency "$concurrency" --progress never 2> "$LAT/run-$concurrency-$pair.log" > "$LAT/run-$concurrency-$pair.txt"
     server_cpu > "$LAT/run-$concurrency-$pair.server-cpu"
+    Scripts/request-timeline.py "$URL" "$WORK/lat-run-$concurrency-$pair.sqlite" "$concurrency" > "$LAT/run-$concurrency-$pair.timeline"
     stop_server
   done
 done
 python3 - "$LAT" "$LATENCY_MS" "$LATENCY_PAIRS" $LATENCY_CONCURRENCY <<'PY'
-import os, re, statistics, sys
+import json, os, re, statistics, sys
 lat, ms, pairs, levels = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 # Whether the case is bound by latency at all: the bound is `c` bundles every (POSTs per bundle x
 # latency) seconds; "cores busy" is the client's and the server's CPU seconds per wall second
@@ -165,6 +168,14 @@ for c in levels:
                      f"({bound:.1f} bundles/s); cores busy raw {(raw_client_cpu + raw_server_cpu) / raw_seconds:.2f}, "
                      f"run {(user + system + run_server_cpu) / seconds:.2f} of {cores}; client CPU per 1000 requests "
                      f"raw {raw_client_cpu / raw_requests * 1000:.2f} s, run {(user + system) / run_requests * 1000:.2f} s")
+        # Where the run's extra time per bundle went, from each server's request log: longer in
+        # the server (the machine busier), between a bundle's steps, or outside its POSTs.
+        raw_t, run_t = (json.load(open(f"{lat}/{side}-{c}-{pair}.timeline")) for side in ("raw", "run"))
+        steps = raw_t["requests"] / raw_t["bundles"]
+        notes.append(f"  the run's extra ms per bundle: in the server {(run_t['serverMs'] - raw_t['serverMs']) * steps:+.0f} "
+                     f"({raw_t['serverMs']:.2f} -> {run_t['serverMs']:.2f} ms a POST), between steps "
+                     f"{(run_t['gapMs'] - raw_t['gapMs']) * (steps - 1):+.0f} ({raw_t['gapMs']:.2f} -> {run_t['gapMs']:.2f} ms a gap), "
+                     f"outside its POSTs {run_t['betweenMs'] - raw_t['betweenMs']:+.0f} ({raw_t['betweenMs']:.0f} -> {run_t['betweenMs']:.0f} ms)")
     print(f"latency {ms} ms, concurrency {c}: run/raw bundles/s median {statistics.median(ratios):.3f} "
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
     for note in notes: print("  " + note)

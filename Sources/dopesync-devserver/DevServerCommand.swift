@@ -70,6 +70,10 @@ struct DevServerCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
+    @Option(
+        name: .customLong("request-log-capacity"),
+        help: "How many recent requests GET /admin/requests keeps, with their arrival times and durations.")
+    var requestLogCapacity = DevServerConfiguration().requestLogCapacity
 
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
@@ -80,6 +84,7 @@ struct DevServerCommand: AsyncParsableCommand {
             guard (0...1).contains(rate) else { throw ValidationError("\(name) must be between 0 and 1") }
         }
         guard maxImageBytes > 0, maxJSONBytes > 0 else { throw ValidationError("size limits must be > 0") }
+        guard requestLogCapacity > 0 else { throw ValidationError("--request-log-capacity must be > 0") }
         if let lookupsStatus {
             guard noLookups else { throw ValidationError("--lookups-status needs --no-lookups") }
             guard MissingLookupsStatus(rawValue: lookupsStatus) != nil else {
@@ -111,6 +116,7 @@ struct DevServerCommand: AsyncParsableCommand {
         }
         configuration.maxImageBytes = maxImageBytes
         configuration.maxJSONBytes = maxJSONBytes
+        configuration.requestLogCapacity = requestLogCapacity
         configuration.faults.failRate = failRate
         configuration.faults.rateLimitRate = rateLimitRate
         configuration.faults.dropAfterCommitRate = dropAfterCommitRate

@@ -111,6 +111,35 @@ import Testing
         }
     }
 
+    /// What the latency case of `make bench` reads off the log: the gap between an answer and the
+    /// client's next request is the second's arrival less the first's arrival and duration.
+    @Test func theRequestLogSaysWhenEachRequestArrivedAndHowLongItTook() async throws {
+        try await withDevServer(Self.configuration { $0.latencyMilliseconds = 50...50 }) { server in
+            let client = APIClient(server)
+            let clock = ContinuousClock()
+            _ = try await client.post("/api/sessions", json: Bodies.session())
+            let answered = clock.now
+            // The second request answers at once: an arrival logged at the end would show it.
+            #expect(try await client.put("/admin/faults", json: #"{"latencyMs":"0-0"}"#).status == 200)
+            try await Task.sleep(for: .milliseconds(100))  // the client's own time, which the log must show
+            let second = try await client.post("/api/sessions", json: Bodies.session())
+            let clientGap = clock.now - answered
+            #expect(second.status == 201)
+
+            let log = try await client.get("/admin/requests").json["requests"] as? [[String: Any]] ?? []
+            let posts = log.filter { $0["path"] as? String == "/api/sessions" }
+            try #require(posts.count == 2)
+            let arrived = posts.map { $0["receivedMs"] as? Double ?? -1 }
+            let took = posts.map { $0["durationMs"] as? Double ?? -1 }
+            #expect(took[0] >= 50 && took[1] < 50)
+            let gap = arrived[1] - (arrived[0] + took[0])
+            #expect(gap >= 100)
+            // About what the client saw from the first answer to the second (the server's clock
+            // stops before the answer is written, hence a little slack).
+            #expect(gap <= clientGap / .milliseconds(1) + 20)
+        }
+    }
+
     @Test func faultsCanBeChangedWhileRunning() async throws {
         try await withDevServer { server in
             let client = APIClient(server)

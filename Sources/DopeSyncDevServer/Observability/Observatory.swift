@@ -16,6 +16,9 @@ final class Observatory: Sendable {
         /// `server_error`, `rate_limited`, `dropped_after_commit`, or nil.
         let fault: String?
         let durationMicroseconds: Int
+        /// When the request arrived, in microseconds since the server started: with the duration,
+        /// where a client's time goes between one request's answer and its next request.
+        let receivedMicroseconds: Int
 
         var jsonText: String {
             var text = #"{"seq":\#(sequence),"method":"#
@@ -27,7 +30,8 @@ final class Observatory: Sendable {
             text += #","status":\#(status),"replayed":\#(replayed),"dropped":\#(fault == Observatory.droppedFault)"#
             text += #","fault":"#
             if let fault { text.appendJSONString(fault) } else { text += "null" }
-            text += #","durationMs":\#(Double(durationMicroseconds) / 1000)}"#
+            text += #","durationMs":\#(Double(durationMicroseconds) / 1000)"#
+            text += #","receivedMs":\#(Double(receivedMicroseconds) / 1000)}"#
             return text
         }
     }
@@ -49,7 +53,17 @@ final class Observatory: Sendable {
     private let state = Mutex(State())
     private let capacity: Int
 
+    /// What ``RequestRecord/receivedMicroseconds`` counts from.
+    let started = ContinuousClock.now
+
     init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    /// Microseconds from the server's start to `instant`.
+    func microsecondsSinceStart(at instant: ContinuousClock.Instant) -> Int { Self.microseconds(instant - started) }
+
+    static func microseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000)
+    }
 
     func recordCreated(_ kind: RecordKind) {
         state.withLock { $0.created[kind, default: 0] += 1 }
@@ -57,7 +71,7 @@ final class Observatory: Sendable {
 
     func record(
         method: String, path: String, idempotencyKey: String?, status: Int, replayed: Bool, fault: String?,
-        durationMicroseconds: Int
+        durationMicroseconds: Int, receivedMicroseconds: Int
     ) {
         state.withLock { state in
             state.requests += 1
@@ -67,7 +81,8 @@ final class Observatory: Sendable {
             let entry = RequestRecord(
                 sequence: state.nextSequence, method: method, path: path, idempotencyKey: idempotencyKey,
                 status: status,
-                replayed: replayed, fault: fault, durationMicroseconds: durationMicroseconds)
+                replayed: replayed, fault: fault, durationMicroseconds: durationMicroseconds,
+                receivedMicroseconds: receivedMicroseconds)
             state.nextSequence += 1
             if state.log.count < capacity {
                 state.log.append(entry)

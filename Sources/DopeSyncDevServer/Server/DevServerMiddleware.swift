@@ -86,13 +86,12 @@ struct DevServerMiddleware: RouterMiddleware {
         since started: ContinuousClock.Instant,
         context: Context
     ) {
-        let elapsed = ContinuousClock.now - started
-        let microseconds = Int(
-            elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000)
+        let microseconds = Observatory.microseconds(ContinuousClock.now - started)
         let key = request.headers[.idempotencyKey]
         state.observatory.record(
             method: request.method.rawValue, path: path, idempotencyKey: key, status: status, replayed: replayed,
-            fault: fault, durationMicroseconds: microseconds)
+            fault: fault, durationMicroseconds: microseconds,
+            receivedMicroseconds: state.observatory.microsecondsSinceStart(at: started))
         if context.logger.logLevel <= .info {
             var metadata: Logger.Metadata = [
                 "http.method": "\(request.method.rawValue)",
