@@ -7,7 +7,7 @@ import Synchronization
 /// - `GET /admin/stats`: `{"requests", "replays", "created": {kind: n}, "byStatus": {"201": n},
 ///   "faults": {"server_error", "rate_limited", "dropped_after_commit"}}` since start (or reset).
 /// - `GET /admin/requests?since=SEQ&limit=N`: `{"nextSeq": N, "requests": [{"seq", "method",
-///   "path", "idempotencyKey", "status", "replayed", "dropped", "fault", "durationMs"}]}`,
+///   "path", "idempotencyKey", "status", "replayed", "dropped", "fault", "durationMs", "receivedMs"}]}`,
 ///   oldest first, from a ring buffer of the last `requestLogCapacity` requests.
 /// - `POST /admin/reset`: forgets counters and the request log (records stay). 204.
 /// - `GET /admin/references`: `{"rifles": "1-100", "locations": …, "ammunition": …, "ammoLots": …}`.
