@@ -153,10 +153,11 @@ import Testing
 @Suite struct ObservatoryTests {
     @Test func theRequestLogKeepsTheLastEntriesInOrder() {
         let observatory = Observatory(capacity: 3)
+        let now = ContinuousClock.now
         for index in 1...5 {
             observatory.record(
                 method: "POST", path: "/api/sessions/\(index)", idempotencyKey: nil, status: 201, replayed: index == 5,
-                fault: nil, durationMicroseconds: 10, receivedMicroseconds: index * 100)
+                fault: nil, received: now, answered: now + .microseconds(10))
         }
         #expect(observatory.requests(since: 0, limit: 10).map(\.sequence) == [3, 4, 5])
         #expect(observatory.requests(since: 4, limit: 10).map(\.path) == ["/api/sessions/4", "/api/sessions/5"])

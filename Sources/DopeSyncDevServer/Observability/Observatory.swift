@@ -54,16 +54,9 @@ final class Observatory: Sendable {
     private let capacity: Int
 
     /// What ``RequestRecord/receivedMicroseconds`` counts from.
-    let started = ContinuousClock.now
+    private let started = ContinuousClock.now
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
-
-    /// Microseconds from the server's start to `instant`.
-    func microsecondsSinceStart(at instant: ContinuousClock.Instant) -> Int { Self.microseconds(instant - started) }
-
-    static func microseconds(_ duration: Duration) -> Int {
-        Int(duration.components.seconds * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000)
-    }
 
     func recordCreated(_ kind: RecordKind) {
         state.withLock { $0.created[kind, default: 0] += 1 }
@@ -71,8 +64,10 @@ final class Observatory: Sendable {
 
     func record(
         method: String, path: String, idempotencyKey: String?, status: Int, replayed: Bool, fault: String?,
-        durationMicroseconds: Int, receivedMicroseconds: Int
+        received: ContinuousClock.Instant, answered: ContinuousClock.Instant
     ) {
+        let durationMicroseconds = Int((answered - received) / .microseconds(1))
+        let receivedMicroseconds = Int((received - started) / .microseconds(1))
         state.withLock { state in
             state.requests += 1
             state.byStatus[status, default: 0] += 1

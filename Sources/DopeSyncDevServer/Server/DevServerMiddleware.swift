@@ -86,18 +86,17 @@ struct DevServerMiddleware: RouterMiddleware {
         since started: ContinuousClock.Instant,
         context: Context
     ) {
-        let microseconds = Observatory.microseconds(ContinuousClock.now - started)
+        let answered = ContinuousClock.now
         let key = request.headers[.idempotencyKey]
         state.observatory.record(
             method: request.method.rawValue, path: path, idempotencyKey: key, status: status, replayed: replayed,
-            fault: fault, durationMicroseconds: microseconds,
-            receivedMicroseconds: state.observatory.microsecondsSinceStart(at: started))
+            fault: fault, received: started, answered: answered)
         if context.logger.logLevel <= .info {
             var metadata: Logger.Metadata = [
                 "http.method": "\(request.method.rawValue)",
                 "http.path": "\(path)",
                 "http.status": "\(status)",
-                "duration_ms": "\(Double(microseconds) / 1000)",
+                "duration_ms": "\(Double(Int((answered - started) / .microseconds(1))) / 1000)",
                 "replayed": "\(replayed)",
             ]
             if let fault { metadata["fault"] = "\(fault)" }
