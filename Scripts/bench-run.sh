@@ -28,12 +28,12 @@ LATENCY_MS=${LATENCY_MS:-20}
 LATENCY_CONCURRENCY=${LATENCY_CONCURRENCY:-4 32 64}
 LATENCY_PAIRS=${LATENCY_PAIRS:-3}
 
-# Where the dev server keeps its database (SERVER_DB_DIR, default $WORK). The latency case puts it
+# Where the dev server keeps its database: $WORK, but the latency case puts it
 # in memory-backed /dev/shm when there is one: a stand-in for a remote API must not stall on the
 # worker's disk. On disk, its WAL checkpoints (fsyncs) stall its one writer for about 16 ms several
 # times a second, and with them about a sixth of the POSTs: raw then reached 0.77 of the latency
 # bound at concurrency 32 instead of 0.90 (run/raw was about the same both ways).
-SERVER_DB_DIR=${SERVER_DB_DIR:-$WORK}
+SERVER_DB_DIR=$WORK
 start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs to $WORK/NAME.log
   local name=$1; shift
   rm -f "$WORK/$name.out" "$SERVER_DB_DIR/$name.sqlite"*
@@ -45,7 +45,8 @@ start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs 
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 # The server's CPU seconds so far (user + system), from /proc: call it before stop_server.
 server_cpu() { awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / tick }' "/proc/$SERVER_PID/stat"; }
-trap 'kill $SERVER_PID 2>/dev/null || true' EXIT
+# On any exit, the server stops and a database in /dev/shm (memory) goes with it.
+trap 'kill ${SERVER_PID:-} 2>/dev/null || true; [[ "$SERVER_DB_DIR" != /dev/shm/* ]] || rm -rf "$SERVER_DB_DIR"' EXIT
 
 # fresh_spool PRISTINE SPOOL: SPOOL anew, with a copy of the PRISTINE bundles in its incoming/.
 fresh_spool() { rm -rf "$2"; mkdir -p "$2"; cp -a "$1" "$2/incoming"; }
@@ -187,7 +188,7 @@ for c in levels:
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
     for note in notes: print("  " + note)
 PY
-[[ "$SERVER_DB_DIR" == /dev/shm/* ]] && rm -rf "$SERVER_DB_DIR"
+[[ "$SERVER_DB_DIR" != /dev/shm/* ]] || rm -rf "$SERVER_DB_DIR"
 SERVER_DB_DIR=$WORK
 fi
 
