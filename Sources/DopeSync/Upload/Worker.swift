@@ -217,29 +217,11 @@ public struct Worker: Sendable {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
                 }
                 await withTaskGroup(of: Void.self) { group in
+                    let slot = UploadSlot(
+                        queue: queue, spool: spool, uploader: uploader, counters: counters, deadline: deadline,
+                        maxBundles: maxBundles, logger: logger)
                     for _ in 0..<max(options.concurrency, 1) {
-                        group.addTask {
-                            while !counters.shouldStop {
-                                if let deadline, ContinuousClock.now >= deadline { return }
-                                guard counters.snapshot.summary.claimed < maxBundles, let entry = queue.next() else {
-                                    return
-                                }
-                                let claimed: ClaimedBundle?
-                                do {
-                                    claimed =
-                                        entry.folder == .processing
-                                        ? try spool.claimOrphan(entry) : try spool.claim(entry)
-                                } catch {
-                                    logger.error(
-                                        "cannot claim a bundle",
-                                        metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
-                                    continue
-                                }
-                                guard let claimed else { continue }  // another run has it
-                                counters.claimed()
-                                counters.record(await uploader.process(claimed))
-                            }
-                        }
+                        group.addTask { await slot.run() }
                     }
                 }
                 progressGroup.cancelAll()
