@@ -20,6 +20,9 @@ final class Observatory: Sendable {
         /// where a client's time goes between one request's answer and its next request.
         let receivedMicroseconds: Int
 
+        /// The duration as the log and the server's log lines give it.
+        var durationMilliseconds: Double { Double(durationMicroseconds) / 1000 }
+
         var jsonText: String {
             var text = #"{"seq":\#(sequence),"method":"#
             text.appendJSONString(method)
@@ -30,7 +33,7 @@ final class Observatory: Sendable {
             text += #","status":\#(status),"replayed":\#(replayed),"dropped":\#(fault == Observatory.droppedFault)"#
             text += #","fault":"#
             if let fault { text.appendJSONString(fault) } else { text += "null" }
-            text += #","durationMs":\#(Double(durationMicroseconds) / 1000)"#
+            text += #","durationMs":\#(durationMilliseconds)"#
             text += #","receivedMs":\#(Double(receivedMicroseconds) / 1000)}"#
             return text
         }
@@ -62,13 +65,15 @@ final class Observatory: Sendable {
         state.withLock { $0.created[kind, default: 0] += 1 }
     }
 
+    /// Counts the request and logs it; returns its log entry.
+    @discardableResult
     func record(
         method: String, path: String, idempotencyKey: String?, status: Int, replayed: Bool, fault: String?,
         received: ContinuousClock.Instant, answered: ContinuousClock.Instant
-    ) {
+    ) -> RequestRecord {
         let durationMicroseconds = Int((answered - received) / .microseconds(1))
         let receivedMicroseconds = Int((received - started) / .microseconds(1))
-        state.withLock { state in
+        return state.withLock { state in
             state.requests += 1
             state.byStatus[status, default: 0] += 1
             if replayed { state.replays += 1 }
@@ -85,6 +90,7 @@ final class Observatory: Sendable {
                 state.log[state.logStart] = entry
                 state.logStart = (state.logStart + 1) % capacity
             }
+            return entry
         }
     }
 

@@ -86,17 +86,16 @@ struct DevServerMiddleware: RouterMiddleware {
         since started: ContinuousClock.Instant,
         context: Context
     ) {
-        let answered = ContinuousClock.now
         let key = request.headers[.idempotencyKey]
-        state.observatory.record(
+        let entry = state.observatory.record(
             method: request.method.rawValue, path: path, idempotencyKey: key, status: status, replayed: replayed,
-            fault: fault, received: started, answered: answered)
+            fault: fault, received: started, answered: .now)
         if context.logger.logLevel <= .info {
             var metadata: Logger.Metadata = [
                 "http.method": "\(request.method.rawValue)",
                 "http.path": "\(path)",
                 "http.status": "\(status)",
-                "duration_ms": "\(Double(Int((answered - started) / .microseconds(1))) / 1000)",
+                "duration_ms": "\(entry.durationMilliseconds)",
                 "replayed": "\(replayed)",
             ]
             if let fault { metadata["fault"] = "\(fault)" }
