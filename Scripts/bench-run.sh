@@ -45,8 +45,10 @@ start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs 
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 # The server's CPU seconds so far (user + system), from /proc: call it before stop_server.
 server_cpu() { awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($14 + $15) / tick }' "/proc/$SERVER_PID/stat"; }
-# On any exit, the server stops and a database in /dev/shm (memory) goes with it.
-trap 'kill ${SERVER_PID:-} 2>/dev/null || true; [[ "$SERVER_DB_DIR" != /dev/shm/* ]] || rm -rf "$SERVER_DB_DIR"' EXIT
+# Removes the server's database folder if it is one of ours in /dev/shm (memory), and goes back to $WORK.
+drop_memory_db_dir() { [[ "$SERVER_DB_DIR" != /dev/shm/* ]] || rm -rf "$SERVER_DB_DIR"; SERVER_DB_DIR=$WORK; }
+# On any exit, the server stops and a database in /dev/shm goes with it.
+trap 'kill ${SERVER_PID:-} 2>/dev/null || true; drop_memory_db_dir' EXIT
 
 # fresh_spool PRISTINE SPOOL: SPOOL anew, with a copy of the PRISTINE bundles in its incoming/.
 fresh_spool() { rm -rf "$2"; mkdir -p "$2"; cp -a "$1" "$2/incoming"; }
@@ -188,8 +190,7 @@ for c in levels:
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
     for note in notes: print("  " + note)
 PY
-[[ "$SERVER_DB_DIR" != /dev/shm/* ]] || rm -rf "$SERVER_DB_DIR"
-SERVER_DB_DIR=$WORK
+drop_memory_db_dir
 fi
 
 section tls || exit 0
