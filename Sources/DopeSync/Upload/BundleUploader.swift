@@ -84,8 +84,8 @@ struct BundleUploader: Sendable {
         let sessionID = bundle.session.session.id
         logger[metadataKey: "session.id"] = "\(sessionID)"
         let plan = UploadPlan(session: bundle.session, images: bundle.images)
-        // The claim and the session's checkpoints in one trip to the writer: each trip costs the
-        // bundle a few milliseconds of waiting before its first request when the run is busy.
+        // The claim and the session's checkpoints in one trip to the writer, with one way out if
+        // either fails: the bundle goes back uncounted.
         let completed: [String: CompletedStep]
         do {
             let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
