@@ -186,6 +186,11 @@ for c in levels:
                      f"({raw_t['serverMs']:.2f} -> {run_t['serverMs']:.2f} ms a POST), between steps "
                      f"{(run_t['gapMs'] - raw_t['gapMs']) * (steps - 1):+.0f} ({raw_t['gapMs']:.2f} -> {run_t['gapMs']:.2f} ms a gap), "
                      f"outside its POSTs {run_t['betweenMs'] - raw_t['betweenMs']:+.0f} ({raw_t['betweenMs']:.0f} -> {run_t['betweenMs']:.0f} ms)")
+        # Whether the gaps grew evenly or in a tail, and where in a bundle (see request-timeline.py).
+        notes.append(f"  gaps raw -> run: p50 {raw_t['gapP50Ms']:.2f} -> {run_t['gapP50Ms']:.2f} ms, p99 {raw_t['gapP99Ms']:.1f} -> "
+                     f"{run_t['gapP99Ms']:.1f} ms, time in gaps over 5 ms {raw_t['gapTailShare']:.0%} -> {run_t['gapTailShare']:.0%}; "
+                     f"within 3 steps of a bundle's ends {raw_t['edgeGapMs']:.2f} -> {run_t['edgeGapMs']:.2f} ms, "
+                     f"elsewhere {raw_t['middleGapMs']:.2f} -> {run_t['middleGapMs']:.2f} ms")
     print(f"latency {ms} ms, concurrency {c}: run/raw bundles/s median {statistics.median(ratios):.3f} "
           f"of {', '.join(f'{r:.3f}' for r in ratios)} (target >= 0.95 at 32 and 64)")
     for note in notes: print("  " + note)
