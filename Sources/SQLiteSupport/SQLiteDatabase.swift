@@ -260,6 +260,12 @@ public struct SQLiteOptions: Sendable {
     /// by their SQL text, so bind values as parameters). For a process that runs the same short
     /// transactions many times, such as the worker's one checkpoint commit per upload step.
     public var reusesPreparedStatements = false
+    /// The page size of a database this opening creates (nil: SQLite's, 4096). An existing file
+    /// keeps its own. In WAL mode every commit appends each page it changed in full, so a small
+    /// page makes a small commit, for a file whose transactions touch a few short rows each.
+    public var pageSizeOfNewDatabase: Int? = nil
+    /// Pages the WAL may grow to before a commit checkpoints it (nil: SQLite's 1000).
+    public var walAutocheckpointPages: Int? = nil
 
     public init() {}
 }
@@ -277,6 +283,7 @@ public final class SQLiteDatabase: Sendable {
     /// Opens (and creates, unless `readOnly`) the database at `path`.
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
         self.path = path
+        _ = Self.configureLibraryOnce
         var handle: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
@@ -309,6 +316,12 @@ public final class SQLiteDatabase: Sendable {
                 // so a database already in WAL opens without the write lock (and opens even while
                 // another process holds it).
                 try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
+                if let pages = options.walAutocheckpointPages {
+                    try connection.execute("PRAGMA wal_autocheckpoint = \(pages)")
+                }
+                // Only takes effect before the file's first write (the switch to WAL below, under the
+                // write lock); a file that exists keeps its page size.
+                if let size = options.pageSizeOfNewDatabase { try connection.execute("PRAGMA page_size = \(size)") }
                 let mode: String? = try connection.queryFirst("PRAGMA journal_mode")?["journal_mode"]
                 if options.walJournal && mode?.lowercased() != "wal" {
                     try writeLock?.acquire()
@@ -325,6 +338,13 @@ public final class SQLiteDatabase: Sendable {
         self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         self.statements = options.reusesPreparedStatements ? PreparedStatements() : nil
     }
+
+    /// Process-wide settings, before SQLite initialises itself at the first open (later, SQLite
+    /// refuses them and keeps its defaults, which is harmless).
+    private static let configureLibraryOnce: Void = {
+        // The worker's checkpoints allocate on every statement; the statistics are never read.
+        _ = dopesync_sqlite3_memory_statistics_off()
+    }()
 
     deinit {
         closeHandle()

@@ -19,6 +19,28 @@ import Testing
         "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups",
     ]
 
+    /// A step's checkpoint rewrites a row or two: small pages keep each commit's WAL frames small.
+    /// A database made before keeps its 4 KiB pages (changing them needs a VACUUM) and works as ever.
+    @Test func aNewDatabaseHasSmallPagesAndAnOldOneKeepsItsOwn() throws {
+        func pageSize(_ path: String) throws -> Int? {
+            try SQLiteDatabase(path: path).read { try $0.queryFirst("PRAGMA page_size")?["page_size"] }
+        }
+        let store = try open()
+        try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "b.tar.gz")
+        #expect(try pageSize(folder.sub("dopesync.sqlite")) == 1024)
+
+        let oldPath = folder.sub("old.sqlite")
+        try SQLiteDatabase(path: oldPath).write { try $0.execute("CREATE TABLE made_before (x)") }
+        let old = try CheckpointStore(path: oldPath, now: now)
+        try old.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "b.tar.gz")
+        #expect(try old.recordResult(sessionID: "S", stepKey: "session", serverID: 7).serverID == 7)
+        #expect(try pageSize(oldPath) == 4096)
+    }
+
     @Test func aVersion1DatabaseIsUpgradedInPlaceKeepingItsRows() throws {
         let path = folder.sub("v1.sqlite")
         let v1 = try SQLiteDatabase(path: path)
