@@ -264,8 +264,10 @@ public struct SQLiteOptions: Sendable {
     /// keeps its own. In WAL mode every commit appends each page it changed in full, so a small
     /// page makes a small commit, for a file whose transactions touch a few short rows each.
     public var pageSizeOfNewDatabase: Int? = nil
-    /// Pages the WAL may grow to before a commit checkpoints it (nil: SQLite's 1000).
-    public var walAutocheckpointPages: Int? = nil
+    /// How large the WAL may grow, in bytes of pages, before a commit checkpoints it (nil: SQLite's
+    /// 1000 pages). Counted in bytes because the page size is the file's: one made before
+    /// ``pageSizeOfNewDatabase`` keeps its own.
+    public var walAutocheckpointBytes: Int? = nil
 
     public init() {}
 }
@@ -316,9 +318,6 @@ public final class SQLiteDatabase: Sendable {
                 // so a database already in WAL opens without the write lock (and opens even while
                 // another process holds it).
                 try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
-                if let pages = options.walAutocheckpointPages {
-                    try connection.execute("PRAGMA wal_autocheckpoint = \(pages)")
-                }
                 // Only takes effect before the file's first write (the switch to WAL below, under the
                 // write lock); a file that exists keeps its page size.
                 if let size = options.pageSizeOfNewDatabase { try connection.execute("PRAGMA page_size = \(size)") }
@@ -327,6 +326,10 @@ public final class SQLiteDatabase: Sendable {
                     try writeLock?.acquire()
                     defer { writeLock?.release() }
                     try connection.execute("PRAGMA journal_mode = WAL")
+                }
+                if let bytes = options.walAutocheckpointBytes {
+                    let pageSize: Int = try connection.queryFirst("PRAGMA page_size")?["page_size"] ?? 4096
+                    try connection.execute("PRAGMA wal_autocheckpoint = \(max(bytes / max(pageSize, 1), 1))")
                 }
             }
         } catch {

@@ -20,7 +20,8 @@ import Testing
     ]
 
     /// A step's checkpoint rewrites a row or two: small pages keep each commit's WAL frames small.
-    /// A database made before keeps its 4 KiB pages (changing them needs a VACUUM) and works as ever.
+    /// A database made before keeps its pages (SQLite's default of 4 KiB; changing them needs a
+    /// VACUUM) and works as ever.
     @Test func aNewDatabaseHasSmallPagesAndAnOldOneKeepsItsOwn() throws {
         func pageSize(_ path: String) throws -> Int? {
             try SQLiteDatabase(path: path).read { try $0.queryFirst("PRAGMA page_size")?["page_size"] }
@@ -38,7 +39,7 @@ import Testing
             sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
             bundleName: "b.tar.gz")
         #expect(try old.recordResult(sessionID: "S", stepKey: "session", serverID: 7).serverID == 7)
-        #expect(try pageSize(oldPath) == 4096)
+        #expect(try pageSize(oldPath) != 1024)
     }
 
     @Test func aVersion1DatabaseIsUpgradedInPlaceKeepingItsRows() throws {

@@ -54,6 +54,41 @@ import Testing
     }
 
     @Test(
+        "a new file gets the page size asked for; a file made before keeps its own, in WAL or rollback mode; the WAL checkpoint interval is in bytes of the file's pages"
+    )
+    func pageSizeOfNewFilesAndCheckpointIntervalInBytes() throws {
+        let folder = try TemporaryFolder("sqlite")
+        var options = SQLiteOptions()
+        options.pageSizeOfNewDatabase = 1024
+        options.walAutocheckpointBytes = 4 << 20
+        func pragmas(_ database: SQLiteDatabase) throws -> (pageSize: Int?, checkpointPages: Int?) {
+            try database.read {
+                (
+                    try $0.queryFirst("PRAGMA page_size")?["page_size"],
+                    try $0.queryFirst("PRAGMA wal_autocheckpoint")?["wal_autocheckpoint"]
+                )
+            }
+        }
+
+        let new = try SQLiteDatabase(path: folder.sub("new.sqlite"), options: options)
+        try new.write { try $0.execute("CREATE TABLE t (x)") }
+        #expect(try pragmas(new) == (1024, 4096))
+
+        var rollback = SQLiteOptions()
+        rollback.walJournal = false
+        for (name, earlier) in [("wal.sqlite", SQLiteOptions()), ("rollback.sqlite", rollback)] {
+            let path = folder.sub(name)
+            let before = try SQLiteDatabase(path: path, options: earlier)
+            try before.write { try $0.execute("CREATE TABLE t (x)") }
+            let pageSize = try #require(try pragmas(before).pageSize)
+            #expect(pageSize != 1024, "SQLite's default page size, not the one asked for later")
+            let reopened = try SQLiteDatabase(path: path, options: options)
+            try reopened.write { try $0.execute("INSERT INTO t VALUES (1)") }
+            #expect(try pragmas(reopened) == (pageSize, (4 << 20) / pageSize), "\(name)")
+        }
+    }
+
+    @Test(
         "a write waits for another holder of the write lock no longer than the busy timeout, then fails as busy and leaves nothing half-written"
     )
     func aHeldWriteLockFailsAsBusyAfterTheTimeout() throws {

@@ -45,14 +45,14 @@ public final class CheckpointStore: Sendable {
         // A run commits once per upload step with the same few statements: parsing them every
         // time cost more than running them.
         options.reusesPreparedStatements = true
-        // A step's checkpoint changes a row or two of about 250 bytes; each commit appends every
-        // page it changed to the WAL. 1 KiB pages make those commits a quarter of the bytes they
-        // are with 4 KiB pages (a latency-bound run at concurrency 32 gained about 1%,
-        // ARCHITECTURE.md "Over a slow link"). SQLite's default of checkpointing the WAL every
-        // 1000 pages would then mean every 1 MiB; 8192 pages is every 8 MiB, fewer checkpoints
-        // (and their fsyncs) than with the 4 MiB of 4 KiB pages.
+        // A step's checkpoint changes a row or two of about 250 bytes, and each commit appends
+        // every page it changed to the WAL, in full: with 1 KiB pages a commit is a quarter to a
+        // half of its bytes with 4 KiB ones (more pages split). A latency-bound run at concurrency
+        // 32 gained about 1% (ARCHITECTURE.md, "Over a slow link"). The WAL is checkpointed, and
+        // synced, every 4 MiB, as with SQLite's default of 1000 pages of 4 KiB: what a power loss
+        // can take back (see `synchronous` above) stays as it was.
         options.pageSizeOfNewDatabase = 1024
-        options.walAutocheckpointPages = 8192
+        options.walAutocheckpointBytes = 4 << 20
         do {
             database = try SQLiteDatabase(path: path, options: options)
         } catch {
