@@ -329,7 +329,7 @@ public final class SQLiteDatabase: Sendable {
                 }
                 if let bytes = options.walAutocheckpointBytes {
                     let pageSize: Int = try connection.queryFirst("PRAGMA page_size")?["page_size"] ?? 4096
-                    try connection.execute("PRAGMA wal_autocheckpoint = \(max(bytes / max(pageSize, 1), 1))")
+                    try connection.execute("PRAGMA wal_autocheckpoint = \(max(bytes / pageSize, 1))")
                 }
             }
         } catch {
