@@ -147,6 +147,43 @@ import Testing
         }
     }
 
+    @Test("an entry without a name is passed over alike by validation and when images stream back")
+    func anEntryWithoutANameDoesNotShiftTheImages() async throws {
+        try await withTemporaryDirectory { directory in
+            // Larger than the images kept from validation, so each is found again in the archive.
+            let sample = SampleSession(
+                seed: 13, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 300_000))
+            let source = directory.appendingPathComponent("s")
+            try sample.writeLayout(to: source)
+            // Python's zipfile writes a file entry with an empty name first (bsdtar skips it as
+            // having "empty or unreadable filename"); `make fuzz` found such a bundle validated and
+            // then failed mid-upload as changed.
+            let script = """
+                import os, sys, zipfile
+                source, out = sys.argv[1], sys.argv[2]
+                with zipfile.ZipFile(out, "w") as z:
+                    z.writestr(zipfile.ZipInfo(""), b"no name")
+                    for folder, _, files in sorted(os.walk(source)):
+                        for name in sorted(files):
+                            path = os.path.join(folder, name)
+                            z.write(path, os.path.relpath(path, source))
+                """
+            let zip = directory.appendingPathComponent("nameless.zip").path
+            try runProcess("python3", ["-c", script, source.path, zip])
+
+            let bundle = try BundleInspector().inspect(path: zip)
+            #expect(Set(bundle.images.keys) == Set(sample.images.keys))
+            let reader = BundleEntryReader(bundle: bundle)
+            for image in bundle.images.values.sorted(by: { $0.entryPath < $1.entryPath }) {
+                #expect(image.bytes == nil)  // streamed from the archive
+                var bytes: [UInt8] = []
+                try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
+                #expect(bytes == sample.images[image.fileName], "\(image.entryPath)")
+            }
+            #expect(reader.openCount == 1)  // in archive order: one pass
+        }
+    }
+
     @Test("small images are kept from validation with their validated bytes, within a bundle's budget")
     func smallImagesAreKeptFromValidation() async throws {
         try await withTemporaryDirectory { directory in

@@ -4,8 +4,8 @@ import Crypto
 struct ScannedFile: Sendable, Hashable {
     /// The normalised path from the archive's top (before the bundle root is stripped).
     var path: String
-    /// Position among the archive's regular files, in archive order: the image streamer uses it
-    /// to know whether it must reopen the archive to go back.
+    /// The entry's position in the archive, counting every entry (``BundleEntryReader`` finds it
+    /// again by the same count, and reopens the archive to go back).
     var ordinal: Int
     var size: Int64
     var sha256: String
@@ -131,7 +131,7 @@ struct ArchiveScan: Sendable {
                 guard accepted else { continue }
                 scan.files.append(
                     ScannedFile(
-                        path: path, ordinal: scan.files.count, size: size,
+                        path: path, ordinal: scan.entryCount - 1, size: size,
                         sha256: hasher.finalize().hexString, prefix: prefix
                     ))
                 if let keep { scan.buffered[path] = keep }

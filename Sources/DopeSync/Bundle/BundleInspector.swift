@@ -9,7 +9,7 @@ public struct BundleImage: Sendable, Hashable {
     public var size: Int64
     public var sha256: String
     public var type: ImageType
-    /// Position among the archive's regular files, in archive order.
+    /// The entry's position in the archive, counting every entry (``ScannedFile/ordinal``).
     var ordinal: Int
     /// The validated bytes themselves, when the image is small enough to keep from validation
     /// (``ArchiveScan/retainedFileLimit``); nil when it is streamed from the archive.
