@@ -184,6 +184,19 @@ import Testing
         }
     }
 
+    @Test("the fuzzer's zip with a nameless entry is accepted, and every image streams back as validated")
+    func theFuzzersNamelessEntryZipStreamsBack() throws {
+        let bundle = try BundleInspector().inspect(path: HostileBundles.zipEntryWithoutAName.path)
+        #expect(bundle.images.count == 4)
+        let reader = BundleEntryReader(bundle: bundle)
+        for image in bundle.images.values.sorted(by: { $0.entryPath < $1.entryPath }) {
+            var streamed: Int64 = 0
+            // The last chunk checks the size and SHA-256 validation recorded.
+            try reader.withImageChunks(image) { streamed += Int64($0.count) }
+            #expect(streamed == image.size, "\(image.entryPath)")
+        }
+    }
+
     @Test("small images are kept from validation with their validated bytes, within a bundle's budget")
     func smallImagesAreKeptFromValidation() async throws {
         try await withTemporaryDirectory { directory in
