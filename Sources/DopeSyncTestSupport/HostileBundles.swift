@@ -15,9 +15,11 @@ public enum HostileBundles {
     /// on it until its limit; a reader without one, for ever.
     public static var selfReproducingGzip: URL { fixture("recursive.gz") }
 
-    /// `make fuzz`'s first finding: a damaged zip whose first file entry has an empty name, then a
-    /// valid bundle. Validation passes over that entry; streaming an image back once counted it,
-    /// found the wrong entry, and failed a valid bundle mid-upload as changed.
+    /// `make fuzz`'s first finding: a damaged zip (no central directory, read front to back) whose
+    /// first file entry has an empty name, then a valid bundle. Validation passes over that entry;
+    /// streaming an image back once counted it and found the wrong entry. Its images are small
+    /// enough to be sent from memory, so only the fuzz target (which streams every image) saw it;
+    /// with images over 256 KiB a valid bundle failed mid-upload as changed.
     public static var zipEntryWithoutAName: URL { fixture("zip-entry-without-a-name.zip") }
 
     /// A valid tar.gz bundle of `sample`, compressed once more by `outer` (`gzip`, `xz`, `zstd`, `bzip2`).
