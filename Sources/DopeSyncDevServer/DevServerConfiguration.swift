@@ -26,6 +26,18 @@ public struct DevServerConfiguration: Sendable {
     /// while a twin is in flight and no 422 for a reused or malformed key. The request log of
     /// `GET /admin/requests` still shows the key sent. `--ignore-idempotency-keys`, default off.
     public var ignoreIdempotencyKeys: Bool = false
+    /// Answer every `/api` POST with this redirect status (301, 302, 303, 307 or 308) and a
+    /// `Location` to ``redirectTargetPath``, where any request gets `200 {"id": 424242}`: a proxy
+    /// or load balancer that redirects, and a page that looks like a create. Nothing is stored.
+    /// `--redirect STATUS`, default none.
+    public var redirectStatus: Int? = nil
+    /// Answer a new record's 201 with `{"id": N}` alone, without the `clientId` api.yaml requires
+    /// (replays keep the full body). `--answer-creates-without-client-id`, default off.
+    public var answerCreatesWithoutClientID: Bool = false
+    /// Where ``redirectStatus`` points.
+    public static let redirectTargetPath = "/elsewhere"
+    /// The redirects `--redirect` can answer.
+    public static let redirectStatuses: Set<Int> = [301, 302, 303, 307, 308]
     /// Whether `GET /api/sessions?clientId=` and `GET /api/sessions/{sessionId}` are served.
     /// Off, both answer ``lookupsStatus`` as a backend without them would, and other methods on
     /// those paths are judged as if the GET routes did not exist; POSTs and the admin routes

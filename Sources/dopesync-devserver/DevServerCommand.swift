@@ -55,6 +55,17 @@ struct DevServerCommand: AsyncParsableCommand {
         help: "Accept Idempotency-Key and ignore it: every POST creates a record.")
     var ignoreIdempotencyKeys = false
 
+    @Option(
+        name: .customLong("redirect"),
+        help: ArgumentHelp(
+            "Answer every /api POST with this redirect (301, 302, 303, 307, 308) to /elsewhere/PATH, "
+                + "where any request gets 200 {\"id\": 424242}."))
+    var redirect: Int?
+    @Flag(
+        name: .customLong("answer-creates-without-client-id"),
+        help: "Answer a new record's 201 with {\"id\": N} only, without its clientId.")
+    var answerCreatesWithoutClientID = false
+
     @Flag(
         name: .customLong("no-lookups"),
         help: "Answer GET /api/sessions?clientId= and GET /api/sessions/ID as a server without them.")
@@ -124,6 +135,13 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.faults.seed = seed
         configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
         configuration.lookups = !noLookups
+        if let redirect {
+            guard DevServerConfiguration.redirectStatuses.contains(redirect) else {
+                throw ValidationError("--redirect takes 301, 302, 303, 307 or 308 (was \(redirect))")
+            }
+            configuration.redirectStatus = redirect
+        }
+        configuration.answerCreatesWithoutClientID = answerCreatesWithoutClientID
         configuration.lookupsStatus = lookupsStatus.flatMap(MissingLookupsStatus.init(rawValue:)) ?? .notFound
         if let tlsCert, let tlsKey {
             configuration.tls = DevServerTLS(certificateChainPath: tlsCert, privateKeyPath: tlsKey, http2: http2)

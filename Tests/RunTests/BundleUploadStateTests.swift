@@ -236,7 +236,9 @@ import Testing
                 == .giveBack(.stopping))
         #expect(
             finish(answering: .imageUnreadable(message: "gone")).finish
-                == .fail(BundleFailure(reason: .bundleChanged, step: chrono.key, message: "gone"), stepAnswered: false))
+                == .fail(
+                    BundleFailure(reason: .changedAfterValidation, step: chrono.key, message: "gone"),
+                    stepAnswered: false))
     }
 
     @Test(

@@ -66,8 +66,12 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringC
 
     /// A step's record is already on the server (or checkpointed) with other content.
     public static let changedAfterUpload = FailureReason(rawValue: "changed_after_upload")
-    /// An image could not be read back from the archive as validation saw it.
-    public static let bundleChanged = FailureReason(rawValue: "bundle_changed")
+    /// The bundle's bytes are no longer those validated (an image read back differs, or holds the
+    /// multipart boundary): someone wrote to it after validation.
+    public static let changedAfterValidation = FailureReason(rawValue: "changed_after_validation")
+    /// A 2xx answer to a create that did not name the record sent (its `clientId`) with a positive
+    /// `id`, each time it was tried: not recorded as created.
+    public static let unconfirmedCreate = FailureReason(rawValue: "unconfirmed_create")
     /// No HTTP answer at all after the retries (refused, reset, timed out).
     public static let unreachable = FailureReason(rawValue: "unreachable")
 }
@@ -186,6 +190,9 @@ public struct RunSummary: Sendable, Hashable {
     public var done: Int
     public var deferred: Int
     public var failed: Int
+    /// Given back to `incoming/` uncounted (the run stopped: a signal, refused credentials, the
+    /// breaker, a misdirected API, `--max-time`): they are due again at once. Not kept in `runs`.
+    public var givenBack: Int = 0
     public var requests: Int
     public var bytes: Int64
     public var seconds: Double

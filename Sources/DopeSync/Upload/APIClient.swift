@@ -19,9 +19,14 @@ public enum StepResponse: Sendable, Equatable {
     case notTrusted(message: String)
     /// Timeout, lost connection, 408, 409, 425, 429, 5xx: try again later.
     case retryable(status: Int?, retryAfter: Duration?, message: String)
-    /// Nothing was sent: the image could not be read back from the archive as validation saw it
-    /// (the bundle changed or broke since). Not the API's answer, so never retried.
+    /// The image could not be read back from the archive as validation saw it (the bundle changed
+    /// or broke since): nothing, or not all of its body, was sent. Not the API's answer, so never
+    /// retried and never counted against the API.
     case imageUnreadable(message: String)
+    /// The answer says the URL does not lead to the API: a redirect (never followed), HTML where
+    /// JSON is due, or (judged by the upload, which knows the step) a 404 from the session
+    /// collection. The configuration's fault, not the bundle's: the run stops, exit 78.
+    case misdirected(message: String)
 }
 
 /// Sends upload steps to the TrueDope API over one pooled HTTP client (connections reused).
@@ -76,6 +81,10 @@ public struct APIClient: Sendable {
         configuration.connectionPool = .init(
             idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(connections, 1))
         configuration.decompression = .disabled
+        // Never follow a redirect: a proxy or server that answers a POST with 3xx would otherwise
+        // get the request again somewhere else, and whatever answers there would be taken for
+        // the API (a "created" from a login page). A 3xx is the configuration's fault (exit 78).
+        configuration.redirectConfiguration = .disallow
         if let caFile = network.caFile {
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.additionalTrustRoots = [.file(caFile)]
@@ -127,7 +136,7 @@ public struct APIClient: Sendable {
         switch step.payload {
         case .json(let bytes):
             request.body = body(ByteBuffer(bytes: bytes))
-            return await execute(request, length: Int64(bytes.count))
+            return await execute(request, clientID: step.clientID, length: Int64(bytes.count))
         case .image(let image, let role, let groupID):
             let framing = MultipartFraming(
                 idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
@@ -141,7 +150,7 @@ public struct APIClient: Sendable {
                 body.writeBytes(bytes)
                 body.writeBytes(framing.tail)
                 request.body = self.body(body)
-                return await execute(request, length: length)
+                return await execute(request, clientID: step.clientID, length: length)
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
@@ -155,7 +164,7 @@ public struct APIClient: Sendable {
             } catch {
                 return (.imageUnreadable(message: "\(error)"), 0)
             }
-            return await execute(request, length: length)
+            return await execute(request, clientID: step.clientID, length: length)
         }
     }
 
@@ -178,16 +187,27 @@ public struct APIClient: Sendable {
     }
 
     /// Sends and classifies per WORKER.md's failure table. The deadline grows with the body.
-    private func execute(_ request: HTTPClientRequest, length: Int64) async -> (StepResponse, bytesSent: Int64) {
+    private func execute(_ request: HTTPClientRequest, clientID: String, length: Int64) async -> (
+        StepResponse, bytesSent: Int64
+    ) {
         do {
             let response = try await http.execute(request, timeout: .init(deadline(forBodyOf: length)))
             let body = try await response.body.collect(upTo: 1 << 20)
             let status = Int(response.status.code)
+            if let misdirected = misdirection(response, url: request.url) {
+                return (.misdirected(message: misdirected), length)
+            }
             let answer = Self.decodeAnswer(body)
             if (200..<300).contains(status) {
-                guard let id = answer.id else {
+                // Only what names the record sent is a create: anything else (a page of a proxy,
+                // another record's answer) is recorded nowhere, and the step's outcome is unknown.
+                guard let id = answer.id, id > 0, answer.clientID == clientID else {
+                    let said = answer.id.map { "id \($0) for clientId \(answer.clientID.map(Self.quoted) ?? "(none)")" }
                     return (
-                        .retryable(status: status, retryAfter: nil, message: "a \(status) answer without an id"), length
+                        .retryable(
+                            status: status, retryAfter: nil,
+                            message: "a \(status) answer that does not confirm the create of clientId \(clientID) "
+                                + "(it says \(said ?? "no id"))"), length
                     )
                 }
                 return (
@@ -204,10 +224,41 @@ public struct APIClient: Sendable {
             default:
                 return (.rejected(status: status, code: answer.code, message: message), length)
             }
+        } catch let error as BundleError {
+            // The image's body stopped itself: its bytes are not the ones validated.
+            return (.imageUnreadable(message: error.description), length)
         } catch {
+            if let changed = Self.bodyError(error) { return (.imageUnreadable(message: changed.description), length) }
             return (classify(error), length)
         }
     }
+
+    /// The ``BundleError`` an image's body threw, if that is what ended the request (AsyncHTTPClient
+    /// may hand it back as it is or wrapped).
+    static func bodyError(_ error: any Error) -> BundleError? {
+        if let error = error as? BundleError { return error }
+        return nil
+    }
+
+    /// Why this answer cannot be the API's, if it cannot: a redirect, or an HTML page. Names the
+    /// status, the URL asked (credentials masked) and where it pointed.
+    func misdirection(_ response: HTTPClientResponse, url: String) -> String? {
+        let status = Int(response.status.code)
+        let shown = MaskedURL.string(url)
+        if (300..<400).contains(status) {
+            let location = response.headers.first(name: "Location").map { " to \(MaskedURL.string($0))" } ?? ""
+            return "the API answered \(status), a redirect\(location), for \(shown): redirects are never followed; "
+                + "point --api (api-url) at the API itself"
+        }
+        let type = response.headers.first(name: "Content-Type")?.lowercased() ?? ""
+        if type.hasPrefix("text/html") || type.hasPrefix("application/xhtml") {
+            return "the API answered \(status) with an HTML page for \(shown), where JSON is due: "
+                + "this URL does not lead to the API (a proxy's or web server's page?)"
+        }
+        return nil
+    }
+
+    static func quoted(_ text: String) -> String { "\"\(text)\"" }
 
     /// How the API answered a lookup (`GET`).
     enum LookupAnswer: Sendable, Equatable {
@@ -231,6 +282,9 @@ public struct APIClient: Sendable {
             let response = try await http.execute(request, timeout: .init(timeouts.request))
             let body = try await response.body.collect(upTo: 16 << 20)
             let status = Int(response.status.code)
+            if let misdirected = misdirection(response, url: request.url) {
+                return .failed(.misdirected(message: misdirected))
+            }
             if status == 200 { return .found(Array(body.readableBytesView)) }
             let message = Self.decodeAnswer(body).message ?? "HTTP \(status)"
             switch status {
@@ -248,15 +302,19 @@ public struct APIClient: Sendable {
 
     /// The API's `{"id": …}` or `{"error": {"code", "message", "field"}}`.
     /// A body that is not JSON, or not one of those, says nothing: nil for each (the status speaks).
-    static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, code: String?, message: String?) {
-        guard let object = (try? JSONValue.parse(buffer.readableBytesView))?.objectValue else { return (nil, nil, nil) }
-        if let id = object["id"]?.numberValue?.intValue { return (Int64(id), nil, nil) }
-        guard let error = object["error"]?.objectValue else { return (nil, nil, nil) }
+    static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, clientID: String?, code: String?, message: String?) {
+        guard let object = (try? JSONValue.parse(buffer.readableBytesView))?.objectValue else {
+            return (nil, nil, nil, nil)
+        }
+        if let id = object["id"]?.numberValue?.intValue {
+            return (Int64(id), object["clientId"]?.stringValue, nil, nil)
+        }
+        guard let error = object["error"]?.objectValue else { return (nil, nil, nil, nil) }
         let code = error["code"]?.stringValue
         var message = error["message"]?.stringValue ?? code ?? "error"
         if let field = error["field"]?.stringValue { message += " (field \(field))" }
         if let code { message = "\(code): \(message)" }
-        return (nil, code, message)
+        return (nil, nil, code, message)
     }
 
     /// `Retry-After` in seconds or as an HTTP date.

@@ -56,6 +56,9 @@ struct BundleUploadState {
         case credentialsRefused(status: Int, message: String)
         /// The API's certificate cannot be trusted: the whole run stops.
         case apiNotTrusted(message: String)
+        /// The answer says the API URL does not lead to the API (a redirect, HTML, a 404 from the
+        /// session collection): the configuration's fault, never the bundle's; the whole run stops.
+        case apiMisdirected(message: String)
         /// A checkpoint could not be recorded.
         case checkpointFailed
     }
@@ -276,6 +279,16 @@ struct BundleUploadState {
             serverIDs[step.key] = id
             phase = .handingIn
             return .handInResult(CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id))
+        case .rejected(404, _, let message) where step.kind == .session:
+            // The session collection itself is not there: the URL is wrong, not the bundle. (A 404
+            // under a record the worker created is the bundle's, below.)
+            return finish(
+                .giveBack(
+                    .apiMisdirected(
+                        message:
+                            "the session collection answered 404 (\(message)): the API URL does not lead to the API")))
+        case .misdirected(let message):
+            return finish(.giveBack(.apiMisdirected(message: message)))
         case .rejected(let status, _, let message):
             return finish(
                 .fail(
@@ -283,7 +296,9 @@ struct BundleUploadState {
                     stepAnswered: true))
         case .imageUnreadable(let message):
             return finish(
-                .fail(BundleFailure(reason: .bundleChanged, step: step.key, message: message), stepAnswered: false))
+                .fail(
+                    BundleFailure(reason: .changedAfterValidation, step: step.key, message: message),
+                    stepAnswered: false))
         case .unauthorized(let status, let message):
             return finish(.giveBack(.credentialsRefused(status: status, message: message)))
         case .notTrusted(let message):
@@ -291,9 +306,15 @@ struct BundleUploadState {
         case .retryable(let status, _, let message):
             // Retries cut short because the run is stopping: not this bundle's attempt.
             if cutShort { return finish(.giveBack(.stopping)) }
-            let failure = BundleFailure(
-                reason: status.map(FailureReason.http) ?? .unreachable, step: step.key, httpStatus: status,
-                message: message)
+            // A 2xx here did not confirm the create (no id, or another clientId): not the API's
+            // refusal either, so it has a reason of its own.
+            let reason: FailureReason =
+                switch status {
+                case nil: .unreachable
+                case let status? where (200..<300).contains(status): .unconfirmedCreate
+                case let status?: .http(status)
+                }
+            let failure = BundleFailure(reason: reason, step: step.key, httpStatus: status, message: message)
             return finish(.deferBundle(failure, answered: status != nil))
         }
     }

@@ -30,6 +30,9 @@ public struct UploadStep: Sendable, Equatable {
     public let parent: Parent
     public let payload: Payload
     public let idempotencyKey: String
+    /// The `clientId` the request sends (for an image or a measurement, its group's id): a create's
+    /// answer must name it, or it is not the answer to this request.
+    public let clientID: String
     /// SHA-256 of what the record says; a done step whose digest changed is `changed_after_upload`.
     public let contentDigest: String
 
@@ -78,6 +81,7 @@ public struct UploadPlan: Sendable {
                 UploadStep(
                     kind: kind, key: key, parent: parent, payload: .json(bytes),
                     idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
+                    clientID: body["clientId"]?.stringValue ?? "",
                     contentDigest: SHA256.hash(data: bytes).hexString
                 ))
         }
@@ -165,6 +169,7 @@ public struct UploadPlan: Sendable {
                     kind: .image, key: key, parent: .group(stepKey: "group:\(reference.groupId)"),
                     payload: .image(image, role: reference.role.rawValue, groupID: reference.groupId),
                     idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
+                    clientID: reference.groupId,
                     contentDigest: SHA256.hash(data: Array(digestInput.utf8)).hexString
                 ))
         }

@@ -55,9 +55,22 @@ final class RunCounters: Sendable {
         var credentialsRefused = false
         /// The API's certificate could not be trusted: no request can go until an operator acts.
         var apiNotTrusted = false
+        /// The API URL does not lead to the API (a redirect, HTML, the session collection's 404).
+        var apiMisdirected = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
         var breaker: CircuitBreaker
+
+        /// What the run exits with: the first reason it stopped for, in order of what a person
+        /// must fix first; else whether a bundle failed.
+        var exitStatus: ExitStatus {
+            if credentialsRefused { return .permissionDenied }
+            if apiNotTrusted { return .apiNotTrusted }
+            if apiMisdirected { return .configuration }
+            if checkpointsFailed { return .cannotCreate }
+            if breaker.isOpen { return .temporaryFailure }
+            return summary.failed > 0 ? .bundlesFailed : .success
+        }
     }
     let runID: String
     let stop: StopRequest
@@ -71,7 +84,10 @@ final class RunCounters: Sendable {
 
     var shouldStop: Bool {
         stop.isRequested
-            || state.withLock { $0.credentialsRefused || $0.apiNotTrusted || $0.checkpointsFailed || $0.breaker.isOpen }
+            || state.withLock {
+                $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
+                    || $0.breaker.isOpen
+            }
     }
     var snapshot: State { state.withLock { $0 } }
 
@@ -101,6 +117,14 @@ final class RunCounters: Sendable {
     }
 
     /// Returns true for the first report only (one log line for the run).
+    func apiMisdirected() -> Bool {
+        state.withLock { state in
+            defer { state.apiMisdirected = true }
+            return !state.apiMisdirected
+        }
+    }
+
+    /// Returns true for the first report only (one log line for the run).
     func checkpointsFailed() -> Bool {
         state.withLock { state in
             defer { state.checkpointsFailed = true }
@@ -114,7 +138,7 @@ final class RunCounters: Sendable {
             case .done: $0.summary.done += 1
             case .failed: $0.summary.failed += 1
             case .deferred: $0.summary.deferred += 1
-            case .returned: break
+            case .returned: $0.summary.givenBack += 1
             }
         }
     }
@@ -232,16 +256,7 @@ public struct Worker: Sendable {
         let state = counters.snapshot
         var summary = state.summary
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
-        let status: ExitStatus =
-            state.credentialsRefused
-            ? .permissionDenied
-            : state.apiNotTrusted
-                ? .apiNotTrusted
-                : state.checkpointsFailed
-                    ? .cannotCreate
-                    : state.breaker.isOpen
-                        ? .temporaryFailure
-                        : summary.failed > 0 ? .bundlesFailed : .success
+        let status = state.exitStatus
         summary.exitCode = status.rawValue
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
@@ -307,7 +322,8 @@ extension Worker {
 extension RunSummary {
     /// The one summary line a run ends with.
     public var line: String {
-        "run finished: \(claimed) claimed, \(done) done, \(deferred) deferred, \(failed) failed; "
+        "run finished: \(claimed) claimed, \(done) done, \(deferred) deferred, \(failed) failed"
+            + (givenBack > 0 ? ", \(givenBack) given back" : "") + "; "
             + "\(requests) requests, \(ByteCount(bytes)) sent at \(ByteRate.text(Double(bytes) / max(seconds, 0.001))); "
             + "\(String(format: "%.1f", seconds)) s"
     }

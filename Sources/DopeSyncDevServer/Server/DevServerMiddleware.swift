@@ -8,6 +8,12 @@ extension HTTPField.Name {
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
 }
 
+/// `--redirect`: the answer to an `/api` POST.
+private struct RedirectAnswer: Error {
+    let status: Int
+    let location: String
+}
+
 /// Outermost middleware: faults for `/api` POSTs, bearer auth, the spec's error bodies (405 with
 /// `Allow` for a method that a known path does not take), one log line and one request-log
 /// entry per request.
@@ -28,6 +34,18 @@ struct DevServerMiddleware: RouterMiddleware {
         var fault: String? = nil
         var response: Response
         do {
+            if path.hasPrefix(DevServerConfiguration.redirectTargetPath) {
+                // What a redirect leads to: a page that answers anything with a plausible "create".
+                response = DevServerState.jsonResponse(status: .ok, body: #"{"id":424242}"#)
+                record(
+                    request, path: path, status: 200, replayed: false, fault: "redirected", since: started,
+                    context: context)
+                return response
+            }
+            if request.method == .post, path.hasPrefix("/api/"), let status = state.configuration.redirectStatus {
+                fault = "redirect"
+                throw RedirectAnswer(status: status, location: DevServerConfiguration.redirectTargetPath + path)
+            }
             if request.method == .post, path.hasPrefix("/api/") {
                 context.faults = state.faults.decide()
                 switch context.faults.early {
@@ -50,6 +68,11 @@ struct DevServerMiddleware: RouterMiddleware {
             response = try await next(request, context)
         } catch let error as APIError {
             response = error.response
+        } catch let redirect as RedirectAnswer {
+            response = Response(
+                status: HTTPResponse.Status(code: redirect.status),
+                headers: [.location: redirect.location, .contentType: "text/plain"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: "moved to \(redirect.location)\n")))
         } catch is ConnectionDroppedAfterCommit {
             record(
                 request, path: path, status: 201, replayed: false, fault: Observatory.droppedFault, since: started,

@@ -135,7 +135,8 @@ final class DevServerState: Sendable {
                     message: "this Idempotency-Key was used for a different request", field: "Idempotency-Key")
             }
             return Self.jsonResponse(
-                status: HTTPResponse.Status(code: stored.status), body: stored.body,
+                status: HTTPResponse.Status(code: stored.status),
+                body: configuration.answerCreatesWithoutClientID ? Self.withoutClientID(stored.body) : stored.body,
                 headers: [.idempotentReplayed: "true"])
         case .created(let id, let clientId):
             observatory.recordCreated(kind)
@@ -146,8 +147,20 @@ final class DevServerState: Sendable {
                 try? await context.channel.close().get()  // the fault is the close; already closed is as good
                 throw ConnectionDroppedAfterCommit()
             }
-            return Self.jsonResponse(status: .created, body: DevServerStore.createdBody(id: id, clientId: clientId))
+            // `--answer-creates-without-client-id`: a backend (or a proxy's page) whose 201 names
+            // no record; a client must not take it for a confirmed create.
+            let body =
+                configuration.answerCreatesWithoutClientID
+                ? #"{"id":\#(id)}"# : DevServerStore.createdBody(id: id, clientId: clientId)
+            return Self.jsonResponse(status: .created, body: body)
         }
+    }
+
+    /// A stored 201 body (``DevServerStore/createdBody(id:clientId:)``) without its `clientId`.
+    static func withoutClientID(_ body: String) -> String {
+        // `{"id":N,"clientId":"UUID"}`: everything from the comma on, replaced by the closing brace.
+        guard let comma = body.firstIndex(of: ",") else { return body }
+        return String(body[..<comma]) + "}"
     }
 
     private func injectLatency(_ context: DevServerRequestContext) async throws {
