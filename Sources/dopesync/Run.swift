@@ -61,12 +61,15 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Cap the run's total upload rate, e.g. 500KiB/s or 2MB/s.")
     var maxRate: String?
 
+    @Flag(help: "Allow an http:// API URL that is not loopback; the token then travels in clear.")
+    var allowInsecureHTTP = false
+
     func run() async throws {
         let typed: [(RunSetting, String?)] = [
             (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
             (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
             (.logFormat, logFormat), (.metricsFile, metricsFile), (.caFile, caFile), (.proxy, proxy),
-            (.maxRate, maxRate),
+            (.maxRate, maxRate), (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
         ]
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },

@@ -74,9 +74,10 @@ import Testing
     func precedence() async throws {
         try await withTemporaryDirectory { directory in
             let job = try Self.write(
-                "spool: ./from-file\napi: http://file.test\nconcurrency: 2\nmin-age: 1m\nmax-bundles:\n", to: directory)
+                "spool: ./from-file\napi: https://file.test\nconcurrency: 2\nmin-age: 1m\nmax-bundles:\n", to: directory
+            )
             let environment = [
-                "DOPESYNC_API_URL": "http://environment.test", "DOPESYNC_CONCURRENCY": "3",
+                "DOPESYNC_API_URL": "https://environment.test", "DOPESYNC_CONCURRENCY": "3",
                 "DOPESYNC_API_TOKEN": "from-environment",
                 "DOPESYNC_MAX_TIME": "90s",
             ]
@@ -84,7 +85,7 @@ import Testing
                 commandLine: [.concurrency: "5"], environment: environment, jobFile: job)
             #expect(settings.concurrency == 5)  // command line
             #expect(settings.sources["concurrency"] == .commandLine)
-            #expect(settings.apiURL == "http://environment.test")  // environment over the file
+            #expect(settings.apiURL == "https://environment.test")  // environment over the file
             #expect(settings.sources["api"] == .environment(variable: "DOPESYNC_API_URL"))
             #expect(settings.maxTime == .seconds(90))
             #expect(settings.spool == "./from-file")  // file over the default
@@ -104,7 +105,7 @@ import Testing
     @Test("an unknown key names the file, the line and the key, with a suggestion for a typo")
     func unknownKey() async throws {
         try await withTemporaryDirectory { directory in
-            let job = try Self.write("spool: ./spool\napi: http://x.test\nconcurency: 8\n", to: directory)
+            let job = try Self.write("spool: ./spool\napi: https://x.test\nconcurency: 8\n", to: directory)
             let error = try #require(Self.failure(environment: ["DOPESYNC_API_TOKEN": "t"], jobFile: job))
             #expect(error.code == .unknownKey)
             #expect(error.key == "concurency")
@@ -180,10 +181,10 @@ import Testing
             #expect(noAPI.code == .missing && noAPI.key == "api")
             #expect("\(noAPI)".contains("--api, DOPESYNC_API_URL or `api:` in a job file"))
 
-            let noToken = try #require(Self.failure(environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+            let noToken = try #require(Self.failure(environment: ["DOPESYNC_API_URL": "https://x.test"], jobFile: nil))
             #expect(noToken.code == .missing && noToken.key == "token-file")
 
-            let job = try Self.write("api: http://x.test\ntoken-file: \(directory.path)/absent\n", to: directory)
+            let job = try Self.write("api: https://x.test\ntoken-file: \(directory.path)/absent\n", to: directory)
             let unreadable = try #require(Self.failure(jobFile: job))
             #expect(unreadable.code == .unreadableTokenFile)
             #expect(unreadable.source == .jobFile(path: job, line: 2))
@@ -191,7 +192,8 @@ import Testing
             let empty = try Self.tokenFile(in: directory, "")
             let emptyError = try #require(
                 Self.failure(
-                    commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "http://x.test"], jobFile: nil))
+                    commandLine: [.tokenFile: empty], environment: ["DOPESYNC_API_URL": "https://x.test"], jobFile: nil)
+            )
             #expect(emptyError.code == .unreadableTokenFile)
             #expect(
                 emptyError.exitStatus == .configuration, "a token file is configuration, even when named by an option")
@@ -199,7 +201,7 @@ import Testing
             // A token typed where the file's path belongs is never echoed.
             let mistake = try #require(
                 Self.failure(
-                    commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "http://x.test"],
+                    commandLine: [.tokenFile: "s3cretTokenValue"], environment: ["DOPESYNC_API_URL": "https://x.test"],
                     jobFile: nil))
             #expect(mistake.code == .unreadableTokenFile)
             #expect(!"\(mistake)".contains("s3cretTokenValue"), "\(mistake)")
@@ -220,7 +222,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let token = try Self.tokenFile(in: directory, mode: 0o644)
             let settings = try RunConfiguration.resolve(
-                commandLine: [.tokenFile: token, .api: "http://x.test"], environment: [:], jobFile: nil)
+                commandLine: [.tokenFile: token, .api: "https://x.test"], environment: [:], jobFile: nil)
             #expect(settings.token == "s3cret-token")
             #expect(
                 settings.warnings == ["the token file \(token) can be read by other users (mode 644); chmod 600 it"])

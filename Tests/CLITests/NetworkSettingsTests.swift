@@ -27,7 +27,8 @@ import Testing
         let https = try resolve(environment: environment)
         #expect(https.proxy == .through(HTTPProxy(host: "secure-proxy", port: 3128)))
         #expect(https.sources["proxy"] == .environment(variable: "https_proxy"))
-        let http = try resolve(api: "http://api.example.com", environment: environment)
+        let http = try resolve(
+            api: "http://api.example.com", commandLine: [.allowInsecureHTTP: "true"], environment: environment)
         #expect(http.proxy == .through(HTTPProxy(host: "plain-proxy", port: 8080)))
         #expect(try resolve(environment: ["ALL_PROXY": "http://all:9"]).proxy.proxy?.host == "all")
         #expect(try resolve().proxy == .direct)
@@ -105,5 +106,39 @@ import Testing
         // A second later the debt is paid and the bucket refilled, but only up to the burst.
         #expect(limit.take(100_000, now: start + .seconds(2)) == .zero)
         #expect(limit.take(1, now: start + .seconds(2)) > .zero)
+    }
+
+    @Test(
+        "plain http to a host that is not loopback is refused (exit 78) unless allow-insecure-http: true, which warns")
+    func plainHTTPNeedsConsent() throws {
+        #expect(throws: ConfigurationError.self) { try resolve(api: "http://api.example.com") }
+        do {
+            _ = try resolve(api: "http://ops:Secr3t@api.example.com/v1")
+        } catch {
+            #expect(error.code == .insecureAPI && error.exitStatus == .configuration)
+            #expect("\(error)".contains("http://***@api.example.com/v1"), "\(error)")
+            #expect(!"\(error)".contains("Secr3t"), "\(error)")
+            #expect("\(error)".contains("allow-insecure-http: true"), "\(error)")
+        }
+        let allowed = try resolve(api: "http://api.example.com", commandLine: [.allowInsecureHTTP: "true"])
+        #expect(allowed.warnings.contains { $0.contains("travel in clear") }, "\(allowed.warnings)")
+        for loopback in ["http://127.0.0.1:8080", "http://127.9.9.9", "http://localhost:9", "http://[::1]:8080"] {
+            let settings = try resolve(api: loopback)
+            #expect(settings.warnings.isEmpty, "\(loopback): \(settings.warnings)")
+        }
+        #expect(try resolve(api: "https://api.example.com").warnings.isEmpty)
+    }
+
+    @Test("user information in the API URL is masked in the settings line and in errors")
+    func apiCredentialsAreMasked() throws {
+        let settings = try resolve(api: "https://apiuser:ApiPassw0rd@api.example.com")
+        #expect("\(settings)".contains("api=https://***@api.example.com"), "\(settings)")
+        #expect(!"\(settings)".contains("ApiPassw0rd"))
+        do {
+            _ = try resolve(api: "ftp://apiuser:ApiPassw0rd@api.example.com")
+            Issue.record("an ftp URL was taken")
+        } catch {
+            #expect(!"\(error)".contains("ApiPassw0rd") && "\(error)".contains("ftp://***@api.example.com"), "\(error)")
+        }
     }
 }

@@ -69,8 +69,10 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         {
             guard let (text, source) = try lookup(setting) else { return nil }
             guard let value = parse(text.trimmingCharacters(in: .whitespaces)) else {
+                // A URL may carry a password: shown masked, like every URL.
+                let shown = setting == .api ? MaskedURL.string(text) : DisplayText.escaped(text)
                 throw ConfigurationError(
-                    .badValue, key: setting.key, source: source, message: "\"\(text)\" is not \(expected)")
+                    .badValue, key: setting.key, source: source, message: "\"\(shown)\" is not \(expected)")
             }
             return value
         }
@@ -113,6 +115,21 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             )
         }
         configuration.apiURL = api
+        let allowInsecure =
+            try parsed(.allowInsecureHTTP, expected: "true or false", Self.boolean) ?? false
+        if let host = Self.plainHTTPHost(api) {
+            guard allowInsecure else {
+                throw ConfigurationError(
+                    .insecureAPI, key: RunSetting.api.key,
+                    source: configuration.sources[RunSetting.api.key] ?? .builtInDefault,
+                    message: "\(MaskedURL.string(api)) is plain http to \(host), which is not this machine: the token "
+                        + "would travel in clear; use https://, or set allow-insecure-http: true if the network is trusted"
+                )
+            }
+            configuration.warnings.append(
+                "the API URL \(MaskedURL.string(api)) is plain http to \(host) (allow-insecure-http: true): "
+                    + "the token and every record travel in clear; anyone on the path can read and replay them")
+        }
         try configuration.resolveToken(tokenFile: lookup(.tokenFile), environment: environment, jobFile: jobFile)
         configuration.maxRate = try parsed(.maxRate, expected: "a rate (\(ByteRate.examples))", ByteRate.parse)
         if let (path, source) = try lookup(.caFile) {
@@ -198,6 +215,27 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
     }
 
+    /// `true`/`false` as YAML and people write them.
+    static func boolean(_ text: String) -> Bool? {
+        switch text.lowercased() {
+        case "true", "yes", "on", "1": true
+        case "false", "no", "off", "0": false
+        default: nil
+        }
+    }
+
+    /// The host of an `http://` URL that is not loopback (127.0.0.0/8, ::1, localhost); nil for
+    /// https, or for loopback, where nothing leaves the machine.
+    static func plainHTTPHost(_ text: String) -> String? {
+        guard let url = URL(string: text), url.scheme?.lowercased() == "http", let host = url.host?.lowercased()
+        else { return nil }
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        if bare == "localhost" || bare.hasSuffix(".localhost") || bare == "::1" { return nil }
+        let octets = bare.split(separator: ".")
+        if octets.count == 4, octets.allSatisfy({ UInt8($0) != nil }), octets[0] == "127" { return nil }
+        return host
+    }
+
     static func apiURL(_ text: String) -> String? {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
             let host = url.host, !host.isEmpty
@@ -209,7 +247,8 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     /// came from; never the token itself.
     public var description: String {
         var parts: [(key: String, value: String)] = [
-            ("spool", spool), ("api", apiURL), ("concurrency", "\(concurrency)"), ("min-age", "\(minAge)"),
+            ("spool", spool), ("api", MaskedURL.string(apiURL)), ("concurrency", "\(concurrency)"),
+            ("min-age", "\(minAge)"),
         ]
         if let maxBundles { parts.append(("max-bundles", "\(maxBundles)")) }
         if let maxTime { parts.append(("max-time", "\(maxTime)")) }

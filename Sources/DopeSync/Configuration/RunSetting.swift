@@ -47,11 +47,15 @@ extension RunSetting {
             + "(default: https_proxy, http_proxy and no_proxy, as curl reads them)")
     public static let maxRate = RunSetting(
         "max-rate", help: "cap the whole run's upload rate, e.g. 500KiB/s or 2MB/s (default: no cap)")
+    public static let allowInsecureHTTP = RunSetting(
+        "allow-insecure-http",
+        help: "true: allow an http:// API URL that is not loopback, although the token then travels in clear "
+            + "(default false: only https://, or http:// to 127.0.0.1, ::1 or localhost)")
 
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [
         .spool, .api, .tokenFile, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat, .metricsFile,
-        .caFile, .proxy, .maxRate,
+        .caFile, .proxy, .maxRate, .allowInsecureHTTP,
     ]
 
     /// The token itself comes only from the environment (or from `token-file`), never from a job
@@ -98,6 +102,8 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
         public static let unreadableTokenFile = Code(rawValue: "unreadable_token_file")
         /// The CA file cannot be read or holds no PEM certificate.
         public static let unreadableCAFile = Code(rawValue: "unreadable_ca_file")
+        /// An `http://` API URL that is not loopback, without `allow-insecure-http: true`.
+        public static let insecureAPI = Code(rawValue: "insecure_api_url")
     }
 
     public let code: Code
