@@ -210,18 +210,14 @@ final class ArchiveReader {
     private let archive: OpaquePointer
     private let input: ArchiveInput
     let path: String
+    /// The file it must be, when it must be one (a claimed bundle).
+    private let expected: FileIdentity?
     private var entryIndex = 0
     /// The compression filter the file starts with, if any.
     private let outerFilter: CompressionMagic?
 
-    fileprivate init(path: String, budget: ReadBudget, blockSize: Int) throws(BundleError) {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            let code = errno
-            throw BundleError(
-                code == ENOENT ? .notAnArchive : .io, culprit: path,
-                message: "cannot open: \(String(cString: strerror(code)))")
-        }
+    fileprivate init(path: String, expected: FileIdentity?, budget: ReadBudget, blockSize: Int) throws(BundleError) {
+        let descriptor = try Self.openRegularFile(path, expected: expected)
         let input = ArchiveInput(descriptor: descriptor, blockSize: blockSize, budget: budget, path: path)
         var prefix = [UInt8](repeating: 0, count: CompressionMagic.sniffLength)
         let sniffed = pread(descriptor, &prefix, prefix.count, 0)
@@ -251,18 +247,61 @@ final class ArchiveReader {
         // Opened before `self` is complete, so a failure frees the handle here and deinit never runs.
         if withUTF8Names({ archive_read_open1(archive) }) != ARCHIVE_OK {
             let error = Self.explainNesting(
-                Self.classify(archive, input: input, culprit: path, during: nil), path: path, filter: magic)
+                Self.classify(archive, input: input, culprit: path, during: nil), path: path, expected: expected,
+                filter: magic)
             archive_read_free(archive)
             throw error
         }
         self.archive = archive
         self.input = input
         self.path = path
+        self.expected = expected
         self.outerFilter = magic
     }
 
     deinit {
         archive_read_free(archive)
+    }
+
+    /// Opens `path` for reading without waiting on a FIFO (O_NONBLOCK) and checks that it is a
+    /// regular file. With `expected` (a claimed bundle) it also follows no symlink (O_NOFOLLOW) and
+    /// checks that it is the very file (device and inode) that was claimed: whatever was put at a
+    /// claimed path since is never read. (Without, a person's `inspect` of a symlink is read.)
+    /// Returns the descriptor, in blocking mode again.
+    static func openRegularFile(_ path: String, expected: FileIdentity?) throws(BundleError) -> Int32 {
+        let noFollow = expected == nil ? 0 : O_NOFOLLOW
+        let descriptor = open(path, O_RDONLY | noFollow | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ELOOP && expected != nil {
+                throw BundleError(
+                    .replacedAfterClaim, culprit: path,
+                    message: "is now a symbolic link, not the file that was claimed: it is not followed")
+            }
+            throw BundleError(
+                code == ENOENT ? .notAnArchive : .io, culprit: path,
+                message: "cannot open: \(String(cString: strerror(code)))")
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw BundleError(.io, culprit: path, message: "cannot stat: \(String(cString: strerror(code)))")
+        }
+        let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        if let expected, identity != expected {
+            close(descriptor)
+            throw BundleError(
+                .replacedAfterClaim, culprit: path,
+                message: "is no longer the file that was claimed (something else was put in its place): it is not read")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(descriptor)
+            throw BundleError(.notAnArchive, culprit: path, message: "is not a regular file")
+        }
+        // A regular file's reads never wait anyway; blocking mode is what libarchive's callbacks expect.
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
+        return descriptor
     }
 
     /// The next entry's header, or nil at the end of the archive.
@@ -279,7 +318,8 @@ final class ArchiveReader {
             return header(of: entry, warning: status == ARCHIVE_WARN ? Self.errorString(archive) : nil)
         default:
             let error = unreadable(during: "reading the next entry")
-            throw entryIndex == 0 ? Self.explainNesting(error, path: path, filter: outerFilter) : error
+            throw entryIndex == 0
+                ? Self.explainNesting(error, path: path, expected: expected, filter: outerFilter) : error
         }
     }
 
@@ -342,21 +382,23 @@ final class ArchiveReader {
     /// compressed data again is a nested stream, and a stream that breaks off is truncated or
     /// damaged (libarchive's format detection reports both as an unknown format once filter
     /// detection is off). Either says more to a person than "not an archive".
-    private static func explainNesting(_ error: BundleError, path: String, filter outer: CompressionMagic?)
-        -> BundleError
-    {
+    private static func explainNesting(
+        _ error: BundleError, path: String, expected: FileIdentity?, filter outer: CompressionMagic?
+    ) -> BundleError {
         guard error.code == .notAnArchive, let outer, let code = outer.allowedFilter else { return error }
-        return probeInside(path: path, filter: code, name: outer.rawValue) ?? error
+        return probeInside(path: path, expected: expected, filter: code, name: outer.rawValue) ?? error
     }
 
     /// Unpacks the start of the `filter` stream (at most 64 KiB, with libarchive's "raw" format: a
     /// single entry of the stream's bytes), never more, so a stream that unpacks into itself costs
     /// one block here. Returns what is wrong with it, if that can be said.
-    private static func probeInside(path: String, filter: Int32, name: String) -> BundleError? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0, let archive = archive_read_new() else { return nil }
-        defer { archive_read_free(archive) }
+    private static func probeInside(path: String, expected: FileIdentity?, filter: Int32, name: String) -> BundleError?
+    {
+        guard let descriptor = try? openRegularFile(path, expected: expected) else { return nil }  // the open said why
+        // The input owns the descriptor from here, so it is closed whether or not libarchive starts.
         let input = ArchiveInput(descriptor: descriptor, blockSize: 16 * 1024, budget: .unbounded, path: path)
+        guard let archive = archive_read_new() else { return nil }
+        defer { archive_read_free(archive) }
         archive_read_append_filter(archive, filter)
         archive_read_support_format_raw(archive)
         archive_read_set_read_callback(archive) { ArchiveInput.read($0, $1, $2) }
@@ -466,18 +508,20 @@ enum EntryName {
 /// done with it (unless `body` keeps it: then use ``ArchiveReader/opening(path:budget:blockSize:)``).
 func withArchiveReader<T>(
     path: String,
+    expected: FileIdentity? = nil,
     budget: ReadBudget = .unbounded,
     blockSize: Int = 64 * 1024,
     _ body: (ArchiveReader) throws(BundleError) -> T
 ) throws(BundleError) -> T {
-    try body(ArchiveReader.opening(path: path, budget: budget, blockSize: blockSize))
+    try body(ArchiveReader.opening(path: path, expected: expected, budget: budget, blockSize: blockSize))
 }
 
 extension ArchiveReader {
     /// Opens the archive at `path` for a reader that is kept: it closes when its last reference goes.
+    /// With `expected`, only that very file is read (see ``openRegularFile(_:expected:)``).
     static func opening(
-        path: String, budget: ReadBudget = .unbounded, blockSize: Int = 64 * 1024
+        path: String, expected: FileIdentity? = nil, budget: ReadBudget = .unbounded, blockSize: Int = 64 * 1024
     ) throws(BundleError) -> ArchiveReader {
-        try ArchiveReader(path: path, budget: budget, blockSize: blockSize)
+        try ArchiveReader(path: path, expected: expected, budget: budget, blockSize: blockSize)
     }
 }

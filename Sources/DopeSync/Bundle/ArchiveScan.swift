@@ -46,10 +46,10 @@ struct ArchiveScan: Sendable {
 
     /// Reads the whole archive at `path` once. Throws only for errors that stop the reading
     /// (unreadable, truncated, damaged, limits passed); other problems land in ``errors``.
-    static func scan(path: String, limits: BundleLimits, budget: ReadBudget = .unbounded) throws(BundleError)
-        -> ArchiveScan
-    {
-        try withArchiveReader(path: path, budget: budget) { reader throws(BundleError) in
+    static func scan(
+        path: String, expected: FileIdentity? = nil, limits: BundleLimits, budget: ReadBudget = .unbounded
+    ) throws(BundleError) -> ArchiveScan {
+        try withArchiveReader(path: path, expected: expected, budget: budget) { reader throws(BundleError) in
             var scan = ArchiveScan()
             var seenPaths: Set<String> = []
             var bufferedTopFolder: String?

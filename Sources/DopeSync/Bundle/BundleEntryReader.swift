@@ -80,7 +80,7 @@ public final class BundleEntryReader {
             finished = true
             guard size == image.size, hasher.finalize().hexString == image.sha256 else {
                 throw BundleError(
-                    .damaged, culprit: image.entryPath,
+                    .changedAfterValidation, culprit: image.entryPath,
                     message: "changed since it was validated (now \(size) bytes, was \(image.size))"
                 )
             }
@@ -92,7 +92,7 @@ public final class BundleEntryReader {
     private func position(at image: BundleImage) throws(BundleError) -> ArchiveReader {
         if reader == nil || image.ordinal < nextOrdinal {
             reader = nil
-            reader = try ArchiveReader.opening(path: bundle.path)
+            reader = try ArchiveReader.opening(path: bundle.path, expected: bundle.identity)
             openCount += 1
             nextOrdinal = 0
         }
@@ -104,12 +104,12 @@ public final class BundleEntryReader {
                 let path = EntryPath.normalise(header.rawPath).successValue
                 guard path == image.entryPath else {
                     throw BundleError(
-                        .damaged, culprit: image.entryPath,
+                        .changedAfterValidation, culprit: image.entryPath,
                         message: "the archive changed since it was validated (found \(header.rawPath))")
                 }
                 return reader
             }
         }
-        throw BundleError(.damaged, culprit: image.entryPath, message: "no longer in the archive")
+        throw BundleError(.changedAfterValidation, culprit: image.entryPath, message: "no longer in the archive")
     }
 }

@@ -33,6 +33,8 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
             case overTimeBudget = "over_time_budget"
             case readingStopped = "reading_stopped"
             case readerCrashed = "reader_crashed"
+            case changedAfterValidation = "changed_after_validation"
+            case replacedAfterClaim = "replaced_after_claim"
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -79,6 +81,12 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
         public static let readingStopped = Code(.readingStopped)
         /// Reading the bundle was cut short by a crash or kill too often: it is not opened again.
         public static let readerCrashed = Code(.readerCrashed)
+        /// The bytes read back for an upload are not the ones validated (the file was written to
+        /// since), or an image holds its request's multipart boundary.
+        public static let changedAfterValidation = Code(.changedAfterValidation)
+        /// The path of a claimed bundle no longer names the file claimed (a symlink, a FIFO or
+        /// another file was put there): nothing is read from it.
+        public static let replacedAfterClaim = Code(.replacedAfterClaim)
 
         /// The short, stable text form (`decompression_bomb`), as written to sidecars and JSON.
         public var description: String { base.rawValue }

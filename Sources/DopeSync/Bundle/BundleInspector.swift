@@ -29,10 +29,23 @@ public struct BundleImage: Sendable, Hashable {
     }
 }
 
+/// Which file a path named when it was claimed: a device and an inode.
+public struct FileIdentity: Sendable, Hashable {
+    public var device: UInt64
+    public var inode: UInt64
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+}
+
 /// A bundle that passed every check of BUNDLE.md: what it holds and where.
 public struct ValidatedBundle: Sendable {
     /// The bundle file.
     public var path: String
+    /// The file that was read, when it had to be that one (a claimed bundle): every later read
+    /// of its images checks that `path` still names it.
+    public var identity: FileIdentity?
     /// The container as libarchive names it, and the compression filters.
     public var container: String
     public var filters: [String]
@@ -64,12 +77,17 @@ public struct BundleInspector: Sendable {
     /// Validates the bundle at `path`; throws every reason it is unacceptable. The reading has a
     /// time budget (``BundleLimits/readingTime(forFileOfSize:)``) and ends early, with
     /// ``BundleError/Code/readingStopped``, once `stop` is requested.
-    public func inspect(path: String, stop: StopRequest? = nil) throws(BundleValidationError) -> ValidatedBundle {
+    ///
+    /// With `expected` (a claimed bundle), only that very file is read: a symlink, a FIFO or another
+    /// file put at `path` since the claim fails with ``BundleError/Code/replacedAfterClaim``.
+    public func inspect(path: String, expected: FileIdentity? = nil, stop: StopRequest? = nil)
+        throws(BundleValidationError) -> ValidatedBundle
+    {
         let scan: ArchiveScan
         do {
             let size = FileSystem.size(ofPath: path) ?? 0
             let budget = ReadBudget(time: limits.readingTime(forFileOfSize: size), stop: stop)
-            scan = try ArchiveScan.scan(path: path, limits: limits, budget: budget)
+            scan = try ArchiveScan.scan(path: path, expected: expected, limits: limits, budget: budget)
         } catch {
             throw BundleValidationError(bundle: path, errors: [error])
         }
@@ -139,6 +157,7 @@ public struct BundleInspector: Sendable {
         let used = Set([sessionPath, manifestPath] + images.values.map(\.entryPath))
         return ValidatedBundle(
             path: path,
+            identity: expected,
             container: scan.container,
             filters: scan.filters,
             root: root,

@@ -56,6 +56,9 @@ public final class ClaimedBundle: Sendable {
     /// `processing/NAME`: where to read the bundle while it is claimed.
     public var path: String { spool.path(.processing, name) }
 
+    /// The file claimed: every read of ``path`` checks it is still this one.
+    public var identity: FileIdentity { FileIdentity(device: device, inode: inode) }
+
     /// Whether the claim is still held (no move and no release yet).
     public var isHeld: Bool { state.withLock { $0.descriptor != nil } }
 

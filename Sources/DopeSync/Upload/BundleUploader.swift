@@ -71,11 +71,15 @@ struct BundleUploader: Sendable {
         }
 
         let bundle: ValidatedBundle
-        switch await Self.inspect(claimed.path, size: claimed.size, limits: limits, stop: counters.stop) {
+        switch await Self.inspect(
+            claimed.path, identity: claimed.identity, size: claimed.size, limits: limits, stop: counters.stop)
+        {
         case .success(let valid):
             bundle = valid
         case .failure(let error) where error.code == .readingStopped:
             return await giveBack(claimed, logger: logger)
+        case .failure(let error) where error.code == .replacedAfterClaim:
+            return leaveReplaced(claimed, error.errors[0].description, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
             let failure = BundleFailure(reason: FailureReason(error.code), message: error.description)
@@ -259,6 +263,11 @@ struct BundleUploader: Sendable {
                     "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
                 counters.credentialsRefused()
             }
+            if case .apiMisdirected(let message) = why, counters.apiMisdirected() {
+                logger.error(
+                    "the API URL does not lead to the API: the run stops and gives bundles back (exit 78)",
+                    metadata: ["api.url": "\(MaskedURL.string(client.baseURL))", "message": "\(message)"])
+            }
             if case .apiNotTrusted(let message) = why, counters.apiNotTrusted() {
                 logger.error(
                     "the API cannot be trusted: the run stops and gives bundles back (exit 76)",
@@ -367,12 +376,12 @@ struct BundleUploader: Sendable {
     /// loops in `dopesync` (Swift's global executor there), which must keep the other bundles'
     /// connections moving. A small one is read where it is: sending every bundle to the pool and
     /// back cost the run about a tenth more CPU in all, in thread switches.
-    static func inspect(_ path: String, size: Int64, limits: BundleLimits, stop: StopRequest) async -> Result<
-        ValidatedBundle, BundleValidationError
-    > {
+    static func inspect(
+        _ path: String, identity: FileIdentity?, size: Int64, limits: BundleLimits, stop: StopRequest
+    ) async -> Result<ValidatedBundle, BundleValidationError> {
         let inspect = { @Sendable in
             Result { () throws(BundleValidationError) in
-                try BundleInspector(limits: limits).inspect(path: path, stop: stop)
+                try BundleInspector(limits: limits).inspect(path: path, expected: identity, stop: stop)
             }
         }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
@@ -514,6 +523,17 @@ struct BundleUploader: Sendable {
             claimed.release()
             return .returned
         }
+    }
+
+    /// Something else was put at `processing/NAME` after the claim (only the worker's own user, or
+    /// root, can write there): it is not read, not moved and not blamed on a bundle; the claim
+    /// ends and a person is told, once per run that finds it.
+    private func leaveReplaced(_ claimed: ClaimedBundle, _ why: String, logger: Logger) -> UploadOutcome {
+        logger.error(
+            "a claimed bundle was replaced in processing/: what is there now is left alone for a person",
+            metadata: ["error": "\(why)"])
+        claimed.release()
+        return .returned
     }
 
     private func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
