@@ -11,6 +11,9 @@ struct ScannedFile: Sendable, Hashable {
     var sha256: String
     /// The first bytes, enough to recognise an image type.
     var prefix: [UInt8]
+    /// Whether the bytes hold ``MultipartFraming/boundaryMarker`` anywhere: then no boundary made
+    /// from the step's key alone can be proven absent from them (see ``MultipartFraming``).
+    var holdsBoundaryMarker = false
 }
 
 /// Everything one pass over an archive found, before the bundle's own rules are applied.
@@ -98,6 +101,7 @@ struct ArchiveScan: Sendable {
                 // Every entry's data goes through the volume checks, even one already refused:
                 // letting libarchive skip it would unpack it unseen, and a bomb could hide there.
                 var hasher = SHA256()
+                var marker = StreamingSearch(MultipartFraming.boundaryMarker)
                 var size: Int64 = 0
                 var prefix: [UInt8] = []
                 while true {
@@ -109,6 +113,7 @@ struct ArchiveScan: Sendable {
                     guard accepted else { continue }
                     let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
                     hasher.update(bufferPointer: chunk)
+                    marker.update(chunk)
                     if prefix.count < ImageType.sniffLength {
                         prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
                     }
@@ -132,7 +137,7 @@ struct ArchiveScan: Sendable {
                 scan.files.append(
                     ScannedFile(
                         path: path, ordinal: scan.entryCount - 1, size: size,
-                        sha256: hasher.finalize().hexString, prefix: prefix
+                        sha256: hasher.finalize().hexString, prefix: prefix, holdsBoundaryMarker: marker.found
                     ))
                 if let keep { scan.buffered[path] = keep }
                 if let retain, scan.retainedBytes + size <= retainedTotalLimit {

@@ -11,6 +11,8 @@ public struct BundleImage: Sendable, Hashable {
     public var type: ImageType
     /// The entry's position in the archive, counting every entry (``ScannedFile/ordinal``).
     var ordinal: Int
+    /// Whether its bytes hold ``MultipartFraming/boundaryMarker`` (``ScannedFile/holdsBoundaryMarker``).
+    var holdsBoundaryMarker = false
     /// The validated bytes themselves, when the image is small enough to keep from validation
     /// (``ArchiveScan/retainedFileLimit``); nil when it is streamed from the archive.
     var bytes: [UInt8]?
@@ -134,10 +136,12 @@ public struct BundleInspector: Sendable {
                     ))
                 continue
             }
-            images[reference.fileName] = BundleImage(
+            var image = BundleImage(
                 fileName: reference.fileName, entryPath: entryPath, size: file.size,
                 sha256: file.sha256, type: type, ordinal: file.ordinal, bytes: scan.retained[entryPath]
             )
+            image.holdsBoundaryMarker = file.holdsBoundaryMarker
+            images[reference.fileName] = image
         }
 
         let manifestPath = root + "manifest.json"

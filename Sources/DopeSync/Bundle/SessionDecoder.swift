@@ -225,6 +225,11 @@ final class SessionDecoder {
             return name
         case .notPlain:
             report(path, .badFileName, "not a plain file name (was \(Self.describe(value)))")
+        case .controlCharacter:
+            report(
+                path, .badFileName,
+                "holds a control character (a line break, a tab, ESC…), which no file name may (was \(Self.describe(value)))"
+            )
         case .tooLong:
             report(
                 path, .badFileName,

@@ -104,6 +104,9 @@ enum SessionFieldFormats {
         {
             return .notPlain
         }
+        // A name goes into a multipart part's headers and into logs: a CR/LF there would forge
+        // header lines, an ESC would rewrite a terminal.
+        if name.unicodeScalars.contains(where: DisplayText.isControl) { return .controlCharacter }
         return name.utf8.count > maxFileNameBytes ? .tooLong : nil
     }
 
@@ -111,6 +114,7 @@ enum SessionFieldFormats {
 
     enum FileNameProblem {
         case notPlain
+        case controlCharacter
         case tooLong
     }
 

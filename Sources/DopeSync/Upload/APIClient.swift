@@ -143,6 +143,10 @@ public struct APIClient: Sendable {
             request.headers.add(name: "Content-Type", value: framing.contentType)
             let length = framing.contentLength(imageSize: image.size)
             if let bytes = bytesInMemory(image) {
+                // The bytes validation kept; the check costs a search of at most 256 KiB.
+                var search = StreamingSearch(framing.delimiter)
+                search.update(bytes)
+                if search.found { return (.imageUnreadable(message: MultipartBody.holdsBoundary(image)), 0) }
                 // One buffer sized up front: one copy of the image, straight into the body.
                 var body = ByteBuffer()
                 body.reserveCapacity(Int(length))
@@ -399,11 +403,15 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     let framing: MultipartFraming
     let chunks: BundleEntryReader.ImageChunks
 
+    /// Each chunk is searched for the boundary before it goes out, and the image's size and
+    /// SHA-256 are checked before the closing delimiter does: bytes rewritten since validation
+    /// end the request short of its length, so no server can take it for a whole one.
     struct AsyncIterator: AsyncIteratorProtocol {
         enum Part { case head, image, end }
         var part = Part.head
         let framing: MultipartFraming
         var chunks: BundleEntryReader.ImageChunks
+        var search: StreamingSearch
 
         mutating func next() async throws -> ByteBuffer? {
             switch part {
@@ -411,7 +419,15 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
                 part = .image
                 return ByteBuffer(bytes: framing.head)
             case .image:
-                if let chunk = try chunks.next() { return ByteBuffer(bytes: chunk) }
+                if let chunk = try chunks.next() {
+                    search.update(chunk)
+                    if search.found {
+                        throw BundleError(
+                            .changedAfterValidation, culprit: chunks.image.entryPath,
+                            message: MultipartBody.holdsBoundary(chunks.image))
+                    }
+                    return ByteBuffer(bytes: chunk)
+                }
                 part = .end
                 return ByteBuffer(bytes: framing.tail)
             case .end:
@@ -420,5 +436,12 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
         }
     }
 
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(framing: framing, chunks: chunks) }
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(framing: framing, chunks: chunks, search: StreamingSearch(framing.delimiter))
+    }
+
+    static func holdsBoundary(_ image: BundleImage) -> String {
+        "\(image.entryPath) now holds its request's multipart boundary, which validation did not see: "
+            + "the bundle was written to after it was validated; nothing of this image was sent whole"
+    }
 }

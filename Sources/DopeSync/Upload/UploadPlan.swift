@@ -184,19 +184,31 @@ public struct UploadPlan: Sendable {
     }
 }
 
-/// The multipart/form-data framing of an image upload, with a boundary derived from the step's
-/// idempotency key: a step sent again is byte-for-byte the same request.
+/// The multipart/form-data framing of an image upload. Deterministic, so a step sent again is
+/// byte-for-byte the same request, and a boundary that provably occurs in no part:
+/// - the text parts are a UUID, a role and a file name without control characters (validation),
+///   and a delimiter starts with CR LF;
+/// - the image: its boundary is `dopesync-` and 32 hex digits of its key's hash, unless
+///   validation saw ``boundaryMarker`` (`--dopesync-`) anywhere in its bytes; then the boundary
+///   also hashes the image's SHA-256, which no file can contain without knowing its own hash.
+///   What a producer computes from a bundle's ids is thus either absent or not the boundary;
+/// - bytes rewritten after validation are searched while they stream (``MultipartBody``).
 struct MultipartFraming: Sendable {
+    /// Whatever begins a delimiter of a boundary made from a key alone.
+    static let boundaryMarker = "--dopesync-"
+
     let boundary: String
     let head: [UInt8]
     let tail: [UInt8]
 
     init(idempotencyKey: String, groupID: String, role: String, image: BundleImage) {
-        let boundary = "dopesync-" + String(SHA256.hash(data: Array(idempotencyKey.utf8)).hexString.prefix(32))
+        let seed = image.holdsBoundaryMarker ? "\(idempotencyKey)\n\(image.sha256)" : idempotencyKey
+        let boundary = "dopesync-" + String(SHA256.hash(data: Array(seed.utf8)).hexString.prefix(32))
         self.boundary = boundary
         func field(_ name: String, _ value: String) -> String {
             "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n"
         }
+        // RFC 7578 4.2 (as browsers do): a quote in a quoted file name is written %22.
         let quotedName = image.fileName.replacingOccurrences(of: "\"", with: "%22")
         let text =
             field("clientId", groupID) + field("role", role) + field("fileName", image.fileName)
@@ -207,6 +219,9 @@ struct MultipartFraming: Sendable {
     }
 
     var contentType: String { "multipart/form-data; boundary=\(boundary)" }
+
+    /// What must never occur in the image's bytes as sent: its delimiter, less the CR LF.
+    var delimiter: String { "--" + boundary }
 
     func contentLength(imageSize: Int64) -> Int64 { Int64(head.count) + imageSize + Int64(tail.count) }
 }
