@@ -289,6 +289,9 @@ public final class SQLiteDatabase: Sendable {
         var handle: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+            // A database reached through a symlink is refused (SQLite 3.31+): whoever made the link
+            // would choose what the store says.
+            | SQLITE_OPEN_NOFOLLOW
         let code = sqlite3_open_v2(path, &handle, flags, nil)
         guard code == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
@@ -300,7 +303,8 @@ public final class SQLiteDatabase: Sendable {
 
         var writeLock: WriteLock? = nil
         if let lockPath = options.writeLockPath {
-            let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+            // Never through a symlink, and readable by nobody else: it sits beside the database.
+            let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
             guard descriptor >= 0 else {
                 sqlite3_close_v2(handle)
                 throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")

@@ -17,6 +17,7 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
             case noIntent = "no_intent"
             case conflictingResult = "conflicting_result"
             case database
+            case notOwned = "not_owned"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -39,6 +40,8 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         public static let noIntent = Code(.noIntent)
         /// A step already done with one server id was reported done with another: the record may exist twice.
         public static let conflictingResult = Code(.conflictingResult)
+        /// A file of the database is not the worker's own (another user's, a symlink): refused.
+        public static let notOwned = Code(.notOwned)
         /// Any other SQLite failure (a bug, or a schema changed behind our back).
         public static let database = Code(.database)
 
@@ -55,7 +58,7 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     /// False for a problem with one record (``Code/noIntent``, ``Code/conflictingResult``, and the
     /// unnamed ``Code/database``), which concerns one bundle.
     public var isDatabaseFailure: Bool {
-        [Code.busy, .diskFull, .ioError, .readOnly, .corrupt, .cannotOpen].contains(code)
+        [Code.busy, .diskFull, .ioError, .readOnly, .corrupt, .cannotOpen, .notOwned].contains(code)
     }
     /// The underlying SQLite error, if any.
     public let cause: SQLiteError?

@@ -53,6 +53,7 @@ public final class CheckpointStore: Sendable {
         // can take back (see `synchronous` above) stays as it was.
         options.pageSizeOfNewDatabase = 1024
         options.walAutocheckpointBytes = 4 << 20
+        try DatabaseOwnership.secure(path: path, lockPath: self.lockPath)
         do {
             database = try SQLiteDatabase(path: path, options: options)
         } catch {

@@ -1,0 +1,82 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The checkpoint database says which records exist on the server and under which ids: whoever
+/// can replace it can make the worker send a bundle's records into another user's session. So a
+/// run uses only files that are its own: the database, its WAL, its shared memory and its lock
+/// file must be regular files (never a symlink) owned by the user running dopesync, and are kept
+/// at mode 0600. Anything else is refused with what it is, whose it is, and the command that
+/// fixes it, never used.
+enum DatabaseOwnership {
+    /// The files of the database at `path` (with its lock file at `lockPath`).
+    static func files(path: String, lockPath: String) -> [String] {
+        [path, path + "-wal", path + "-shm", lockPath]
+    }
+
+    /// Checks every file that exists, narrows their modes to 0600, and creates the database file
+    /// itself (empty, 0600, not through a symlink) when it does not exist yet, so SQLite, which
+    /// gives the WAL and shared-memory files the database's mode, never makes them readable.
+    static func secure(path: String, lockPath: String) throws(CheckpointError) {
+        let me = geteuid()
+        for file in files(path: path, lockPath: lockPath) {
+            var info = stat()
+            guard lstat(file, &info) == 0 else {
+                let code = errno
+                guard code == ENOENT else {
+                    throw CheckpointError(
+                        code: .cannotOpen, message: "cannot look at \(file): \(String(cString: strerror(code)))")
+                }
+                if file == path { try create(path) }
+                continue
+            }
+            let mode = info.st_mode & 0o7777
+            if info.st_mode & S_IFMT == S_IFLNK {
+                throw CheckpointError(
+                    code: .notOwned,
+                    message: "\(file) is a symbolic link: the checkpoint database is used only as a file of its own "
+                        + "(remove the link; dopesync makes a new database, and looks on the server before sending anything twice)"
+                )
+            }
+            guard info.st_mode & S_IFMT == S_IFREG else {
+                throw CheckpointError(code: .notOwned, message: "\(file) is not a regular file: refused")
+            }
+            guard info.st_uid == me else {
+                throw CheckpointError(
+                    code: .notOwned,
+                    message: "\(file) belongs to \(userName(info.st_uid)) (mode \(octal(mode))), not to "
+                        + "\(userName(me)), who runs dopesync: it is refused, never used. If it is this spool's "
+                        + "own database (a run as another user, root say, made it), give it back: "
+                        + "chown \(userName(me)): \(path)*; and run dopesync as \(userName(me)) only")
+            }
+            if mode & 0o077 != 0 { _ = chmod(file, 0o600) }  // ours: narrowing can only help; a failure changes nothing
+        }
+    }
+
+    private static func create(_ path: String) throws(CheckpointError) {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if descriptor >= 0 {
+            close(descriptor)
+            return
+        }
+        let code = errno
+        if code == EEXIST { return }  // another run made it meanwhile: SQLite's open takes it from here
+        throw CheckpointError(
+            code: .cannotOpen,
+            message: "cannot create the checkpoint database \(path): \(String(cString: strerror(code))) "
+                + "(does its folder exist, and may \(userName(geteuid())) write there?)")
+    }
+
+    static func userName(_ uid: uid_t) -> String {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return String(cString: name)
+    }
+
+    static func octal(_ mode: mode_t) -> String {
+        "0" + String(mode, radix: 8)
+    }
+}
