@@ -78,7 +78,7 @@ struct Run: AsyncParsableCommand {
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in
             format == .json
-                ? JSONLogHandler(label: label) as any LogHandler : StreamLogHandler.standardError(label: label)
+                ? JSONLogHandler(label: label) as any LogHandler : EscapedTextLogHandler(label: label)
         }
         var logger = Logger(label: "dopesync")
         logger.logLevel = .info

@@ -257,7 +257,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         } else {
             lines.append("last run     none recorded")
         }
-        return lines.joined(separator: "\n")
+        // Names and messages come from producers and servers: nothing in them may start a line or
+        // drive the terminal.
+        return lines.map(DisplayText.escaped).joined(separator: "\n")
     }
 
     /// A blank line, the title, and one indented line per item up to ``textListLimit``; nothing when empty.

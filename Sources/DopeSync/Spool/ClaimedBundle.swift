@@ -106,14 +106,15 @@ public final class ClaimedBundle: Sendable {
                 if SpoolFiles.identity(ofPath: folder + "/" + candidate) != nil { continue }
                 var text = sidecar
                 text.bundle = candidate
-                let temporary = folder + "/.\(candidate).error.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+                // Short whatever the bundle's name: a 250-byte name must still fail.
+                let temporary = folder + "/.sidecar.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
                 let writeError = SpoolFiles.writeSynced(text.rendered(), to: temporary)
                 guard writeError == 0 else {
                     throw SpoolError(
                         code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary,
                         errno: writeError)
                 }
-                let sidecarPath = folder + "/" + candidate + ".error"
+                let sidecarPath = folder + "/" + Spool.sidecarName(forFailed: candidate)
                 let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath)
                 if reserveError == EEXIST {
                     unlink(temporary)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// `failed/NAME.error`: why a bundle needs a person. Plain text, one `key: value` a line, for people and
@@ -16,7 +17,8 @@ import Foundation
 /// ```
 ///
 /// Keys without a value are left out. Values are one line each: a backslash is written `\\`, a newline
-/// `\n`, a carriage return `\r`, so a multi-line server message stays on its line. Times are ISO 8601 UTC.
+/// `\n`, a carriage return `\r`, any other control character `\xNN` (ESC is `\x1b`), so a multi-line
+/// server message stays on its line and nothing in a name or message can drive a terminal. Times are ISO 8601 UTC.
 /// The parser keeps keys it does not know in ``otherFields`` (a newer dopesync may add some).
 public struct ErrorSidecar: Sendable, Hashable {
     /// The bundle's name in `failed/` (set by the move, which may add a suffix).
@@ -133,6 +135,7 @@ public struct ErrorSidecar: Sendable, Hashable {
             case "\\": out += "\\\\"
             case "\n": out += "\\n"
             case "\r": out += "\\r"
+            case let control where DisplayText.isControl(control): out += DisplayText.escaped(String(control))
             default: out.unicodeScalars.append(character)
             }
         }
@@ -142,11 +145,21 @@ public struct ErrorSidecar: Sendable, Hashable {
     static func unescape(_ value: String) -> String {
         var out = ""
         var escaping = false
-        for character in value.unicodeScalars {
+        var scalars = value.unicodeScalars[...]
+        while let character = scalars.popFirst() {
             if escaping {
                 switch character {
                 case "n": out += "\n"
                 case "r": out += "\r"
+                case "x":
+                    // `\xNN`: a control character (``DisplayText``); anything else stays as written.
+                    let digits = String(String.UnicodeScalarView(scalars.prefix(2)))
+                    if digits.count == 2, let byte = UInt8(digits, radix: 16) {
+                        out.unicodeScalars.append(Unicode.Scalar(byte))
+                        scalars = scalars.dropFirst(2)
+                    } else {
+                        out += "\\x"
+                    }
                 default: out.unicodeScalars.append(character)
                 }
                 escaping = false
@@ -161,7 +174,30 @@ public struct ErrorSidecar: Sendable, Hashable {
     }
 }
 
+extension ErrorSidecar {
+    /// What a sidecar's name ends in.
+    public static let suffix = ".error"
+}
+
 extension Spool {
     /// The sidecar path of a bundle in `failed/`.
-    public func sidecarPath(forFailed name: String) -> String { path(.failed, name + ".error") }
+    public func sidecarPath(forFailed name: String) -> String { path(.failed, Self.sidecarName(forFailed: name)) }
+
+    /// `NAME.error`, or for a name too long for that (a file name has at most 255 bytes), the
+    /// name cut to fit, `~`, 16 hex digits of its SHA-256, and `.error`: still one per bundle, and
+    /// the sidecar's `bundle:` line names the bundle in full.
+    public static func sidecarName(forFailed name: String) -> String {
+        let plain = name + ErrorSidecar.suffix
+        guard plain.utf8.count > maxFileNameBytes else { return plain }
+        let tag = "~" + String(Array(SHA256.hash(data: Array(name.utf8))).hexString.prefix(16)) + ErrorSidecar.suffix
+        var kept = ""
+        for scalar in name.unicodeScalars {  // whole characters only: the cut stays valid UTF-8
+            guard kept.utf8.count + String(scalar).utf8.count + tag.utf8.count <= maxFileNameBytes else { break }
+            kept.unicodeScalars.append(scalar)
+        }
+        return kept + tag
+    }
+
+    /// NAME_MAX of Linux file systems, in bytes.
+    static let maxFileNameBytes = 255
 }

@@ -144,7 +144,9 @@ extension Spool {
     }
 
     /// Every bundle-like file in `folder` (same filters as ``scan(now:minAge:)`` but no age rule),
-    /// unsorted. In `failed/`, sidecars (`*.error`) are left out.
+    /// unsorted. In `failed/`, sidecars are left out: the names ``sidecarName(forFailed:)`` gives the
+    /// bundles there, and a `*.error` whose bundle is gone but whose text is a sidecar. A bundle
+    /// whose own name ends in `.error` is a bundle like any other.
     public func list(_ folder: Folder) throws(SpoolError) -> [SpoolEntry] {
         let directoryPath = path(folder)
         guard let directory = opendir(directoryPath) else {
@@ -169,7 +171,6 @@ extension Spool {
                 String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
             }
             guard Self.isBundleName(name) else { continue }
-            if folder == .failed && name.hasSuffix(".error") { continue }
             var info = stat()
             // AT_SYMLINK_NOFOLLOW: lstat semantics. ENOENT: claimed or moved since readdir; skip it.
             guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
@@ -179,7 +180,16 @@ extension Spool {
                     name: name, folder: folder, size: Int64(info.st_size), modified: spoolDate(info.st_mtim),
                     device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
         }
-        return entries
+        return folder == .failed ? withoutSidecars(entries) : entries
+    }
+
+    private func withoutSidecars(_ entries: [SpoolEntry]) -> [SpoolEntry] {
+        let sidecars = Set(entries.map { Self.sidecarName(forFailed: $0.name) })
+        return entries.filter { entry in
+            guard entry.name.hasSuffix(ErrorSidecar.suffix) else { return true }
+            if sidecars.contains(entry.name) { return false }
+            return ErrorSidecar.read(from: path(.failed, entry.name)) == nil  // a sidecar left by its bundle
+        }
     }
 
     /// Whether a name is one the worker reads: not hidden, not a partial file.

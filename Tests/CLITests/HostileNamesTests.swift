@@ -1,0 +1,79 @@
+import DopeSync
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+/// Bundle names chosen by a producer: whatever they hold, every bundle stays visible, can fail,
+/// and can neither forge a line nor drive a terminal in the log, `status` or a sidecar.
+@Suite struct HostileNamesTests {
+    /// A name that, printed raw, would end the log line, forge a "critical" one and clear the screen.
+    static let forging = "evil\n2026-11-26T00:00:00+0000 critical dopesync: forged line\u{1B}[2J.tar.gz"
+
+    /// Drops a file that is not an archive into `incoming/` under `name`: it fails validation.
+    static func dropInvalid(_ name: String, into spool: Spool) throws {
+        try Data("not an archive\n".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, name)))
+    }
+
+    @Test("a name with a newline and escape sequences is written \\xNN in the text log, in status and in its sidecar")
+    func controlCharactersAreEscaped() async throws {
+        try await withTemporarySpool { spool, _ in
+            try Self.dropInvalid(Self.forging, into: spool)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 1, "\(output)")
+                #expect(!output.contains("\u{1B}"), "a raw ESC reached the log")
+                #expect(!output.split(separator: "\n").contains { $0.hasPrefix("2026-11-26T00:00:00+0000 critical") })
+                #expect(output.contains(#"evil\x0a2026-11-26T00:00:00+0000 critical dopesync: forged line\x1b[2J"#))
+            }
+            let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(report.status == 0)
+            #expect(!report.stdout.contains("\u{1B}") && report.stdout.contains(#"evil\x0a2026"#), "\(report.stdout)")
+            let sidecarText = try String(contentsOfFile: spool.sidecarPath(forFailed: Self.forging), encoding: .utf8)
+            #expect(!sidecarText.contains("\u{1B}"), "\(sidecarText)")
+            #expect(sidecarText.split(separator: "\n").allSatisfy { $0.contains(": ") }, "\(sidecarText)")
+            #expect(ErrorSidecar(parsing: sidecarText)?.bundle == Self.forging, "the sidecar reads back as written")
+        }
+    }
+
+    @Test("a bundle named x.error is a bundle: status counts it as failed and requeue --all moves it back")
+    func bundleNamedLikeASidecar() async throws {
+        try await withTemporarySpool { spool, _ in
+            try Self.dropInvalid("x.error", into: spool)
+            try await withDevServer { server in
+                #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .bundlesFailed)
+            }
+            #expect(try spool.names(.failed) == ["x.error", "x.error.error"])
+            let report = try runBuilt("dopesync", ["status", "--spool", spool.root, "--json"])
+            #expect(
+                report.stdout.contains(#""failed":1"#) || report.stdout.contains(#""failed" : 1"#), "\(report.stdout)")
+            #expect(try spool.list(.failed).map(\.name) == ["x.error"])
+            let requeue = try runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            #expect(requeue.status == 0, "\(requeue.stderr)")
+            #expect(try spool.names(.incoming) == ["x.error"] && spool.names(.failed).isEmpty)
+        }
+    }
+
+    @Test(
+        "a name of 249 or 250 bytes still fails: a sidecar name too long is shortened, recorded, and status finds its reason",
+        arguments: ["-long.tgz", "-longe.tgz"])
+    func longNameStillFails(ending: String) async throws {
+        try await withTemporarySpool { spool, _ in
+            let name = String(repeating: "ü", count: 120) + ending  // 240 bytes and the ending
+            #expect((249...250).contains(name.utf8.count))
+            try Self.dropInvalid(name, into: spool)
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed && summary.failed == 1)
+            }
+            #expect(try spool.names(.processing).isEmpty)
+            let sidecarName = Spool.sidecarName(forFailed: name)
+            #expect(sidecarName.utf8.count <= 255 && sidecarName.hasSuffix(".error"))
+            #expect((sidecarName == name + ".error") == (name.utf8.count == 249), "\(sidecarName)")
+            #expect(try spool.names(.failed).sorted() == [name, sidecarName].sorted())
+            let sidecar = try #require(ErrorSidecar.read(from: spool.path(.failed, sidecarName)))
+            #expect(sidecar.bundle == name && sidecar.reason.rawValue == "not_an_archive")
+            let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(report.stdout.contains("\(name)  not_an_archive"), "\(report.stdout)")
+        }
+    }
+}
