@@ -268,6 +268,10 @@ public struct SQLiteOptions: Sendable {
     /// 1000 pages). Counted in bytes because the page size is the file's: one made before
     /// ``pageSizeOfNewDatabase`` keeps its own.
     public var walAutocheckpointBytes: Int? = nil
+    /// With `readOnly`: read the main file as it is on disk, without its WAL, creating and locking
+    /// nothing (SQLite's `immutable=1`). For a reader that must not write beside the file (another
+    /// user, root, a read-only file system); commits still in the WAL are not seen.
+    public var immutable = false
 
     public init() {}
 }
@@ -282,6 +286,23 @@ public final class SQLiteDatabase: Sendable {
     private let writeLock: WriteLock?
     private let busyTimeoutMilliseconds: Int32
 
+    /// `file:PATH?immutable=1`, the path percent-encoded as a URI's must be.
+    static func immutableURI(_ path: String) -> String {
+        var encoded = ""
+        for byte in path.utf8 {
+            let scalar = Unicode.Scalar(byte)
+            if byte < 0x80
+                && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar)
+                    || "/-_.~".unicodeScalars.contains(scalar))
+            {
+                encoded.unicodeScalars.append(scalar)
+            } else {
+                encoded += "%" + String(byte, radix: 16, uppercase: true).leftPaddedHex
+            }
+        }
+        return "file:\(encoded)?immutable=1"
+    }
+
     /// Opens (and creates, unless `readOnly`) the database at `path`.
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
         self.path = path
@@ -292,7 +313,9 @@ public final class SQLiteDatabase: Sendable {
             // A database reached through a symlink is refused (SQLite 3.31+): whoever made the link
             // would choose what the store says.
             | SQLITE_OPEN_NOFOLLOW
-        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        let snapshot = readOnly && options.immutable
+        let name = snapshot ? Self.immutableURI(path) : path
+        let code = sqlite3_open_v2(name, &handle, flags | (snapshot ? SQLITE_OPEN_URI : 0), nil)
         guard code == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
             sqlite3_close_v2(handle)
@@ -508,4 +531,8 @@ final class WriteLock: Sendable {
     }
 
     func release() { flock(descriptor, LOCK_UN) }
+}
+
+extension String {
+    fileprivate var leftPaddedHex: String { count == 1 ? "0" + self : self }
 }

@@ -136,8 +136,11 @@ struct SpoolOption: ParsableArguments {
     )
     var job: String?
 
-    func resolved() throws -> String {
-        try resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly).spool
+    func resolved() throws -> String { try settings().spool }
+
+    /// The spool and the settings that do not need the API (the `min-age` that `status` shows).
+    func settings() throws -> RunConfiguration {
+        try resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly)
     }
 }
 

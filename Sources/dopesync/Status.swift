@@ -5,9 +5,10 @@ struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the spool: counts per folder, bundles waiting for retry, failures, claims, the last run.",
         discussion: """
-            Reads only: opens no bundle and writes nothing. Incoming bundles whose mtime is in the future are \
-            waiting for retry (the mtime is the next attempt). A claim whose owner is dead is an orphan the \
-            next run takes back. Exit 0, or 73 when the spool cannot be read.
+            Reads only: opens no bundle and writes nothing. Incoming bundles are due now, waiting for retry \
+            (the next attempt is in the checkpoint database), or modified within min-age (--job's, else 5s). \
+            A claim whose owner is dead is an orphan the next run takes back. \
+            Exit 0, or 73 when the spool cannot be read.
             """
     )
 
@@ -17,6 +18,7 @@ struct Status: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        try finish(StatusCommand.run(spoolRoot: try spool.resolved(), json: json))
+        let settings = try spool.settings()
+        try finish(StatusCommand.run(spoolRoot: settings.spool, json: json, minAge: settings.minAge))
     }
 }

@@ -234,17 +234,14 @@ import Testing
                 == Set((0..<16).map(String.init)))
     }
 
-    @Test func giveBackSetsTheNextAttemptTimeAsMtime() throws {
-        try arrive("b.tar.gz")
+    @Test func giveBackLeavesTheFileAsItIsAndSuffixesATakenName() throws {
+        try arrive("b.tar.gz", age: 120)
         let claim = try claimFirstDue()
-        let next = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + 600).rounded())
+        let modified = modificationTime(claim.path)
         try writeFile(
             spool.path(.incoming, "b.tar.gz"), "a newer bundle of the same name", modified: now.addingTimeInterval(-60))
-        #expect(try claim.giveBack(nextAttemptAt: next) == "b.1.tar.gz")
-        #expect(modificationTime(spool.path(.incoming, "b.1.tar.gz")) == next)
-        #expect(try spool.scan(now: now, minAge: .zero).map(\.name) == ["b.tar.gz"])
-        #expect(try spool.scan(now: next, minAge: .zero).map(\.name).contains("b.1.tar.gz"))
-        #expect(try spool.scan(now: next, minAge: .seconds(5)).map(\.name) == ["b.tar.gz"])
+        #expect(try claim.giveBack() == "b.1.tar.gz")
+        #expect(modificationTime(spool.path(.incoming, "b.1.tar.gz")) == modified)
     }
 
     @Test func giveBackUncountedKeepsTheMtime() throws {
@@ -313,5 +310,52 @@ import Testing
         #expect(parsed.otherFields == ["future_key": "v"])
         #expect(ErrorSidecar(parsing: "bundle: b\nreason: r\n") == nil)  // no failed_at
         #expect(ErrorSidecar.read(from: folder.sub("missing.error")) == nil)
+    }
+}
+
+/// ``IncomingQueue``'s rules on real listings and real store rows: retry times from the store,
+/// whoever owns the file; `touch` makes a deferred bundle due; arrival order, not mtime.
+@Suite struct IncomingQueueTests {
+    @Test("a deferred bundle waits for the store's next-attempt time, not its mtime; touched, it is due at once")
+    func retryTimeComesFromTheStore() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let store = try CheckpointStore(spool: spool)
+            let now = Date()
+            try writeFile(spool.path(.incoming, "deferred.tgz"), "d", modified: now.addingTimeInterval(-3600))
+            let deferral = try store.recordDeferral(
+                name: "deferred.tgz", sessionID: nil, error: BundleFailure(reason: .unreachable), now: now)
+            func queue(at time: Date) throws -> IncomingQueue {
+                IncomingQueue(
+                    incoming: try spool.list(.incoming), states: try store.bundlesInFlight(), now: time,
+                    minAge: .seconds(5))
+            }
+            #expect(try queue(at: now).waitingForRetry.map(\.entry.name) == ["deferred.tgz"])
+            #expect(try queue(at: now).due.isEmpty)
+            #expect(try queue(at: deferral.nextAttemptAt).due.map(\.name) == ["deferred.tgz"])
+            // `touch`: modified after it was given back.
+            try writeFile(spool.path(.incoming, "deferred.tgz"), "d", modified: now.addingTimeInterval(1))
+            #expect(try queue(at: now.addingTimeInterval(2)).heldByMinAge.map(\.name) == ["deferred.tgz"])
+            #expect(try queue(at: now.addingTimeInterval(7)).due.map(\.name) == ["deferred.tgz"])
+        }
+    }
+
+    @Test("the due are taken in the order they arrived, whatever mtime a producer gave its file")
+    func arrivalOrderNotMtime() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let now = Date()
+            // Arrives first, mtime now; then a file claiming to be from 2001. (Should both arrive in
+            // one tick of the kernel's clock, their names keep the same order: sorting by mtime
+            // would put the second first either way.)
+            try writeFile(spool.path(.incoming, "first.tgz"), "1", modified: now.addingTimeInterval(-10))
+            try writeFile(
+                spool.path(.incoming, "second.tgz"), "2", modified: Date(timeIntervalSince1970: 1_000_000_000))
+            let queue = IncomingQueue(
+                incoming: try spool.list(.incoming), states: [:], now: now.addingTimeInterval(60), minAge: .seconds(5))
+            #expect(queue.due.map(\.name) == ["first.tgz", "second.tgz"])
+        }
     }
 }

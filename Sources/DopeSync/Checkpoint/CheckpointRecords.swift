@@ -193,6 +193,8 @@ public struct RunSummary: Sendable, Hashable {
     /// Given back to `incoming/` uncounted (the run stopped: a signal, refused credentials, the
     /// breaker, a misdirected API, `--max-time`): they are due again at once. Not kept in `runs`.
     public var givenBack: Int = 0
+    /// Left in `incoming/` because they were modified less than `min-age` ago. Not kept in `runs`.
+    public var heldByMinAge: Int = 0
     public var requests: Int
     public var bytes: Int64
     public var seconds: Double

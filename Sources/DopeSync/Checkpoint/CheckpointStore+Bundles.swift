@@ -197,6 +197,21 @@ extension CheckpointStore {
         }
     }
 
+    /// The rows of bundles not done or failed (claimed, deferred, given back, requeued), by name:
+    /// what ``IncomingQueue`` needs to know of `incoming/`. Small whatever the history.
+    public func bundlesInFlight() throws(CheckpointError) -> [String: BundleState] {
+        try read("reading bundles in flight") { connection in
+            var states: [String: BundleState] = [:]
+            try connection.forEachRow(
+                "\(Self.bundleColumns) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')"
+            ) { row throws(SQLiteError) in
+                let state = try Self.bundleState(row)
+                states[state.name] = state
+            }
+            return states
+        }
+    }
+
     /// Claims recorded and not yet ended, oldest first. A claim of a run that died stays until the bundle
     /// is taken back; `status` can compare with `processing/`.
     public func claims() throws(CheckpointError) -> [ClaimRecord] {

@@ -70,6 +70,21 @@ public final class CheckpointStore: Sendable {
         }
     }
 
+    /// Opens the database at `path` to read what is on disk, writing, creating and locking nothing
+    /// (``SQLiteOptions/immutable``): for `status` as a user who does not own it, or on a read-only
+    /// file system. Neither migrated nor checked for its owner, since nothing acts on what it says.
+    public init(readingSnapshotOf path: String) throws(CheckpointError) {
+        self.path = path
+        self.lockPath = path + ".lock"
+        var options = SQLiteOptions()
+        options.immutable = true
+        do {
+            database = try SQLiteDatabase(path: path, options: options, readOnly: true)
+        } catch {
+            throw CheckpointError.from(error, path: path, doing: "opening (read only)")
+        }
+    }
+
     /// Opens the spool's database (`SPOOL/dopesync.sqlite`, lock `SPOOL/dopesync.sqlite.lock`).
     public convenience init(spool: Spool, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
         throws(CheckpointError)

@@ -6,11 +6,13 @@ import Foundation
 /// failed bundles), one for claims and one for the last run, and one small read per `failed/*.error`.
 /// No archive is opened and nothing is written (a missing database is not created).
 public enum StatusCommand {
-    public static func run(spoolRoot: String, json: Bool, now: Date = Date()) -> CommandOutcome {
+    public static func run(spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), now: Date = Date())
+        -> CommandOutcome
+    {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
-            let report = try SpoolStatus.gather(spool: Spool(root: root), now: now)
+            let report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, now: now)
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
@@ -28,13 +30,17 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var count: Int
         public var bytes: Int64
         /// Seconds since the oldest file's mtime; in `incoming/`, since the checkpoint database first
-        /// saw it, because a deferred bundle's mtime is its next attempt, in the future. Nil when empty.
+        /// saw it, which a file's mtime (its producer's clock) need not say. Nil when empty.
         public var oldestAgeSeconds: Double?
     }
     public struct Incoming: Sendable, Codable, Equatable {
         public var dueNow: Int
-        /// Deferred bundles: their mtime (the next-attempt time) is in the future.
+        /// Deferred bundles whose next attempt (in the checkpoint database) is still to come.
         public var waitingForRetry: Int
+        /// Modified less than `min-age` ago: a run leaves them for now.
+        public var heldByMinAge: Int
+        /// The `min-age` those are held by.
+        public var minAgeSeconds: Double
     }
     public struct LastError: Sendable, Codable, Equatable {
         public var reason: String
@@ -99,17 +105,37 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     public var failed: [Failed]
     public var claims: [Claim]
     public var lastRun: LastRun?
+    /// Read as it is on disk, without the commits of a run in progress (another user, or a
+    /// read-only file system; see ``gather(spool:minAge:now:)``).
+    public var databaseReadAsSnapshot: Bool = false
+    /// Why the database could not be read by this user, if it could not: retry times, reasons
+    /// kept only there and claims' owners are then unknown.
+    public var databaseUnreadable: String? = nil
 
     /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
-    public static func gather(spool: Spool, now: Date = Date()) throws -> SpoolStatus {
+    public static func gather(spool: Spool, minAge: Duration = .seconds(5), now: Date = Date()) throws -> SpoolStatus {
         let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
-        let store = databaseExists ? try CheckpointStore(spool: spool, now: now) : nil
-        let deferred =
-            try store.map {
-                try Dictionary(
-                    $0.bundles(withOutcome: .deferred).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-            } ?? [:]
-        let backlog = try SpoolBacklog.list(spool, firstSeen: deferred.mapValues(\.firstSeen), now: now)
+        // Only reads: as the worker's own user it reads as a run would (the WAL included); as anyone
+        // else, or where nothing can be written, it reads the file as it is on disk and leaves
+        // nothing behind (a status as root must not make files the worker then cannot use).
+        let snapshot = databaseExists && !Self.mayOpenForWriting(spool)
+        var unreadable: String? = nil
+        let store: CheckpointStore?
+        if !databaseExists {
+            store = nil
+        } else if snapshot {
+            do {
+                store = try CheckpointStore(readingSnapshotOf: spool.databasePath)
+            } catch {
+                // Most likely its 0600 mode: the folders still say most of what status shows.
+                store = nil
+                unreadable = "\(error)"
+            }
+        } else {
+            store = try CheckpointStore(spool: spool, now: now)
+        }
+        let inFlight = try store?.bundlesInFlight() ?? [:]
+        let backlog = try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
         let listings = backlog.listings
         let folders = backlog.folders
         let failedStates =
@@ -120,14 +146,12 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
             try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) }
             ?? [:]
 
-        let waitingEntries = (listings[.incoming] ?? []).filter { $0.modified > now }.sorted {
-            ($0.modified, $0.name) < ($1.modified, $1.name)
-        }
-        let waiting = waitingEntries.map { entry in
-            let state = deferred[entry.name]
-            return Waiting(
-                name: entry.name, attempts: state?.attempts, nextAttemptAt: entry.modified,
-                lastError: state?.lastError.map { LastError($0) })
+        // The same rules as a run's (``IncomingQueue``): what status calls due, a run takes.
+        let queue = IncomingQueue(incoming: listings[.incoming] ?? [], states: inFlight, now: now, minAge: minAge)
+        let waiting = queue.waitingForRetry.map { entry, state in
+            Waiting(
+                name: entry.name, attempts: state.attempts, nextAttemptAt: state.nextAttemptAt ?? now,
+                lastError: state.lastError.map { LastError($0) })
         }
 
         let failed = (listings[.failed] ?? []).sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
@@ -170,8 +194,10 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
             spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
             folders: folders,
             incoming: Incoming(
-                dueNow: (listings[.incoming]?.count ?? 0) - waitingEntries.count, waitingForRetry: waitingEntries.count),
-            waiting: waiting, failed: failed, claims: claims, lastRun: lastRun)
+                dueNow: queue.due.count, waitingForRetry: queue.waitingForRetry.count,
+                heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1)),
+            waiting: waiting, failed: failed, claims: claims, lastRun: lastRun, databaseReadAsSnapshot: snapshot,
+            databaseUnreadable: unreadable)
     }
 
     /// One JSON document, keys sorted, times ISO 8601.
@@ -183,6 +209,14 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         return String(decoding: try! encoder.encode(self), as: UTF8.self)
     }
 
+    /// Whether this user owns the database and may write its folder: then opening it normally
+    /// changes nothing anyone else would see.
+    static func mayOpenForWriting(_ spool: Spool) -> Bool {
+        var info = stat()
+        guard lstat(spool.databasePath, &info) == 0, info.st_uid == geteuid() else { return false }
+        return access(spool.root, W_OK) == 0
+    }
+
     /// How many bundles of each list the text shows (the JSON has them all).
     public static let textListLimit = 20
 
@@ -190,7 +224,11 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     public func text() -> String {
         var lines = [
             "spool        \(spool)",
-            "checkpoints  \(database)\(databaseExists ? "" : " (not created yet)")", "",
+            "checkpoints  \(database)\(databaseExists ? "" : " (not created yet)")"
+                + (databaseUnreadable != nil
+                    ? " (cannot be read by this user: retry times and claims unknown; run status as the worker's user)"
+                    : databaseReadAsSnapshot ? " (read as it is on disk: not this user's, or read-only)" : ""),
+            "",
         ]
         lines.append("folder          count        size  oldest")
         for name in ["incoming", "processing", "done", "failed"] {
@@ -200,7 +238,11 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
                 + String(folder.count).leftPadded(9) + ByteCount(folder.bytes).description.leftPadded(12)
                 + "  " + (folder.oldestAgeSeconds.map(Self.age) ?? "-")
             if name == "incoming" && folder.count > 0 {
-                line += "  (\(incoming.dueNow) due now, \(incoming.waitingForRetry) waiting for retry)"
+                line += "  (\(incoming.dueNow) due now, \(incoming.waitingForRetry) waiting for retry"
+                if incoming.heldByMinAge > 0 {
+                    line += ", \(incoming.heldByMinAge) modified within min-age \(Self.age(incoming.minAgeSeconds))"
+                }
+                line += ")"
             }
             lines.append(line)
         }
@@ -315,12 +357,19 @@ struct SpoolBacklog: Sendable {
     var listings: [Spool.Folder: [SpoolEntry]]
     var folders: [String: SpoolStatus.Folder]
 
-    /// Bundles in `incoming/` whose next attempt (their mtime) is still to come.
-    func waitingForRetry(now: Date) -> Int { listings[.incoming]?.count { $0.modified > now } ?? 0 }
+    /// The checkpoint store's rows of the bundles not done or failed, by name.
+    var inFlight: [String: BundleState]
 
-    /// `firstSeen`: deferred bundles' first-seen times from the checkpoint database, by name.
-    static func list(_ spool: Spool, firstSeen: [String: Date], now: Date) throws -> SpoolBacklog {
-        var backlog = SpoolBacklog(listings: [:], folders: [:])
+    /// Bundles in `incoming/` whose next attempt is still to come (``IncomingQueue``).
+    func waitingForRetry(now: Date) -> Int {
+        IncomingQueue(incoming: listings[.incoming] ?? [], states: inFlight, now: now, minAge: .zero)
+            .waitingForRetry.count
+    }
+
+    /// Ages in `incoming/` count from the store's first-seen times where it has them.
+    static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
+        let firstSeen = inFlight.mapValues(\.firstSeen)
+        var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
         for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
             let entries = try spool.list(folder)
             backlog.listings[folder] = entries

@@ -14,7 +14,7 @@ import Synchronization
 /// kernel drops the lock, and the next run finds the bundle in `processing/` with its lock free and takes
 /// it back (``Spool/claimOrphan(_:)``). No liveness check, no clock, no stale pid reused after a reboot.
 ///
-/// A move (``moveToDone()``, ``moveToFailed(_:)``, ``giveBack(nextAttemptAt:)``) renames the bundle out of
+/// A move (``moveToDone()``, ``moveToFailed(_:)``, ``giveBack()``) renames the bundle out of
 /// `processing/` while the lock is still held, then ends the claim. ``release()`` ends it without a move
 /// (the bundle stays in `processing/` for the next run). Forgetting both is safe: `deinit` releases.
 public final class ClaimedBundle: Sendable {
@@ -23,7 +23,7 @@ public final class ClaimedBundle: Sendable {
     public let name: String
     /// The size when claimed.
     public let size: Int64
-    /// The mtime it had in `incoming/` (for a bundle deferred before: its next-attempt time).
+    /// The mtime it had in `incoming/`.
     public let modified: Date
     /// True when it was taken back from a run that died, rather than claimed from `incoming/`.
     public let isOrphan: Bool
@@ -157,23 +157,12 @@ public final class ClaimedBundle: Sendable {
     /// Gives the bundle back to `incoming/` and ends the claim. Returns its name there (suffixed if taken:
     /// then tell the checkpoint store with ``CheckpointStore/renamed(from:to:now:)``).
     ///
-    /// - Parameter nextAttemptAt: for a deferral, the next-attempt time, set as the file's mtime so a scan
-    ///   skips it until then. Nil (given back uncounted: 401/403, shutdown) leaves the mtime as it is, so
-    ///   the bundle is due at once. Setting a time needs the file's owner (or CAP_FOWNER); if that fails
-    ///   with EPERM the bundle is given back anyway (the store's `next_attempt_at` still has the time).
+    /// The file is left as it is, times included: a deferral's next-attempt time is the checkpoint
+    /// store's (``IncomingQueue``), because only a file's owner may set its times, and producers own
+    /// their bundles.
     @discardableResult
-    public func giveBack(nextAttemptAt: Date? = nil) throws(SpoolError) -> String {
-        try move { (descriptor: Int32) throws(SpoolError) -> String in
-            if let nextAttemptAt {
-                // atime untouched (UTIME_OMIT); mtime = next attempt.
-                var times = [
-                    timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit), spoolTimespec(nextAttemptAt),
-                ]
-                if futimens(descriptor, &times) != 0 && errno != EPERM {
-                    throw SpoolError(
-                        code: .moveFailed, message: "cannot set the next-attempt time", path: path, errno: errno)
-                }
-            }
+    public func giveBack() throws(SpoolError) -> String {
+        try move { (_: Int32) throws(SpoolError) -> String in
             let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.incoming), name: name)
             // Not strictly needed (a lost give-back leaves an orphan that is taken back), but a bundle
             // that reappears in processing/ after the database counted its attempt would be retried early.

@@ -109,8 +109,11 @@ public struct SpoolEntry: Sendable, Hashable {
     public let name: String
     public let folder: Spool.Folder
     public let size: Int64
-    /// The file's mtime. In `incoming/`, a deferred bundle's mtime is its next-attempt time.
+    /// The file's mtime: when its producer last wrote it (the `min-age` guard), or a person touched it.
     public let modified: Date
+    /// The file's ctime: when it last arrived in a folder (a rename sets it) or changed; no
+    /// producer can set it back (``IncomingQueue`` orders by it).
+    public let changed: Date
     let device: UInt64
     let inode: UInt64
 }
@@ -178,7 +181,7 @@ extension Spool {
             entries.append(
                 SpoolEntry(
                     name: name, folder: folder, size: Int64(info.st_size), modified: spoolDate(info.st_mtim),
-                    device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+                    changed: spoolDate(info.st_ctim), device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
         }
         return folder == .failed ? withoutSidecars(entries) : entries
     }

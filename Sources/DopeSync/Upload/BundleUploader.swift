@@ -499,7 +499,7 @@ struct BundleUploader: Sendable {
                 return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
             }
             let final = try await Self.offTheLoop { () throws(SpoolError) in
-                try claimed.giveBack(nextAttemptAt: deferral.nextAttemptAt)
+                try claimed.giveBack()
             }
             if final != claimed.name {
                 await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) {
@@ -538,7 +538,7 @@ struct BundleUploader: Sendable {
 
     private func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
         do {
-            _ = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack(nextAttemptAt: nil) }
+            _ = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack() }
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
             try? await checkpoints.perform { [name = claimed.name] in try $0.recordReturned(name: name) }
         } catch {

@@ -27,10 +27,8 @@ public struct RunMetrics: Sendable {
     }
 
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
-    static func backlog(of spool: Spool, deferred: [BundleState], now: Date = Date()) throws -> SpoolBacklog {
-        return try SpoolBacklog.list(
-            spool, firstSeen: Dictionary(deferred.map { ($0.name, $0.firstSeen) }, uniquingKeysWith: { a, _ in a }),
-            now: now)
+    static func backlog(of spool: Spool, inFlight: [String: BundleState], now: Date = Date()) throws -> SpoolBacklog {
+        try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
     }
 
     /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`).

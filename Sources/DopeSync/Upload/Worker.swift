@@ -206,10 +206,12 @@ public struct Worker: Sendable {
 
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
         let orphans: [SpoolEntry]
-        let due: [SpoolEntry]
-        do throws(SpoolError) {
+        let incoming: IncomingQueue
+        do {
             orphans = try spool.processingEntries()
-            due = try spool.scan(minAge: options.minAge)
+            let listing = try spool.list(.incoming)
+            let states = try await checkpoints.perform { try $0.bundlesInFlight() }
+            incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: options.minAge)
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical(
@@ -218,6 +220,15 @@ public struct Worker: Sendable {
             // The 73 above is what matters; the run's own record is for `status`.
             try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }
             return (summary, .cannotCreate)
+        }
+        let due = incoming.due
+        if !incoming.heldByMinAge.isEmpty || !incoming.waitingForRetry.isEmpty {
+            logger.info(
+                "not due yet",
+                metadata: [
+                    "held.by.min.age": "\(incoming.heldByMinAge.count)", "min.age": "\(options.minAge)",
+                    "waiting.for.retry": "\(incoming.waitingForRetry.count)",
+                ])
         }
         let queue = BundleQueue(orphans + due)
         let total = min(orphans.count + due.count, options.maxBundles ?? Int.max)
@@ -255,6 +266,7 @@ public struct Worker: Sendable {
 
         let state = counters.snapshot
         var summary = state.summary
+        summary.heldByMinAge = incoming.heldByMinAge.count
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         let status = state.exitStatus
         summary.exitCode = status.rawValue
@@ -263,8 +275,8 @@ public struct Worker: Sendable {
         var backlog: Result<SpoolBacklog, any Error>? = nil
         if options.metricsFile != nil {
             do {
-                let deferred = try await checkpoints.perform { try $0.bundles(withOutcome: .deferred) }
-                backlog = Result { try RunMetrics.backlog(of: spool, deferred: deferred, now: now) }
+                let inFlight = try await checkpoints.perform { try $0.bundlesInFlight() }
+                backlog = Result { try RunMetrics.backlog(of: spool, inFlight: inFlight, now: now) }
             } catch {
                 backlog = .failure(error)
             }
@@ -323,7 +335,8 @@ extension RunSummary {
     /// The one summary line a run ends with.
     public var line: String {
         "run finished: \(claimed) claimed, \(done) done, \(deferred) deferred, \(failed) failed"
-            + (givenBack > 0 ? ", \(givenBack) given back" : "") + "; "
+            + (givenBack > 0 ? ", \(givenBack) given back" : "")
+            + (heldByMinAge > 0 ? ", \(heldByMinAge) not yet due (modified within min-age)" : "") + "; "
             + "\(requests) requests, \(ByteCount(bytes)) sent at \(ByteRate.text(Double(bytes) / max(seconds, 0.001))); "
             + "\(String(format: "%.1f", seconds)) s"
     }

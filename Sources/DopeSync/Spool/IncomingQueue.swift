@@ -1,0 +1,58 @@
+import Foundation
+
+/// What `incoming/` holds for a run at one moment: the bundles due now, in the order they are
+/// taken, and those that wait, with why. One value computed from the folder's listing and the
+/// checkpoint store's rows, so `run`, `status` and the metrics file always agree.
+///
+/// The rules:
+/// - a bundle deferred by a run waits until the next-attempt time the store recorded, whoever
+///   owns the file (the worker cannot set the time of a file it does not own, so the time is
+///   never kept in the file); a file modified after it was given back (`touch`, or written anew)
+///   is due at once;
+/// - a file modified less than `min-age` ago waits for its producer to finish (WORKER.md);
+/// - the due are taken in the order the worker first saw them: the store's first-seen time for a
+///   bundle it knows, else the file's ctime, which the kernel sets when the file arrives (a
+///   rename into `incoming/`) and no producer can set back, unlike its mtime.
+public struct IncomingQueue: Sendable {
+    /// Due now, in the order a run takes them.
+    public private(set) var due: [SpoolEntry] = []
+    /// Deferred, with the next-attempt time the store holds; soonest first.
+    public private(set) var waitingForRetry: [(entry: SpoolEntry, state: BundleState)] = []
+    /// Modified less than `min-age` ago; due once it has passed.
+    public private(set) var heldByMinAge: [SpoolEntry] = []
+
+    /// - Parameters:
+    ///   - incoming: `incoming/`'s listing (``Spool/list(_:)``).
+    ///   - states: the store's rows of bundles not yet done or failed, by name.
+    public init(incoming: [SpoolEntry], states: [String: BundleState], now: Date, minAge: Duration) {
+        let minAgeSeconds = Double(minAge.components.seconds) + Double(minAge.components.attoseconds) / 1e18
+        var due: [(entry: SpoolEntry, arrived: Date)] = []
+        for entry in incoming {
+            let state = states[entry.name]
+            if let state, let next = Self.retryTime(of: entry, state: state), next > now {
+                waitingForRetry.append((entry, state))
+            } else if entry.modified.timeIntervalSince1970 + minAgeSeconds > now.timeIntervalSince1970 {
+                heldByMinAge.append(entry)
+            } else {
+                due.append((entry, Self.arrival(of: entry, state: state)))
+            }
+        }
+        self.due = due.sorted { ($0.arrived, $0.entry.name) < ($1.arrived, $1.entry.name) }.map(\.entry)
+        waitingForRetry.sort {
+            ($0.state.nextAttemptAt ?? now, $0.entry.name) < ($1.state.nextAttemptAt ?? now, $1.entry.name)
+        }
+    }
+
+    /// The next-attempt time that holds `entry` back, if one does: its deferral's, unless the file
+    /// changed after it was given back.
+    static func retryTime(of entry: SpoolEntry, state: BundleState) -> Date? {
+        guard state.lastOutcome == .deferred, let next = state.nextAttemptAt, entry.modified <= state.updatedAt
+        else { return nil }
+        return next
+    }
+
+    /// When the worker first saw the bundle.
+    static func arrival(of entry: SpoolEntry, state: BundleState?) -> Date {
+        min(state?.firstSeen ?? entry.changed, entry.changed)
+    }
+}

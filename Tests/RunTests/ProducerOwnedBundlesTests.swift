@@ -1,0 +1,84 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The production setup: the worker runs as a user of its own, and the bundles belong to the
+/// producers who dropped them, so the worker can move them but not change their times.
+@Suite(.enabled(if: geteuid() == 0, "needs root to make the worker and producer users' files"))
+struct ProducerOwnedBundlesTests {
+    /// `nobody`, who runs the worker here.
+    static let worker: uid_t = 65534
+    /// A producer: a uid with no name, as good as any.
+    static let producer: uid_t = 65533
+
+    /// The built `dopesync run` as the worker user (`setpriv`), to its end.
+    static func runAsWorker(_ spool: Spool, server: RunningDevServer) async throws -> (status: Int32, output: String) {
+        let arguments = [
+            "--reuid=\(worker)", "--regid=\(worker)", "--clear-groups", "--",
+            "/bin/sh", "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
+            "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
+        ]
+        var environment = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
+        environment["DOPESYNC_API_TOKEN"] = server.token
+        let run = try Spawned("/usr/bin/setpriv", arguments, environment: environment)
+        let output = await onOwnThread { run.output.readDataToEndOfFile() }
+        return (await run.finished(), String(decoding: output, as: UTF8.self))
+    }
+
+    @Test(
+        "with the API failing, five runs in a row claim the producers' bundles once: the retry time holds, nothing fails"
+    )
+    func retryScheduleHoldsForBundlesTheWorkerDoesNotOwn() async throws {
+        try await withTemporaryDirectory { directory in
+            #expect(chmod(directory.path, 0o755) == 0)
+            let samples = (1...3).map { SampleSession(seed: UInt64(2600 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            for folder in [""] + Spool.Folder.allCases.map { "/" + $0.rawValue } {
+                #expect(chown(spool.root + folder, Self.worker, Self.worker) == 0)
+            }
+            for name in try spool.names(.incoming) {
+                #expect(chown(spool.path(.incoming, name), Self.producer, Self.producer) == 0)
+                #expect(chmod(spool.path(.incoming, name), 0o644) == 0)
+            }
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 1
+            try await withDevServer(configuration) { server in
+                var claimed: [Int] = []
+                for _ in 1...5 {
+                    let (status, output) = try await Self.runAsWorker(spool, server: server)
+                    #expect([0, 75].contains(status), "\(output)")
+                    let count = try #require(output.firstMatch(of: /run finished: (\d+) claimed/)?.1, "\(output)")
+                    claimed.append(Int(count)!)
+                }
+                #expect(claimed == [samples.count, 0, 0, 0, 0])
+                #expect(try spool.names(.failed).isEmpty)
+                #expect(try spool.names(.incoming).count == samples.count)
+                // status agrees with run, as the worker's user, and as root, who owns nothing there
+                // and must leave nothing behind.
+                let asWorker = try runProcess(
+                    "/usr/bin/setpriv",
+                    [
+                        "--reuid=\(Self.worker)", "--regid=\(Self.worker)", "--clear-groups", "--",
+                        builtProduct("dopesync").path, "status", "--spool", spool.root,
+                    ])
+                #expect(asWorker.stdout.contains("(0 due now, 3 waiting for retry)"), "\(asWorker.stdout)")
+                let asRoot = try runBuilt("dopesync", ["status", "--spool", spool.root])
+                #expect(asRoot.status == 0, "\(asRoot.stderr)")
+                #expect(
+                    asRoot.stdout.contains("cannot be read by this user")
+                        || asRoot.stdout.contains("3 waiting for retry"))
+                let rootsFiles = try fileNames(in: spool.root).filter { name in
+                    var info = stat()
+                    return lstat(spool.root + "/" + name, &info) == 0 && info.st_uid == 0
+                }
+                #expect(rootsFiles.isEmpty, "status as root left \(rootsFiles)")
+            }
+        }
+    }
+}
