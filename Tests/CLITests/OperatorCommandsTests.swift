@@ -210,7 +210,9 @@ import Testing
         }
     }
 
-    @Test("prune deletes only old bundles in done/ and their checkpoint rows; no other folder is touched")
+    @Test(
+        "prune deletes only bundles done long ago (by the store's record, else mtime) and their checkpoint rows; no other folder is touched"
+    )
     func pruneOnlyOldDone() async throws {
         try await withTemporarySpool { spool, _ in
             let old = Date(timeIntervalSinceNow: -10 * 86_400)
@@ -220,11 +222,17 @@ import Testing
                 _ = FileManager.default.createFile(
                     atPath: spool.path(.done, name), contents: Data(repeating: 7, count: 100))
                 try store.recordClaim(name: name, owner: owner)
-                try store.recordDone(name: name, sessionID: "session-\(name)")
+                try store.recordDone(
+                    name: name, sessionID: "session-\(name)", now: name.hasPrefix("old") ? old : Date())
             }
-            for name in ["old-1.tar.gz", "old-2.tar.gz"] {
-                try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: spool.path(.done, name))
-            }
+            // A producer's file keeps the producer's mtime (the worker cannot set it): the store's time counts.
+            try FileManager.default.setAttributes(
+                [.modificationDate: old], ofItemAtPath: spool.path(.done, "new.tar.gz"))
+            // Without a row, the mtime.
+            _ = FileManager.default.createFile(
+                atPath: spool.path(.done, "unknown-old.tar.gz"), contents: Data(repeating: 7, count: 100))
+            try FileManager.default.setAttributes(
+                [.modificationDate: old], ofItemAtPath: spool.path(.done, "unknown-old.tar.gz"))
             // Old files everywhere else, each with a row: none may go.
             var others: [String] = []
             for folder in [Spool.Folder.incoming, .processing, .failed, .tmp] {
@@ -239,7 +247,7 @@ import Testing
             let result = try runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("deleted done/old-1.tar.gz (100 bytes)"))
-            #expect(result.stdout.contains("pruned 2 bundles from done/, 200 bytes"), "\(result.stdout)")
+            #expect(result.stdout.contains("pruned 3 bundles from done/, 300 bytes"), "\(result.stdout)")
             #expect(result.stdout.contains("2 checkpoint rows forgotten"))
             #expect(try spool.names(.done) == ["new.tar.gz"])
             for path in others { #expect(FileManager.default.fileExists(atPath: path), "\(path)") }

@@ -7,20 +7,30 @@ import Foundation
 #endif
 
 /// `dopesync prune --older-than DURATION [--spool DIR]`: deletes bundles from `done/` that got there more
-/// than DURATION ago (by mtime, which the move to `done/` sets), and their checkpoint rows. It never looks
+/// than DURATION ago (by the checkpoint store's record of the move, else the file's mtime), and their checkpoint rows. It never looks
 /// at another folder: `prune` is the only thing that deletes a bundle, and only a synced one.
 ///
 /// Exit 0; 73 when `done/` cannot be read or a file cannot be deleted (the others are still deleted).
 public enum PruneCommand {
+    /// The times the store recorded bundles as done, by name; none without a database.
+    static func doneTimes(_ spool: Spool) throws -> [String: Date] {
+        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return [:] }
+        let done = try CheckpointStore(spool: spool).bundles(withOutcome: .done)
+        return Dictionary(done.map { ($0.name, $0.updatedAt) }, uniquingKeysWith: { a, _ in a })
+    }
+
     public static func run(spoolRoot: String, olderThan: Duration, now: Date = Date()) -> CommandOutcome {
         let spool = Spool(root: spoolRoot)
         let (seconds, attoseconds) = olderThan.components
         let cutoff = now.addingTimeInterval(-(Double(seconds) + Double(attoseconds) / 1e18))
         let old: [SpoolEntry]
         do {
-            old = try spool.list(.done).filter { $0.modified < cutoff }.sorted {
-                ($0.modified, $0.name) < ($1.modified, $1.name)
-            }
+            // When each got to done/: the store's record of it, since the move can set the file's
+            // mtime only where the worker owns the file (a producer's keeps the producer's time).
+            let doneAt = try Self.doneTimes(spool)
+            let entries = try spool.list(.done).map { (entry: $0, at: doneAt[$0.name] ?? $0.modified) }
+            old = entries.filter { $0.at < cutoff }.sorted { ($0.at, $0.entry.name) < ($1.at, $1.entry.name) }.map(
+                \.entry)
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
@@ -53,7 +63,7 @@ public enum PruneCommand {
             "pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten"
         )
         return CommandOutcome(
-            output: lines.joined(separator: "\n"),
+            output: lines.map(DisplayText.escaped).joined(separator: "\n"),
             diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"),
             status: diagnostics.isEmpty ? .success : .cannotCreate)
     }
