@@ -135,6 +135,8 @@ install -d "$UNITS"
 grep -q '^ExecStart=/usr/bin/dopesync run --job /etc/dopesync/production.yaml ' "$UNITS/dopesync.service" ||
   fail "the packaged dopesync.service has no ExecStart=/usr/bin/dopesync run --job /etc/dopesync/production.yaml"
 ! grep -n '/usr/local' "$UNITS/dopesync.service" || fail "the packaged dopesync.service still names /usr/local"
+! grep -n '2770\|see the install lines' "$UNITS/dopesync.service" ||
+  fail "the packaged dopesync.service still names the old mode 2770 or the source's install lines"
 install -m 0644 jobs/systemd/dopesync.timer "$UNITS/dopesync.timer"
 
 install -D -m 0644 "$PKG/dopesync/sysusers.conf" "$ROOT/usr/lib/sysusers.d/dopesync.conf"
