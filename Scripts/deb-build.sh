@@ -161,6 +161,9 @@ awk '
   END { if (!replaced) exit 1 }
 ' jobs/production.yaml > "$ROOT/etc/dopesync/production.yaml" ||
   fail "jobs/production.yaml has no 'api: ' line to empty"
+# 0644 root:root in the archive (lintian wants 0644; this shipped copy holds no secret). postinst
+# makes it 0640 root:dopesync, as it may come to hold a proxy's credentials, and records that
+# with dpkg-statoverride, so dpkg unpacks every later version of it with that owner and mode.
 chmod 0644 "$ROOT/etc/dopesync/production.yaml"
 
 install -D -m 0644 jobs/cron.example "$ROOT/usr/share/doc/dopesync/examples/cron.example"
