@@ -46,6 +46,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Log lines as text or json.")
     var logFormat: String?
 
+    @Option(help: "The least level logged: trace, debug, info (default), notice, warning, error, critical.")
+    var logLevel: String?
+
     @Option(help: "After the run, write Prometheus metrics to this file (node_exporter's textfile collector).")
     var metricsFile: String?
 
@@ -64,11 +67,18 @@ struct Run: AsyncParsableCommand {
     @Flag(help: "Allow an http:// API URL that is not loopback; the token then travels in clear.")
     var allowInsecureHTTP = false
 
+    @Flag(help: "Create the spool if its folder does not exist (else a missing spool is exit 73).")
+    var createSpool = false
+
+    @Flag(help: "Run as root on a spool that belongs to another user (else refused, exit 73).")
+    var allowRoot = false
+
     func run() async throws {
         let typed: [(RunSetting, String?)] = [
             (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
             (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
-            (.logFormat, logFormat), (.metricsFile, metricsFile), (.caFile, caFile), (.proxy, proxy),
+            (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.caFile, caFile),
+            (.proxy, proxy),
             (.maxRate, maxRate), (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
         ]
         let settings = try resolveSettings(
@@ -81,16 +91,19 @@ struct Run: AsyncParsableCommand {
                 ? JSONLogHandler(label: label) as any LogHandler : EscapedTextLogHandler(label: label)
         }
         var logger = Logger(label: "dopesync")
-        logger.logLevel = .info
+        logger.logLevel = settings.logLevel
         for warning in settings.warnings { logger.warning("\(warning)") }
         // Which settings came from where, for the operator reading the log later; never the token.
-        logger.info("run starting", metadata: ["job": "\(place.job ?? "-")", "settings": "\(settings)"])
+        // At debug: a timer's idle run should say one line, the summary (which names the API).
+        logger.debug("run starting", metadata: ["job": "\(place.job ?? "-")", "settings": "\(settings)"])
         var options = RunOptions(spoolRoot: settings.spool, apiURL: settings.apiURL, token: settings.token)
         options.concurrency = settings.concurrency
         options.maxBundles = settings.maxBundles
         options.maxTime = settings.maxTime
         options.minAge = settings.minAge
         options.metricsFile = settings.metricsFile
+        options.createSpool = createSpool
+        options.allowRoot = allowRoot
         options.network = APIClient.Network(
             caFile: settings.caFile, proxy: settings.proxy.proxy,
             rateLimit: settings.maxRate.map(UploadRateLimit.init(bytesPerSecond:)))
@@ -112,7 +125,9 @@ struct Run: AsyncParsableCommand {
         guard let (summary, status) = service.outcome.withLock({ $0 }) else {
             throw ExitCode(ExitStatus.software.rawValue)  // the service returned without running: a bug
         }
-        print(summary.line)
+        // Where it went, once a run: the API (and any proxy), credentials masked.
+        let route = settings.proxy.proxy.map { " through the proxy \($0)" } ?? ""
+        print(summary.line + "; api \(MaskedURL.string(settings.apiURL))\(route)")
         if status != .success { throw ExitCode(status.rawValue) }
     }
 }

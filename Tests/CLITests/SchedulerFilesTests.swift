@@ -1,3 +1,4 @@
+import DopeSync
 import DopeSyncTestSupport
 import Foundation
 import Testing
@@ -97,6 +98,8 @@ import Testing
             let arguments = words.dropFirst().map {
                 $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0
             }
+            // The package's tmpfiles make the spool; dopesync never makes one it was not asked to.
+            try Spool(root: directory.appendingPathComponent("spool").path).create()
             let result = try runBuilt(
                 "dopesync", arguments,
                 environment: [
@@ -143,6 +146,7 @@ import Testing
             var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("DOPESYNC_") }
             environment["DOPESYNC_SPOOL"] = directory.appendingPathComponent("spool").path
             environment["DOPESYNC_API_URL"] = "http://127.0.0.1:9"
+            try Spool(root: directory.appendingPathComponent("spool").path).create()  // as the cron example's notes do
             for command in commands {
                 // The words from the subcommand on, up to the redirection into logger
                 // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).

@@ -72,6 +72,9 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringC
     /// A 2xx answer to a create that did not name the record sent (its `clientId`) with a positive
     /// `id`, each time it was tried: not recorded as created.
     public static let unconfirmedCreate = FailureReason(rawValue: "unconfirmed_create")
+    /// Deferred as many times, or for as long, as the deferral policy allows: the message names
+    /// the last error (its step and HTTP status stay beside it).
+    public static let gaveUp = FailureReason(rawValue: "gave_up")
     /// No HTTP answer at all after the retries (refused, reset, timed out).
     public static let unreachable = FailureReason(rawValue: "unreachable")
 }

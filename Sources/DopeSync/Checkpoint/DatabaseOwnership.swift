@@ -46,12 +46,17 @@ enum DatabaseOwnership {
                 throw CheckpointError(code: .notOwned, message: "\(file) is not a regular file: refused")
             }
             guard info.st_uid == me else {
+                let owner = userName(info.st_uid)
+                let fix =
+                    me == 0
+                    ? "dopesync is running as root: run it as \(owner) (runuser -u \(owner) -- dopesync …); "
+                        + "only if root is meant to own this spool, chown root: \(path)*"
+                    : "if it is this spool's own database (a run as another user, root say, made it), give it back: "
+                        + "chown \(userName(me)): \(path)*; and run dopesync as \(userName(me)) only"
                 throw CheckpointError(
                     code: .notOwned,
-                    message: "\(file) belongs to \(userName(info.st_uid)) (mode \(octal(mode))), not to "
-                        + "\(userName(me)), who runs dopesync: it is refused, never used. If it is this spool's "
-                        + "own database (a run as another user, root say, made it), give it back: "
-                        + "chown \(userName(me)): \(path)*; and run dopesync as \(userName(me)) only")
+                    message: "\(file) belongs to \(owner) (mode \(octal(mode))), not to \(userName(me)), who runs "
+                        + "dopesync: it is refused, never used. \(fix)")
             }
             if mode & 0o077 != 0 { _ = chmod(file, 0o600) }  // ours: narrowing can only help; a failure changes nothing
         }

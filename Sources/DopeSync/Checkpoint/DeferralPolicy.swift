@@ -50,6 +50,13 @@ public struct DeferralPolicy: Sendable, Hashable {
         if let maxAge, now.timeIntervalSince(firstSeen) >= maxAge.seconds { return true }
         return false
     }
+
+    /// `20 attempts or 6 days`, for a person.
+    var limitsText: String {
+        let attempts = maxAttempts.map { "\($0) attempts" }
+        let age = maxAge.map { "\(Int(($0 / .seconds(86_400)).rounded())) days" }
+        return [attempts, age].compactMap { $0 }.joined(separator: " or ")
+    }
 }
 
 extension Duration {
@@ -58,4 +65,5 @@ extension Duration {
         let (whole, attoseconds) = components
         return Double(whole) + Double(attoseconds) / 1e18
     }
+
 }

@@ -1,5 +1,6 @@
 import Configuration
 import Foundation
+import Logging
 import NIOSSL
 import Yams
 
@@ -29,6 +30,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var minAge: Duration = .seconds(5)
     public var progress = ProgressMode.auto
     public var logFormat = LogFormat.text
+    public var logLevel = Logger.Level.info
     public var metricsFile: String?
     /// PEM file of CA certificates trusted besides the system's, checked to hold at least one.
     public var caFile: String?
@@ -99,6 +101,12 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
             configuration.logFormat = format
+        }
+        if let level = try parsed(
+            .logLevel, expected: "trace, debug, info, notice, warning, error or critical",
+            { Logger.Level(rawValue: $0.lowercased()) })
+        {
+            configuration.logLevel = level
         }
         guard purpose == .run else { return configuration }
 

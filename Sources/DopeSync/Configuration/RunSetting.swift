@@ -36,6 +36,8 @@ extension RunSetting {
     public static let progress = RunSetting(
         "progress", help: "auto (a live line on a terminal), always or never (default auto)")
     public static let logFormat = RunSetting("log-format", help: "text or json (default text)")
+    public static let logLevel = RunSetting(
+        "log-level", help: "trace, debug, info, notice, warning, error or critical (default info)")
     public static let metricsFile = RunSetting(
         "metrics-file", help: "write a Prometheus textfile here after each run (default: none)")
 
@@ -54,7 +56,8 @@ extension RunSetting {
 
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [
-        .spool, .api, .tokenFile, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat, .metricsFile,
+        .spool, .api, .tokenFile, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat, .logLevel,
+        .metricsFile,
         .caFile, .proxy, .maxRate, .allowInsecureHTTP,
     ]
 

@@ -47,6 +47,34 @@ public struct Spool: Sendable, Hashable {
 
     /// Creates the root and the five folders when missing and checks that each is writable.
     /// Any failure is ``SpoolError/Code/cannotCreate`` or ``SpoolError/Code/notWritable`` (exit 73).
+    /// What must hold before a command writes to the spool: it exists (unless `mayCreate`), and
+    /// root does not write into a spool another user owns (unless `allowRoot`): the database, the
+    /// sidecars and the metrics it made would be root's, and the service's own user could not use
+    /// them (every later run would exit 73).
+    public func checkBeforeWriting(mayCreate: Bool, allowRoot: Bool) throws(SpoolError) {
+        var info = stat()
+        guard stat(root, &info) == 0 else {
+            let code = errno
+            if code == ENOENT && mayCreate { return }
+            throw SpoolError(
+                code: .cannotCreate,
+                message: code == ENOENT
+                    ? "the spool does not exist (a typo?); create it, or give --create-spool to make it here"
+                    : "cannot look at the spool",
+                path: root, errno: code == ENOENT ? nil : code)
+        }
+        if geteuid() == 0 && info.st_uid != 0 && !allowRoot {
+            let owner =
+                getpwuid(info.st_uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(info.st_uid)"
+            throw SpoolError(
+                code: .notWritable,
+                message: "running as root on a spool that belongs to \(owner): what root writes there, \(owner) "
+                    + "could not use afterwards. Run it as that user: runuser -u \(owner) -- dopesync … "
+                    + "(or give --allow-root if root is meant to own it)",
+                path: root)
+        }
+    }
+
     public func create() throws(SpoolError) {
         try Self.makeDirectory(root, intermediate: true)
         for folder in Folder.allCases {

@@ -43,6 +43,8 @@ struct BundleUploader: Sendable {
     let results: GroupCommit
     let client: APIClient
     let retry: RetryPolicy
+    /// When a deferred bundle is tried again, and when the worker gives up on it.
+    var deferral = DeferralPolicy()
     let limits: BundleLimits
     let counters: RunCounters
     /// Where a bundle whose last reading never ended is read first (see ``IsolatedReading``).
@@ -492,11 +494,19 @@ struct BundleUploader: Sendable {
         -> UploadOutcome
     {
         do {
-            let deferral = try await checkpoints.perform { [name = claimed.name] in
-                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure)
+            let deferral = try await checkpoints.perform { [name = claimed.name, policy = self.deferral] in
+                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure, policy: policy)
             }
             if deferral.exhausted {
-                return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+                // Not the last error's fault more than the others': the worker gave up on retrying.
+                let age = Date().timeIntervalSince(deferral.firstSeen)
+                let last = "\(failure.reason)" + (failure.message.map { ": \($0)" } ?? "")
+                let gaveUp = BundleFailure(
+                    reason: .gaveUp, step: failure.step, httpStatus: failure.httpStatus,
+                    message:
+                        "gave up after \(deferral.attempts) attempts over \(Duration.seconds(age).formattedSeconds) "
+                        + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
+                return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }
             let final = try await Self.offTheLoop { () throws(SpoolError) in
                 try claimed.giveBack()

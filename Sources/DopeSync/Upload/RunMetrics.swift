@@ -87,6 +87,18 @@ public struct RunMetrics: Sendable {
         return out
     }
 
+    /// The last success time an earlier run wrote into `path`, if it can be read (for a run that
+    /// cannot read the checkpoint database).
+    static func lastSuccess(inFile path: String) -> Date? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let prefix = "dopesync_last_success_timestamp_seconds "
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix(prefix) {
+            guard let seconds = Double(line.dropFirst(prefix.count)), seconds > 0 else { return nil }
+            return Date(timeIntervalSince1970: seconds)
+        }
+        return nil
+    }
+
     /// Writes the file atomically (a temporary dot-name in the same folder, then a rename).
     public func write(to path: String) throws {
         try FileSystem.writeAtomically(to: path, temporaryDirectory: FileSystem.directory(of: path), replace: true) {

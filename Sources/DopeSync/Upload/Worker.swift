@@ -13,6 +13,8 @@ public struct RunOptions: Sendable {
     public var minAge: Duration = .seconds(5)
     public var limits = BundleLimits.default
     public var retry = RetryPolicy()
+    /// When a deferred bundle is due again, and after how many attempts or how long it fails.
+    public var deferral = DeferralPolicy()
     /// When the run stops claiming because the API is down or most requests fail (exit 75).
     public var breaker = CircuitBreaker.Policy()
     /// Set by SIGINT/SIGTERM: stop claiming, let the step in flight finish, give the rest back.
@@ -30,6 +32,12 @@ public struct RunOptions: Sendable {
     public var lookBeforeResending = true
     /// Extra trusted roots, a proxy and a cap on the upload rate.
     public var network = APIClient.Network()
+    /// Create the spool when its folder does not exist (`--create-spool`); else a missing spool is
+    /// an error (exit 73): a mistyped path must not become an empty spool and a run that did nothing.
+    public var createSpool = false
+    /// Run as root on a spool that belongs to another user (`--allow-root`); else refused, since
+    /// what root creates there the service's own user could not use.
+    public var allowRoot = false
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
@@ -169,6 +177,7 @@ public struct Worker: Sendable {
         let spool = Spool(root: options.spoolRoot)
         let store: CheckpointStore
         do {
+            try spool.checkBeforeWriting(mayCreate: options.createSpool, allowRoot: options.allowRoot)
             try spool.create()
             store = try CheckpointStore(
                 spool: spool,
@@ -177,12 +186,36 @@ public struct Worker: Sendable {
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
+            return endedBeforeStarting(spool, started: started)
         }
         // From here on every checkpoint goes through the writer's own thread, never an event loop's.
         return await CheckpointWriter.with(store) { checkpoints in
             await run(spool: spool, checkpoints: checkpoints, started: started)
         }
+    }
+
+    /// The end of a run that could not use its spool or database (exit 73): nothing was claimed.
+    /// The metrics file is written all the same, where the disk allows, so that it does not go on
+    /// showing the run before; the last success time is taken from it, the database being unusable.
+    private func endedBeforeStarting(_ spool: Spool, started: ContinuousClock.Instant) -> (RunSummary, ExitStatus) {
+        var summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
+        summary.seconds = (ContinuousClock.now - started) / .seconds(1)
+        if let metricsFile = options.metricsFile {
+            let now = Date()
+            let backlog =
+                (try? SpoolBacklog.list(spool, inFlight: [:], now: now))
+                ?? SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
+            let metrics = RunMetrics(
+                finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
+                backlog: backlog)
+            do {
+                try metrics.write(to: metricsFile)
+            } catch {
+                logger.error(
+                    "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
+            }
+        }
+        return (summary, .cannotCreate)
     }
 
     private func run(spool: Spool, checkpoints: CheckpointWriter, started: ContinuousClock.Instant) async -> (
@@ -200,7 +233,7 @@ public struct Worker: Sendable {
                 logger.critical(
                     "the checkpoint database cannot be written: the run claims nothing (exit 73)",
                     metadata: ["error": "\(error)"])
-                return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
+                return endedBeforeStarting(spool, started: started)
             }
         }
 
@@ -242,7 +275,7 @@ public struct Worker: Sendable {
             let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
             let uploader = BundleUploader(
                 checkpoints: checkpoints, results: results, client: client, retry: options.retry,
-                limits: options.limits, counters: counters,
+                deferral: options.deferral, limits: options.limits, counters: counters,
                 isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
                 lookup: options.lookBeforeResending
                     ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,

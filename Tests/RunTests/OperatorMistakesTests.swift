@@ -1,0 +1,105 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The ordinary mistakes of an operator: a mistyped spool, a run as root, an outage that outlasts
+/// the retries, a timer's idle runs. Each costs nothing and says what happened.
+@Suite struct OperatorMistakesTests {
+    @Test("run on a spool that does not exist exits 73 naming the path, and creates nothing; --create-spool makes it")
+    func missingSpoolIsAnError() async throws {
+        try await withTemporaryDirectory { directory in
+            let typo = Spool(root: directory.appendingPathComponent("spoool").path)
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    typo, apiURL: server.baseURL, token: server.token, ["--metrics-file", metrics])
+                #expect(status == 73, "\(output)")
+                #expect(output.contains(typo.root) && output.contains("does not exist"), "\(output)")
+                #expect(!FileManager.default.fileExists(atPath: typo.root))
+                // The metrics file says so, instead of still showing the run before.
+                let text = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(text.contains("dopesync_last_run_exit_code 73"), "\(text)")
+
+                let (created, _) = try await runToEnd(
+                    typo, apiURL: server.baseURL, token: server.token, ["--create-spool"])
+                #expect(created == 0)
+                #expect(try typo.names(.incoming).isEmpty)
+            }
+        }
+    }
+
+    @Test(
+        "root on a spool another user owns is refused, with the runuser line to use; the metrics file says 73",
+        .enabled(if: geteuid() == 0, "needs root"))
+    func rootOnAnotherUsersSpoolIsRefused() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2700)])
+            #expect(chown(spool.root, 65534, 65534) == 0)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("runuser -u nobody -- dopesync"), "\(output)")
+                #expect(!FileManager.default.fileExists(atPath: spool.databasePath), "root made the database")
+                #expect(try spool.names(.incoming).count == 1)
+
+                let (allowed, _) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--allow-root"])
+                #expect(allowed == 0)
+                #expect(try spool.names(.done).count == 1)
+            }
+        }
+    }
+
+    @Test("a bundle out of attempts fails as gave_up, with the last error beside it")
+    func outOfAttemptsSaysGaveUp() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2710)])
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 1
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.retry.base = .milliseconds(1)
+                options.retry.cap = .milliseconds(2)
+                options.deferral = DeferralPolicy(maxAttempts: 1, maxAge: nil)
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                #expect(status == .bundlesFailed && summary.failed == 1)
+                let name = try #require(try spool.names(.failed).first { !$0.hasSuffix(".error") })
+                let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: name)))
+                #expect(sidecar.reason.rawValue == "gave_up", "\(sidecar)")
+                #expect(sidecar.message?.contains("gave up after 1 attempts") == true, "\(sidecar)")
+                #expect(sidecar.message?.contains("the last error: http_50") == true, "\(sidecar)")
+                #expect(sidecar.step == "session" && sidecar.httpStatus.map { $0 >= 500 } == true)
+            }
+        }
+    }
+
+    @Test("an idle run logs one line, the summary naming the API; --log-level warning keeps info lines out")
+    func idleRunSaysOneLine() async throws {
+        try await withTemporarySpool { spool, _ in
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 0)
+                let lines = output.split(separator: "\n")
+                #expect(lines.count == 1, "\(output)")
+                #expect(lines.first?.hasPrefix("run finished: 0 claimed") == true)
+                #expect(output.contains("api \(server.baseURL)"), "\(output)")
+            }
+            let sample = SampleSession(seed: 2720)
+            try pack(sample, into: spool, scratch: URL(fileURLWithPath: spool.root))
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--log-level", "warning"])
+                #expect(status == 0)
+                #expect(!output.contains(" info "), "\(output)")
+                #expect(try spool.names(.done).count == 1)
+            }
+        }
+    }
+}
