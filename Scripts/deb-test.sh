@@ -3,20 +3,38 @@
 # operator would, removes and purges them, and leaves the machine as it found it. Needs root
 # (re-runs itself with sudo otherwise). Not part of `make test`: it needs the release build.
 #
-#   1. dpkg -i both packages (apt-get install -f for missing dependencies): the user dopesync,
-#      the spool with mode 2770, the timer installed but not enabled;
+#   1. dpkg -i both packages (apt-get install -f for missing dependencies): the user dopesync, a
+#      member of the group dopesync-producers; the spool root 0750 dopesync:dopesync-producers,
+#      tmp/ and incoming/ 3770 dopesync:dopesync-producers, processing/, done/ and failed/ 0750
+#      dopesync:dopesync; the job file 0640 root:dopesync (a dpkg-statoverride); the timer
+#      installed but not enabled;
 #   2. ldd of the installed binaries: no Swift library;
 #   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the
 #      installed units;
-#   4. the installed dopesync-devserver on a free port; a bundle packed by the installed dopesync
-#      into /var/spool/dopesync/incoming/; the installed service's ExecStart run once as the unit
-#      runs it (user dopesync, its working folder and umask, an empty environment, the token as a
-#      credential file, the API URL in DOPESYNC_API_URL as a drop-in's Environment= would pass
-#      it): the bundle ends in done/;
-#   5. dpkg -r: the spool, its bundle and the checkpoint database are still there;
-#   6. dpkg --purge: the spool is still there, and postrm says so;
-#   7. clean-up: the spool, /etc/dopesync, the user and group dopesync, and any package apt-get
-#      installed for the test are removed again.
+#   4. two producers, users in group dopesync-producers: as the first (runuser), a bundle packed
+#      by the installed dopesync is written into tmp/ (umask 027: 0640, group dopesync-producers
+#      from the setgid folder) and renamed into incoming/; it cannot create a file in the spool
+#      root, processing/, done/ or failed/, nor remove, rename, replace or write the second
+#      producer's file in incoming/ (the sticky bit), which the second producer then removes;
+#   5. the installed service's ExecStart run as the unit runs it (user dopesync, its working
+#      folder, umask and LimitCORE, an empty environment, the token as a credential file, the
+#      API URL in DOPESYNC_API_URL as a drop-in's Environment= would pass it), against the
+#      installed dopesync-devserver on a free port: first one that fails every request, and the
+#      producer's bundle goes back to incoming/, still the producer's file; then, the file
+#      touched (retry now), a working one, and the bundle ends in done/; the checkpoint database
+#      (dopesync.sqlite and its -wal, -shm, .lock) is dopesync's, mode 0600, and the producer
+#      can read none of it;
+#   6. upgrades fix what is wrong: an upgrade to a repacked version whose job file changed is
+#      unpacked (dpkg --unpack) with the job file already 0640 root:dopesync; then the spool made
+#      as an older version made it (2770 dopesync:dopesync everywhere, the database 0660, one of
+#      its files root's), the job file edited and made 0644 root:root, and dopesync taken out of
+#      dopesync-producers: installing the package again gives every owner, mode and membership
+#      back, keeps the edit, and tells the operator to move the producers to the new group;
+#   7. dpkg -r: the spool, its bundle and the checkpoint database are still there;
+#   8. dpkg --purge: the spool is still there, and postrm says so; the statoverride is gone;
+#   9. clean-up: the spool, /etc/dopesync, the producers, the user dopesync, the groups
+#      dopesync and dopesync-producers, and any package apt-get installed for the test are
+#      removed again.
 #
 # systemd is usually not PID 1 where this runs (containers, CI): nothing here needs it to be.
 # It refuses to run where dopesync is installed or /var/spool/dopesync or /etc/dopesync exist.
@@ -42,8 +60,12 @@ DEVDEB="dist/dopesync-devserver_${VERSION}_${ARCH}.deb"
 for f in "$DEB" "$DEVDEB"; do [ -f "$f" ] || fail "$f is missing: run \`make deb\` first"; done
 
 SPOOL=/var/spool/dopesync
+JOB=/etc/dopesync/production.yaml
 TOKEN=deb-test-token
 SAMPLE=jobs/samples/range-day-1
+# Two producers (users in group dopesync-producers), made for the test and deleted at its end.
+PRODUCER=dopesync-test-producer
+OTHER_PRODUCER=dopesync-test-producer2
 
 # --- What the machine looks like before ------------------------------------------------------------
 for p in dopesync dopesync-devserver; do
@@ -54,8 +76,15 @@ done
 for d in "$SPOOL" /etc/dopesync; do
   [ ! -e "$d" ] || fail "$d already exists; this test would delete it at the end"
 done
+for u in "$PRODUCER" "$OTHER_PRODUCER"; do
+  ! getent passwd "$u" > /dev/null && ! getent group "$u" > /dev/null ||
+    fail "the user or group $u already exists; this test makes it and deletes it at the end"
+done
+! dpkg-statoverride --list "$JOB" > /dev/null ||
+  fail "dpkg-statoverride already lists $JOB; this test would delete that override at the end"
 USER_BEFORE=0; getent passwd dopesync > /dev/null && USER_BEFORE=1
 GROUP_BEFORE=0; getent group dopesync > /dev/null && GROUP_BEFORE=1
+PRODUCERS_GROUP_BEFORE=0; getent group dopesync-producers > /dev/null && PRODUCERS_GROUP_BEFORE=1
 installed_packages() { dpkg-query -W -f='${db:Status-Status} ${Package}\n' | sed -n 's/^installed //p' | LC_ALL=C sort; }
 PACKAGES_BEFORE=$(installed_packages)
 
@@ -74,10 +103,19 @@ cleanup() {
       say "dpkg --purge $p"; dpkg --purge "$p" > /dev/null
     fi
   done
-  # Only what this test made: both folders were checked absent at the start.
+  # Only what this test made: both folders, both producers and the override were checked absent
+  # at the start.
   rm -rf "$SPOOL" /etc/dopesync
+  if dpkg-statoverride --list "$JOB" > /dev/null; then say "dpkg-statoverride --remove $JOB"; dpkg-statoverride --remove "$JOB"; fi
+  for u in "$PRODUCER" "$OTHER_PRODUCER"; do
+    if getent passwd "$u" > /dev/null; then say "userdel $u"; userdel "$u"; fi
+    if getent group "$u" > /dev/null; then groupdel "$u"; fi
+  done
   if [ "$USER_BEFORE" = 0 ] && getent passwd dopesync > /dev/null; then say "userdel dopesync"; userdel dopesync; fi
   if [ "$GROUP_BEFORE" = 0 ] && getent group dopesync > /dev/null; then say "groupdel dopesync"; groupdel dopesync; fi
+  if [ "$PRODUCERS_GROUP_BEFORE" = 0 ] && getent group dopesync-producers > /dev/null; then
+    say "groupdel dopesync-producers"; groupdel dopesync-producers
+  fi
   local added
   added=$(LC_ALL=C comm -13 <(echo "$PACKAGES_BEFORE") <(installed_packages))
   if [ -n "$added" ]; then
@@ -86,8 +124,11 @@ cleanup() {
   fi
   rm -rf "$WORK"
   if [ "$(installed_packages)" = "$PACKAGES_BEFORE" ] && [ ! -e "$SPOOL" ] && [ ! -e /etc/dopesync ] &&
-    { [ "$USER_BEFORE" = 1 ] || ! getent passwd dopesync > /dev/null; }; then
-    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync"
+    { [ "$USER_BEFORE" = 1 ] || ! getent passwd dopesync > /dev/null; } &&
+    { [ "$PRODUCERS_GROUP_BEFORE" = 1 ] || ! getent group dopesync-producers > /dev/null; } &&
+    ! getent passwd "$PRODUCER" > /dev/null && ! getent passwd "$OTHER_PRODUCER" > /dev/null &&
+    ! dpkg-statoverride --list "$JOB" > /dev/null; then
+    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync, no group dopesync-producers, no producer, no statoverride"
   else
     echo "deb-test: the clean-up left something behind (above)" >&2
     [ "$status" = 0 ] && status=1
@@ -112,11 +153,38 @@ done
 getent passwd dopesync | grep -q ':/var/spool/dopesync:/usr/sbin/nologin$' ||
   fail "no system user dopesync with home $SPOOL and shell nologin: $(getent passwd dopesync)"
 say "user: $(getent passwd dopesync)"
-for d in "" /tmp /incoming /processing /done /failed; do
-  got=$(stat -c '%a %U:%G' "$SPOOL$d")
-  [ "$got" = "2770 dopesync:dopesync" ] || fail "$SPOOL$d is $got, not 2770 dopesync:dopesync"
-done
-say "spool: $SPOOL{,/tmp,/incoming,/processing,/done,/failed} are 2770 dopesync:dopesync"
+
+# The owners, modes and memberships the package promises; run again after the upgrades below.
+check_layout() {
+  local d got want
+  getent group dopesync-producers > /dev/null || fail "no group dopesync-producers"
+  id -nG dopesync | tr ' ' '\n' | grep -qx dopesync-producers ||
+    fail "user dopesync is not in group dopesync-producers (its groups: $(id -nG dopesync))"
+  runuser -u dopesync -- id -nG | tr ' ' '\n' | grep -qx dopesync-producers ||
+    fail "a process of user dopesync does not get group dopesync-producers"
+  for d in "" /tmp /incoming /processing /done /failed; do
+    case "$d" in
+    "") want="750 dopesync:dopesync-producers" ;;
+    /tmp | /incoming) want="3770 dopesync:dopesync-producers" ;;
+    *) want="750 dopesync:dopesync" ;;
+    esac
+    got=$(stat -c '%a %U:%G' "$SPOOL$d")
+    [ "$got" = "$want" ] || fail "$SPOOL$d is $got, not $want"
+  done
+  got=$(stat -c '%a %U:%G' "$JOB")
+  [ "$got" = "640 root:dopesync" ] || fail "$JOB is $got, not 640 root:dopesync"
+  [ "$(dpkg-statoverride --list "$JOB")" = "root dopesync 640 $JOB" ] ||
+    fail "dpkg-statoverride does not record $JOB as root dopesync 0640: $(dpkg-statoverride --list "$JOB")"
+  for f in "$SPOOL"/dopesync.sqlite*; do
+    [ -e "$f" ] || continue
+    got=$(stat -c '%a %U' "$f")
+    [ "$got" = "600 dopesync" ] || fail "$f is $got, not 600 dopesync"
+  done
+}
+check_layout
+say "groups: $(getent group dopesync-producers) (user dopesync is a member); $(getent group dopesync)"
+say "spool: $SPOOL 0750 dopesync:dopesync-producers; tmp/, incoming/ 3770 dopesync:dopesync-producers; processing/, done/, failed/ 0750 dopesync:dopesync"
+say "job file: $(stat -c '%a %U:%G' "$JOB") $JOB (dpkg-statoverride: $(dpkg-statoverride --list "$JOB"))"
 enabled=$(systemctl is-enabled dopesync.timer 2>&1 || true)
 [ "$enabled" = disabled ] || fail "dopesync.timer is '$enabled' after installation, not disabled"
 [ ! -e /etc/systemd/system/timers.target.wants/dopesync.timer ] || fail "the timer was enabled"
@@ -156,32 +224,81 @@ verify=$(systemd-analyze verify /usr/lib/systemd/system/dopesync.service /usr/li
 [ -z "$verify" ] || fail "systemd-analyze verify printed: $verify"
 say "systemd-analyze verify: the installed service and timer, no complaint"
 
-# --- 4. One run, as the installed service would run it ------------------------------------------------
-step "The installed dopesync-devserver"
-setpriv --reuid=nobody --regid=nogroup --clear-groups \
-  /usr/bin/dopesync-devserver --port 0 --token "$TOKEN" > "$WORK/devserver.out" 2> "$WORK/devserver.log" &
-SERVER_PID=$!
-URL=""
-for _ in $(seq 300); do
-  URL=$(sed -n 's/^listening on \(http:[^ ]*\)$/\1/p' "$WORK/devserver.out")
-  [ -n "$URL" ] && break
-  kill -0 "$SERVER_PID" 2> /dev/null || { cat "$WORK/devserver.log" >&2; fail "the dev server exited"; }
-  sleep 0.1
-done
-[ -n "$URL" ] || fail "the dev server printed no 'listening on' line within 30 s"
-say "listening on $URL (pid $SERVER_PID, as user nobody)"
+# --- 4. and 5. Producers, and one run as the installed service would run it -----------------------------
+# start_devserver [OPTION...]: the installed dopesync-devserver as user nobody on a free port,
+# with these options; sets SERVER_PID and URL. stop_devserver stops it.
+start_devserver() {
+  setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    /usr/bin/dopesync-devserver --port 0 --token "$TOKEN" "$@" > "$WORK/devserver.out" 2> "$WORK/devserver.log" &
+  SERVER_PID=$!
+  URL=""
+  for _ in $(seq 300); do
+    URL=$(sed -n 's/^listening on \(http:[^ ]*\)$/\1/p' "$WORK/devserver.out")
+    [ -n "$URL" ] && break
+    kill -0 "$SERVER_PID" 2> /dev/null || { cat "$WORK/devserver.log" >&2; fail "the dev server exited"; }
+    sleep 0.1
+  done
+  [ -n "$URL" ] || fail "the dev server printed no 'listening on' line within 30 s"
+  say "the installed dopesync-devserver${*:+ $*}: listening on $URL (pid $SERVER_PID, as user nobody)"
+}
+stop_devserver() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=""; }
 
-step "A bundle into $SPOOL/incoming/ (dopesync pack, as a producer in group dopesync)"
+step "Producers: $PRODUCER and $OTHER_PRODUCER, in group dopesync-producers"
+for u in "$PRODUCER" "$OTHER_PRODUCER"; do
+  useradd --system --user-group --groups dopesync-producers --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin "$u"
+done
+# as_producer USER COMMAND...: the command as USER, with the umask a producer is told to use.
+as_producer() { local user=$1; shift; runuser -u "$user" -- sh -c 'umask 027 && exec "$@"' sh "$@"; }
+# refused WHAT COMMAND...: the command must fail (its error is shown), else the test fails.
+refused() {
+  local what=$1 out; shift
+  if out=$("$@" 2>&1); then fail "a producer could $what"; fi
+  say "refused: $what ($(echo "$out" | head -1))"
+}
+say "$(id "$PRODUCER")"
+
+step "A bundle into $SPOOL/incoming/, as $PRODUCER: written into tmp/, then renamed"
 cp -r "$SAMPLE" "$WORK/sample"
 chmod -R a+rX "$WORK/sample"
-runuser -u dopesync -- /usr/bin/dopesync pack "$WORK/sample/session.json" --spool "$SPOOL" | sed 's/^/   /'
-BUNDLE=$(cd "$SPOOL/incoming" && ls)
-[ "$(echo "$BUNDLE" | wc -w)" = 1 ] || fail "expected one bundle in incoming/, found: $BUNDLE"
+/usr/bin/dopesync pack "$WORK/sample/session.json" --output "$WORK/bundle.tar.gz" | sed 's/^/   /'
+BUNDLE=$(basename "$SAMPLE").tar.gz
+as_producer "$PRODUCER" cp "$WORK/bundle.tar.gz" "$SPOOL/tmp/$BUNDLE"
+got=$(stat -c '%a %U:%G' "$SPOOL/tmp/$BUNDLE")
+[ "$got" = "640 $PRODUCER:dopesync-producers" ] ||
+  fail "tmp/$BUNDLE is $got, not 640 $PRODUCER:dopesync-producers (setgid folder, umask 027)"
+as_producer "$PRODUCER" mv "$SPOOL/tmp/$BUNDLE" "$SPOOL/incoming/$BUNDLE"
+[ -f "$SPOOL/incoming/$BUNDLE" ] && [ ! -e "$SPOOL/tmp/$BUNDLE" ] || fail "the rename into incoming/ did not happen"
+say "incoming/$BUNDLE ($(stat -c '%a %U:%G' "$SPOOL/incoming/$BUNDLE")), written into tmp/ and renamed"
+as_producer "$PRODUCER" ls "$SPOOL" > /dev/null || fail "a producer cannot list the spool root"
+
+step "What a producer may not do"
+for d in "" /processing /done /failed; do
+  refused "create a file in $SPOOL$d/" as_producer "$PRODUCER" touch "$SPOOL$d/producer-was-here"
+  [ ! -e "$SPOOL$d/producer-was-here" ] || fail "$SPOOL$d/producer-was-here exists"
+done
+refused "create a folder in the spool root" as_producer "$PRODUCER" mkdir "$SPOOL/producer-was-here"
+refused "rename a bundle out of incoming/ into the spool root" \
+  as_producer "$PRODUCER" mv "$SPOOL/incoming/$BUNDLE" "$SPOOL/$BUNDLE"
+# Another producer's file in incoming/ (a name the worker skips: it ends in .part).
+OTHERS=other-producer.part
+as_producer "$OTHER_PRODUCER" sh -c 'echo theirs > "$1" && mv "$1" "$2"' sh "$SPOOL/tmp/$OTHERS" "$SPOOL/incoming/$OTHERS"
+[ "$(stat -c %U "$SPOOL/incoming/$OTHERS")" = "$OTHER_PRODUCER" ] || fail "incoming/$OTHERS is not $OTHER_PRODUCER's"
+refused "remove another producer's file in incoming/" as_producer "$PRODUCER" rm -f "$SPOOL/incoming/$OTHERS"
+refused "rename another producer's file in incoming/" \
+  as_producer "$PRODUCER" mv "$SPOOL/incoming/$OTHERS" "$SPOOL/tmp/stolen.part"
+refused "replace another producer's file in incoming/ by a rename" \
+  as_producer "$PRODUCER" sh -c 'echo mine > "$1" && mv -f "$1" "$2"' sh "$SPOOL/tmp/mine.part" "$SPOOL/incoming/$OTHERS"
+as_producer "$PRODUCER" rm -f "$SPOOL/tmp/mine.part"
+refused "write into another producer's file in incoming/" \
+  as_producer "$PRODUCER" sh -c 'echo mine >> "$1"' sh "$SPOOL/incoming/$OTHERS"
+[ "$(cat "$SPOOL/incoming/$OTHERS")" = theirs ] || fail "incoming/$OTHERS was changed"
+as_producer "$OTHER_PRODUCER" rm "$SPOOL/incoming/$OTHERS" || fail "a producer cannot remove its own file in incoming/"
+say "$OTHER_PRODUCER removed its own incoming/$OTHERS"
 # The job file's min-age is 30s: a bundle dropped two minutes ago is due.
 touch -d '2 minutes ago' "$SPOOL/incoming/$BUNDLE"
-say "incoming/$BUNDLE"
 
-step "The operator's token, and the service's ExecStart once as the unit runs it"
+step "The operator's token, and the service's ExecStart as the unit runs it"
 install -o dopesync -g dopesync -m 0600 /dev/stdin /etc/dopesync/api-token <<< "$TOKEN"
 UNIT=/usr/lib/systemd/system/dopesync.service
 unit_value() { sed -n "s/^$1=//p" "$UNIT"; }
@@ -195,27 +312,106 @@ install -d -o dopesync -g dopesync -m 0700 "$CREDENTIALS"
 install -o dopesync -g dopesync -m 0400 /etc/dopesync/api-token "$CREDENTIALS/api-token"
 exec_start=$(unit_value ExecStart)
 read -r -a argv <<< "${exec_start//%d/$CREDENTIALS}"
-say "User=$(unit_value User) WorkingDirectory=$(unit_value WorkingDirectory) UMask=$(unit_value UMask)"
-say "DOPESYNC_API_URL=$URL ${argv[*]}"
-status=0
-(cd "$(unit_value WorkingDirectory)" && umask "$(unit_value UMask)" &&
-  exec runuser -u "$(unit_value User)" -- env -i PATH=/usr/bin:/bin DOPESYNC_API_URL="$URL" "${argv[@]}") \
-  > "$WORK/run.out" 2> "$WORK/run.err" || status=$?
-sed 's/^/   | /' "$WORK/run.err" "$WORK/run.out"
-[ "$status" = 0 ] || fail "the run exited $status"
-cat "$WORK/run.out" "$WORK/run.err" | grep -q 'run finished: 1 claimed, 1 done, 0 deferred, 0 failed' || fail "no 'run finished: 1 claimed, 1 done' line"
+say "User=$(unit_value User) WorkingDirectory=$(unit_value WorkingDirectory) UMask=$(unit_value UMask) LimitCORE=$(unit_value LimitCORE)"
+# run_as_unit [VAR=VALUE...]: ExecStart once, with these environment variables besides
+# DOPESYNC_API_URL=$URL; its exit status in RUN_STATUS, its output shown and in $WORK/run.log.
+run_as_unit() {
+  say "DOPESYNC_API_URL=$URL ${*:+$* }${argv[*]}"
+  RUN_STATUS=0
+  (cd "$(unit_value WorkingDirectory)" && umask "$(unit_value UMask)" && ulimit -c "$(unit_value LimitCORE)" &&
+    exec runuser -u "$(unit_value User)" -- env -i PATH=/usr/bin:/bin DOPESYNC_API_URL="$URL" "$@" "${argv[@]}") \
+    > "$WORK/run.out" 2> "$WORK/run.err" || RUN_STATUS=$?
+  cat "$WORK/run.err" "$WORK/run.out" > "$WORK/run.log"
+  sed 's/^/   | /' "$WORK/run.log"
+}
+
+step "A run against an API that fails every request: the producer's bundle goes back to incoming/"
+start_devserver --fail-rate 1.0 --retry-after 0
+run_as_unit
+stop_devserver
+[ "$RUN_STATUS" = 0 ] || [ "$RUN_STATUS" = 75 ] || fail "the run exited $RUN_STATUS, not 0 or 75 (API unreachable)"
+grep -q 'run finished: 1 claimed, 0 done, 1 deferred, 0 failed' "$WORK/run.log" ||
+  fail "no 'run finished: 1 claimed, 0 done, 1 deferred, 0 failed' line"
+[ -f "$SPOOL/incoming/$BUNDLE" ] || fail "the deferred $BUNDLE is not back in incoming/"
+got=$(stat -c '%a %U:%G' "$SPOOL/incoming/$BUNDLE")
+[ "$got" = "640 $PRODUCER:dopesync-producers" ] || fail "the deferred incoming/$BUNDLE is $got, not the producer's file"
+say "exit $RUN_STATUS; incoming/$BUNDLE ($got) waits for its next attempt"
+
+step "The operator retries it now (touch), against a working API"
+# A file modified after the run gave it back is due at once; min-age (30s in the job file)
+# would hold a file touched just now, so this run is told 0, as a drop-in's Environment= could.
+touch "$SPOOL/incoming/$BUNDLE"
+start_devserver
+run_as_unit DOPESYNC_MIN_AGE=0s
+[ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
+grep -q 'run finished: 1 claimed, 1 done, 0 deferred, 0 failed' "$WORK/run.log" || fail "no 'run finished: 1 claimed, 1 done' line"
 [ -f "$SPOOL/done/$BUNDLE" ] || fail "$BUNDLE is not in done/"
 left=$(find "$SPOOL/incoming" "$SPOOL/processing" "$SPOOL/failed" -mindepth 1)
 [ -z "$left" ] || fail "incoming/, processing/ or failed/ is not empty: $left"
 [ -f "$SPOOL/dopesync.sqlite" ] || fail "no checkpoint database $SPOOL/dopesync.sqlite"
 say "done/$BUNDLE ($(stat -c '%a %U:%G' "$SPOOL/done/$BUNDLE"))"
+check_layout
+for f in "$SPOOL"/dopesync.sqlite*; do
+  say "$(stat -c '%a %U:%G' "$f") ${f#"$SPOOL"/}"
+  refused "read ${f#"$SPOOL"/}" as_producer "$PRODUCER" cat "$f"
+done
+refused "look into done/" as_producer "$PRODUCER" ls "$SPOOL/done"
 runuser -u dopesync -- /usr/bin/dopesync status --job /etc/dopesync/production.yaml | sed 's/^/   | /'
 if command -v curl > /dev/null; then
   say "the dev server's counts: $(curl -fsS -H "Authorization: Bearer $TOKEN" "$URL/admin/stats" | tr -d '\n' | cut -c1-300)"
 fi
-kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=""
+stop_devserver
 
-# --- 5. Remove -----------------------------------------------------------------------------------
+# --- 6. Upgrades fix what is wrong -------------------------------------------------------------------
+step "An upgrade whose job file changed: dpkg --unpack gives it 0640 root:dopesync, before postinst"
+# The same package repacked as a later version whose job file differs, so that dpkg replaces the
+# (unedited) conffile when it unpacks it.
+UPGRADE_DEB="$WORK/dopesync_${VERSION}+debtest1_${ARCH}.deb"
+dpkg-deb -R "$DEB" "$WORK/upgrade"
+echo "# (changed by deb-test's upgrade)" >> "$WORK/upgrade$JOB"
+sed -i "s/^Version: .*/Version: ${VERSION}+debtest1/" "$WORK/upgrade/DEBIAN/control"
+dpkg-deb --root-owner-group -Znone --build "$WORK/upgrade" "$UPGRADE_DEB" > /dev/null
+dpkg --unpack "$UPGRADE_DEB" | sed 's/^/   /'
+# dpkg unpacks a conffile beside the old one, as NAME.dpkg-new, and puts it in place when it
+# configures the package, before postinst runs.
+grep -q "changed by deb-test's upgrade" "$JOB.dpkg-new" || fail "dpkg --unpack did not unpack the upgrade's job file"
+got=$(stat -c '%a %U:%G' "$JOB.dpkg-new")
+[ "$got" = "640 root:dopesync" ] || fail "dpkg --unpack made the upgrade's $JOB.dpkg-new $got, not 640 root:dopesync"
+say "unpacked, not configured: $JOB.dpkg-new is $got (dpkg applied the statoverride)"
+dpkg --configure dopesync | sed 's/^/   /'
+grep -q "changed by deb-test's upgrade" "$JOB" || fail "dpkg --configure did not put the upgrade's job file in place"
+check_layout
+say "configured: the new $JOB in place, owners and modes as promised"
+
+step "A spool as an older version left it, the job file edited and 0644: installing again fixes them"
+for d in "" /tmp /incoming /processing /done /failed; do
+  chown dopesync:dopesync "$SPOOL$d"; chmod 2770 "$SPOOL$d"
+done
+chmod 0660 "$SPOOL"/dopesync.sqlite*
+ROOTS=""
+for f in "$SPOOL/dopesync.sqlite.lock" "$SPOOL/dopesync.sqlite-shm"; do
+  if [ -f "$f" ]; then chown root:root "$f"; ROOTS="$ROOTS ${f#"$SPOOL"/}"; fi
+done
+# A symlink where postinst looks for a database file: it must not follow it.
+echo "not dopesync's" > "$WORK/target"; chmod 0644 "$WORK/target"
+ln -s "$WORK/target" "$SPOOL/dopesync.sqlite-journal"
+echo "# proxy: http://user:secret@proxy.internal.example:3128 (edited by deb-test)" >> "$JOB"
+chown root:root "$JOB"; chmod 0644 "$JOB"
+gpasswd -d dopesync dopesync-producers > /dev/null
+say "spool 2770 dopesync:dopesync, database 0660 (root's:${ROOTS:- none}), a symlink dopesync.sqlite-journal, $JOB edited and $(stat -c '%a %U:%G' "$JOB"), dopesync out of dopesync-producers"
+dpkg -i "$UPGRADE_DEB" 2>&1 | tee "$WORK/reinstall.out" | sed 's/^/   /'
+grep -q 'now belong to group dopesync-producers' "$WORK/reinstall.out" ||
+  fail "postinst did not tell the operator that producers now belong to group dopesync-producers"
+[ "$(stat -c '%a %U:%G' "$WORK/target")" = "644 root:root" ] || fail "postinst followed the symlink dopesync.sqlite-journal"
+[ -L "$SPOOL/dopesync.sqlite-journal" ] || fail "the symlink dopesync.sqlite-journal is gone"
+rm "$SPOOL/dopesync.sqlite-journal"
+grep -q 'edited by deb-test' "$JOB" || fail "installing again lost the edit of $JOB"
+check_layout
+runuser -u dopesync -- /usr/bin/dopesync status --job "$JOB" > "$WORK/status.out" 2>&1 ||
+  { cat "$WORK/status.out" >&2; fail "dopesync status cannot read the checkpoint database after the fix"; }
+say "fixed: every owner, mode and membership as promised, the edit kept, the symlink not followed; dopesync status reads the database"
+
+# --- 7. Remove -----------------------------------------------------------------------------------
 step "dpkg -r dopesync dopesync-devserver"
 dpkg -r dopesync-devserver dopesync
 [ ! -e /usr/bin/dopesync ] && [ ! -e /usr/bin/dopesync-devserver ] || fail "a binary is still installed"
@@ -226,10 +422,11 @@ getent passwd dopesync > /dev/null || fail "removing the package deleted the use
 say "still there after dpkg -r:"
 ls -la "$SPOOL" "$SPOOL/done" /etc/dopesync | sed 's/^/     /'
 
-# --- 6. Purge ------------------------------------------------------------------------------------
+# --- 8. Purge ------------------------------------------------------------------------------------
 step "dpkg --purge dopesync"
 dpkg --purge dopesync | tee "$WORK/purge.out"   # dpkg -r already took all of dopesync-devserver (no conffiles)
 grep -q 'Kept on purpose: the spool /var/spool/dopesync' "$WORK/purge.out" || fail "postrm purge did not say the spool is kept"
 [ -f "$SPOOL/done/$BUNDLE" ] && [ -f "$SPOOL/dopesync.sqlite" ] || fail "purging lost the spool"
 [ ! -e /etc/dopesync ] || fail "/etc/dopesync is still there after purge: $(ls -A /etc/dopesync)"
-say "still there after dpkg --purge: $SPOOL/done/$BUNDLE, $SPOOL/dopesync.sqlite; /etc/dopesync is gone"
+! dpkg-statoverride --list "$JOB" > /dev/null || fail "purging left the statoverride of $JOB"
+say "still there after dpkg --purge: $SPOOL/done/$BUNDLE, $SPOOL/dopesync.sqlite; /etc/dopesync and its statoverride are gone"
