@@ -1,4 +1,5 @@
 import DopeSync
+import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
 import Testing
@@ -85,29 +86,35 @@ import Testing
 
         let execStart = try #require(service["ExecStart"]?.first)
         try await withTemporaryDirectory { directory in
-            // Run exactly those arguments: %d is systemd's credentials folder, and the environment
-            // points the production job at a scratch spool and a closed port (nothing to upload).
-            let credentials = directory.appendingPathComponent("credentials")
-            try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
-            try "token\n".write(to: credentials.appendingPathComponent("api-token"), atomically: true, encoding: .utf8)
-            try FileManager.default.setAttributes(
-                [.posixPermissions: 0o600], ofItemAtPath: credentials.appendingPathComponent("api-token").path)
-            let words = execStart.replacingOccurrences(of: "%d", with: credentials.path).split(separator: " ").map(
-                String.init)
-            #expect(words.first == "/usr/local/bin/dopesync")
-            let arguments = words.dropFirst().map {
-                $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0
+            // The API the unit's token file holds a token for: an idle run checks it.
+            var api = DevServerConfiguration()
+            api.token = "token"
+            try await withDevServer(api) { server in
+                // Run exactly those arguments: %d is systemd's credentials folder, and the environment
+                // points the production job at a scratch spool and the dev server (nothing to upload).
+                let credentials = directory.appendingPathComponent("credentials")
+                try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
+                try "token\n".write(
+                    to: credentials.appendingPathComponent("api-token"), atomically: true, encoding: .utf8)
+                try FileManager.default.setAttributes(
+                    [.posixPermissions: 0o600], ofItemAtPath: credentials.appendingPathComponent("api-token").path)
+                let words = execStart.replacingOccurrences(of: "%d", with: credentials.path).split(separator: " ").map(
+                    String.init)
+                #expect(words.first == "/usr/local/bin/dopesync")
+                let arguments = words.dropFirst().map {
+                    $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0
+                }
+                // The package's tmpfiles make the spool; dopesync never makes one it was not asked to.
+                try Spool(root: directory.appendingPathComponent("spool").path).create()
+                let result = try runBuilt(
+                    "dopesync", arguments,
+                    environment: [
+                        "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path,
+                        "DOPESYNC_API_URL": server.baseURL,
+                    ])
+                #expect(result.status == 0, "\(arguments): \(result.stderr)")
+                #expect(result.stdout.contains("run finished: 0 claimed"))
             }
-            // The package's tmpfiles make the spool; dopesync never makes one it was not asked to.
-            try Spool(root: directory.appendingPathComponent("spool").path).create()
-            let result = try runBuilt(
-                "dopesync", arguments,
-                environment: [
-                    "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path,
-                    "DOPESYNC_API_URL": "http://127.0.0.1:9",
-                ])
-            #expect(result.status == 0, "\(arguments): \(result.stderr)")
-            #expect(result.stdout.contains("run finished: 0 claimed"))
         }
     }
 
@@ -139,27 +146,34 @@ import Testing
         #expect(commands[1].contains("dopesync prune --job /etc/dopesync/production.yaml --older-than 30d"))
 
         try await withTemporaryDirectory { directory in
-            // As cron runs them: no token in the environment, the token file where the line says.
-            let token = directory.appendingPathComponent("api-token").path
-            try "token\n".write(toFile: token, atomically: true, encoding: .utf8)
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: token)
-            var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("DOPESYNC_") }
-            environment["DOPESYNC_SPOOL"] = directory.appendingPathComponent("spool").path
-            environment["DOPESYNC_API_URL"] = "http://127.0.0.1:9"
-            try Spool(root: directory.appendingPathComponent("spool").path).create()  // as the cron example's notes do
-            for command in commands {
-                // The words from the subcommand on, up to the redirection into logger
-                // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).
-                let invocation = try #require(
-                    command.components(separatedBy: " 2>&1").first?.components(separatedBy: "dopesync ").last)
-                let arguments = invocation.split(separator: " ").map(String.init)
-                    .map {
-                        $0 == "/etc/dopesync/production.yaml"
-                            ? packageRoot() + "/jobs/production.yaml" : $0 == "/etc/dopesync/api-token" ? token : $0
-                    }
-                #expect(["run", "prune"].contains(arguments.first), "\(arguments)")
-                let result = try runBuilt("dopesync", arguments, environment: environment)
-                #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            // The API the unit's token file holds a token for: an idle run checks it.
+            var api = DevServerConfiguration()
+            api.token = "token"
+            try await withDevServer(api) { server in
+                // As cron runs them: no token in the environment, the token file where the line says.
+                let token = directory.appendingPathComponent("api-token").path
+                try "token\n".write(toFile: token, atomically: true, encoding: .utf8)
+                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: token)
+                var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("DOPESYNC_") }
+                environment["DOPESYNC_SPOOL"] = directory.appendingPathComponent("spool").path
+                environment["DOPESYNC_API_URL"] = server.baseURL
+                // As the cron example's notes do: dopesync never makes a spool it was not asked to.
+                try Spool(root: directory.appendingPathComponent("spool").path).create()
+                for command in commands {
+                    // The words from the subcommand on, up to the redirection into logger
+                    // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).
+                    let invocation = try #require(
+                        command.components(separatedBy: " 2>&1").first?.components(separatedBy: "dopesync ").last)
+                    let arguments = invocation.split(separator: " ").map(String.init)
+                        .map {
+                            $0 == "/etc/dopesync/production.yaml"
+                                ? packageRoot() + "/jobs/production.yaml" : $0 == "/etc/dopesync/api-token" ? token : $0
+                        }
+                    #expect(["run", "prune"].contains(arguments.first), "\(arguments)")
+                    // Off the cooperative pool: this process's dev server must go on answering meanwhile.
+                    let result = try await runBuiltOffPool("dopesync", arguments, environment: environment)
+                    #expect(result.status == 0, "\(arguments): \(result.stderr)")
+                }
             }
         }
     }

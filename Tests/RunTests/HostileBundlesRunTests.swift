@@ -111,12 +111,11 @@ import Testing
         .timeLimit(.minutes(3)))
     func readerKillingBundleIsIsolatedThenFailed() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 12)])
+            // The huge bundle first: it arrives first (a run takes bundles in the order they arrived).
+            let spool = try makeSpool(in: directory, samples: [])
             try HostileBundles.huge(
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
-            // The huge bundle first: make it the oldest.
-            try FileManager.default.setAttributes(
-                [.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: spool.path(.incoming, "huge.tar"))
+            try pack(SampleSession(seed: 12), into: spool, scratch: directory)
             try await withDevServer { server in
                 let first = try spawnRun(spool, against: server, ["--concurrency", "1"])
                 try await Self.waitUntilReading(spool, "huge.tar")

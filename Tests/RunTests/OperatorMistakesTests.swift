@@ -102,4 +102,55 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "check: a good configuration 0, a wrong token 77, a wrong URL 78, a dead API 75, a missing spool 73; one line each"
+    )
+    func checkCommand() async throws {
+        try await withTemporarySpool { spool, directory in
+            try await withDevServer { server in
+                // Off the cooperative pool: this process's dev server must go on answering meanwhile.
+                func check(_ url: String, token: String? = nil, root: String? = nil) async throws -> ProcessOutput {
+                    try await runBuiltOffPool(
+                        "dopesync", ["check", "--spool", root ?? spool.root, "--api", url],
+                        environment: ["DOPESYNC_API_TOKEN": token ?? server.token, "PATH": "/usr/bin:/bin"])
+                }
+                let good = try await check(server.baseURL)
+                #expect(good.status == 0, "\(good.stdout)")
+                #expect(good.stdout.split(separator: "\n").allSatisfy { $0.hasPrefix("ok ") }, "\(good.stdout)")
+                #expect(good.stdout.contains("ok   token: accepted"), "\(good.stdout)")
+                #expect(!good.stdout.contains(server.token))
+
+                let wrongToken = try await check(server.baseURL, token: "not-the-token")
+                #expect(wrongToken.status == 77 && wrongToken.stdout.contains("FAIL token"), "\(wrongToken.stdout)")
+
+                let wrongURL = try await check(server.baseURL + "/api")
+                #expect(wrongURL.status == 78 && wrongURL.stdout.contains("FAIL api"), "\(wrongURL.stdout)")
+
+                let missing = try await check(server.baseURL, root: directory.appendingPathComponent("nope").path)
+                #expect(missing.status == 73 && missing.stdout.contains("does not exist"), "\(missing.stdout)")
+                #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nope").path))
+            }
+            let dead = try runBuilt(
+                "dopesync", ["check", "--spool", spool.root, "--api", "http://127.0.0.1:9"],
+                environment: ["DOPESYNC_API_TOKEN": "t"])
+            #expect(dead.status == 75 && dead.stdout.contains("connection refused"), "\(dead.stdout)")
+        }
+    }
+
+    @Test("an idle run still checks the API: a refused token is 77 and a dead API 75, not a quiet 0")
+    func idleRunChecksTheAPI() async throws {
+        try await withTemporarySpool { spool, directory in
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try await withDevServer { server in
+                let (refused, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: "wrong", ["--metrics-file", metrics])
+                #expect(refused == 77, "\(output)")
+                let text = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(text.contains("dopesync_last_success_timestamp_seconds 0"), "\(text)")
+            }
+            let (dead, output) = try await runToEnd(spool, apiURL: "http://127.0.0.1:9", token: "t")
+            #expect(dead == 75, "\(output)")
+        }
+    }
 }

@@ -15,11 +15,12 @@ import Testing
         await runWorker(spool, apiURL: apiURL ?? server.baseURL, token: token ?? server.token)
     }
 
-    /// Makes deferred bundles due now: their next-attempt time is their mtime (the Postfix trick).
+    /// Makes deferred bundles due now, as an operator would.
     static func makeDue(_ spool: Spool) throws {
+        // What an operator's `touch` does: a file modified after its deferral is due at once.
         for name in try spool.names(.incoming) {
             try FileManager.default.setAttributes(
-                [.modificationDate: Date(timeIntervalSinceNow: -60)], ofItemAtPath: spool.path(.incoming, name))
+                [.modificationDate: Date()], ofItemAtPath: spool.path(.incoming, name))
         }
     }
 

@@ -22,7 +22,17 @@ enum DatabaseOwnership {
     /// itself (empty, 0600, not through a symlink) when it does not exist yet, so SQLite, which
     /// gives the WAL and shared-memory files the database's mode, never makes them readable.
     static func secure(path: String, lockPath: String) throws(CheckpointError) {
+        for (file, mode) in try check(path: path, lockPath: lockPath) where mode & 0o077 != 0 {
+            _ = chmod(file, 0o600)  // ours: narrowing can only help; a failure changes nothing
+        }
+        if !FileManager.default.fileExists(atPath: path) { try create(path) }
+    }
+
+    /// Checks the files that exist, changing nothing; returns each with its mode.
+    @discardableResult
+    static func check(path: String, lockPath: String) throws(CheckpointError) -> [(String, mode_t)] {
         let me = geteuid()
+        var found: [(String, mode_t)] = []
         for file in files(path: path, lockPath: lockPath) {
             var info = stat()
             guard lstat(file, &info) == 0 else {
@@ -31,7 +41,6 @@ enum DatabaseOwnership {
                     throw CheckpointError(
                         code: .cannotOpen, message: "cannot look at \(file): \(String(cString: strerror(code)))")
                 }
-                if file == path { try create(path) }
                 continue
             }
             let mode = info.st_mode & 0o7777
@@ -58,8 +67,9 @@ enum DatabaseOwnership {
                     message: "\(file) belongs to \(owner) (mode \(octal(mode))), not to \(userName(me)), who runs "
                         + "dopesync: it is refused, never used. \(fix)")
             }
-            if mode & 0o077 != 0 { _ = chmod(file, 0o600) }  // ours: narrowing can only help; a failure changes nothing
+            found.append((file, mode))
         }
+        return found
     }
 
     private static func create(_ path: String) throws(CheckpointError) {

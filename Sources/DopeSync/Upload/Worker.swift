@@ -32,6 +32,9 @@ public struct RunOptions: Sendable {
     public var lookBeforeResending = true
     /// Extra trusted roots, a proxy and a cap on the upload rate.
     public var network = APIClient.Network()
+    /// With nothing to upload, check that the API is there and takes the token (one `GET
+    /// /api/health` and one lookup); off only for measuring the upload path alone.
+    public var probeWhenIdle = true
     /// Create the spool when its folder does not exist (`--create-spool`); else a missing spool is
     /// an error (exit 73): a mistyped path must not become an empty spool and a run that did nothing.
     public var createSpool = false
@@ -269,9 +272,21 @@ public struct Worker: Sendable {
         let maxBundles = options.maxBundles ?? Int.max
 
         let lookups = LookupSupport()
-        let clientResult: Void? = try? await APIClient.with(
+        let idle = orphans.isEmpty && due.isEmpty
+        let clientResult: ExitStatus?? = try? await APIClient.with(
             baseURL: options.apiURL, token: options.token, connections: options.concurrency, network: options.network
-        ) { client in
+        ) { client -> ExitStatus? in
+            // Nothing to upload: one look that the API is there and takes the token (`dopesync
+            // check`'s), so a timer's idle runs still find a wrong URL, a refused token or an
+            // outage, and the metrics' last success means the API was reached.
+            if idle && options.probeWhenIdle {
+                let (lines, status) = await CheckCommand.probe(client)
+                for line in lines where !line.ok {
+                    logger.error(
+                        "nothing to upload, but the API check failed (exit \(status))", metadata: ["check": "\(line)"])
+                }
+                return status == .success ? nil : status
+            }
             let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
             let uploader = BundleUploader(
                 checkpoints: checkpoints, results: results, client: client, retry: options.retry,
@@ -294,14 +309,16 @@ public struct Worker: Sendable {
                 }
                 progressGroup.cancelAll()
             }
+            return nil
         }
         if clientResult == nil { logger.error("the HTTP client could not be shut down cleanly") }
+        let idleCheckFailed = clientResult ?? nil
 
         let state = counters.snapshot
         var summary = state.summary
         summary.heldByMinAge = incoming.heldByMinAge.count
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
-        let status = state.exitStatus
+        let status = idleCheckFailed ?? state.exitStatus
         summary.exitCode = status.rawValue
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()

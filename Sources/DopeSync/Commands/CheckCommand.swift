@@ -1,0 +1,177 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// `dopesync check`: whether a run with these settings could work, without a bundle. One line per
+/// check; the exit status is the one a run would end with for the first thing wrong (78 the
+/// configuration or a URL that does not lead to the API, 77 the token refused, 76 TLS, 75 the API
+/// unreachable, 73 the spool), 0 when everything holds.
+///
+/// What it asks the API: `GET /api/health` (is this the API?), then, with the token,
+/// `GET /api/sessions?clientId=` and a fresh UUID, which no record has: it creates nothing.
+public enum CheckCommand {
+    /// One line of the report.
+    public struct Line: Sendable, CustomStringConvertible {
+        public var ok: Bool
+        public var what: String
+        public var detail: String
+        public var description: String { "\(ok ? "ok  " : "FAIL") \(what): \(DisplayText.escaped(detail))" }
+    }
+
+    public static func run(settings: RunConfiguration, network: APIClient.Network) async -> CommandOutcome {
+        var lines = [
+            Line(
+                ok: true, what: "configuration",
+                detail: "api \(MaskedURL.string(settings.apiURL)), spool \(settings.spool), token read ("
+                    + (settings.sources["token"].map { "from \($0)" } ?? "given") + ")")
+        ]
+        var status = ExitStatus.success
+        func record(_ line: Line, failing: ExitStatus) {
+            lines.append(line)
+            if !line.ok && status == .success { status = failing }
+        }
+        let (apiLines, apiStatus) = await checkAPI(settings: settings, network: network)
+        for line in apiLines { record(line, failing: apiStatus) }
+        for line in checkSpool(Spool(root: settings.spool)) { record(line, failing: .cannotCreate) }
+        return CommandOutcome(output: lines.map(\.description).joined(separator: "\n"), status: status)
+    }
+
+    /// Is the URL the API's, and does it take the token?
+    static func checkAPI(settings: RunConfiguration, network: APIClient.Network) async -> ([Line], ExitStatus) {
+        let result = try? await APIClient.with(
+            baseURL: settings.apiURL, token: settings.token, connections: 1, network: network
+        ) { client in
+            await probe(client)
+        }
+        return result ?? ([Line(ok: false, what: "api", detail: "the HTTP client could not start")], .software)
+    }
+
+    /// The two requests of the check, on `client`: also what an idle run asks, so that a run with
+    /// nothing to do still finds a wrong URL, a refused token or an API that is down.
+    static func probe(_ client: APIClient) async -> ([Line], ExitStatus) {
+        do {
+            var lines: [Line] = []
+            let url = MaskedURL.string(client.baseURL)
+            switch await client.get("/api/health") {
+            case .found(let body):
+                guard (try? JSONValue.parse(body))?.objectValue != nil else {
+                    return (
+                        [
+                            Line(
+                                ok: false, what: "api",
+                                detail: "\(url)/api/health answered 200 but not with JSON: not the API")
+                        ],
+                        .configuration
+                    )
+                }
+                lines.append(Line(ok: true, what: "api", detail: "\(url)/api/health answers"))
+            case .notFound(let status):
+                return (
+                    [
+                        Line(
+                            ok: false, what: "api",
+                            detail: "\(url)/api/health answered \(status): the URL does not lead to the API "
+                                + "(one path segment too many or too few?)")
+                    ], .configuration
+                )
+            case .failed(let response):
+                return ([Line(ok: false, what: "api", detail: describe(response))], exitStatus(of: response))
+            }
+            switch await client.get("/api/sessions?clientId=\(UUID().uuidString.lowercased())") {
+            case .found:
+                lines.append(Line(ok: true, what: "token", detail: "accepted (an authenticated lookup answered)"))
+            case .notFound(let status):
+                lines.append(
+                    Line(
+                        ok: true, what: "token",
+                        detail: "not verified: the API answered \(status) to the session lookup (it has none); "
+                            + "it is first used by a run's first upload"))
+            case .failed(let response):
+                lines.append(Line(ok: false, what: "token", detail: describe(response)))
+                return (lines, exitStatus(of: response))
+            }
+            return (lines, .success)
+        }
+    }
+
+    static func describe(_ response: StepResponse) -> String {
+        switch response {
+        case .unauthorized(let status, let message): "refused (\(status)): \(message)"
+        case .notTrusted(let message), .misdirected(let message), .imageUnreadable(let message): message
+        case .retryable(let status, _, let message): "\(status.map { "HTTP \($0): " } ?? "")\(message)"
+        case .rejected(let status, _, let message): "HTTP \(status): \(message)"
+        case .created(let id, _): "answered a create (id \(id)) to a GET"
+        }
+    }
+
+    /// The exit status a run would end with for this answer.
+    static func exitStatus(of response: StepResponse) -> ExitStatus {
+        switch response {
+        case .unauthorized: .permissionDenied
+        case .notTrusted: .apiNotTrusted
+        case .misdirected, .rejected, .created: .configuration
+        case .retryable, .imageUnreadable: .temporaryFailure
+        }
+    }
+
+    /// The spool: there, the folders writable, owned by this user, the database its own; free space.
+    static func checkSpool(_ spool: Spool) -> [Line] {
+        var info = stat()
+        guard stat(spool.root, &info) == 0 else {
+            return [
+                Line(
+                    ok: false, what: "spool", detail: "\(spool.root) does not exist (run creates none: --create-spool)")
+            ]
+        }
+        var lines: [Line] = []
+        do {
+            try spool.checkBeforeWriting(mayCreate: false, allowRoot: false)
+            let me = DatabaseOwnership.userName(geteuid())
+            let owner = DatabaseOwnership.userName(info.st_uid)
+            lines.append(
+                Line(
+                    ok: true, what: "spool",
+                    detail: "\(spool.root), owner \(owner), mode \(DatabaseOwnership.octal(info.st_mode & 0o7777)); "
+                        + "running as \(me)"))
+        } catch {
+            return [Line(ok: false, what: "spool", detail: "\(error)")]
+        }
+        let missing = Spool.Folder.allCases.filter { !FileManager.default.fileExists(atPath: spool.path($0)) }
+        let unwritable = Spool.Folder.allCases.filter {
+            !missing.contains($0) && access(spool.path($0), W_OK | X_OK) != 0
+        }
+        if !unwritable.isEmpty {
+            lines.append(
+                Line(
+                    ok: false, what: "folders",
+                    detail: "not writable by \(DatabaseOwnership.userName(geteuid())): "
+                        + unwritable.map(\.rawValue).joined(separator: ", ")))
+        } else {
+            let made =
+                missing.isEmpty
+                ? "" : " (\(missing.map(\.rawValue).joined(separator: ", ")) not there yet: a run makes them)"
+            lines.append(Line(ok: true, what: "folders", detail: "writable\(made)"))
+        }
+        do {
+            try DatabaseOwnership.check(path: spool.databasePath, lockPath: spool.databaseLockPath)
+            let exists = FileManager.default.fileExists(atPath: spool.databasePath)
+            lines.append(
+                Line(
+                    ok: true, what: "database",
+                    detail: exists
+                        ? "\(spool.databasePath) is this user's own" : "not created yet (the first run makes it)"))
+        } catch {
+            lines.append(Line(ok: false, what: "database", detail: error.message))
+        }
+        var space = statvfs()
+        if statvfs(spool.root, &space) == 0 {
+            let free = Int64(space.f_bavail) * Int64(space.f_frsize)
+            lines.append(Line(ok: true, what: "free space", detail: "\(ByteCount(free)) free for the spool"))
+        }
+        return lines
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+import DopeSync
+import Foundation
+
+struct Check: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check the settings a run would use: the configuration, the API and the token, the spool.",
+        discussion: """
+            Reads the job file, the environment and these options as `run` does, reads the token, asks the API \
+            GET /api/health and, with the token, GET /api/sessions?clientId= with a fresh UUID (nothing is \
+            created), and looks at the spool: it exists, its folders are writable, the checkpoint database \
+            belongs to this user, the free space. One line per check. Exit 0 when all hold; else the code a \
+            run would end with: 78 configuration or a URL that is not the API, 77 token refused, \
+            76 TLS certificate not trusted, 75 API unreachable, 73 spool.
+            """
+    )
+
+    @OptionGroup var place: SpoolOption
+
+    @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
+    var api: String?
+
+    @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
+    var tokenFile: String?
+
+    @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
+    var caFile: String?
+
+    @Option(help: "Reach the API through this http://[user:password@]host:port proxy, or none.")
+    var proxy: String?
+
+    @Flag(help: "Allow an http:// API URL that is not loopback.")
+    var allowInsecureHTTP = false
+
+    func run() async throws {
+        let typed: [(RunSetting, String?)] = [
+            (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.caFile, caFile), (.proxy, proxy),
+            (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
+        ]
+        let settings: RunConfiguration
+        do throws(ConfigurationError) {
+            settings = try RunConfiguration.resolve(
+                commandLine: typed.reduce(into: [:]) { options, pair in
+                    if let value = pair.1 { options[pair.0] = value }
+                },
+                environment: ProcessInfo.processInfo.environment, jobFile: place.job, purpose: .run)
+        } catch {
+            print("FAIL configuration: \(error)")
+            throw ExitCode(error.exitStatus.rawValue)
+        }
+        for warning in settings.warnings { print("warn \(warning)") }
+        let network = APIClient.Network(caFile: settings.caFile, proxy: settings.proxy.proxy)
+        try finish(await CheckCommand.run(settings: settings, network: network))
+    }
+}
