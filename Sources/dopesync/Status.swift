@@ -17,8 +17,11 @@ struct Status: AsyncParsableCommand {
     @Flag(help: "Print one JSON document (stable field names) instead of text.")
     var json = false
 
+    @Option(help: "Also list the last N runs from the checkpoint database, newest first.")
+    var runs: Int = 0
+
     func run() async throws {
         let settings = try spool.settings()
-        try finish(StatusCommand.run(spoolRoot: settings.spool, json: json, minAge: settings.minAge))
+        try finish(StatusCommand.run(spoolRoot: settings.spool, json: json, minAge: settings.minAge, runs: runs))
     }
 }

@@ -153,4 +153,21 @@ import Testing
             #expect(dead == 75, "\(output)")
         }
     }
+
+    @Test("status --runs N lists the last runs from the store, newest first, with their exit codes")
+    func statusListsRuns() async throws {
+        try await withTemporarySpool { spool, _ in
+            try await withDevServer { server in
+                let good = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                let refused = try await runToEnd(spool, apiURL: server.baseURL, token: "wrong")
+                #expect(good.status == 0 && refused.status == 77)
+            }
+            let report = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root, "--runs", "5"])
+            #expect(report.status == 0)
+            let runs = report.stdout.split(separator: "\n").filter { $0.contains(" pid ") && $0.contains("exit ") }
+            #expect(runs.count == 2, "\(report.stdout)")
+            #expect(
+                runs.first?.contains("exit 77") == true && runs.last?.contains("exit 0") == true, "\(report.stdout)")
+        }
+    }
 }

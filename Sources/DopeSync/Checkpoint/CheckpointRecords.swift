@@ -188,7 +188,7 @@ public struct RunRecord: Sendable, Hashable {
 }
 
 /// The numbers of a run's summary line.
-public struct RunSummary: Sendable, Hashable {
+public struct RunSummary: Sendable, Hashable, Codable {
     public var claimed: Int
     public var done: Int
     public var deferred: Int

@@ -57,16 +57,25 @@ extension CheckpointStore {
         }
     }
 
+    /// The `limit` runs started last, newest first: the history `status --runs N` shows.
+    public func recentRuns(limit: Int) throws(CheckpointError) -> [RunRecord] {
+        try runs(finishedOnly: false, limit: limit)
+    }
+
     private func lastRun(finishedOnly: Bool) throws(CheckpointError) -> RunRecord? {
-        try read("reading the last run") { connection in
+        try runs(finishedOnly: finishedOnly, limit: 1).first
+    }
+
+    private func runs(finishedOnly: Bool, limit: Int) throws(CheckpointError) -> [RunRecord] {
+        try read("reading runs") { connection in
             let filter = finishedOnly ? "WHERE finished_at IS NOT NULL" : ""
-            return try connection.queryFirst(
+            return try connection.query(
                 """
                 SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
                        api_lookups
-                FROM runs \(filter) ORDER BY started_at DESC, rowid DESC LIMIT 1
-                """
-            ).map { row in
+                FROM runs \(filter) ORDER BY started_at DESC, rowid DESC LIMIT ?
+                """, [max(limit, 0)]
+            ).map { row throws(SQLiteError) in
                 let finishedAt = (try row["finished_at"] as Double?).map(Date.init(timeIntervalSince1970:))
                 // A finished run has every count (recordRunFinished writes them together).
                 let summary: RunSummary? =

@@ -6,13 +6,13 @@ import Foundation
 /// failed bundles), one for claims and one for the last run, and one small read per `failed/*.error`.
 /// No archive is opened and nothing is written (a missing database is not created).
 public enum StatusCommand {
-    public static func run(spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), now: Date = Date())
-        -> CommandOutcome
-    {
+    public static func run(
+        spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date()
+    ) -> CommandOutcome {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
-            let report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, now: now)
+            let report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, runs: runs, now: now)
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
@@ -111,9 +111,33 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     /// Why the database could not be read by this user, if it could not: retry times, reasons
     /// kept only there and claims' owners are then unknown.
     public var databaseUnreadable: String? = nil
+    /// The runs started last, newest first (`--runs N`); nil when not asked for.
+    public var recentRuns: [RecentRun]? = nil
+
+    /// One run of the history: still going, dead, or finished with its summary.
+    public struct RecentRun: Sendable, Codable, Equatable {
+        public var runID: String
+        public var host: String
+        public var pid: Int32
+        public var startedAt: Date
+        /// Nil for a run still going or one that died.
+        public var finishedAt: Date?
+        public var summary: RunSummary?
+
+        init(_ record: RunRecord) {
+            runID = record.runID
+            host = record.host
+            pid = record.pid
+            startedAt = record.startedAt
+            finishedAt = record.finishedAt
+            summary = record.summary
+        }
+    }
 
     /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
-    public static func gather(spool: Spool, minAge: Duration = .seconds(5), now: Date = Date()) throws -> SpoolStatus {
+    public static func gather(spool: Spool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date()) throws
+        -> SpoolStatus
+    {
         let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
         // Only reads: as the worker's own user it reads as a run would (the WAL included); as anyone
         // else, or where nothing can be written, it reads the file as it is on disk and leaves
@@ -190,6 +214,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
                 apiLookups: run.apiLookups)
         }
 
+        let recentRuns = try runs > 0 ? store?.recentRuns(limit: runs).map(RecentRun.init) : nil
         return SpoolStatus(
             spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
             folders: folders,
@@ -197,7 +222,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
                 dueNow: queue.due.count, waitingForRetry: queue.waitingForRetry.count,
                 heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1)),
             waiting: waiting, failed: failed, claims: claims, lastRun: lastRun, databaseReadAsSnapshot: snapshot,
-            databaseUnreadable: unreadable)
+            databaseUnreadable: unreadable, recentRuns: recentRuns)
     }
 
     /// One JSON document, keys sorted, times ISO 8601.
@@ -298,6 +323,21 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
             }
         } else {
             lines.append("last run     none recorded")
+        }
+        if let recentRuns {
+            lines.append("")
+            lines.append("runs, newest first (\(recentRuns.count)):")
+            for run in recentRuns {
+                var line = "  \(Self.time(run.startedAt)) \(run.host) pid \(run.pid)  "
+                if let summary = run.summary {
+                    line +=
+                        "exit \(summary.exitCode): claimed \(summary.claimed), done \(summary.done), deferred \(summary.deferred), "
+                        + "failed \(summary.failed); \(summary.requests) requests, \(String(format: "%.1f", summary.seconds)) s"
+                } else {
+                    line += "not finished (still going, or the process died)"
+                }
+                lines.append(line)
+            }
         }
         // Names and messages come from producers and servers: nothing in them may start a line or
         // drive the terminal.
