@@ -139,4 +139,27 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "after a 429 (not processed, for sure) a step is sent again without a look; after a 500 it is looked for first")
+    func noLookAfterA429() async throws {
+        for (status, rateLimited) in [(429, true), (500, false)] {
+            try await withTemporaryDirectory { directory in
+                let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 1300)])
+                var configuration = DevServerConfiguration()
+                if rateLimited { configuration.faults.rateLimitRate = 1 } else { configuration.faults.failRate = 1 }
+                configuration.faults.retryAfterSeconds = 0
+                try await withDevServer(configuration) { server in
+                    _ = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                    let requests = try await Self.apiRequests(server)
+                    let posts = requests.filter { $0.method == "POST" }.count
+                    let gets = requests.filter { $0.method == "GET" }.count
+                    #expect(posts == RetryPolicy().attempts, "\(status): \(requests)")
+                    // The session is looked for once before its first send; then after each
+                    // unknown outcome only.
+                    #expect(gets == (rateLimited ? 1 : posts), "\(status): \(requests)")
+                }
+            }
+        }
+    }
 }

@@ -440,7 +440,7 @@ struct BundleUploader: Sendable {
             guard case .retryable(let status, let retryAfter, let message) = response else {
                 return .response(response, cutShort: false)
             }
-            mustLook = lookup != nil
+            mustLook = lookup != nil && Self.outcomeUnknown(status: status)
             func stop(_ cutShort: Bool) -> Resolution { .response(response, cutShort: cutShort) }
             retry += 1
             guard retry < self.retry.attempts else { return stop(false) }
@@ -463,6 +463,15 @@ struct BundleUploader: Sendable {
                 return stop(true)  // cancelled: not this bundle's attempt, as for a run stopping
             }
         }
+    }
+
+    /// Whether a retryable answer leaves open that the server did create the record (WORKER.md:
+    /// no answer, a timeout, a 5xx, a 409 in flight, or a 2xx that did not confirm it), so the
+    /// step is looked for before it is sent again. A 408, 425 or 429 says the request was not
+    /// processed: a look would only cost a request.
+    static func outcomeUnknown(status: Int?) -> Bool {
+        guard let status else { return true }
+        return ![408, 425, 429].contains(status)
     }
 
     private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async
