@@ -17,26 +17,10 @@ struct Check: AsyncParsableCommand {
 
     @OptionGroup var place: SpoolOption
 
-    @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
-    var api: String?
-
-    @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
-    var tokenFile: String?
-
-    @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
-    var caFile: String?
-
-    @Option(help: "Reach the API through this http://[user:password@]host:port proxy, or none.")
-    var proxy: String?
-
-    @Flag(help: "Allow an http:// API URL that is not loopback.")
-    var allowInsecureHTTP = false
+    @OptionGroup var connection: APIOptions
 
     func run() async throws {
-        let typed: [(RunSetting, String?)] = [
-            (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.caFile, caFile), (.proxy, proxy),
-            (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
-        ]
+        let typed: [(RunSetting, String?)] = [(.spool, place.spool)] + connection.typed
         let settings: RunConfiguration
         do throws(ConfigurationError) {
             settings = try RunConfiguration.resolve(

@@ -14,19 +14,19 @@ struct Run: AsyncParsableCommand {
             the environment (DOPESYNC_API_URL, DOPESYNC_API_TOKEN, DOPESYNC_SPOOL, DOPESYNC_CONCURRENCY, \
             ... one DOPESYNC_ variable per option), the --job file, the defaults. The token is never printed.
             Exit codes: 0 done (nothing failed), 1 a bundle went to failed/, 64 bad command line, \
-            73 spool unusable, 75 API unreachable or kept failing, 76 the API's TLS certificate \
-            is not trusted, 77 credentials refused, 78 the job file or configuration is invalid.
+            73 spool missing, unusable or another user's (as root), 75 API unreachable or kept failing, \
+            76 the API's TLS certificate is not trusted, 77 credentials refused, 78 the job file or \
+            configuration is invalid, or the API URL does not lead to the API (a redirect, an HTML page, \
+            a 404 from the session collection). After SIGTERM or SIGINT: the same codes, for what the \
+            run did until it stopped. See `man dopesync` and /usr/share/doc/dopesync/.
             """
     )
 
     /// `--spool` and `--job`; the job file may hold any of the options below as keys (see jobs/local.yaml).
     @OptionGroup var place: SpoolOption
 
-    @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
-    var api: String?
-
-    @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
-    var tokenFile: String?
+    /// Where the API is and how to reach it: the same options as `check`.
+    @OptionGroup var connection: APIOptions
 
     @Option(help: "Bundles uploaded at once, 1 to 64 (default 4).")
     var concurrency: Int?
@@ -52,20 +52,8 @@ struct Run: AsyncParsableCommand {
     @Option(help: "After the run, write Prometheus metrics to this file (node_exporter's textfile collector).")
     var metricsFile: String?
 
-    @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
-    var caFile: String?
-
-    @Option(
-        help:
-            "Reach the API through this http://[user:password@]host:port proxy, or none (default: $https_proxy, $http_proxy, $no_proxy)."
-    )
-    var proxy: String?
-
     @Option(help: "Cap the run's total upload rate, e.g. 500KiB/s or 2MB/s.")
     var maxRate: String?
-
-    @Flag(help: "Allow an http:// API URL that is not loopback; the token then travels in clear.")
-    var allowInsecureHTTP = false
 
     @Flag(help: "Create the spool if its folder does not exist (else a missing spool is exit 73).")
     var createSpool = false
@@ -74,13 +62,13 @@ struct Run: AsyncParsableCommand {
     var allowRoot = false
 
     func run() async throws {
-        let typed: [(RunSetting, String?)] = [
-            (.spool, place.spool), (.api, api), (.tokenFile, tokenFile), (.concurrency, concurrency.map(String.init)),
-            (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge), (.progress, progress),
-            (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.caFile, caFile),
-            (.proxy, proxy),
-            (.maxRate, maxRate), (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
-        ]
+        let typed: [(RunSetting, String?)] =
+            [
+                (.spool, place.spool), (.concurrency, concurrency.map(String.init)),
+                (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge),
+                (.progress, progress),
+                (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.maxRate, maxRate),
+            ] + connection.typed
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
             job: place.job, purpose: .run)
@@ -140,6 +128,36 @@ func parseDuration(_ text: String) throws -> Duration {
     return duration
 }
 
+/// The API's URL, the token file, the CA file, the proxy and `--allow-insecure-http`, for `run`
+/// and `check` alike.
+struct APIOptions: ParsableArguments {
+    @Option(help: "The API's base URL ($DOPESYNC_API_URL).")
+    var api: String?
+
+    @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
+    var tokenFile: String?
+
+    @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
+    var caFile: String?
+
+    @Option(
+        help:
+            "Reach the API through this http://[user:password@]host:port proxy, or none (default: $https_proxy, $http_proxy, $no_proxy)."
+    )
+    var proxy: String?
+
+    @Flag(help: "Allow an http:// API URL that is not loopback; the token then travels in clear.")
+    var allowInsecureHTTP = false
+
+    /// The settings typed, for ``RunConfiguration/resolve``.
+    var typed: [(RunSetting, String?)] {
+        [
+            (.api, api), (.tokenFile, tokenFile), (.caFile, caFile), (.proxy, proxy),
+            (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
+        ]
+    }
+}
+
 /// `--spool DIR` or `--job FILE` for the commands that only need the spool: resolved as
 /// `run` resolves it (option, then DOPESYNC_SPOOL, then the job file, then ./spool).
 struct SpoolOption: ParsableArguments {
@@ -147,8 +165,9 @@ struct SpoolOption: ParsableArguments {
     var spool: String?
 
     @Option(
-        help: "A job file (YAML): for run, any of its options as keys (see jobs/local.yaml); for the others, its spool."
-    )
+        help: ArgumentHelp(
+            "A job file (YAML): for run and check, any of their options as keys (e.g. /etc/dopesync/production.yaml; "
+                + "man dopesync, JOB FILE); for the others, its spool."))
     var job: String?
 
     func resolved() throws -> String { try settings().spool }
