@@ -3,6 +3,10 @@ import DopeSyncTestSupport
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Bundle names chosen by a producer: whatever they hold, every bundle stays visible, can fail,
 /// and can neither forge a line nor drive a terminal in the log, `status` or a sidecar.
 @Suite struct HostileNamesTests {
@@ -74,6 +78,26 @@ import Testing
             #expect(sidecar.bundle == name && sidecar.reason.rawValue == "not_an_archive")
             let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(report.stdout.contains("\(name)  not_an_archive"), "\(report.stdout)")
+        }
+    }
+
+    @Test(
+        "a producer's *.error bundle whose text looks like a sidecar, or is huge, is still a bundle; an orphan sidecar of the worker's is not",
+        .enabled(if: geteuid() == 0, "needs root to give a file to a producer"))
+    func sidecarLookalikes() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let forged = "bundle: hidden.error\nfailed_at: 2026-01-01T00:00:00Z\nreason: x\n"
+            try Data(forged.utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "hidden.error")))
+            #expect(chown(spool.path(.failed, "hidden.error"), 65533, 65533) == 0)
+            // 128 KiB of a bundle named like a sidecar: never read whole.
+            try Data(repeating: 0x41, count: 128 * 1024).write(
+                to: URL(fileURLWithPath: spool.path(.failed, "big.error")))
+            // A sidecar whose bundle was moved away by hand: the worker's own, naming itself.
+            let orphan = ErrorSidecar(bundle: "gone.tgz", failedAt: Date(), reason: FailureReason(rawValue: "x"))
+            try Data(orphan.rendered().utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "gone.tgz.error")))
+            #expect(try spool.list(.failed).map(\.name).sorted() == ["big.error", "hidden.error"])
         }
     }
 }

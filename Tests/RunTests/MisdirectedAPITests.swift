@@ -1,6 +1,8 @@
+import AsyncHTTPClient
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
+import NIOHTTP1
 import Testing
 
 @testable import DopeSync
@@ -120,5 +122,25 @@ import Testing
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
             }
         }
+    }
+
+    @Test(
+        "HTML says 'not the API' only where the API's own answer was due (2xx, 404, 405); a proxy's HTML 502 or 413 is judged by its status"
+    )
+    func htmlOnlyMisdirectsWhereTheAPIAnswerWasDue() {
+        func html(_ status: HTTPResponseStatus) -> HTTPClientResponse {
+            HTTPClientResponse(status: status, headers: ["Content-Type": "text/html; charset=utf-8"])
+        }
+        let url = "https://ops:Secr3t@api.example/api/sessions"
+        for status in [HTTPResponseStatus.ok, .created, .notFound, .methodNotAllowed] {
+            #expect(APIClient.misdirection(html(status), url: url) != nil, "\(status)")
+        }
+        for status in [HTTPResponseStatus.badGateway, .payloadTooLarge, .serviceUnavailable, .unauthorized] {
+            #expect(APIClient.misdirection(html(status), url: url) == nil, "\(status)")
+        }
+        let redirect = HTTPClientResponse(status: .found, headers: ["Location": "https://login.example/?next=x"])
+        let message = APIClient.misdirection(redirect, url: url) ?? ""
+        #expect(message.contains("302") && message.contains("https://login.example/?next=x"), "\(message)")
+        #expect(!message.contains("Secr3t") && message.contains("https://***@api.example"), "\(message)")
     }
 }

@@ -35,17 +35,20 @@ import Testing
     }
 
     @Test(
-        "root on a spool another user owns is refused, with the runuser line to use; the metrics file says 73",
+        "root on a spool another user owns is refused, with the runuser line to use, and writes nothing, metrics included",
         .enabled(if: geteuid() == 0, "needs root"))
     func rootOnAnotherUsersSpoolIsRefused() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2700)])
             #expect(chown(spool.root, 65534, 65534) == 0)
+            let metrics = spool.root + "/dopesync.prom"
             try await withDevServer { server in
-                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--metrics-file", metrics])
                 #expect(status == 73, "\(output)")
                 #expect(output.contains("runuser -u nobody -- dopesync"), "\(output)")
                 #expect(!FileManager.default.fileExists(atPath: spool.databasePath), "root made the database")
+                #expect(!FileManager.default.fileExists(atPath: metrics), "root made the metrics file")
                 #expect(try spool.names(.incoming).count == 1)
 
                 let (allowed, _) = try await runToEnd(
@@ -168,6 +171,21 @@ import Testing
             #expect(runs.count == 2, "\(report.stdout)")
             #expect(
                 runs.first?.contains("exit 77") == true && runs.last?.contains("exit 0") == true, "\(report.stdout)")
+        }
+    }
+
+    @Test("a spool reached through a symlinked folder works; its database file itself may not be a link")
+    func spoolThroughASymlink() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2730)])
+            let link = directory.appendingPathComponent("spool-link").path
+            #expect(symlink(spool.root, link) == 0)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    Spool(root: link), apiURL: server.baseURL, token: server.token)
+                #expect(status == 0, "\(output)")
+                #expect(try spool.names(.done).count == 1)
+            }
         }
     }
 }

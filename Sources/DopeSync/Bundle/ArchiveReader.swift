@@ -217,7 +217,7 @@ final class ArchiveReader {
     private let outerFilter: CompressionMagic?
 
     fileprivate init(path: String, expected: FileIdentity?, budget: ReadBudget, blockSize: Int) throws(BundleError) {
-        let descriptor = try Self.openRegularFile(path, expected: expected)
+        let descriptor = try ClaimedFile.openRegularFile(path, expected: expected)
         let input = ArchiveInput(descriptor: descriptor, blockSize: blockSize, budget: budget, path: path)
         var prefix = [UInt8](repeating: 0, count: CompressionMagic.sniffLength)
         let sniffed = pread(descriptor, &prefix, prefix.count, 0)
@@ -261,47 +261,6 @@ final class ArchiveReader {
 
     deinit {
         archive_read_free(archive)
-    }
-
-    /// Opens `path` for reading without waiting on a FIFO (O_NONBLOCK) and checks that it is a
-    /// regular file. With `expected` (a claimed bundle) it also follows no symlink (O_NOFOLLOW) and
-    /// checks that it is the very file (device and inode) that was claimed: whatever was put at a
-    /// claimed path since is never read. (Without, a person's `inspect` of a symlink is read.)
-    /// Returns the descriptor, in blocking mode again.
-    static func openRegularFile(_ path: String, expected: FileIdentity?) throws(BundleError) -> Int32 {
-        let noFollow = expected == nil ? 0 : O_NOFOLLOW
-        let descriptor = open(path, O_RDONLY | noFollow | O_NONBLOCK | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            let code = errno
-            if code == ELOOP && expected != nil {
-                throw BundleError(
-                    .replacedAfterClaim, culprit: path,
-                    message: "is now a symbolic link, not the file that was claimed: it is not followed")
-            }
-            throw BundleError(
-                code == ENOENT ? .notAnArchive : .io, culprit: path,
-                message: "cannot open: \(String(cString: strerror(code)))")
-        }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            let code = errno
-            close(descriptor)
-            throw BundleError(.io, culprit: path, message: "cannot stat: \(String(cString: strerror(code)))")
-        }
-        let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
-        if let expected, identity != expected {
-            close(descriptor)
-            throw BundleError(
-                .replacedAfterClaim, culprit: path,
-                message: "is no longer the file that was claimed (something else was put in its place): it is not read")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            close(descriptor)
-            throw BundleError(.notAnArchive, culprit: path, message: "is not a regular file")
-        }
-        // A regular file's reads never wait anyway; blocking mode is what libarchive's callbacks expect.
-        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
-        return descriptor
     }
 
     /// The next entry's header, or nil at the end of the archive.
@@ -394,7 +353,8 @@ final class ArchiveReader {
     /// one block here. Returns what is wrong with it, if that can be said.
     private static func probeInside(path: String, expected: FileIdentity?, filter: Int32, name: String) -> BundleError?
     {
-        guard let descriptor = try? openRegularFile(path, expected: expected) else { return nil }  // the open said why
+        // A file that cannot be opened now: the first open's error already said why.
+        guard let descriptor = try? ClaimedFile.openRegularFile(path, expected: expected) else { return nil }
         // The input owns the descriptor from here, so it is closed whether or not libarchive starts.
         let input = ArchiveInput(descriptor: descriptor, blockSize: 16 * 1024, budget: .unbounded, path: path)
         guard let archive = archive_read_new() else { return nil }
@@ -518,7 +478,7 @@ func withArchiveReader<T>(
 
 extension ArchiveReader {
     /// Opens the archive at `path` for a reader that is kept: it closes when its last reference goes.
-    /// With `expected`, only that very file is read (see ``openRegularFile(_:expected:)``).
+    /// With `expected`, only that very file is read (see ``ClaimedFile/openRegularFile(_:expected:)``).
     static func opening(
         path: String, expected: FileIdentity? = nil, budget: ReadBudget = .unbounded, blockSize: Int = 64 * 1024
     ) throws(BundleError) -> ArchiveReader {

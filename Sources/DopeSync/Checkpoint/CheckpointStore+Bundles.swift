@@ -124,6 +124,18 @@ extension CheckpointStore {
         }
     }
 
+    /// `retry`: a deferred bundle is due now (its next attempt becomes `now`); its attempts stay.
+    /// Returns false when the store holds no deferral of that name.
+    @discardableResult
+    public func makeDue(name: String, now: Date = Date()) throws(CheckpointError) -> Bool {
+        try write("making \(name) due") { connection in
+            try connection.query(
+                "UPDATE bundles SET next_attempt_at = ? WHERE name = ? AND last_outcome = 'deferred'",
+                [now.timeIntervalSince1970, name])
+            return connection.changes > 0
+        }
+    }
+
     /// `prune`: forgets bundles deleted from `done/`. Deletes their rows and claims, and the steps of their
     /// sessions when no bundle row still names that session. Only rows whose last outcome is `done` are
     /// deleted: a row reused by a newer bundle with the same name (claimed, deferred, failed) is kept.

@@ -35,8 +35,11 @@ public final class CheckpointStore: Sendable {
     public init(path: String, lockPath: String? = nil, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
         throws(CheckpointError)
     {
-        self.path = path
-        self.lockPath = lockPath ?? path + ".lock"
+        // The folder may be reached through a symlink (a spool on another disk); the files in it
+        // may not be one (DatabaseOwnership, SQLITE_OPEN_NOFOLLOW, which refuses any link in the path).
+        self.path = DatabaseOwnership.resolvingFolder(of: path)
+        self.lockPath = DatabaseOwnership.resolvingFolder(of: lockPath ?? path + ".lock")
+        let path = self.path
         var options = SQLiteOptions()
         options.walJournal = true
         options.synchronous = .normal

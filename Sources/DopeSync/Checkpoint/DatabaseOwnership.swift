@@ -86,6 +86,16 @@ enum DatabaseOwnership {
                 + "(does its folder exist, and may \(userName(geteuid())) write there?)")
     }
 
+    /// `path` with its folder's symlinks resolved (`realpath`), its last component as it is: the
+    /// folder may be a link, the file may not. Unchanged when the folder cannot be resolved.
+    static func resolvingFolder(of path: String) -> String {
+        let folder = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        guard let resolved = realpath(folder.isEmpty ? "." : folder, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved) + "/" + name
+    }
+
     static func userName(_ uid: uid_t) -> String {
         guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
         return String(cString: name)

@@ -7,7 +7,8 @@ import Foundation
 #endif
 
 /// `dopesync requeue NAME... | --all [--spool DIR]`: failed bundles back to `incoming/`, due at once, with a
-/// fresh attempt count. Their checkpoints stay, so they resume where they stopped.
+/// fresh attempt count. Their checkpoints stay, so they resume where they stopped. A NAME waiting for
+/// retry in `incoming/` is made due now instead (attempts kept).
 ///
 /// - `failed/NAME.error` is removed once the bundle has moved: the checkpoint database keeps the last error
 ///   (its `bundles` row, `last_error_*`, until the next failure), and a stale sidecar would make the bundle's next failure
@@ -76,13 +77,34 @@ public enum RequeueCommand {
                 status = .cannotCreate
             }
         }
+        // A name waiting for retry in incoming/ is made due now: the worker cannot `touch` a
+        // producer's file, and its next attempt is in the store anyway.
+        unknown = unknown.filter { argument in
+            let name = argument.hasPrefix("incoming/") ? String(argument.dropFirst("incoming/".count)) : argument
+            guard !name.contains("/"), FileManager.default.fileExists(atPath: spool.path(.incoming, name)),
+                FileManager.default.fileExists(atPath: spool.databasePath)
+            else { return true }
+            do {
+                guard try CheckpointStore(spool: spool, now: now).makeDue(name: name, now: now) else { return true }
+                lines.append("incoming/\(name) is due now (it was waiting for retry; its attempts are kept)")
+                return false
+            } catch {
+                diagnostics.append("cannot make incoming/\(name) due: \(error)")
+                status = .cannotCreate
+                return false
+            }
+        }
         if !unknown.isEmpty {
-            diagnostics.append("not a bundle in \(spool.path(.failed)): \(unknown.joined(separator: ", "))")
+            diagnostics.append(
+                "not a bundle in \(spool.path(.failed)) or waiting for retry in incoming/: \(unknown.joined(separator: ", "))"
+            )
             if status == .success { status = .bundlesFailed }
         }
-        if names.isEmpty && unknown.isEmpty { lines.append("nothing to requeue: failed/ is empty") }
+        if names.isEmpty && unknown.isEmpty && lines.isEmpty { lines.append("nothing to requeue: failed/ is empty") }
+        // Names are producers' choice: nothing in them may start a line or drive a terminal.
         return CommandOutcome(
-            output: lines.joined(separator: "\n"),
-            diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"), status: status)
+            output: lines.map(DisplayText.escaped).joined(separator: "\n"),
+            diagnostics: diagnostics.isEmpty ? nil : diagnostics.map(DisplayText.escaped).joined(separator: "\n"),
+            status: status)
     }
 }

@@ -112,11 +112,17 @@ public struct ErrorSidecar: Sendable, Hashable {
         otherFields = values
     }
 
-    /// Reads `failed/NAME.error`, or nil if it is missing or not a sidecar.
+    /// Reads `failed/NAME.error`, or nil if it is missing or not a sidecar. At most
+    /// ``maxBytes``: a sidecar is a few lines, and a producer's bundle may be named `*.error`.
     public static func read(from path: String) -> ErrorSidecar? {
-        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let data = try? handle.read(upToCount: maxBytes + 1), data.count <= maxBytes else { return nil }
         return ErrorSidecar(parsing: String(decoding: data, as: UTF8.self))
     }
+
+    /// The most a sidecar holds (a server's message is cut long before).
+    static let maxBytes = 64 * 1024
 
     static func format(_ date: Date) -> String {
         date.formatted(Date.ISO8601FormatStyle())

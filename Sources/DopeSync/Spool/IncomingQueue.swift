@@ -25,11 +25,11 @@ public struct IncomingQueue: Sendable {
     ///   - incoming: `incoming/`'s listing (``Spool/list(_:)``).
     ///   - states: the store's rows of bundles not yet done or failed, by name.
     public init(incoming: [SpoolEntry], states: [String: BundleState], now: Date, minAge: Duration) {
-        let minAgeSeconds = Double(minAge.components.seconds) + Double(minAge.components.attoseconds) / 1e18
+        let minAgeSeconds = minAge / .seconds(1)
         var due: [(entry: SpoolEntry, arrived: Date)] = []
         for entry in incoming {
             let state = states[entry.name]
-            if let state, let next = Self.retryTime(of: entry, state: state), next > now {
+            if let state, let next = Self.retryTime(of: entry, state: state, now: now), next > now {
                 waitingForRetry.append((entry, state))
             } else if entry.modified.timeIntervalSince1970 + minAgeSeconds > now.timeIntervalSince1970 {
                 heldByMinAge.append(entry)
@@ -44,11 +44,12 @@ public struct IncomingQueue: Sendable {
     }
 
     /// The next-attempt time that holds `entry` back, if one does: its deferral's, unless the file
-    /// changed after it was given back.
-    static func retryTime(of entry: SpoolEntry, state: BundleState) -> Date? {
-        guard state.lastOutcome == .deferred, let next = state.nextAttemptAt, entry.modified <= state.updatedAt
-        else { return nil }
-        return next
+    /// changed after it was given back. (A file an earlier version deferred has its next attempt
+    /// as its mtime, in the future: that is its time.)
+    static func retryTime(of entry: SpoolEntry, state: BundleState, now: Date) -> Date? {
+        guard state.lastOutcome == .deferred, let next = state.nextAttemptAt else { return nil }
+        if entry.modified <= state.updatedAt { return next }
+        return entry.modified > now ? entry.modified : nil
     }
 
     /// When the worker first saw the bundle.

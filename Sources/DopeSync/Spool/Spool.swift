@@ -45,8 +45,6 @@ public struct Spool: Sendable, Hashable {
     /// The write-lock file beside the database: `SPOOL/dopesync.sqlite.lock`.
     public var databaseLockPath: String { databasePath + ".lock" }
 
-    /// Creates the root and the five folders when missing and checks that each is writable.
-    /// Any failure is ``SpoolError/Code/cannotCreate`` or ``SpoolError/Code/notWritable`` (exit 73).
     /// What must hold before a command writes to the spool: it exists (unless `mayCreate`), and
     /// root does not write into a spool another user owns (unless `allowRoot`): the database, the
     /// sidecars and the metrics it made would be root's, and the service's own user could not use
@@ -64,10 +62,9 @@ public struct Spool: Sendable, Hashable {
                 path: root, errno: code == ENOENT ? nil : code)
         }
         if geteuid() == 0 && info.st_uid != 0 && !allowRoot {
-            let owner =
-                getpwuid(info.st_uid).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "uid \(info.st_uid)"
+            let owner = DatabaseOwnership.userName(info.st_uid)
             throw SpoolError(
-                code: .notWritable,
+                code: .runningAsRoot,
                 message: "running as root on a spool that belongs to \(owner): what root writes there, \(owner) "
                     + "could not use afterwards. Run it as that user: runuser -u \(owner) -- dopesync … "
                     + "(or give --allow-root if root is meant to own it)",
@@ -75,6 +72,8 @@ public struct Spool: Sendable, Hashable {
         }
     }
 
+    /// Creates the root and the five folders when missing and checks that each is writable.
+    /// Any failure is ``SpoolError/Code/cannotCreate`` or ``SpoolError/Code/notWritable`` (exit 73).
     public func create() throws(SpoolError) {
         try Self.makeDirectory(root, intermediate: true)
         for folder in Folder.allCases {
@@ -98,8 +97,8 @@ public struct Spool: Sendable, Hashable {
             let parent = (path as NSString).deletingLastPathComponent
             if !parent.isEmpty && parent != path { try makeDirectory(parent, intermediate: true) }
         }
-        // The umask decides, as for mkdir(1): 0022 gives 0755; a service with UMask=0007 gives
-        // 0770, so producers in its group can drop bundles. EEXIST: another process created it
+        // The umask decides, as for mkdir(1): 0022 gives 0755, the unit's UMask=0077 gives 0700
+        // (the package's tmpfiles make the spool with the producers' modes, not this). EEXIST: another process created it
         // between our stat and mkdir, which is fine.
         if mkdir(path, 0o777) != 0 && errno != EEXIST {
             throw SpoolError(code: .cannotCreate, message: "cannot create spool folder", path: path, errno: errno)
@@ -216,10 +215,19 @@ extension Spool {
 
     private func withoutSidecars(_ entries: [SpoolEntry]) -> [SpoolEntry] {
         let sidecars = Set(entries.map { Self.sidecarName(forFailed: $0.name) })
+        var folder = stat()
+        let folderOwner = stat(path(.failed), &folder) == 0 ? folder.st_uid : nil
         return entries.filter { entry in
             guard entry.name.hasSuffix(ErrorSidecar.suffix) else { return true }
             if sidecars.contains(entry.name) { return false }
-            return ErrorSidecar.read(from: path(.failed, entry.name)) == nil  // a sidecar left by its bundle
+            // A sidecar whose bundle is gone (moved by hand): the worker's own file (producers own
+            // their bundles, and the worker owns failed/), whose `bundle:` line names this sidecar.
+            var info = stat()
+            guard lstat(path(.failed, entry.name), &info) == 0, info.st_uid == folderOwner,
+                let sidecar = ErrorSidecar.read(from: path(.failed, entry.name)),
+                Self.sidecarName(forFailed: sidecar.bundle) == entry.name
+            else { return true }
+            return false
         }
     }
 

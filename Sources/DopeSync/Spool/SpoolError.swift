@@ -18,6 +18,7 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
             case moveFailed = "move_failed"
             case notClaimed = "not_claimed"
             case sidecarFailed = "sidecar_failed"
+            case runningAsRoot = "running_as_root"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -36,6 +37,8 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
         public static let notClaimed = Code(.notClaimed)
         /// `failed/NAME.error` could not be written (the bundle was not moved).
         public static let sidecarFailed = Code(.sidecarFailed)
+        /// Root on a spool that belongs to another user, without `--allow-root`: nothing written.
+        public static let runningAsRoot = Code(.runningAsRoot)
 
         public var description: String { value.rawValue }
     }
@@ -54,7 +57,7 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
     }
 
     /// Whether the CLI should exit with 73 (`EX_CANTCREAT`).
-    public var isSpoolUnwritable: Bool { code == .cannotCreate || code == .notWritable }
+    public var isSpoolUnwritable: Bool { code == .cannotCreate || code == .notWritable || code == .runningAsRoot }
 
     public var description: String {
         var text = message

@@ -198,7 +198,7 @@ public struct APIClient: Sendable {
             let response = try await http.execute(request, timeout: .init(deadline(forBodyOf: length)))
             let body = try await response.body.collect(upTo: 1 << 20)
             let status = Int(response.status.code)
-            if let misdirected = misdirection(response, url: request.url) {
+            if let misdirected = Self.misdirection(response, url: request.url) {
                 return (.misdirected(message: misdirected), length)
             }
             let answer = Self.decodeAnswer(body)
@@ -229,24 +229,17 @@ public struct APIClient: Sendable {
                 return (.rejected(status: status, code: answer.code, message: message), length)
             }
         } catch let error as BundleError {
-            // The image's body stopped itself: its bytes are not the ones validated.
+            // The image's body stopped itself (AsyncHTTPClient hands its error back as it is):
+            // its bytes are not the ones validated.
             return (.imageUnreadable(message: error.description), length)
         } catch {
-            if let changed = Self.bodyError(error) { return (.imageUnreadable(message: changed.description), length) }
             return (classify(error), length)
         }
     }
 
-    /// The ``BundleError`` an image's body threw, if that is what ended the request (AsyncHTTPClient
-    /// may hand it back as it is or wrapped).
-    static func bodyError(_ error: any Error) -> BundleError? {
-        if let error = error as? BundleError { return error }
-        return nil
-    }
-
     /// Why this answer cannot be the API's, if it cannot: a redirect, or an HTML page. Names the
     /// status, the URL asked (credentials masked) and where it pointed.
-    func misdirection(_ response: HTTPClientResponse, url: String) -> String? {
+    static func misdirection(_ response: HTTPClientResponse, url: String) -> String? {
         let status = Int(response.status.code)
         let shown = MaskedURL.string(url)
         if (300..<400).contains(status) {
@@ -254,8 +247,11 @@ public struct APIClient: Sendable {
             return "the API answered \(status), a redirect\(location), for \(shown): redirects are never followed; "
                 + "point --api (api-url) at the API itself"
         }
+        // HTML says "not the API" only where the API's own answer was due: a success, or "no such
+        // route". A proxy's HTML 502 or 413 is an outage or a refusal, judged by its status.
         let type = response.headers.first(name: "Content-Type")?.lowercased() ?? ""
-        if type.hasPrefix("text/html") || type.hasPrefix("application/xhtml") {
+        let apiAnswerDue = (200..<300).contains(status) || status == 404 || status == 405
+        if apiAnswerDue && (type.hasPrefix("text/html") || type.hasPrefix("application/xhtml")) {
             return "the API answered \(status) with an HTML page for \(shown), where JSON is due: "
                 + "this URL does not lead to the API (a proxy's or web server's page?)"
         }
@@ -286,7 +282,7 @@ public struct APIClient: Sendable {
             let response = try await http.execute(request, timeout: .init(timeouts.request))
             let body = try await response.body.collect(upTo: 16 << 20)
             let status = Int(response.status.code)
-            if let misdirected = misdirection(response, url: request.url) {
+            if let misdirected = Self.misdirection(response, url: request.url) {
                 return .failed(.misdirected(message: misdirected))
             }
             if status == 200 { return .found(Array(body.readableBytesView)) }

@@ -186,6 +186,11 @@ public struct Worker: Sendable {
                 spool: spool,
                 busyTimeoutMilliseconds: Int32(
                     min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max))))
+        } catch let error as SpoolError where error.code == .runningAsRoot {
+            // Nothing written at all: a metrics file made by root would be root's too.
+            logger.critical(
+                "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
