@@ -7,7 +7,7 @@ struct Pack: AsyncParsableCommand {
         discussion: "Validates first (exit 65 with every reason); writes atomically."
     )
 
-    @Argument(help: "The session document (session.json as BUNDLE.md describes it).")
+    @Argument(help: "The session document (session.json, as docs/bundle-format.md describes it).")
     var sessionFile: String
 
     @Option(help: "The folder holding the images the session names (default: images/ beside the session file).")

@@ -13,7 +13,7 @@ struct Run: AsyncParsableCommand {
             One batch, for cron or a systemd timer. Settings come from, highest first: these options, \
             the environment (DOPESYNC_API_URL, DOPESYNC_API_TOKEN, DOPESYNC_SPOOL, DOPESYNC_CONCURRENCY, \
             ... one DOPESYNC_ variable per option), the --job file, the defaults. The token is never printed.
-            Exit codes: 0 done (nothing failed), 1 a bundle went to failed/, 64 bad command line, \
+            Exit codes: 0 done (nothing failed), 1 a bundle went to failed/, 64 bad command line, 70 a bug (nothing lost), \
             73 spool missing, unusable or another user's (as root), 75 API unreachable or kept failing, \
             76 the API's TLS certificate is not trusted, 77 credentials refused, 78 the job file or \
             configuration is invalid, or the API URL does not lead to the API (a redirect, an HTML page, \
@@ -142,7 +142,7 @@ struct APIOptions: ParsableArguments {
 
     @Option(
         help:
-            "Reach the API through this http://[user:password@]host:port proxy, or none (default: $https_proxy, $http_proxy, $no_proxy)."
+            "Reach the API through this http://[user:password@]host:port proxy, or none (default: $https_proxy, $http_proxy, $all_proxy, $no_proxy)."
     )
     var proxy: String?
 
