@@ -175,4 +175,37 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a FIFO moved over a claimed bundle mid-run is never opened: the run ends, the others sync, nothing of that image is created",
+        .timeLimit(.minutes(1)))
+    func fifoSwappedInMidRun() async throws {
+        try await withTemporaryDirectory { directory in
+            var shape = SampleSession.Shape()
+            shape.imageBytes = 400 * 1024  // streamed: the archive is opened again for the images
+            let swapped = SampleSession(seed: 2440, shape: shape)
+            let others = (1...2).map { SampleSession(seed: 2440 + UInt64($0)) }
+            let spool = try makeSpool(in: directory, samples: others)
+            try Self.packUncompressed(swapped, named: "swapped.tar", into: spool, scratch: directory)
+            let fifo = directory.appendingPathComponent("fifo").path
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let done = Mutex(false)
+            var configuration = DevServerConfiguration()
+            // Once validated (its session arrives), the bundle's path becomes a FIFO nobody writes to.
+            configuration.onRequest = { method, path in
+                guard method == "POST", path == "/api/sessions", !done.withLock({ $0 }),
+                    FileManager.default.fileExists(atPath: spool.path(.processing, "swapped.tar"))
+                else { return }
+                if rename(fifo, spool.path(.processing, "swapped.tar")) == 0 { done.withLock { $0 = true } }
+            }
+            try await withDevServer(configuration) { server in
+                let (summary, _) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(done.withLock { $0 }, "the FIFO was not swapped in")
+                #expect(summary.done == others.count, "\(summary.line)")
+                #expect(try spool.names(.processing) == ["swapped.tar"], "the FIFO is left where it was put")
+                let tree = try await server.sessionTree(clientID: swapped.sessionID)
+                #expect(tree.images.isEmpty, "an image was sent from something other than the claimed file")
+            }
+        }
+    }
 }

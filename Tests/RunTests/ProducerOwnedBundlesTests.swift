@@ -96,4 +96,28 @@ struct ProducerOwnedBundlesTests {
             }
         }
     }
+
+    @Test("status works for a user who may read the spool but not write it, and leaves nothing behind")
+    func statusOnASpoolItCannotWrite() async throws {
+        try await withTemporaryDirectory { directory in
+            #expect(chmod(directory.path, 0o755) == 0)
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2610)])
+            try await withDevServer { server in
+                #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .success)
+            }
+            // As an operator's group would have it: readable, not writable, by the one asking.
+            #expect(chmod(spool.databasePath, 0o644) == 0)
+            let before = try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted()
+            let report = try runProcess(
+                "/usr/bin/setpriv",
+                [
+                    "--reuid=\(Self.worker)", "--regid=\(Self.worker)", "--clear-groups", "--",
+                    builtProduct("dopesync").path, "status", "--spool", spool.root,
+                ])
+            #expect(report.status == 0, "\(report.stderr)")
+            #expect(report.stdout.contains("read as it is on disk"), "\(report.stdout)")
+            #expect(report.stdout.contains("last run"), "\(report.stdout)")
+            #expect(try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted() == before)
+        }
+    }
 }
