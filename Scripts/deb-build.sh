@@ -9,8 +9,10 @@
 #      Foundation linked in; libarchive, SQLite, zlib and the C/C++ runtimes stay Debian's shared
 #      libraries), in SCRATCH (default .build-deb, so it never fights `make build`/`make bench`
 #      over .build's lock). Checked: `ldd` names no Swift library. Then stripped.
-#   3. Man pages from the command definitions: the tool of swift-argument-parser's
-#      generate-manual plugin, run on the binaries being packaged, as the plugin runs it.
+#   3. Man pages: dopesync's is docs/dopesync.1, written by hand (commands, the job file, the
+#      environment, the files, exit status; its .TH must name this version). dopesync-devserver's
+#      is made from its command definitions by the tool of swift-argument-parser's
+#      generate-manual plugin, run on the binary being packaged, as the plugin runs it.
 #      (`swift package --scratch-path SCRATCH generate-manual` works too, but it first builds
 #      every product without --static-swift-stdlib, which SwiftPM also passes to every compile:
 #      the plugin's build and this one would recompile everything, 7-15 minutes, at each switch.)
@@ -51,6 +53,9 @@ echo "dopesync $VERSION ($ARCH), dated $(date -u -d "@$SOURCE_DATE_EPOCH" +%F), 
 RELEASE="$SCRATCH/release"
 MAN_OUT="$SCRATCH/manual"
 GENERATE_MANUAL="$SCRATCH/generate-manual/debug/generate-manual"
+# The man page of each product: dopesync's written by hand, the dev server's generated (step 3).
+declare -A MAN_PAGE=([dopesync]=docs/dopesync.1 [dopesync-devserver]="$MAN_OUT/dopesync-devserver/dopesync-devserver.1")
+GENERATED_MAN=(dopesync-devserver)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # --- 2. Binaries --------------------------------------------------------------------------------
   for product in "${PRODUCTS[@]}"; do
@@ -65,7 +70,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   "$SWIFT" build --package-path "$SCRATCH/checkouts/swift-argument-parser" \
     --scratch-path "$SCRATCH/generate-manual" --product generate-manual
   rm -rf "$MAN_OUT"
-  for product in "${PRODUCTS[@]}"; do
+  for product in "${GENERATED_MAN[@]}"; do
     mkdir -p "$MAN_OUT/$product"
     "$GENERATE_MANUAL" "$RELEASE/$product" --output-directory "$MAN_OUT/$product" \
       --date "$(date -u -d "@$SOURCE_DATE_EPOCH" +%F)" --section 1
@@ -74,7 +79,7 @@ fi
 
 for product in "${PRODUCTS[@]}"; do
   [ -x "$RELEASE/$product" ] || fail "$RELEASE/$product is missing (run without SKIP_BUILD=1)"
-  [ -f "$MAN_OUT/$product/$product.1" ] || fail "$MAN_OUT/$product/$product.1 is missing: generate-manual did not write it"
+  [ -f "${MAN_PAGE[$product]}" ] || fail "${MAN_PAGE[$product]} is missing (generate-manual writes the dev server's)"
   # No Swift library may be needed at run time: the server has no toolchain.
   if ldd "$RELEASE/$product" | grep -E 'libswift|libFoundation|lib_Foundation|libdispatch|libBlocksRuntime|/opt/swift'; then
     fail "$product still needs the Swift libraries above"
@@ -82,6 +87,15 @@ for product in "${PRODUCTS[@]}"; do
 done
 printed=$("$RELEASE/dopesync" --version)
 [ "$printed" = "$VERSION" ] || fail "dopesync --version prints '$printed', DopeSyncInfo.version says '$VERSION'"
+# The hand-written page says which version it describes: `.TH DOPESYNC 1 DATE "dopesync VERSION" ...`.
+th=$(sed -n 's/^\.TH //p' docs/dopesync.1)
+case "$th" in
+*'"dopesync '"$VERSION"'"'*) ;;
+*) fail "docs/dopesync.1's .TH line ($th) does not name \"dopesync $VERSION\": update it for this version" ;;
+esac
+for section in 'JOB FILE' ENVIRONMENT FILES 'EXIT STATUS'; do
+  grep -Eq "^\.SH \"?$section\"?\$" docs/dopesync.1 || fail "docs/dopesync.1 has no $section section"
+done
 
 # --- 4. File trees --------------------------------------------------------------------------------
 STAGE="$SCRATCH/deb"
@@ -98,7 +112,7 @@ install_binary() {
 install_common() {
   local package=$1 root=$2 product=$3 bin="$2/usr/bin/$3"
   install -d "$root/usr/share/man/man1"
-  gzip -9n < "$MAN_OUT/$product/$product.1" > "$root/usr/share/man/man1/$product.1.gz"
+  gzip -9n < "${MAN_PAGE[$product]}" > "$root/usr/share/man/man1/$product.1.gz"
   install -d "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
     "$root/usr/share/fish/vendor_completions.d"
   # bash-completion sources the file: no #! line (lintian: bash-completion-with-hashbang).
