@@ -18,6 +18,8 @@
 #      the plugin's build and this one would recompile everything, 7-15 minutes, at each switch.)
 #   4. Completions from the binaries (`--generate-completion-script bash|zsh|fish`).
 #   5. The file trees under SCRATCH/deb/, Depends from dpkg-shlibdeps, dpkg-deb --build, lintian.
+#      /usr/share/doc/dopesync/ holds README.md and docs/*.md (uncompressed, in that layout, so
+#      the README's links to docs/NAME.md work there), besides copyright, changelog.gz, examples/.
 #
 # A fresh build takes 10-20 minutes on 2 cores; later ones only what changed.
 # SKIP_BUILD=1 packs what SCRATCH already holds (after a successful run).
@@ -181,6 +183,22 @@ awk '
 chmod 0644 "$ROOT/etc/dopesync/production.yaml"
 
 install -D -m 0644 jobs/cron.example "$ROOT/usr/share/doc/dopesync/examples/cron.example"
+
+# The documentation, as in the repository: README.md, and docs/*.md beside it in docs/, so that
+# the README's links (docs/spool.md, ...) and the docs' links to each other work where installed.
+# Not compressed (dh_compress would, above 4 kB): a link to docs/spool.md must find that name.
+DOC="$ROOT/usr/share/doc/dopesync"
+install -m 0644 README.md "$DOC/README.md"
+install -d "$DOC/docs"
+install -m 0644 docs/*.md "$DOC/docs/"
+# Relative links the installed documents hold that lead to no installed file (information only:
+# ARCHITECTURE.md, the man page's source, are not installed there).
+(cd "$DOC" && for md in README.md docs/*.md; do
+  { grep -oE '\]\([^)#: ]+(#[^)]*)?\)' "$md" || true; } | sed -E 's/^\]\(//; s/[#)].*//' | sort -u |
+    while read -r target; do
+      [ -e "$(dirname "$md")/$target" ] || echo "   note: $md links to $target, which the package does not install"
+    done
+done)
 
 # --- dopesync-devserver
 step "Staging dopesync-devserver"
