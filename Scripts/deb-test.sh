@@ -85,6 +85,15 @@ done
 USER_BEFORE=0; getent passwd dopesync > /dev/null && USER_BEFORE=1
 GROUP_BEFORE=0; getent group dopesync > /dev/null && GROUP_BEFORE=1
 PRODUCERS_GROUP_BEFORE=0; getent group dopesync-producers > /dev/null && PRODUCERS_GROUP_BEFORE=1
+# The formatted pages man-db keeps in /var/cache/man (`man dopesync` at 80 columns saves one).
+# man uses one while its time equals the page's, and every build of a version dates its files
+# from the changelog: a page left by an earlier package of the same version would be shown
+# instead of the new one. With dopesync not installed, any such file is stale: deleted before the
+# test reads the page, and at its end.
+cat_pages() {
+  find /var/cache/man -path '*/cat1/*' \( -name 'dopesync.1*' -o -name 'dopesync-devserver.1*' \) -print "$@" 2> /dev/null || true
+}
+drop_cat_pages() { cat_pages -delete; }
 installed_packages() { dpkg-query -W -f='${db:Status-Status} ${Package}\n' | sed -n 's/^installed //p' | LC_ALL=C sort; }
 PACKAGES_BEFORE=$(installed_packages)
 
@@ -106,6 +115,7 @@ cleanup() {
   # Only what this test made: both folders, both producers and the override were checked absent
   # at the start.
   rm -rf "$SPOOL" /etc/dopesync
+  drop_cat_pages | sed 's/^/   removed the formatted page /'
   if dpkg-statoverride --list "$JOB" > /dev/null; then say "dpkg-statoverride --remove $JOB"; dpkg-statoverride --remove "$JOB"; fi
   for u in "$PRODUCER" "$OTHER_PRODUCER"; do
     if getent passwd "$u" > /dev/null; then say "userdel $u"; userdel "$u"; fi
@@ -127,8 +137,8 @@ cleanup() {
     { [ "$USER_BEFORE" = 1 ] || ! getent passwd dopesync > /dev/null; } &&
     { [ "$PRODUCERS_GROUP_BEFORE" = 1 ] || ! getent group dopesync-producers > /dev/null; } &&
     ! getent passwd "$PRODUCER" > /dev/null && ! getent passwd "$OTHER_PRODUCER" > /dev/null &&
-    ! dpkg-statoverride --list "$JOB" > /dev/null; then
-    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync, no group dopesync-producers, no producer, no statoverride"
+    ! dpkg-statoverride --list "$JOB" > /dev/null && [ -z "$(cat_pages)" ]; then
+    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync, no group dopesync-producers, no producer, no statoverride, no formatted man page"
   else
     echo "deb-test: the clean-up left something behind (above)" >&2
     [ "$status" = 0 ] && status=1
@@ -211,6 +221,7 @@ printed=$(dopesync --version)
 say "dopesync --version: $printed"
 say "man -w dopesync: $(man -w dopesync)"
 say "man -w dopesync-devserver: $(man -w dopesync-devserver)"
+drop_cat_pages | sed 's/^/   removed a stale formatted page (an earlier package of this version): /'
 page=$(MANWIDTH=80 man -P cat dopesync 2> /dev/null)
 grep -q -- '--token-file' <<< "$page" || fail "man dopesync does not describe run's --token-file"
 bash -c 'source /usr/share/bash-completion/completions/dopesync && complete -p dopesync' > /dev/null ||
