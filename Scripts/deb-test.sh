@@ -10,7 +10,8 @@
 #      installed but not enabled;
 #   2. ldd of the installed binaries: no Swift library;
 #   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the
-#      installed units;
+#      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
+#      FILES, EXIT STATUS); /usr/share/doc/dopesync/ holds README.md and every docs/*.md in docs/;
 #   4. two producers, users in group dopesync-producers: as the first (runuser), a bundle packed
 #      by the installed dopesync is written into tmp/ (umask 027: 0640, group dopesync-producers
 #      from the setgid folder) and renamed into incoming/; it cannot create a file in the spool
@@ -224,6 +225,20 @@ say "man -w dopesync-devserver: $(man -w dopesync-devserver)"
 drop_cat_pages | sed 's/^/   removed a stale formatted page (an earlier package of this version): /'
 page=$(MANWIDTH=80 man -P cat dopesync 2> /dev/null)
 grep -q -- '--token-file' <<< "$page" || fail "man dopesync does not describe run's --token-file"
+# The hand-written page (docs/dopesync.1): generate-manual's, made from the options, has none
+# of these sections.
+sections=$(grep -E '^(FILES|ENVIRONMENT|EXIT STATUS|JOB FILE)$' <<< "$page" | LC_ALL=C sort | paste -sd, -)
+[ "$sections" = "ENVIRONMENT,EXIT STATUS,FILES,JOB FILE" ] ||
+  fail "man dopesync lacks a section: it has [$sections] of ENVIRONMENT, EXIT STATUS, FILES, JOB FILE"
+say "man dopesync: the hand-written page, with the sections $sections"
+# The documentation, in the repository's layout (README.md's links go to docs/NAME.md).
+DOC=/usr/share/doc/dopesync
+for f in README.md docs/*.md; do
+  [ -s "$DOC/$f" ] || fail "$DOC/$f is missing$(grep -hs '^path-exclude' /etc/dpkg/dpkg.cfg.d/* | sed 's/^/ (dpkg: /; s/$/)/' | head -1)"
+done
+[ -f "$DOC/docs/spool.md" ] || fail "$DOC/docs/spool.md is missing"
+for f in copyright changelog.gz examples/cron.example; do [ -f "$DOC/$f" ] || fail "$DOC/$f is missing"; done
+say "$DOC: $(cd "$DOC" && find . -type f -printf '%P\n' | LC_ALL=C sort | paste -sd' ' -)"
 bash -c 'source /usr/share/bash-completion/completions/dopesync && complete -p dopesync' > /dev/null ||
   fail "the bash completion does not load"
 for f in /usr/share/zsh/vendor-completions/_dopesync /usr/share/fish/vendor_completions.d/dopesync.fish; do
