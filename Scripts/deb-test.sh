@@ -7,7 +7,8 @@
 #      member of the group dopesync-producers; the spool root 0750 dopesync:dopesync-producers,
 #      tmp/ and incoming/ 3770 dopesync:dopesync-producers, processing/, done/ and failed/ 0750
 #      dopesync:dopesync; the job file 0640 root:dopesync (a dpkg-statoverride); the timer
-#      installed but not enabled;
+#      installed but not enabled; postinst's line `check the setup with: runuser -u dopesync --
+#      dopesync check --job /etc/dopesync/production.yaml`;
 #   2. ldd of the installed binaries: no Swift library;
 #   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the
 #      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
@@ -24,13 +25,18 @@
 #      producer's bundle goes back to incoming/, still the producer's file; then, the file
 #      touched (retry now), a working one, and the bundle ends in done/; the checkpoint database
 #      (dopesync.sqlite and its -wal, -shm, .lock) is dopesync's, mode 0600, and the producer
-#      can read none of it;
+#      can read none of it; then the operator's `runuser -u dopesync -- dopesync check --job
+#      /etc/dopesync/production.yaml`, in an empty environment: with the shipped job file (api:
+#      empty) exit 78; with api: set to the dev server (the token file from the job file's
+#      token-file:) exit 0, every line `ok`; with --token-file naming a wrong token exit 77; with
+#      --api the URL plus /api exit 78; the job file then gets its shipped content back;
 #   6. upgrades fix what is wrong: an upgrade to a repacked version whose job file changed is
 #      unpacked (dpkg --unpack) with the job file already 0640 root:dopesync; then the spool made
 #      as an older version made it (2770 dopesync:dopesync everywhere, the database 0660, one of
 #      its files root's), the job file edited and made 0644 root:root, and dopesync taken out of
 #      dopesync-producers: installing the package again gives every owner, mode and membership
-#      back, keeps the edit, and tells the operator to move the producers to the new group;
+#      back, keeps the edit, and tells the operator to move the producers to the new group (and
+#      postinst suggests the check again, after the upgrade as after the installation);
 #   7. dpkg -r: the spool, its bundle and the checkpoint database are still there;
 #   8. dpkg --purge: the spool is still there, and postrm says so; the statoverride is gone;
 #   9. clean-up: the spool, /etc/dopesync, the producers, the user dopesync, the groups
@@ -153,13 +159,17 @@ trap 'exit 143' TERM
 
 # --- 1. Install ----------------------------------------------------------------------------------
 step "dpkg -i $DEB $DEVDEB"
-if ! dpkg -i "$DEB" "$DEVDEB"; then
+# What postinst suggests after every installation and upgrade.
+CHECK_HINT="check the setup with: runuser -u dopesync -- dopesync check --job $JOB"
+if ! dpkg -i "$DEB" "$DEVDEB" 2>&1 | tee "$WORK/install.out"; then
   say "apt-get install -f (dependencies)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -f -y -qq -o DPkg::Lock::Timeout=120
+  DEBIAN_FRONTEND=noninteractive apt-get install -f -y -qq -o DPkg::Lock::Timeout=120 2>&1 | tee -a "$WORK/install.out"
 fi
 for p in dopesync dopesync-devserver; do
   [ "$(dpkg-query -W -f='${db:Status-Status}' "$p")" = installed ] || fail "$p is not installed"
 done
+grep -qxF "$CHECK_HINT" "$WORK/install.out" || fail "postinst did not print '$CHECK_HINT'"
+say "postinst said: $CHECK_HINT"
 
 getent passwd dopesync | grep -q ':/var/spool/dopesync:/usr/sbin/nologin$' ||
   fail "no system user dopesync with home $SPOOL and shell nologin: $(getent passwd dopesync)"
@@ -386,6 +396,54 @@ runuser -u dopesync -- /usr/bin/dopesync status --job /etc/dopesync/production.y
 if command -v curl > /dev/null; then
   say "the dev server's counts: $(curl -fsS -H "Authorization: Bearer $TOKEN" "$URL/admin/stats" | tr -d '\n' | cut -c1-300)"
 fi
+
+step "dopesync check, as the operator runs it (postinst's line), against the same dev server"
+# In an empty environment, as from a login shell: no DOPESYNC_* variable or proxy of the caller's
+# may decide the outcome. The job file's token-file: names /etc/dopesync/api-token, written above.
+# operator_check [OPTION...]: the check with these options; its exit status in CHECK_STATUS, its
+# output (standard error and output) shown and in $WORK/check.out.
+operator_check() {
+  say "runuser -u dopesync -- dopesync check --job $JOB${*:+ $*}"
+  CHECK_STATUS=0
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+    runuser -u dopesync -- dopesync check --job "$JOB" "$@" > "$WORK/check.out" 2>&1 || CHECK_STATUS=$?
+  sed 's/^/   | /' "$WORK/check.out"
+}
+# expect_check STATUS WHAT: the last check exited STATUS, and one of its lines is `FAIL WHAT: ...`.
+expect_check() {
+  [ "$CHECK_STATUS" = "$1" ] || fail "dopesync check exited $CHECK_STATUS, not $1"
+  grep -q "^FAIL $2: " "$WORK/check.out" || fail "dopesync check printed no 'FAIL $2:' line"
+  say "exit $CHECK_STATUS, as expected"
+}
+cp -p "$JOB" "$WORK/job.shipped"
+# As shipped, api: is empty: the check says so, as a run would.
+operator_check
+expect_check 78 configuration
+grep -q "the API's URL is not set" "$WORK/check.out" || fail "the check of the shipped job file does not say the API's URL is not set"
+# api: set, as the operator sets it (the file rewritten in place: its owner and mode stay).
+sed "s|^api:.*|api: $URL|" "$WORK/job.shipped" > "$JOB"
+grep -qxF "api: $URL" "$JOB" || fail "could not set api: in $JOB"
+operator_check
+[ "$CHECK_STATUS" = 0 ] || fail "dopesync check exited $CHECK_STATUS, not 0"
+[ -s "$WORK/check.out" ] || fail "dopesync check printed nothing"
+! grep -v '^ok' "$WORK/check.out" || fail "dopesync check printed the lines above, which do not start with 'ok'"
+for what in configuration api token spool folders database; do
+  grep -Eq "^ok +$what: " "$WORK/check.out" || fail "dopesync check printed no 'ok  $what:' line"
+done
+grep -Eq '^ok +token: accepted' "$WORK/check.out" || fail "dopesync check did not verify the token"
+say "exit 0, every line ok"
+# A wrong token, on the command line (which wins over the job file's token-file:): 77.
+install -o dopesync -g dopesync -m 0600 /dev/stdin "$WORK/wrong-token" <<< "not-$TOKEN"
+operator_check --token-file "$WORK/wrong-token"
+expect_check 77 token
+# A URL one path segment off (the API's URL plus /api): 78.
+operator_check --api "$URL/api"
+expect_check 78 api
+# The shipped content back: the upgrade below replaces an unedited conffile without asking.
+cat "$WORK/job.shipped" > "$JOB"
+shipped_md5=$(dpkg-query -W -f='${Conffiles}\n' dopesync | awk -v f="$JOB" '$1 == f { print $2 }')
+[ "$(md5sum < "$JOB" | cut -d' ' -f1)" = "$shipped_md5" ] || fail "$JOB is not as shipped again"
+say "$JOB as shipped again ($(stat -c '%a %U:%G' "$JOB"))"
 stop_devserver
 
 # --- 6. Upgrades fix what is wrong -------------------------------------------------------------------
@@ -404,8 +462,9 @@ grep -q "changed by deb-test's upgrade" "$JOB.dpkg-new" || fail "dpkg --unpack d
 got=$(stat -c '%a %U:%G' "$JOB.dpkg-new")
 [ "$got" = "640 root:dopesync" ] || fail "dpkg --unpack made the upgrade's $JOB.dpkg-new $got, not 640 root:dopesync"
 say "unpacked, not configured: $JOB.dpkg-new is $got (dpkg applied the statoverride)"
-dpkg --configure dopesync | sed 's/^/   /'
+dpkg --configure dopesync 2>&1 | tee "$WORK/configure.out" | sed 's/^/   /'
 grep -q "changed by deb-test's upgrade" "$JOB" || fail "dpkg --configure did not put the upgrade's job file in place"
+grep -qxF "$CHECK_HINT" "$WORK/configure.out" || fail "postinst did not print '$CHECK_HINT' after the upgrade"
 check_layout
 say "configured: the new $JOB in place, owners and modes as promised"
 
@@ -428,6 +487,7 @@ say "spool 2770 dopesync:dopesync, database 0660 (root's:${ROOTS:- none}), a sym
 dpkg -i "$UPGRADE_DEB" 2>&1 | tee "$WORK/reinstall.out" | sed 's/^/   /'
 grep -q 'now belong to group dopesync-producers' "$WORK/reinstall.out" ||
   fail "postinst did not tell the operator that producers now belong to group dopesync-producers"
+grep -qxF "$CHECK_HINT" "$WORK/reinstall.out" || fail "postinst did not print '$CHECK_HINT' when installed again"
 [ "$(stat -c '%a %U:%G' "$WORK/target")" = "644 root:root" ] || fail "postinst followed the symlink dopesync.sqlite-journal"
 [ -L "$SPOOL/dopesync.sqlite-journal" ] || fail "the symlink dopesync.sqlite-journal is gone"
 rm "$SPOOL/dopesync.sqlite-journal"
