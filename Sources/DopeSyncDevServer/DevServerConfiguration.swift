@@ -26,6 +26,10 @@ public struct DevServerConfiguration: Sendable {
     /// while a twin is in flight and no 422 for a reused or malformed key. The request log of
     /// `GET /admin/requests` still shows the key sent. `--ignore-idempotency-keys`, default off.
     public var ignoreIdempotencyKeys: Bool = false
+    /// Replace the accepted `/api` token after this many `/api` requests, as a secret manager
+    /// rotating the account's token would: from then on only `newToken` is accepted there (403 for
+    /// the old one). `/admin` keeps ``token``: it is the dev server's own.
+    public var tokenRotation: TokenRotation? = nil
     /// Answer every `/api` POST with this redirect status (301, 302, 303, 307 or 308) and a
     /// `Location` to ``redirectTargetPath``, where any request gets `200 {"id": 424242}`: a proxy
     /// or load balancer that redirects, and a page that looks like a create. Nothing is stored.
@@ -59,6 +63,20 @@ public struct DevServerConfiguration: Sendable {
 
     /// `http` or `https`, for the `listening on` line and for clients built from it.
     public var scheme: String { tls == nil ? "http" : "https" }
+}
+
+/// When the dev server starts accepting another token (``DevServerConfiguration/tokenRotation``).
+public struct TokenRotation: Sendable {
+    public var afterRequests: Int
+    public var newToken: String
+    /// Called at the moment of the switch, before any request is judged by the new token: a test
+    /// rotates the client's side there (its token file, its vault), as a secret manager does both.
+    public var rotatingClient: (@Sendable () -> Void)?
+    public init(afterRequests: Int, newToken: String, rotatingClient: (@Sendable () -> Void)? = nil) {
+        self.afterRequests = afterRequests
+        self.newToken = newToken
+        self.rotatingClient = rotatingClient
+    }
 }
 
 /// The certificate the dev server presents, and whether it offers HTTP/2.

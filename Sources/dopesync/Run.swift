@@ -85,6 +85,7 @@ struct Run: AsyncParsableCommand {
         // At debug: a timer's idle run should say one line, the summary (which names the API).
         logger.debug("run starting", metadata: ["job": "\(place.job ?? "-")", "settings": "\(settings)"])
         var options = RunOptions(spoolRoot: settings.spool, apiURL: settings.apiURL, token: settings.token)
+        options.tokenSource = settings.tokenSource
         options.concurrency = settings.concurrency
         options.maxBundles = settings.maxBundles
         options.maxTime = settings.maxTime
@@ -137,6 +138,9 @@ struct APIOptions: ParsableArguments {
     @Option(help: "A file holding the API token (or the token itself in $DOPESYNC_API_TOKEN).")
     var tokenFile: String?
 
+    @Option(help: "A command whose first line of output is the API token, run again after a refusal.")
+    var tokenCommand: String?
+
     @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
     var caFile: String?
 
@@ -152,7 +156,7 @@ struct APIOptions: ParsableArguments {
     /// The settings typed, for ``RunConfiguration/resolve``.
     var typed: [(RunSetting, String?)] {
         [
-            (.api, api), (.tokenFile, tokenFile), (.caFile, caFile), (.proxy, proxy),
+            (.api, api), (.tokenFile, tokenFile), (.tokenCommand, tokenCommand), (.caFile, caFile), (.proxy, proxy),
             (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
         ]
     }

@@ -341,7 +341,9 @@ import Testing
                 var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
                 options.minAge = .zero
                 options.concurrency = 1
-                options.maxTime = .seconds(6)  // far below the 25 seconds all ten would take
+                // Well below the 25 seconds all ten would take, with room for a first claim on a
+                // machine the whole suite loads (at 6 s, a run of the suite once claimed nothing).
+                options.maxTime = .seconds(10)
                 let (summary, status) = await Worker(options: options, logger: quietLogger).run()
                 #expect(status == .success)
                 #expect(summary.claimed >= 1 && summary.claimed < samples.count, "\(summary.line)")

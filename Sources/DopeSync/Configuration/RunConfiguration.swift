@@ -31,6 +31,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var progress = ProgressMode.auto
     public var logFormat = LogFormat.text
     public var logLevel = Logger.Level.info
+    /// Where a fresh token comes from after a refusal: the token file, the token command, or
+    /// nowhere (the environment's).
+    public var tokenSource = Credential.Source.fixed
     public var metricsFile: String?
     /// PEM file of CA certificates trusted besides the system's, checked to hold at least one.
     public var caFile: String?
@@ -138,7 +141,20 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
                 "the API URL \(MaskedURL.string(api)) is plain http to \(host) (allow-insecure-http: true): "
                     + "the token and every record travel in clear; anyone on the path can read and replay them")
         }
-        try configuration.resolveToken(tokenFile: lookup(.tokenFile), environment: environment, jobFile: jobFile)
+        let tokenFile = try lookup(.tokenFile)
+        if let command = try lookup(.tokenCommand),
+            tokenFile?.source != .commandLine,
+            command.source == .commandLine || !Self.hasEnvironmentToken(environment)
+        {
+            guard tokenFile == nil || command.source == .commandLine else {
+                throw ConfigurationError(
+                    .badValue, key: RunSetting.tokenCommand.key, source: command.source,
+                    message: "give token-file or token-command, not both (token-file comes from \(tokenFile!.source))")
+            }
+            try configuration.resolveTokenCommand(command.text, source: command.source)
+        } else {
+            try configuration.resolveToken(tokenFile: tokenFile, environment: environment, jobFile: jobFile)
+        }
         configuration.maxRate = try parsed(.maxRate, expected: "a rate (\(ByteRate.examples))", ByteRate.parse)
         if let (path, source) = try lookup(.caFile) {
             try Self.checkCAFile(path, source: source)
@@ -173,6 +189,23 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
 
     /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
     /// `token-file` from the environment or the job file.
+    static func hasEnvironmentToken(_ environment: [String: String]) -> Bool {
+        !(environment[RunSetting.tokenEnvironmentVariable]?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")
+            .isEmpty
+    }
+
+    /// Runs the token command once, for the token a run starts with; it runs again after a refusal.
+    private mutating func resolveTokenCommand(_ command: String, source: SettingSource) throws(ConfigurationError) {
+        do {
+            token = try Credential.runTokenCommand(command)
+        } catch {
+            throw ConfigurationError(
+                .tokenCommandFailed, key: RunSetting.tokenCommand.key, source: source, message: error.message)
+        }
+        tokenSource = .command(command)
+        sources["token"] = source
+    }
+
     private mutating func resolveToken(
         tokenFile: (text: String, source: SettingSource)?, environment: [String: String], jobFile: String?
     ) throws(ConfigurationError) {
@@ -181,6 +214,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
             token = fromEnvironment
+            tokenSource = .fixed
             sources["token"] = .environment(variable: RunSetting.tokenEnvironmentVariable)
             return
         }
@@ -213,6 +247,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
                 message: "the token file \(path) must hold the token alone on one line")
         }
         token = text
+        tokenSource = .file(path)
         sources["token"] = source
         // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
         if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int,

@@ -26,6 +26,10 @@ extension RunSetting {
     public static let api = RunSetting(
         "api", environment: "DOPESYNC_API_URL", help: "the API's base URL, http or https (required)")
     public static let tokenFile = RunSetting("token-file", help: "a file whose only content is the API token")
+    public static let tokenCommand = RunSetting(
+        "token-command",
+        help: "a command whose first line of output is the API token, run at the start and after a refusal "
+            + "(at most once a minute); instead of token-file")
     public static let concurrency = RunSetting("concurrency", help: "bundles uploaded at once, 1 to 64 (default 4)")
     public static let maxBundles = RunSetting(
         "max-bundles", help: "claim at most this many bundles in one run (default: no limit)")
@@ -56,7 +60,8 @@ extension RunSetting {
 
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [
-        .spool, .api, .tokenFile, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat, .logLevel,
+        .spool, .api, .tokenFile, .tokenCommand, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat,
+        .logLevel,
         .metricsFile,
         .caFile, .proxy, .maxRate, .allowInsecureHTTP,
     ]
@@ -105,6 +110,8 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
         public static let unreadableTokenFile = Code(rawValue: "unreadable_token_file")
         /// The CA file cannot be read or holds no PEM certificate.
         public static let unreadableCAFile = Code(rawValue: "unreadable_ca_file")
+        /// The token command failed, timed out or printed no token (exit 77: no credential).
+        public static let tokenCommandFailed = Code(rawValue: "token_command_failed")
         /// An `http://` API URL that is not loopback, without `allow-insecure-http: true`.
         public static let insecureAPI = Code(rawValue: "insecure_api_url")
     }
@@ -141,6 +148,7 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
     /// A bad value typed on the command line is a usage error (64); everything else, an
     /// unreadable token file named on the command line included, is a configuration error (78).
     public var exitStatus: ExitStatus {
-        source == .commandLine && (code == .badValue || code == .wrongType) ? .usage : .configuration
+        if code == .tokenCommandFailed { return .permissionDenied }
+        return source == .commandLine && (code == .badValue || code == .wrongType) ? .usage : .configuration
     }
 }

@@ -57,7 +57,8 @@ public struct APIClient: Sendable {
 
     let http: HTTPClient
     let baseURL: String
-    let token: String
+    /// The token each request sends, renewed after a refusal (``Credential``).
+    let credential: Credential
     let timeouts: Timeouts
     let network: Network
     /// The slowest rate a body can expect to be sent at: the timeouts' floor, or the request's
@@ -71,6 +72,20 @@ public struct APIClient: Sendable {
     public static func with<T: Sendable>(
         baseURL: String,
         token: String,
+        connections: Int,
+        timeouts: Timeouts = Timeouts(),
+        network: Network = Network(),
+        _ body: (APIClient) async throws -> T
+    ) async throws -> T {
+        try await with(
+            baseURL: baseURL, credential: Credential(token: token), connections: connections, timeouts: timeouts,
+            network: network, body)
+    }
+
+    /// The same, with a token that can be renewed after a refusal.
+    public static func with<T: Sendable>(
+        baseURL: String,
+        credential: Credential,
         connections: Int,
         timeouts: Timeouts = Timeouts(),
         network: Network = Network(),
@@ -101,7 +116,7 @@ public struct APIClient: Sendable {
         return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
             let client = APIClient(
                 http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
-                token: token, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest
+                credential: credential, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest
             )
             return try await body(client)
         }
@@ -183,7 +198,7 @@ public struct APIClient: Sendable {
     private func makeRequest(_ step: UploadStep, path: String) -> HTTPClientRequest {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = .POST
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Authorization", value: "Bearer \(credential.current)")
         request.headers.add(name: "Idempotency-Key", value: step.idempotencyKey)
         request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
         if case .json = step.payload { request.headers.add(name: "Content-Type", value: "application/json") }
@@ -275,7 +290,7 @@ public struct APIClient: Sendable {
     func get(_ path: String) async -> LookupAnswer {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = .GET
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Authorization", value: "Bearer \(credential.current)")
         request.headers.add(name: "Accept", value: "application/json")
         request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
         do {

@@ -418,7 +418,10 @@ struct BundleUploader: Sendable {
     ) async -> Resolution {
         var retry = 0
         var mustLook = lookFirst
+        var renewedCredential = false
         while true {
+            // The token this try sends: a refusal of it may be answered by a fresh one.
+            let used = client.credential.current
             var response: StepResponse? = nil
             if mustLook {
                 switch await look(step) {
@@ -437,6 +440,15 @@ struct BundleUploader: Sendable {
                 response = answer
             }
             guard let response else { preconditionFailure("a look or a send answers") }
+            // Refused: the token may have been rotated (a new token file, a token command). With a
+            // fresh one the step is sent again, once; a refusal is no outcome, so no look first.
+            if case .unauthorized = response, !renewedCredential,
+                await client.credential.renewed(after: used, logger: logger) != nil
+            {
+                renewedCredential = true
+                logger.notice("the API refused the token; sending the step again with the one read anew")
+                continue
+            }
             guard case .retryable(let status, let retryAfter, let message) = response else {
                 return .response(response, cutShort: false)
             }

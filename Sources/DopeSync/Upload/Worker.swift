@@ -44,6 +44,9 @@ public struct RunOptions: Sendable {
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
+    /// Where a fresh token comes from when the API refuses it (the token itself is ``token``).
+    public var tokenSource = Credential.Source.fixed
+
     public init(spoolRoot: String, apiURL: String, token: String) {
         self.spoolRoot = spoolRoot
         self.apiURL = apiURL
@@ -279,7 +282,8 @@ public struct Worker: Sendable {
         let lookups = LookupSupport()
         let idle = orphans.isEmpty && due.isEmpty
         let clientResult: ExitStatus?? = try? await APIClient.with(
-            baseURL: options.apiURL, token: options.token, connections: options.concurrency, network: options.network
+            baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
+            connections: options.concurrency, network: options.network
         ) { client -> ExitStatus? in
             // Nothing to upload: one look that the API is there and takes the token (`dopesync
             // check`'s), so a timer's idle runs still find a wrong URL, a refused token or an

@@ -14,7 +14,11 @@ final class DevServerState: Sendable {
     let references: Mutex<ReferenceIDs>
     /// Idempotency keys are kept per credential; the credential is stored as a hash, never as the token.
     let credential: String
-    private let expectedAuthorization: [UInt8]
+    /// `Bearer TOKEN` as accepted now, and how many `/api` requests were authorized with it
+    /// (for ``DevServerConfiguration/tokenRotation``).
+    private let accepted: Mutex<(authorization: [UInt8], requests: Int)>
+    /// `Bearer TOKEN` of the configured token: `/admin`'s, and `/api`'s unless rotated.
+    private let originalAuthorization: [UInt8]
 
     /// Room for the multipart framing and the text fields around an image at the size limit.
     static let multipartAllowance = 64 * 1024
@@ -27,7 +31,8 @@ final class DevServerState: Sendable {
         observatory = Observatory(capacity: configuration.requestLogCapacity)
         references = Mutex(configuration.references)
         credential = sha256Hex(Array(configuration.token.utf8))
-        expectedAuthorization = Array("Bearer \(configuration.token)".utf8)
+        originalAuthorization = Array("Bearer \(configuration.token)".utf8)
+        accepted = Mutex((originalAuthorization, 0))
     }
 
     /// 401 for a missing or malformed `Authorization: Bearer …`, 403 for a wrong token.
@@ -43,6 +48,21 @@ final class DevServerState: Sendable {
                 message: "malformed Authorization header (expected Bearer TOKEN)", field: nil)
         }
         let presented = Array("Bearer \(parts[1].trimmingSpaces)".utf8)
+        let expectedAuthorization: [UInt8]
+        if let rotation = configuration.tokenRotation, request.uri.path.hasPrefix("/api/") {
+            expectedAuthorization = accepted.withLock { accepted in
+                // The account's token is replaced once the old one has served its requests (the
+                // identity, and so the idempotency keys, stay the account's).
+                if accepted.requests == rotation.afterRequests {
+                    rotation.rotatingClient?()
+                    accepted.authorization = Array("Bearer \(rotation.newToken)".utf8)
+                }
+                accepted.requests += 1
+                return accepted.authorization
+            }
+        } else {
+            expectedAuthorization = originalAuthorization
+        }
         // Compare every byte whatever the first difference, so timing tells nothing.
         var difference = presented.count == expectedAuthorization.count ? 0 : 1
         for index in presented.indices where index < expectedAuthorization.count {

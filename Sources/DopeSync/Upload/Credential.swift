@@ -1,0 +1,155 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// The API token a run sends, and where a fresh one comes from when the API refuses it: tokens
+/// expire and are rotated by secret managers that replace the token file, or are handed out by a
+/// command. Never printed, old or new.
+public final class Credential: Sendable {
+    /// Where the token comes from.
+    public enum Source: Sendable, Equatable {
+        /// Given once (`DOPESYNC_API_TOKEN`): nothing to read again.
+        case fixed
+        /// A file holding the token alone on one line (`token-file`), read again after a refusal.
+        case file(String)
+        /// A command whose first line of output is the token (`token-command`), run again after a
+        /// refusal, at most once a ``commandInterval``.
+        case command(String)
+    }
+
+    public let source: Source
+    /// How often the token command may run again after a refusal.
+    public static let commandInterval: Duration = .seconds(60)
+    /// How long the token command may take.
+    public static let commandTimeout: Duration = .seconds(30)
+
+    private struct State {
+        var token: String
+        /// The renewal under way, which every bundle refused meanwhile waits for.
+        var renewal: Task<Void, Never>?
+        var lastCommandRun: ContinuousClock.Instant?
+    }
+    private let state: Mutex<State>
+
+    public init(token: String, source: Source = .fixed) {
+        self.source = source
+        self.state = Mutex(State(token: token))
+    }
+
+    /// The token to send now.
+    public var current: String { state.withLock { $0.token } }
+
+    /// The API refused `refused`: a different token to try, or nil when there is none (the
+    /// source still holds the refused one, it cannot be read, or the command ran too recently).
+    /// Bundles refused together share one renewal.
+    func renewed(after refused: String, logger: Logger) async -> String? {
+        let renewal: Task<Void, Never>? = state.withLock { state in
+            if state.token != refused { return nil }  // renewed meanwhile by another bundle
+            if let renewal = state.renewal { return renewal }
+            if case .command = source, let last = state.lastCommandRun,
+                ContinuousClock.now - last < Self.commandInterval
+            {
+                return nil
+            }
+            if case .command = source { state.lastCommandRun = .now }
+            let renewal = Task { await self.readAgain(logger: logger) }
+            state.renewal = renewal
+            return renewal
+        }
+        await renewal?.value
+        return state.withLock { $0.token != refused ? $0.token : nil }
+    }
+
+    private func readAgain(logger: Logger) async {
+        let fresh: String?
+        switch source {
+        case .fixed:
+            fresh = nil
+        case .file(let path):
+            fresh = try? Self.readTokenFile(path)
+        case .command(let command):
+            do {
+                fresh = try await BundleUploader.onBlockingPool { Result { try Self.runTokenCommand(command) } }.get()
+            } catch {
+                logger.error("the token command failed", metadata: ["error": "\(error)"])
+                fresh = nil
+            }
+        }
+        let changed = state.withLock { state in
+            defer { state.renewal = nil }
+            guard let fresh, fresh != state.token else { return false }
+            state.token = fresh
+            return true
+        }
+        logger.notice(
+            changed ? "the API token was read again: a new one" : "the API token was read again: unchanged",
+            metadata: ["source": "\(describe(source))"])
+    }
+
+    private func describe(_ source: Source) -> String {
+        switch source {
+        case .fixed: "the environment"
+        case .file(let path): "the token file \(path)"
+        case .command(let command): "the token command \(DisplayText.escaped(command))"
+        }
+    }
+
+    /// The token alone on the first line of the file; throws naming the file.
+    static func readTokenFile(_ path: String) throws -> String {
+        let contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
+        let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty, !text.contains(where: \.isNewline) else {
+            throw TokenCommandError(message: "the token file \(path) must hold the token alone on one line")
+        }
+        return text
+    }
+
+    /// Runs `command` with `/bin/sh -c`, its standard error passed through to ours (the log), and
+    /// returns the first line of its output; throws, naming the command, when it fails, times
+    /// out or prints nothing. Its output is never shown.
+    public static func runTokenCommand(_ command: String) throws(TokenCommandError) -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        let shown = DisplayText.escaped(command)
+        do {
+            try process.run()
+        } catch {
+            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
+        }
+        let finished = DispatchSemaphore(value: 0)
+        let collected = Mutex(Data())
+        DispatchQueue.global().async {
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            collected.withLock { $0 = data }
+            finished.signal()
+        }
+        let seconds = Double(commandTimeout.components.seconds)
+        if finished.wait(timeout: .now() + seconds) == .timedOut {
+            process.terminate()
+            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(Int(seconds)) s")
+        }
+        process.waitUntilExit()
+        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            throw TokenCommandError(
+                message:
+                    "the token command `\(shown)` failed (exit \(process.terminationStatus)); its messages are above")
+        }
+        let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
+        guard let line = text.split(whereSeparator: \.isNewline).first.map({ $0.trimmingCharacters(in: .whitespaces) }),
+            !line.isEmpty
+        else {
+            throw TokenCommandError(message: "the token command `\(shown)` printed no token")
+        }
+        return line
+    }
+}
+
+/// A token command (or token file) that could not give a token: the message names it, never the token.
+public struct TokenCommandError: Error, CustomStringConvertible, Sendable {
+    public let message: String
+    public var description: String { message }
+}
