@@ -5,7 +5,8 @@ struct Prune: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Delete bundles that reached done/ more than DURATION ago, and their checkpoint rows.",
         discussion: """
-            Only done/ is touched. A bundle's mtime in done/ is when it got there. Exit 0, or 73 when done/ \
+            Only done/ is touched. A bundle's age is from when the checkpoint database recorded it done \
+            (its mtime when the database does not know it). Exit 0, or 73 when done/ \
             cannot be read or a file cannot be deleted.
             """
     )

@@ -9,12 +9,12 @@ struct Requeue: AsyncParsableCommand {
             NAME is a file in failed/ (with or without the failed/ prefix), or a bundle waiting for retry in \
             incoming/, which is made due now (its attempts kept). A failed bundle is due at once; a name \
             taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \
-            the checkpoint database (the bundle's row in SPOOL/dopesync.sqlite, last_error_*). Exit 0; 1 when a NAME is not in failed/ (the \
+            the checkpoint database (the bundle's row in SPOOL/dopesync.sqlite, last_error_*). Exit 0; 1 when a NAME is neither in failed/ nor waiting for retry (the \
             others are still requeued); 73 when the spool cannot be read or written.
             """
     )
 
-    @Argument(help: "Bundles in failed/ to requeue.")
+    @Argument(help: "Bundles in failed/ to requeue, or waiting for retry in incoming/ to make due now.")
     var names: [String] = []
 
     @Flag(help: "Requeue every bundle in failed/.")

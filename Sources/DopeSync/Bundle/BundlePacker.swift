@@ -79,7 +79,7 @@ public struct BundlePacker: Sendable {
         if !errors.isEmpty { throw BundleValidationError(bundle: sessionFile, errors: errors) }
 
         if case .spool(let root) = destination {
-            try Spool(root: root).create()  // a new spool is made, as `run` would
+            try Spool(root: root).create()  // the folders a spool needs, as `run --create-spool` makes them
         }
         let manifest = Self.manifest(manifestFiles)
         let now = Int(Date().timeIntervalSince1970)

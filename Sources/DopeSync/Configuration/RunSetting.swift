@@ -50,7 +50,7 @@ extension RunSetting {
     public static let proxy = RunSetting(
         "proxy",
         help: "reach the API through this http://[user:password@]host:port proxy, or none "
-            + "(default: https_proxy, http_proxy and no_proxy, as curl reads them)")
+            + "(default: https_proxy, http_proxy, all_proxy and no_proxy, as curl reads them)")
     public static let maxRate = RunSetting(
         "max-rate", help: "cap the whole run's upload rate, e.g. 500KiB/s or 2MB/s (default: no cap)")
     public static let allowInsecureHTTP = RunSetting(

@@ -75,8 +75,8 @@ public final class ClaimedBundle: Sendable {
     @discardableResult
     public func moveToDone() throws(SpoolError) -> String {
         try move { (descriptor: Int32) throws(SpoolError) -> String in
-            // mtime = now: in done/ the mtime is when the bundle got there, the clock of `prune --older-than`
-            // (a rename keeps the producer's mtime, or a deferred bundle's next-attempt time). Best effort.
+            // mtime = now, so `ls -l` in done/ says when it got there. Best effort: only the file's owner
+            // may set it, and producers own their bundles (`prune` goes by the store's done time).
             var times = [
                 timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit),
                 timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeNow),

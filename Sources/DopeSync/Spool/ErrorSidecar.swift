@@ -25,7 +25,7 @@ public struct ErrorSidecar: Sendable, Hashable {
     public var bundle: String
     public var session: String?
     public var failedAt: Date
-    /// A short code: `validation_failed`, `changed_after_upload`, `http_422`, `max_attempts`, ...
+    /// A short code: `invalid_session`, `changed_after_upload`, `http_422`, `gave_up`, ...
     public var reason: FailureReason
     public var step: String?
     public var httpStatus: Int?

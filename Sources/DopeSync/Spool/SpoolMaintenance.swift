@@ -26,8 +26,9 @@ extension Spool {
         return errno == EWOULDBLOCK ? true : nil
     }
 
-    /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` (so it is due at once:
-    /// in `incoming/` the mtime is the next-attempt time), without replacing a file of the same name there.
+    /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` where the worker
+    /// owns it (a file modified after its last deferral is due at once, ``IncomingQueue``), without
+    /// replacing a file of the same name there.
     /// Returns its name in `incoming/` (suffixed if taken). The sidecar is left for the caller.
     public func requeueFailed(_ name: String, now: Date = Date()) throws(SpoolError) -> String {
         let source = path(.failed, name)

@@ -260,7 +260,7 @@ public struct APIClient: Sendable {
         if (300..<400).contains(status) {
             let location = response.headers.first(name: "Location").map { " to \(MaskedURL.string($0))" } ?? ""
             return "the API answered \(status), a redirect\(location), for \(shown): redirects are never followed; "
-                + "point --api (api-url) at the API itself"
+                + "point --api (api: in the job file) at the API itself"
         }
         // HTML says "not the API" only where the API's own answer was due: a success, or "no such
         // route". A proxy's HTML 502 or 413 is an outage or a refusal, judged by its status.

@@ -525,7 +525,7 @@ struct BundleUploader: Sendable {
                 let gaveUp = BundleFailure(
                     reason: .gaveUp, step: failure.step, httpStatus: failure.httpStatus,
                     message:
-                        "gave up after \(deferral.attempts) attempts over \(Duration.seconds(age).formattedSeconds) "
+                        "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(age)) "
                         + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
                 return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }
