@@ -55,6 +55,9 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Cap the run's total upload rate, e.g. 500KiB/s or 2MB/s.")
     var maxRate: String?
 
+    @Option(help: "Claim nothing while the spool's file system has less free: 1GiB (default), 500MB, 5%, or 0.")
+    var minFreeSpace: String?
+
     @Flag(help: "Create the spool if its folder does not exist (else a missing spool is exit 73).")
     var createSpool = false
 
@@ -68,6 +71,7 @@ struct Run: AsyncParsableCommand {
                 (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge),
                 (.progress, progress),
                 (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.maxRate, maxRate),
+                (.minFreeSpace, minFreeSpace),
             ] + connection.typed
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
@@ -91,6 +95,7 @@ struct Run: AsyncParsableCommand {
         options.maxTime = settings.maxTime
         options.minAge = settings.minAge
         options.metricsFile = settings.metricsFile
+        options.minFreeSpace = settings.minFreeSpace
         options.createSpool = createSpool
         options.allowRoot = allowRoot
         options.network = APIClient.Network(

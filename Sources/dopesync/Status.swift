@@ -22,6 +22,9 @@ struct Status: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try finish(StatusCommand.run(spoolRoot: settings.spool, json: json, minAge: settings.minAge, runs: runs))
+        try finish(
+            StatusCommand.run(
+                spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
+                runs: runs))
     }
 }

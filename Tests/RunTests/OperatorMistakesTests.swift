@@ -188,4 +188,55 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "below the free-space floor a run claims nothing and exits 73, saying what is free and what prune would free; status warns"
+    )
+    func freeSpaceFloor() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2740)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            // A floor no file system meets: the whole of it free.
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token,
+                    ["--min-free-space", "100%", "--metrics-file", metrics])
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("below its free-space floor") && output.contains("free="), "\(output)")
+                #expect(output.contains("prune.older.than.30d="), "\(output)")
+                #expect(output.contains("run finished: 0 claimed"), "\(output)")
+                #expect(try spool.names(.incoming).count == 1)
+                let text = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(text.contains("dopesync_last_run_exit_code 73") && text.contains("dopesync_spool_free_bytes "))
+                #expect(try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.isEmpty)
+            }
+            let job = directory.appendingPathComponent("floor.yaml").path
+            try Data("spool: \(spool.root)\nmin-free-space: 100%\n".utf8).write(to: URL(fileURLWithPath: job))
+            let report = try await runBuiltOffPool("dopesync", ["status", "--job", job])
+            #expect(report.stdout.contains("BELOW THE FLOOR"), "\(report.stdout)")
+            let normal = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root])
+            #expect(normal.stdout.contains("free space ") && !normal.stdout.contains("BELOW"), "\(normal.stdout)")
+        }
+    }
+
+    @Test("--max-bundles holds with many slots claiming at once: exactly that many are claimed")
+    func maxBundlesWithParallelSlots() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...12).map { SampleSession(seed: UInt64(2750 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            try await withDevServer { server in
+                for _ in 1...3 {
+                    var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                    options.minAge = .zero
+                    options.concurrency = 8
+                    options.maxBundles = 3
+                    let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                    #expect(status == .success)
+                    #expect(summary.claimed == 3 && summary.done == 3, "\(summary.line)")
+                }
+                let (done, left) = (try spool.names(.done), try spool.names(.incoming))
+                #expect(done.count == 9 && left.count == 3)
+            }
+        }
+    }
 }

@@ -36,7 +36,9 @@ public enum CheckCommand {
         }
         let (apiLines, apiStatus) = await checkAPI(settings: settings, network: network)
         for line in apiLines { record(line, failing: apiStatus) }
-        for line in checkSpool(Spool(root: settings.spool)) { record(line, failing: .cannotCreate) }
+        for line in checkSpool(Spool(root: settings.spool), floor: settings.minFreeSpace) {
+            record(line, failing: .cannotCreate)
+        }
         return CommandOutcome(output: lines.map(\.description).joined(separator: "\n"), status: status)
     }
 
@@ -119,7 +121,7 @@ public enum CheckCommand {
     }
 
     /// The spool: there, the folders writable, owned by this user, the database its own; free space.
-    static func checkSpool(_ spool: Spool) -> [Line] {
+    static func checkSpool(_ spool: Spool, floor: FreeSpaceFloor) -> [Line] {
         var info = stat()
         guard stat(spool.root, &info) == 0 else {
             return [
@@ -167,10 +169,12 @@ public enum CheckCommand {
         } catch {
             lines.append(Line(ok: false, what: "database", detail: error.message))
         }
-        var space = statvfs()
-        if statvfs(spool.root, &space) == 0 {
-            let free = Int64(space.f_bavail) * Int64(space.f_frsize)
-            lines.append(Line(ok: true, what: "free space", detail: "\(ByteCount(free)) free for the spool"))
+        if let space = FileSystemSpace(of: spool.root) {
+            let detail = "\(ByteCount(space.free)) free, floor \(floor) (min-free-space)"
+            lines.append(
+                space.isBelow(floor)
+                    ? Line(ok: false, what: "free space", detail: detail + ": below it a run claims nothing")
+                    : Line(ok: true, what: "free space", detail: detail))
         }
         return lines
     }

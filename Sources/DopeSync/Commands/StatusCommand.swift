@@ -7,12 +7,14 @@ import Foundation
 /// No archive is opened and nothing is written (a missing database is not created).
 public enum StatusCommand {
     public static func run(
-        spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date()
+        spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), minFreeSpace: FreeSpaceFloor = .default,
+        runs: Int = 0, now: Date = Date()
     ) -> CommandOutcome {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
-            let report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, runs: runs, now: now)
+            var report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, runs: runs, now: now)
+            report.space = FileSystemSpace(of: root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
@@ -111,6 +113,23 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     /// Why the database could not be read by this user, if it could not: retry times, reasons
     /// kept only there and claims' owners are then unknown.
     public var databaseUnreadable: String? = nil
+    /// The spool's file system: free bytes against `min-free-space`.
+    public var space: Space? = nil
+
+    public struct Space: Sendable, Codable, Equatable {
+        public var freeBytes: Int64
+        public var totalBytes: Int64
+        public var floorBytes: Int64
+        /// Below twice the floor: a run is not stopped yet, but soon will be.
+        public var low: Bool { freeBytes < 2 * floorBytes }
+
+        init(_ space: FileSystemSpace, floor: FreeSpaceFloor) {
+            freeBytes = space.free
+            totalBytes = space.total
+            floorBytes = floor.bytes(ofTotal: space.total)
+        }
+    }
+
     /// The runs started last, newest first (`--runs N`); nil when not asked for.
     public var recentRuns: [RecentRun]? = nil
 
@@ -255,6 +274,16 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
                     : databaseReadAsSnapshot ? " (read as it is on disk: not this user's, or read-only)" : ""),
             "",
         ]
+        if let space {
+            var line =
+                "free space   \(ByteCount(space.freeBytes)) of \(ByteCount(space.totalBytes)), floor \(ByteCount(space.floorBytes))"
+            if space.freeBytes < space.floorBytes {
+                line += ": BELOW THE FLOOR, runs claim nothing (exit 73); `dopesync prune --older-than 30d` frees done/"
+            } else if space.low {
+                line += ": LOW, under twice the floor; runs stop claiming below it"
+            }
+            lines += [line, ""]
+        }
         lines.append("folder          count        size  oldest")
         for name in ["incoming", "processing", "done", "failed"] {
             guard let folder = folders[name] else { continue }
@@ -399,6 +428,8 @@ struct SpoolBacklog: Sendable {
 
     /// The checkpoint store's rows of the bundles not done or failed, by name.
     var inFlight: [String: BundleState]
+    /// Free bytes on the spool's file system, when they could be read.
+    var freeBytes: Int64? = nil
 
     /// Bundles in `incoming/` whose next attempt is still to come (``IncomingQueue``).
     func waitingForRetry(now: Date) -> Int {
@@ -410,6 +441,7 @@ struct SpoolBacklog: Sendable {
     static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
         let firstSeen = inFlight.mapValues(\.firstSeen)
         var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
+        backlog.freeBytes = FileSystemSpace(of: spool.root)?.free
         for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
             let entries = try spool.list(folder)
             backlog.listings[folder] = entries

@@ -31,6 +31,8 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var progress = ProgressMode.auto
     public var logFormat = LogFormat.text
     public var logLevel = Logger.Level.info
+    /// The free space the spool's file system must keep (`min-free-space`).
+    public var minFreeSpace = FreeSpaceFloor.default
     /// Where a fresh token comes from after a refusal: the token file, the token command, or
     /// nowhere (the environment's).
     public var tokenSource = Credential.Source.fixed
@@ -104,6 +106,11 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
             configuration.logFormat = format
+        }
+        if let floor = try parsed(
+            .minFreeSpace, expected: "a size (1GiB, 500MB), a percentage (5%) or 0", FreeSpaceFloor.parse)
+        {
+            configuration.minFreeSpace = floor
         }
         if let level = try parsed(
             .logLevel, expected: "trace, debug, info, notice, warning, error or critical",

@@ -17,6 +17,8 @@ public struct RunMetrics: Sendable {
     /// The spool after the run, listed as `status` lists it.
     var backlog: SpoolBacklog
     var waitingForRetry: Int
+    /// Free bytes on the spool's file system, when they could be read.
+    var freeBytes: Int64?
 
     init(finishedAt: Date, lastSuccessAt: Date?, summary: RunSummary, backlog: SpoolBacklog) {
         self.finishedAt = finishedAt
@@ -24,6 +26,7 @@ public struct RunMetrics: Sendable {
         self.summary = summary
         self.backlog = backlog
         self.waitingForRetry = backlog.waitingForRetry(now: finishedAt)
+        self.freeBytes = backlog.freeBytes
     }
 
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
@@ -80,6 +83,11 @@ public struct RunMetrics: Sendable {
             "dopesync_spool_oldest_age_seconds",
             "Age of the oldest bundle in each spool folder (0 when empty); in incoming, counted from when it was first seen.",
             folders.map { ($0.0, $0.1.oldestAgeSeconds ?? 0) })
+        if let freeBytes {
+            metric(
+                "dopesync_spool_free_bytes", "Free bytes on the spool's file system after the last run.",
+                [("", Double(freeBytes))])
+        }
         metric(
             "dopesync_spool_waiting_for_retry_bundles",
             "Deferred bundles in incoming/ whose next attempt is still to come.",

@@ -13,20 +13,39 @@ struct UploadSlot: Sendable {
     let deadline: ContinuousClock.Instant?
     /// No claim once the run has claimed this many (`--max-bundles`).
     let maxBundles: Int
+    /// No claim while the spool's file system has less free (`min-free-space`).
+    var minFreeSpace: FreeSpaceFloor = .bytes(0)
     let logger: Logger
 
     func run() async {
         while !counters.shouldStop {
             if let deadline, ContinuousClock.now >= deadline { return }
-            guard counters.snapshot.summary.claimed < maxBundles, let entry = queue.next() else { return }
+            if let space = FileSystemSpace(of: spool.root), space.isBelow(minFreeSpace) {
+                if counters.belowFreeSpaceFloor() {
+                    logger.critical(
+                        "the spool's file system fell below its free-space floor: the run stops claiming and gives back (exit 73)",
+                        metadata: ["free": "\(ByteCount(space.free))", "floor": "\(minFreeSpace)"])
+                }
+                return
+            }
+            // A claim is reserved before it is made, so slots in parallel never pass --max-bundles.
+            guard counters.reserveClaim(limit: maxBundles) else { return }
+            guard let entry = queue.next() else {
+                counters.releaseClaim()
+                return
+            }
             let claimed: ClaimedBundle?
             do {
                 claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
             } catch {
+                counters.releaseClaim()
                 logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
                 continue
             }
-            guard let claimed else { continue }  // another run has it
+            guard let claimed else {
+                counters.releaseClaim()  // another run has it
+                continue
+            }
             counters.claimed()
             counters.record(await uploader.process(claimed))
         }

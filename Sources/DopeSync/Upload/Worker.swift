@@ -32,6 +32,8 @@ public struct RunOptions: Sendable {
     public var lookBeforeResending = true
     /// Extra trusted roots, a proxy and a cap on the upload rate.
     public var network = APIClient.Network()
+    /// The free space the spool's file system must keep: below it the run claims nothing more.
+    public var minFreeSpace = FreeSpaceFloor.default
     /// With nothing to upload, check that the API is there and takes the token (one `GET
     /// /api/health` and one lookup); off only for measuring the upload path alone.
     public var probeWhenIdle = true
@@ -71,6 +73,10 @@ final class RunCounters: Sendable {
         var apiNotTrusted = false
         /// The API URL does not lead to the API (a redirect, HTML, the session collection's 404).
         var apiMisdirected = false
+        /// Claims made or being made (``reserveClaim(limit:)``), for `--max-bundles`.
+        var claimsReserved = 0
+        /// The spool's file system fell below `min-free-space`.
+        var belowFreeSpaceFloor = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
         var breaker: CircuitBreaker
@@ -81,7 +87,7 @@ final class RunCounters: Sendable {
             if credentialsRefused { return .permissionDenied }
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
-            if checkpointsFailed { return .cannotCreate }
+            if checkpointsFailed || belowFreeSpaceFloor { return .cannotCreate }
             if breaker.isOpen { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }
@@ -100,6 +106,7 @@ final class RunCounters: Sendable {
         stop.isRequested
             || state.withLock {
                 $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
+                    || $0.belowFreeSpaceFloor
                     || $0.breaker.isOpen
             }
     }
@@ -139,6 +146,14 @@ final class RunCounters: Sendable {
     }
 
     /// Returns true for the first report only (one log line for the run).
+    func belowFreeSpaceFloor() -> Bool {
+        state.withLock { state in
+            defer { state.belowFreeSpaceFloor = true }
+            return !state.belowFreeSpaceFloor
+        }
+    }
+
+    /// Returns true for the first report only (one log line for the run).
     func checkpointsFailed() -> Bool {
         state.withLock { state in
             defer { state.checkpointsFailed = true }
@@ -158,6 +173,18 @@ final class RunCounters: Sendable {
     }
 
     func claimed() { state.withLock { $0.summary.claimed += 1 } }
+
+    /// Reserves one claim of at most `limit` for the run; false when they are all taken.
+    func reserveClaim(limit: Int) -> Bool {
+        state.withLock { state in
+            guard state.claimsReserved < limit else { return false }
+            state.claimsReserved += 1
+            return true
+        }
+    }
+
+    /// A reserved claim that was not made (the bundle was gone, or another run had it).
+    func releaseClaim() { state.withLock { $0.claimsReserved -= 1 } }
 }
 
 /// The bundles a run will try, handed out one at a time to its concurrent uploaders.
@@ -205,6 +232,31 @@ public struct Worker: Sendable {
         }
     }
 
+    /// The spool's file system is below `min-free-space`: the run claims nothing (exit 73), and says
+    /// how much is free and what `prune` would free (by the store's done times, as `prune` goes).
+    func reportBelowFloor(
+        _ space: FileSystemSpace, spool: Spool, checkpoints: CheckpointWriter, counters: RunCounters
+    ) async {
+        guard counters.belowFreeSpaceFloor() else { return }
+        let done = (try? spool.list(.done)) ?? []
+        let doneAt =
+            (try? await checkpoints.perform { store in
+                Dictionary(
+                    try store.bundles(withOutcome: .done).map { ($0.name, $0.updatedAt) },
+                    uniquingKeysWith: { a, _ in a })
+            }) ?? [:]
+        let monthAgo = Date().addingTimeInterval(-30 * 86_400)
+        let old = done.filter { (doneAt[$0.name] ?? $0.modified) < monthAgo }
+        logger.critical(
+            "the spool's file system is below its free-space floor: the run claims nothing and gives back what it holds (exit 73)",
+            metadata: [
+                "free": "\(ByteCount(space.free))", "floor": "\(options.minFreeSpace)",
+                "prune.older.than.30d": "\(ByteCount(old.reduce(0) { $0 + $1.size })) in \(old.count) bundles",
+                "done": "\(ByteCount(done.reduce(0) { $0 + $1.size })) in \(done.count) bundles",
+                "spool": "\(spool.root)",
+            ])
+    }
+
     /// The end of a run that could not use its spool or database (exit 73): nothing was claimed.
     /// The metrics file is written all the same, where the disk allows, so that it does not go on
     /// showing the run before; the last success time is taken from it, the database being unusable.
@@ -248,6 +300,10 @@ public struct Worker: Sendable {
             }
         }
 
+        if let space = FileSystemSpace(of: spool.root), space.isBelow(options.minFreeSpace) {
+            await reportBelowFloor(space, spool: spool, checkpoints: checkpoints, counters: counters)
+        }
+
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
         let orphans: [SpoolEntry]
         let incoming: IncomingQueue
@@ -274,13 +330,13 @@ public struct Worker: Sendable {
                     "waiting.for.retry": "\(incoming.waitingForRetry.count)",
                 ])
         }
-        let queue = BundleQueue(orphans + due)
+        let queue = BundleQueue(counters.shouldStop ? [] : orphans + due)
         let total = min(orphans.count + due.count, options.maxBundles ?? Int.max)
         let deadline = options.maxTime.map { started + $0 }
         let maxBundles = options.maxBundles ?? Int.max
 
         let lookups = LookupSupport()
-        let idle = orphans.isEmpty && due.isEmpty
+        let idle = orphans.isEmpty && due.isEmpty && !counters.shouldStop
         let clientResult: ExitStatus?? = try? await APIClient.with(
             baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
             connections: options.concurrency, network: options.network
@@ -311,7 +367,7 @@ public struct Worker: Sendable {
                 await withTaskGroup(of: Void.self) { group in
                     let slot = UploadSlot(
                         queue: queue, spool: spool, uploader: uploader, counters: counters, deadline: deadline,
-                        maxBundles: maxBundles, logger: logger)
+                        maxBundles: maxBundles, minFreeSpace: options.minFreeSpace, logger: logger)
                     for _ in 0..<max(options.concurrency, 1) {
                         group.addTask { await slot.run() }
                     }
