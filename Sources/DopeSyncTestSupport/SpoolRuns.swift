@@ -59,6 +59,7 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
     options.minAge = .zero
     options.retry.base = .milliseconds(1)
     options.retry.cap = .milliseconds(5)
+    options.minFreeSpace = .bytes(0)  // a test's outcome must not hang on the machine's free disk
     return await Worker(options: options, logger: quietLogger).run()
 }
 
@@ -67,6 +68,7 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
 public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws -> Spawned {
     var environment = ProcessInfo.processInfo.environment
     environment["DOPESYNC_API_TOKEN"] = server.token
+    environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
         ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
     return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
@@ -87,6 +89,7 @@ public func spawnRunShowingProgress(
 ) throws -> (Spawned, AsyncStream<ProgressTick>) {
     var environment = ProcessInfo.processInfo.environment
     environment["DOPESYNC_API_TOKEN"] = server.token
+    environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments = [
         "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always",
@@ -132,6 +135,7 @@ public func runToEnd(
 ) async throws -> (status: Int32, output: String) {
     var variables = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
     variables["DOPESYNC_API_TOKEN"] = token
+    variables["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     variables.merge(environment) { $1 }
     let arguments = [
         "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
