@@ -1,4 +1,5 @@
 // swift-tools-version: 6.2
+// SPDX-License-Identifier: Apache-2.0 (see LICENSE)
 import PackageDescription
 
 // Keep module boundaries honest from day one (as Hummingbird 2 does).
