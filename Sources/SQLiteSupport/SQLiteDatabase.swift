@@ -82,6 +82,14 @@ public struct SQLiteConnection {
     /// The database's prepared statements kept for reuse, when it keeps them.
     let statements: PreparedStatements?
 
+    /// Rolls back the transaction, if one is still open: after some errors (a full disk, I/O)
+    /// SQLite has already rolled it back, and a ROLLBACK then is an error of its own. A rollback
+    /// that fails leaves nothing committed, which is all a caller about to throw needs.
+    func rollBackIfOpen() {
+        guard sqlite3_get_autocommit(handle) == 0 else { return }
+        _ = sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
+    }
+
     /// Runs one or more statements that take no parameters and return no rows (DDL, PRAGMAs).
     public func execute(_ sql: String) throws(SQLiteError) {
         var errorMessage: UnsafeMutablePointer<CChar>?
@@ -419,8 +427,7 @@ public final class SQLiteDatabase: Sendable {
                 try connection.query("COMMIT")
                 return result
             } catch {
-                // After some errors SQLite has already rolled back; a second rollback is harmless.
-                try? connection.execute("ROLLBACK")
+                connection.rollBackIfOpen()
                 throw error
             }
         }
@@ -453,7 +460,7 @@ public final class SQLiteDatabase: Sendable {
                         try connection.query("COMMIT")
                         return result
                     } catch {
-                        try? connection.execute("ROLLBACK")  // as in write(_:)
+                        connection.rollBackIfOpen()  // as in write(_:)
                         throw error
                     }
                 }
