@@ -264,6 +264,9 @@ say "systemd-analyze verify: the installed service and timer, no complaint"
 # start_devserver [OPTION...]: the installed dopesync-devserver as user nobody on a free port,
 # with these options; sets SERVER_PID and URL. stop_devserver stops it.
 start_devserver() {
+  # Emptied here, before the server starts: the shell empties it for `>` only in the child, so the
+  # loop below could otherwise read the last server's line first and take its (closed) port.
+  : > "$WORK/devserver.out"
   setpriv --reuid=nobody --regid=nogroup --clear-groups \
     /usr/bin/dopesync-devserver --port 0 --token "$TOKEN" "$@" > "$WORK/devserver.out" 2> "$WORK/devserver.log" &
   SERVER_PID=$!
