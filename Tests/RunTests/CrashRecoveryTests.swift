@@ -95,7 +95,17 @@ import Testing
             let stillRunning = !finished.load(ordering: .relaxed)
             #expect(stillRunning, "the run was still going when the API went away")
             try await Task.sleep(for: .milliseconds(500))
-            (server, _) = try await Self.startServer(port: port, database: database)
+            // As a supervisor restarting it would, try the port again while it is still taken (the
+            // killed process's sockets, or, on a machine running other tests, a moment's neighbour).
+            var restarted: Spawned? = nil
+            for attempt in 1...20 where restarted == nil {
+                do {
+                    (restarted, _) = try await Self.startServer(port: port, database: database)
+                } catch let error as POSIXError where error.code == .EADDRINUSE && attempt < 20 {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            server = try #require(restarted)
 
             let (summary, status) = await run.value
             #expect(status == .success, "\(summary.line)")
