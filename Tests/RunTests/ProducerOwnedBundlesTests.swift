@@ -120,4 +120,18 @@ struct ProducerOwnedBundlesTests {
             #expect(try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted() == before)
         }
     }
+
+    @Test("a spool folder the worker cannot write is exit 73 naming its owner, mode and the chown that fixes it")
+    func unwritableSpoolSaysWhose() async throws {
+        try await withTemporaryDirectory { directory in
+            #expect(chmod(directory.path, 0o755) == 0)
+            let spool = try makeSpool(in: directory, samples: [])  // root's, 0755: nobody may only read it
+            try await withDevServer { server in
+                let (status, output) = try await Self.runAsWorker(spool, server: server)
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("not writable by nobody: it belongs to root (mode 0755)"), "\(output)")
+                #expect(output.contains("chown nobody \(spool.path(.tmp))"), "\(output)")
+            }
+        }
+    }
 }

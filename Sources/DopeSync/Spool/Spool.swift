@@ -79,10 +79,22 @@ public struct Spool: Sendable, Hashable {
         for folder in Folder.allCases {
             try Self.makeDirectory(path(folder), intermediate: false)
             if access(path(folder), W_OK | X_OK) != 0 {
+                let code = errno
                 throw SpoolError(
-                    code: .notWritable, message: "spool folder is not writable", path: path(folder), errno: errno)
+                    code: .notWritable, message: Self.notWritableMessage(path(folder)), path: path(folder), errno: code)
             }
         }
+    }
+
+    /// "spool folder … is not writable by dopesync: it belongs to root (mode 0755); fix it with
+    /// chown dopesync: …": what a person needs to put it right.
+    static func notWritableMessage(_ folder: String) -> String {
+        var info = stat()
+        let me = DatabaseOwnership.userName(geteuid())
+        guard stat(folder, &info) == 0 else { return "spool folder is not writable by \(me)" }
+        return "spool folder is not writable by \(me): it belongs to \(DatabaseOwnership.userName(info.st_uid)) "
+            + "(mode \(DatabaseOwnership.octal(info.st_mode & 0o7777))); if \(me) runs the worker, fix it with "
+            + "chown \(me) \(folder), or run dopesync as the user the spool belongs to"
     }
 
     private static func makeDirectory(_ path: String, intermediate: Bool) throws(SpoolError) {
