@@ -31,6 +31,8 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var progress = ProgressMode.auto
     public var logFormat = LogFormat.text
     public var logLevel = Logger.Level.info
+    /// How long `prune` keeps a bundle in done/ when not told (`prune-after`).
+    public var pruneAfter: Duration = .seconds(30 * 86_400)
     /// The free space the spool's file system must keep (`min-free-space`).
     public var minFreeSpace = FreeSpaceFloor.default
     /// Where a fresh token comes from after a refusal: the token file, the token command, or
@@ -106,6 +108,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         }
         if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
             configuration.logFormat = format
+        }
+        if let keep = try parsed(.pruneAfter, expected: "a duration (\(DurationText.examples))", DurationText.parse) {
+            configuration.pruneAfter = keep
         }
         if let floor = try parsed(
             .minFreeSpace, expected: "a size (1GiB, 500MB), a percentage (5%) or 0", FreeSpaceFloor.parse)

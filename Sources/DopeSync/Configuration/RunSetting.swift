@@ -53,6 +53,8 @@ extension RunSetting {
             + "(default: https_proxy, http_proxy, all_proxy and no_proxy, as curl reads them)")
     public static let maxRate = RunSetting(
         "max-rate", help: "cap the whole run's upload rate, e.g. 500KiB/s or 2MB/s (default: no cap)")
+    public static let pruneAfter = RunSetting(
+        "prune-after", help: "how long `prune` keeps a bundle in done/, e.g. 30d (default 30d)")
     public static let minFreeSpace = RunSetting(
         "min-free-space",
         help: "claim nothing while the spool's file system has less free, a size (1GiB, 500MB) or a percentage (5%) "
@@ -67,7 +69,7 @@ extension RunSetting {
         .spool, .api, .tokenFile, .tokenCommand, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat,
         .logLevel,
         .metricsFile,
-        .caFile, .proxy, .maxRate, .minFreeSpace, .allowInsecureHTTP,
+        .caFile, .proxy, .maxRate, .minFreeSpace, .pruneAfter, .allowInsecureHTTP,
     ]
 
     /// The token itself comes only from the environment (or from `token-file`), never from a job
