@@ -302,9 +302,16 @@ import Testing
                 let lastSuccess = try #require(samples["dopesync_last_success_timestamp_seconds"])
                 #expect(abs(lastSuccess - Date().timeIntervalSince1970) < 600)
                 // Every sample has HELP and TYPE lines, and nothing but the .prom file is left in the folder.
-                for name in Set(samples.keys.map { String($0.prefix { $0 != "{" }) }) {
+                let histogram = "dopesync_bundle_sync_seconds"
+                for name in Set(samples.keys.map { String($0.prefix { $0 != "{" }) }) where !name.hasPrefix(histogram) {
                     #expect(text.contains("# TYPE \(name) gauge"), "\(name)")
                 }
+                // The time from drop to done/ of the run's two bundles, as a histogram.
+                #expect(text.contains("# TYPE \(histogram) histogram"))
+                #expect(samples["\(histogram)_count"] == 2)
+                #expect(samples["\(histogram)_bucket{le=\"+Inf\"}"] == 2)
+                #expect(samples["\(histogram)_bucket{le=\"86400\"}"] == 2)
+                #expect((samples["\(histogram)_sum"] ?? -1) >= 0)
                 let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter {
                     $0.contains(".prom")
                 }

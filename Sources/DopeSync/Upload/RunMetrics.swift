@@ -19,6 +19,11 @@ public struct RunMetrics: Sendable {
     var waitingForRetry: Int
     /// Free bytes on the spool's file system, when they could be read.
     var freeBytes: Int64?
+    /// For each bundle this run moved to done/, the seconds from its arrival in `incoming/` (when
+    /// the worker first saw it) to done/.
+    var syncSeconds: [Double] = []
+    /// The histogram's upper bounds, in seconds: from a path unit's seconds to a day of retries.
+    static let syncBuckets: [Double] = [1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400]
 
     init(finishedAt: Date, lastSuccessAt: Date?, summary: RunSummary, backlog: SpoolBacklog) {
         self.finishedAt = finishedAt
@@ -88,6 +93,16 @@ public struct RunMetrics: Sendable {
                 "dopesync_spool_free_bytes", "Free bytes on the spool's file system after the last run.",
                 [("", Double(freeBytes))])
         }
+        out +=
+            "# HELP dopesync_bundle_sync_seconds Time from a bundle's arrival in incoming/ to done/, "
+            + "for the bundles of the last run.\n# TYPE dopesync_bundle_sync_seconds histogram\n"
+        for bound in Self.syncBuckets {
+            let count = syncSeconds.count { $0 <= bound }
+            out += "dopesync_bundle_sync_seconds_bucket{le=\"\(Self.format(bound))\"} \(count)\n"
+        }
+        out += "dopesync_bundle_sync_seconds_bucket{le=\"+Inf\"} \(syncSeconds.count)\n"
+        out += "dopesync_bundle_sync_seconds_sum \(Self.format(syncSeconds.reduce(0, +)))\n"
+        out += "dopesync_bundle_sync_seconds_count \(syncSeconds.count)\n"
         metric(
             "dopesync_spool_waiting_for_retry_bundles",
             "Deferred bundles in incoming/ whose next attempt is still to come.",

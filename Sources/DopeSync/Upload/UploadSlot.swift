@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 
 /// One of a run's `--concurrency` upload slots: it claims the next bundle of the run's queue and
@@ -5,6 +6,8 @@ import Logging
 /// stops, or a limit (`--max-time`, `--max-bundles`) ends claiming. A bundle claimed is always
 /// finished: synced, failed, deferred, or given back when the run stops.
 struct UploadSlot: Sendable {
+    /// When the worker first saw each bundle of the queue, by name.
+    var arrivals: [String: Date] = [:]
     let queue: BundleQueue
     let spool: Spool
     let uploader: BundleUploader
@@ -47,7 +50,11 @@ struct UploadSlot: Sendable {
                 continue
             }
             counters.claimed()
-            counters.record(await uploader.process(claimed))
+            let outcome = await uploader.process(claimed)
+            counters.record(outcome)
+            if outcome == .done, let arrived = arrivals[entry.name] {
+                counters.synced(after: max(0, Date().timeIntervalSince(arrived)))
+            }
         }
     }
 }

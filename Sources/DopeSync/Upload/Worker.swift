@@ -73,6 +73,8 @@ final class RunCounters: Sendable {
         var apiNotTrusted = false
         /// The API URL does not lead to the API (a redirect, HTML, the session collection's 404).
         var apiMisdirected = false
+        /// For each bundle done, the seconds from its arrival to done/ (the metrics' histogram).
+        var syncSeconds: [Double] = []
         /// Claims made or being made (``reserveClaim(limit:)``), for `--max-bundles`.
         var claimsReserved = 0
         /// The spool's file system fell below `min-free-space`.
@@ -173,6 +175,9 @@ final class RunCounters: Sendable {
     }
 
     func claimed() { state.withLock { $0.summary.claimed += 1 } }
+
+    /// A bundle reached done/ this long after the worker first saw it.
+    func synced(after seconds: Double) { state.withLock { $0.syncSeconds.append(seconds) } }
 
     /// Reserves one claim of at most `limit` for the run; false when they are all taken.
     func reserveClaim(limit: Int) -> Bool {
@@ -307,11 +312,16 @@ public struct Worker: Sendable {
         // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
         let orphans: [SpoolEntry]
         let incoming: IncomingQueue
+        // When the worker first saw each bundle it may take: the metrics' time from drop to done/.
+        var arrivals: [String: Date] = [:]
         do {
             orphans = try spool.processingEntries()
             let listing = try spool.list(.incoming)
             let states = try await checkpoints.perform { try $0.bundlesInFlight() }
             incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: options.minAge)
+            for entry in orphans + incoming.due {
+                arrivals[entry.name] = IncomingQueue.arrival(of: entry, state: states[entry.name])
+            }
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical(
@@ -366,6 +376,7 @@ public struct Worker: Sendable {
                 }
                 await withTaskGroup(of: Void.self) { group in
                     let slot = UploadSlot(
+                        arrivals: arrivals,
                         queue: queue, spool: spool, uploader: uploader, counters: counters, deadline: deadline,
                         maxBundles: maxBundles, minFreeSpace: options.minFreeSpace, logger: logger)
                     for _ in 0..<max(options.concurrency, 1) {
@@ -416,8 +427,9 @@ public struct Worker: Sendable {
             // A metrics file that cannot be written is logged, never a reason to fail the run.
             do {
                 let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
-                let metrics = RunMetrics(
+                var metrics = RunMetrics(
                     finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
+                metrics.syncSeconds = state.syncSeconds
                 try metrics.write(to: metricsFile)
             } catch {
                 logger.error(
