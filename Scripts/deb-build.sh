@@ -153,7 +153,30 @@ grep -q '^ExecStart=/usr/bin/dopesync run --job /etc/dopesync/production.yaml ' 
 ! grep -n '/usr/local' "$UNITS/dopesync.service" || fail "the packaged dopesync.service still names /usr/local"
 ! grep -n '2770\|see the install lines' "$UNITS/dopesync.service" ||
   fail "the packaged dopesync.service still names the old mode 2770 or the source's install lines"
-install -m 0644 jobs/systemd/dopesync.timer "$UNITS/dopesync.timer"
+# The other units as they are in jobs/systemd/ (their comments fit both), with /usr/bin and a
+# Documentation= line: the timer, the path unit that starts a run as soon as a bundle is renamed
+# into incoming/, and the daily prune (a timer and its service). dopesync.timer's Also= names the
+# path unit and the prune timer: enabling it enables them.
+for unit in dopesync.timer dopesync.path dopesync-prune.timer dopesync-prune.service; do
+  sed -e 's|/usr/local/bin/dopesync|/usr/bin/dopesync|g' \
+    -e '/^Description=/a Documentation=man:dopesync(1)' \
+    "jobs/systemd/$unit" > "$UNITS/$unit"
+  chmod 0644 "$UNITS/$unit"
+  ! grep -n '/usr/local' "$UNITS/$unit" || fail "the packaged $unit still names /usr/local"
+  grep -q '^Documentation=man:dopesync(1)$' "$UNITS/$unit" || fail "jobs/systemd/$unit has no Description= line"
+done
+grep -qx 'ExecStart=/usr/bin/dopesync prune --job /etc/dopesync/production.yaml' "$UNITS/dopesync-prune.service" ||
+  fail "the packaged dopesync-prune.service has no ExecStart=/usr/bin/dopesync prune --job /etc/dopesync/production.yaml"
+grep -qx 'Also=dopesync.path dopesync-prune.timer' "$UNITS/dopesync.timer" ||
+  fail "the packaged dopesync.timer does not enable dopesync.path and dopesync-prune.timer with it (Also=)"
+# The prune service keeps dopesync.service's sandbox: every one of its sandboxing lines (from
+# NoNewPrivileges= on) is in dopesync-prune.service too, but for those a prune does not need
+# (the network, the metrics folder).
+sandbox() { sed -n '/^NoNewPrivileges=/,$p' "$1" | grep -v '^#\|^$'; }
+missing=$(LC_ALL=C comm -23 <(sandbox "$UNITS/dopesync.service" | LC_ALL=C sort) \
+  <(sandbox "$UNITS/dopesync-prune.service" | LC_ALL=C sort) |
+  grep -vx 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX\|ReadWritePaths=-/var/lib/prometheus/node-exporter' || true)
+[ -z "$missing" ] || fail "dopesync-prune.service lacks dopesync.service's sandboxing lines: $missing"
 
 install -D -m 0644 "$PKG/dopesync/sysusers.conf" "$ROOT/usr/lib/sysusers.d/dopesync.conf"
 install -D -m 0644 "$PKG/dopesync/tmpfiles.conf" "$ROOT/usr/lib/tmpfiles.d/dopesync.conf"
