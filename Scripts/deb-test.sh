@@ -6,11 +6,12 @@
 #   1. dpkg -i both packages (apt-get install -f for missing dependencies): the user dopesync, a
 #      member of the group dopesync-producers; the spool root 0750 dopesync:dopesync-producers,
 #      tmp/ and incoming/ 3770 dopesync:dopesync-producers, processing/, done/ and failed/ 0750
-#      dopesync:dopesync; the job file 0640 root:dopesync (a dpkg-statoverride); the timer
-#      installed but not enabled; postinst's line `check the setup with: runuser -u dopesync --
-#      dopesync check --job /etc/dopesync/production.yaml`;
+#      dopesync:dopesync; the job file 0640 root:dopesync (a dpkg-statoverride); the units
+#      dopesync.service, dopesync.timer, dopesync.path, dopesync-prune.service and
+#      dopesync-prune.timer installed, none enabled; postinst's line `check the setup with:
+#      runuser -u dopesync -- dopesync check --job /etc/dopesync/production.yaml`;
 #   2. ldd of the installed binaries: no Swift library;
-#   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the
+#   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the five
 #      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
 #      FILES, EXIT STATUS); /usr/share/doc/dopesync/ holds README.md and every docs/*.md in docs/;
 #   4. two producers, users in group dopesync-producers: as the first (runuser), a bundle packed
@@ -30,6 +31,15 @@
 #      empty) exit 78; with api: set to the dev server (the token file from the job file's
 #      token-file:) exit 0, every line `ok`; with --token-file naming a wrong token exit 77; with
 #      --api the URL plus /api exit 78; the job file then gets its shipped content back;
+#      before the check, what dopesync.path does (systemd is not PID 1 here, so no path unit can
+#      fire: the run it would start is started by hand): a second bundle renamed into incoming/ the
+#      moment it was written, and the service's ExecStart run at once, which leaves it there as
+#      not yet due (the job file's min-age, 30s); then the same bundle, written more than min-age
+#      before, renamed in and the ExecStart run at once: it is in done/ when the run ends, and the
+#      time from the rename to done/ is shown; dopesync-prune.service's ExecStart run as that unit
+#      runs it (user dopesync, no token, no API): exit 0, nothing younger than 30 days deleted;
+#      the operator's `systemctl enable dopesync.timer` (offline: the links alone) enables
+#      dopesync.path and dopesync-prune.timer with it (its Also=);
 #   6. upgrades fix what is wrong: an upgrade to a repacked version whose job file changed is
 #      unpacked (dpkg --unpack) with the job file already 0640 root:dopesync; then the spool made
 #      as an older version made it (2770 dopesync:dopesync everywhere, the database 0660, one of
@@ -38,7 +48,8 @@
 #      back, keeps the edit, and tells the operator to move the producers to the new group (and
 #      postinst suggests the check again, after the upgrade as after the installation);
 #   7. dpkg -r: the spool, its bundle and the checkpoint database are still there;
-#   8. dpkg --purge: the spool is still there, and postrm says so; the statoverride is gone;
+#   8. dpkg --purge: the spool is still there, and postrm says so; the statoverride is gone, and
+#      so are the links that enabled the timer, the path unit and the prune timer;
 #   9. clean-up: the spool, /etc/dopesync, the producers, the user dopesync, the groups
 #      dopesync and dopesync-producers, and any package apt-get installed for the test are
 #      removed again.
@@ -70,6 +81,7 @@ SPOOL=/var/spool/dopesync
 JOB=/etc/dopesync/production.yaml
 TOKEN=deb-test-token
 SAMPLE=jobs/samples/range-day-1
+SECOND_SAMPLE=jobs/samples/range-day-2
 # Two producers (users in group dopesync-producers), made for the test and deleted at its end.
 PRODUCER=dopesync-test-producer
 OTHER_PRODUCER=dopesync-test-producer2
@@ -89,6 +101,14 @@ for u in "$PRODUCER" "$OTHER_PRODUCER"; do
 done
 ! dpkg-statoverride --list "$JOB" > /dev/null ||
   fail "dpkg-statoverride already lists $JOB; this test would delete that override at the end"
+# The links `systemctl enable dopesync.timer` makes (the test makes them; purge must remove them).
+UNITS=/usr/lib/systemd/system
+WANTS=(timers.target.wants/dopesync.timer timers.target.wants/dopesync-prune.timer paths.target.wants/dopesync.path)
+for link in "${WANTS[@]}"; do
+  [ ! -e "/etc/systemd/system/$link" ] && [ ! -L "/etc/systemd/system/$link" ] ||
+    fail "/etc/systemd/system/$link already exists; this test would delete it at the end"
+done
+PATHS_WANTS_BEFORE=0; [ -d /etc/systemd/system/paths.target.wants ] && PATHS_WANTS_BEFORE=1
 USER_BEFORE=0; getent passwd dopesync > /dev/null && USER_BEFORE=1
 GROUP_BEFORE=0; getent group dopesync > /dev/null && GROUP_BEFORE=1
 PRODUCERS_GROUP_BEFORE=0; getent group dopesync-producers > /dev/null && PRODUCERS_GROUP_BEFORE=1
@@ -101,6 +121,14 @@ cat_pages() {
   find /var/cache/man -path '*/cat1/*' \( -name 'dopesync.1*' -o -name 'dopesync-devserver.1*' \) -print "$@" 2> /dev/null || true
 }
 drop_cat_pages() { cat_pages -delete; }
+# enablement_links: lists the links of WANTS that exist (status 0 when there is one).
+enablement_links() {
+  local link found=1
+  for link in "${WANTS[@]}"; do
+    if [ -L "/etc/systemd/system/$link" ]; then echo "/etc/systemd/system/$link"; found=0; fi
+  done
+  return $found
+}
 installed_packages() { dpkg-query -W -f='${db:Status-Status} ${Package}\n' | sed -n 's/^installed //p' | LC_ALL=C sort; }
 PACKAGES_BEFORE=$(installed_packages)
 
@@ -122,6 +150,10 @@ cleanup() {
   # Only what this test made: both folders, both producers and the override were checked absent
   # at the start.
   rm -rf "$SPOOL" /etc/dopesync
+  for link in "${WANTS[@]}"; do
+    if [ -L "/etc/systemd/system/$link" ]; then say "rm /etc/systemd/system/$link"; rm -f "/etc/systemd/system/$link"; fi
+  done
+  [ "$PATHS_WANTS_BEFORE" = 1 ] || rmdir /etc/systemd/system/paths.target.wants 2> /dev/null
   drop_cat_pages | sed 's/^/   removed the formatted page /'
   if dpkg-statoverride --list "$JOB" > /dev/null; then say "dpkg-statoverride --remove $JOB"; dpkg-statoverride --remove "$JOB"; fi
   for u in "$PRODUCER" "$OTHER_PRODUCER"; do
@@ -144,8 +176,9 @@ cleanup() {
     { [ "$USER_BEFORE" = 1 ] || ! getent passwd dopesync > /dev/null; } &&
     { [ "$PRODUCERS_GROUP_BEFORE" = 1 ] || ! getent group dopesync-producers > /dev/null; } &&
     ! getent passwd "$PRODUCER" > /dev/null && ! getent passwd "$OTHER_PRODUCER" > /dev/null &&
-    ! dpkg-statoverride --list "$JOB" > /dev/null && [ -z "$(cat_pages)" ]; then
-    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync, no group dopesync-producers, no producer, no statoverride, no formatted man page"
+    ! dpkg-statoverride --list "$JOB" > /dev/null && [ -z "$(cat_pages)" ] && ! enablement_links &&
+    { [ "$PATHS_WANTS_BEFORE" = 1 ] || [ ! -e /etc/systemd/system/paths.target.wants ]; }; then
+    say "the machine is as before: same packages, no $SPOOL, no /etc/dopesync, no user dopesync, no group dopesync-producers, no producer, no statoverride, no formatted man page, no unit enabled"
   else
     echo "deb-test: the clean-up left something behind (above)" >&2
     [ "$status" = 0 ] && status=1
@@ -206,10 +239,15 @@ check_layout
 say "groups: $(getent group dopesync-producers) (user dopesync is a member); $(getent group dopesync)"
 say "spool: $SPOOL 0750 dopesync:dopesync-producers; tmp/, incoming/ 3770 dopesync:dopesync-producers; processing/, done/, failed/ 0750 dopesync:dopesync"
 say "job file: $(stat -c '%a %U:%G' "$JOB") $JOB (dpkg-statoverride: $(dpkg-statoverride --list "$JOB"))"
-enabled=$(systemctl is-enabled dopesync.timer 2>&1 || true)
-[ "$enabled" = disabled ] || fail "dopesync.timer is '$enabled' after installation, not disabled"
-[ ! -e /etc/systemd/system/timers.target.wants/dopesync.timer ] || fail "the timer was enabled"
-say "dopesync.timer: $enabled (nothing runs until the operator enables it)"
+ALL_UNITS=(dopesync.service dopesync.timer dopesync.path dopesync-prune.service dopesync-prune.timer)
+for unit in "${ALL_UNITS[@]}"; do [ -f "$UNITS/$unit" ] || fail "$UNITS/$unit is not installed"; done
+say "units: ${ALL_UNITS[*]} in $UNITS"
+for unit in dopesync.timer dopesync.path dopesync-prune.timer; do
+  enabled=$(systemctl is-enabled "$unit" 2>&1 || true)
+  [ "$enabled" = disabled ] || fail "$unit is '$enabled' after installation, not disabled"
+done
+! enablement_links || fail "the package enabled the units above"
+say "dopesync.timer, dopesync.path, dopesync-prune.timer: disabled (nothing runs until the operator enables dopesync.timer)"
 dpkg-query -W -f='${Conffiles}\n' dopesync | grep -q '^ /etc/dopesync/production.yaml ' ||
   fail "/etc/dopesync/production.yaml is not a conffile"
 say "conffile: /etc/dopesync/production.yaml, shipped with \"$(grep '^api:' /etc/dopesync/production.yaml)\" (empty: set by the operator)"
@@ -255,10 +293,9 @@ for f in /usr/share/zsh/vendor-completions/_dopesync /usr/share/fish/vendor_comp
   [ -s "$f" ] || fail "$f is missing"
 done
 say "completions: bash, zsh, fish"
-verify=$(systemd-analyze verify /usr/lib/systemd/system/dopesync.service /usr/lib/systemd/system/dopesync.timer 2>&1) ||
-  fail "systemd-analyze verify: $verify"
+verify=$(cd "$UNITS" && systemd-analyze verify "${ALL_UNITS[@]}" 2>&1) || fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify printed: $verify"
-say "systemd-analyze verify: the installed service and timer, no complaint"
+say "systemd-analyze verify: the five installed units, no complaint"
 
 # --- 4. and 5. Producers, and one run as the installed service would run it -----------------------------
 # start_devserver [OPTION...]: the installed dopesync-devserver as user nobody on a free port,
@@ -400,6 +437,72 @@ if command -v curl > /dev/null; then
   say "the dev server's counts: $(curl -fsS -H "Authorization: Bearer $TOKEN" "$URL/admin/stats" | tr -d '\n' | cut -c1-300)"
 fi
 
+# --- What dopesync.path does, by hand -------------------------------------------------------------
+# systemd is not PID 1 here: no path unit can watch incoming/ and start the service. What it would
+# do at a producer's rename (start dopesync.service at once; see the comments in dopesync.path) is
+# done by hand: the service's ExecStart, run as the unit runs it right after the rename.
+SECOND=$(basename "$SECOND_SAMPLE").tar.gz
+cp -r "$SECOND_SAMPLE" "$WORK/sample2"
+chmod -R a+rX "$WORK/sample2"
+/usr/bin/dopesync pack "$WORK/sample2/session.json" --output "$WORK/bundle2.tar.gz" > /dev/null
+
+step "A bundle renamed into incoming/ the moment it was written, and a run at once (as dopesync.path starts it)"
+as_producer "$PRODUCER" cp "$WORK/bundle2.tar.gz" "$SPOOL/tmp/$SECOND"
+as_producer "$PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
+run_as_unit
+[ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
+grep -q 'run finished: 0 claimed, 0 done, 0 deferred, 0 failed, 1 not yet due (modified within min-age)' "$WORK/run.log" ||
+  fail "the run did not leave the bundle written a moment ago as not yet due (min-age)"
+[ -f "$SPOOL/incoming/$SECOND" ] || fail "incoming/$SECOND is gone"
+say "exit 0; incoming/$SECOND is left for a later run: its mtime is newer than the job file's min-age ($(sed -n 's/^min-age: //p' "$JOB"))"
+
+step "The same bundle, written more than min-age before its rename, and a run at once"
+# The producer takes its file back into tmp/ (the sticky bit lets it rename its own) and dates it
+# as written two minutes ago; the time runs from the rename to the end of the run.
+as_producer "$PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/$SECOND"
+as_producer "$PRODUCER" touch -d '2 minutes ago' "$SPOOL/tmp/$SECOND"
+renamed=$(date +%s%N)
+as_producer "$PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
+run_as_unit
+finished=$(date +%s%N)
+[ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
+grep -q 'run finished: 1 claimed, 1 done, 0 deferred, 0 failed' "$WORK/run.log" || fail "no 'run finished: 1 claimed, 1 done' line"
+[ -f "$SPOOL/done/$SECOND" ] || fail "$SECOND is not in done/"
+MV_TO_DONE=$(awk -v a="$renamed" -v b="$finished" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+say "rename into incoming/ -> done/$SECOND, the run started right after it: $MV_TO_DONE s (the run's own count: $(grep '^run finished: ' "$WORK/run.log" | grep -oE '[0-9]+\.[0-9]+ s(;|$)' | tr -d ';'))"
+
+step "dopesync-prune.service's ExecStart, as that unit runs it"
+PRUNE_UNIT=$UNITS/dopesync-prune.service
+prune_value() { sed -n "s/^$1=//p" "$PRUNE_UNIT"; }
+[ "$(prune_value User)" = dopesync ] || fail "dopesync-prune.service's User= is not dopesync"
+[ -z "$(prune_value LoadCredential)" ] || fail "dopesync-prune.service loads a credential: a prune needs no token"
+read -r -a prune_argv <<< "$(prune_value ExecStart)"
+say "User=$(prune_value User) WorkingDirectory=$(prune_value WorkingDirectory) UMask=$(prune_value UMask): ${prune_argv[*]}"
+PRUNE_STATUS=0
+(cd "$(prune_value WorkingDirectory)" && umask "$(prune_value UMask)" && ulimit -c "$(prune_value LimitCORE)" &&
+  exec runuser -u "$(prune_value User)" -- env -i PATH=/usr/bin:/bin "${prune_argv[@]}") > "$WORK/prune.log" 2>&1 ||
+  PRUNE_STATUS=$?
+sed 's/^/   | /' "$WORK/prune.log"
+[ "$PRUNE_STATUS" = 0 ] || fail "dopesync-prune.service's ExecStart exited $PRUNE_STATUS"
+grep -q '^pruned 0 bundles from done/' "$WORK/prune.log" || fail "the prune deleted bundles done minutes ago (prune-after is 30d)"
+[ -f "$SPOOL/done/$BUNDLE" ] && [ -f "$SPOOL/done/$SECOND" ] || fail "the prune deleted a bundle from done/"
+say "exit 0; done/$BUNDLE and done/$SECOND kept (younger than prune-after, 30d by default)"
+
+step "The operator enables dopesync.timer: dopesync.path and dopesync-prune.timer with it (Also=)"
+# Offline (systemd is not PID 1): systemctl makes the links only, which is what a purge must undo.
+systemctl enable dopesync.timer 2>&1 | sed 's/^/   | /'
+for link in "${WANTS[@]}"; do
+  # (to /lib/systemd/system/ or /usr/lib/systemd/system/: one folder where /usr is merged)
+  [ -L "/etc/systemd/system/$link" ] || fail "no link /etc/systemd/system/$link"
+  target=$(readlink -f "/etc/systemd/system/$link")
+  [ "$target" = "$(readlink -f "$UNITS/$(basename "$link")")" ] || fail "/etc/systemd/system/$link leads to $target"
+done
+for unit in dopesync.timer dopesync.path dopesync-prune.timer; do
+  enabled=$(systemctl is-enabled "$unit" 2>&1 || true)
+  [ "$enabled" = enabled ] || fail "$unit is '$enabled' after systemctl enable dopesync.timer"
+done
+say "enabled: dopesync.timer, dopesync.path, dopesync-prune.timer (left so for the removal and the purge below)"
+
 step "dopesync check, as the operator runs it (postinst's line), against the same dev server"
 # In an empty environment, as from a login shell: no DOPESYNC_* variable or proxy of the caller's
 # may decide the outcome. The job file's token-file: names /etc/dopesync/api-token, written above.
@@ -518,4 +621,7 @@ grep -q 'Kept on purpose: the spool /var/spool/dopesync' "$WORK/purge.out" || fa
 [ -f "$SPOOL/done/$BUNDLE" ] && [ -f "$SPOOL/dopesync.sqlite" ] || fail "purging lost the spool"
 [ ! -e /etc/dopesync ] || fail "/etc/dopesync is still there after purge: $(ls -A /etc/dopesync)"
 ! dpkg-statoverride --list "$JOB" > /dev/null || fail "purging left the statoverride of $JOB"
-say "still there after dpkg --purge: $SPOOL/done/$BUNDLE, $SPOOL/dopesync.sqlite; /etc/dopesync and its statoverride are gone"
+links=$(enablement_links) && fail "purging left the links that enable the units: $links"
+[ "$PATHS_WANTS_BEFORE" = 1 ] || [ ! -e /etc/systemd/system/paths.target.wants ] ||
+  fail "purging left /etc/systemd/system/paths.target.wants"
+say "still there after dpkg --purge: $SPOOL/done/$BUNDLE, $SPOOL/dopesync.sqlite; /etc/dopesync, its statoverride and the links enabling the units are gone"
