@@ -96,6 +96,7 @@ struct Run: AsyncParsableCommand {
         options.minAge = settings.minAge
         options.metricsFile = settings.metricsFile
         options.minFreeSpace = settings.minFreeSpace
+        options.pruneAfter = settings.pruneAfter
         options.createSpool = createSpool
         options.allowRoot = allowRoot
         options.network = APIClient.Network(

@@ -100,4 +100,13 @@ import Testing
             #expect(try spool.list(.failed).map(\.name).sorted() == ["big.error", "hidden.error"])
         }
     }
+
+    @Test("a FIFO named *.error in failed/ does not hang status", .timeLimit(.minutes(1)))
+    func fifoInFailedDoesNotHangStatus() async throws {
+        try await withTemporarySpool { spool, _ in
+            #expect(mkfifo(spool.path(.failed, "x.error"), 0o600) == 0)
+            let report = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root])
+            #expect(report.status == 0, "\(report.stderr)")
+        }
+    }
 }

@@ -75,4 +75,42 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a token command that keeps running, or leaves a child behind, after printing its token is not waited for",
+        .timeLimit(.minutes(1)))
+    func tokenCommandThatLingers() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2820)])
+            var configuration = DevServerConfiguration()
+            configuration.token = "the-token"
+            try await withDevServer(configuration) { server in
+                // (Their standard error closed, so that nothing but the token command's own output
+                // could keep this test's pipe from the run open.)
+                for command in ["echo the-token; exec >&- 2>&-; sleep 75", "sleep 75 2>/dev/null & echo the-token"] {
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: server.baseURL, token: "", ["--token-command", command])
+                    #expect(status == 0, "\(command): \(output)")
+                }
+                #expect(try spool.names(.done).count == 1)
+            }
+        }
+    }
+
+    @Test("a token with a control character is refused before it is sent, and never printed")
+    func tokenWithControlCharacters() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2830)])
+            let tokenFile = directory.appendingPathComponent("api-token").path
+            try Self.write("secret\u{1B}[0mtoken", to: tokenFile)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: "", ["--token-file", tokenFile])
+                #expect(status == 78, "\(output)")
+                #expect(output.contains("characters an HTTP header cannot carry"), "\(output)")
+                #expect(!output.contains("secret"), "the token was printed: \(output)")
+                #expect(try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.isEmpty)
+            }
+        }
+    }
 }

@@ -15,7 +15,14 @@ public enum PruneCommand {
     /// The times the store recorded bundles as done, by name; none without a database.
     static func doneTimes(_ spool: Spool) throws -> [String: Date] {
         guard FileManager.default.fileExists(atPath: spool.databasePath) else { return [:] }
-        let done = try CheckpointStore(spool: spool).bundles(withOutcome: .done)
+        // Prune is what frees a full disk, where a normal open may not even set up its connection:
+        // then the file as it is on disk, and failing that, the files' own times.
+        let done: [BundleState]
+        do {
+            done = try CheckpointStore(spool: spool).bundles(withOutcome: .done)
+        } catch {
+            done = (try? CheckpointStore(readingSnapshotOf: spool.databasePath).bundles(withOutcome: .done)) ?? []
+        }
         return Dictionary(done.map { ($0.name, $0.updatedAt) }, uniquingKeysWith: { a, _ in a })
     }
 

@@ -278,7 +278,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
             var line =
                 "free space   \(ByteCount(space.freeBytes)) of \(ByteCount(space.totalBytes)), floor \(ByteCount(space.floorBytes))"
             if space.freeBytes < space.floorBytes {
-                line += ": BELOW THE FLOOR, runs claim nothing (exit 73); `dopesync prune --older-than 30d` frees done/"
+                line += ": BELOW THE FLOOR, runs claim nothing (exit 73); `dopesync prune` frees done/"
             } else if space.low {
                 line += ": LOW, under twice the floor; runs stop claiming below it"
             }

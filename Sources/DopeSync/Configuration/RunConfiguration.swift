@@ -109,7 +109,10 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
             configuration.logFormat = format
         }
-        if let keep = try parsed(.pruneAfter, expected: "a duration (\(DurationText.examples))", DurationText.parse) {
+        if let keep = try parsed(
+            .pruneAfter, expected: "a duration above zero (\(DurationText.examples))",
+            { DurationText.parse($0).flatMap { $0 > .zero ? $0 : nil } })
+        {
             configuration.pruneAfter = keep
         }
         if let floor = try parsed(
@@ -154,7 +157,20 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
                     + "the token and every record travel in clear; anyone on the path can read and replay them")
         }
         let tokenFile = try lookup(.tokenFile)
-        if let command = try lookup(.tokenCommand),
+        let tokenCommand = try lookup(.tokenCommand)
+        if tokenFile?.source == .commandLine && tokenCommand?.source == .commandLine {
+            throw ConfigurationError(
+                .badValue, key: RunSetting.tokenCommand.key, source: .commandLine,
+                message: "give --token-file or --token-command, not both")
+        }
+        if Self.hasEnvironmentToken(environment), let command = tokenCommand, command.source != .commandLine,
+            tokenFile?.source != .commandLine
+        {
+            configuration.warnings.append(
+                "\(RunSetting.tokenEnvironmentVariable) is used, not token-command (\(command.source)): a token from "
+                    + "the environment cannot be renewed when the API refuses it")
+        }
+        if let command = tokenCommand,
             tokenFile?.source != .commandLine,
             command.source == .commandLine || !Self.hasEnvironmentToken(environment)
         {
@@ -225,6 +241,16 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             $0.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
+            guard Credential.isUsableToken(fromEnvironment) else {
+                throw ConfigurationError(
+                    .badValue, key: nil, source: .environment(variable: RunSetting.tokenEnvironmentVariable),
+                    message: Credential.unusableToken(RunSetting.tokenEnvironmentVariable))
+            }
+            if let tokenFile {
+                warnings.append(
+                    "\(RunSetting.tokenEnvironmentVariable) is used, not token-file (\(tokenFile.source)): a token from "
+                        + "the environment cannot be read again when the API refuses it")
+            }
             token = fromEnvironment
             tokenSource = .fixed
             sources["token"] = .environment(variable: RunSetting.tokenEnvironmentVariable)
@@ -257,6 +283,11 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             throw ConfigurationError(
                 .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
                 message: "the token file \(path) must hold the token alone on one line")
+        }
+        guard Credential.isUsableToken(text) else {
+            throw ConfigurationError(
+                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
+                message: Credential.unusableToken("the token file \(path)"))
         }
         token = text
         tokenSource = .file(path)

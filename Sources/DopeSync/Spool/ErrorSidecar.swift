@@ -115,8 +115,12 @@ public struct ErrorSidecar: Sendable, Hashable {
     /// Reads `failed/NAME.error`, or nil if it is missing or not a sidecar. At most
     /// ``maxBytes``: a sidecar is a few lines, and a producer's bundle may be named `*.error`.
     public static func read(from path: String) -> ErrorSidecar? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
-        defer { try? handle.close() }
+        // Never through a link, never waiting on a FIFO: a producer names its bundles.
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         guard let data = try? handle.read(upToCount: maxBytes + 1), data.count <= maxBytes else { return nil }
         return ErrorSidecar(parsing: String(decoding: data, as: UTF8.self))
     }

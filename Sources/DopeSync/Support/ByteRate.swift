@@ -10,8 +10,9 @@ public enum ByteRate {
         var text = Substring(text.trimmingCharacters(in: .whitespaces))
         if text.hasSuffix("/s") { text = text.dropLast(2) }
         let units: [(suffix: String, bytes: Double)] = [
-            ("KiB", 1024), ("MiB", 1024 * 1024), ("GiB", 1024 * 1024 * 1024),
-            ("kB", 1000), ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("B", 1),
+            ("KiB", 1024), ("MiB", 1024 * 1024), ("GiB", 1024 * 1024 * 1024), ("TiB", 1024 * 1024 * 1024 * 1024),
+            ("kB", 1000), ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
+            ("B", 1),
         ]
         var multiplier = 1.0
         // Longest suffixes first, so "KiB" is not read as "B".

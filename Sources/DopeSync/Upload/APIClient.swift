@@ -373,6 +373,18 @@ public struct APIClient: Sendable {
     }
 
     func describe(_ error: any Error) -> String {
+        // An error's text may quote a header: never the token.
+        let token = credential.current
+        func redacted(_ text: String) -> String {
+            guard !token.isEmpty else { return text }
+            let header = text.replacingOccurrences(of: "Bearer \(token)", with: "Bearer <token>")
+            // A token too short to be anything but a test's would match ordinary words.
+            return token.count >= 8 ? header.replacingOccurrences(of: token, with: "<token>") : header
+        }
+        return redacted(describeUnredacted(error))
+    }
+
+    private func describeUnredacted(_ error: any Error) -> String {
         switch error {
         case let error as HTTPClientError:
             switch error {

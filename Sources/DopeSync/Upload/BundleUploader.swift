@@ -442,7 +442,8 @@ struct BundleUploader: Sendable {
             guard let response else { preconditionFailure("a look or a send answers") }
             // Refused: the token may have been rotated (a new token file, a token command). With a
             // fresh one the step is sent again, once; a refusal is no outcome, so no look first.
-            if case .unauthorized = response, !renewedCredential,
+            // (A proxy's 407 is about the proxy's credentials, not the token.)
+            if case .unauthorized(let status, _) = response, status != 407, !renewedCredential,
                 await client.credential.renewed(after: used, logger: logger) != nil
             {
                 renewedCredential = true

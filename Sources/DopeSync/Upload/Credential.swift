@@ -43,6 +43,7 @@ public final class Credential: Sendable {
     /// source still holds the refused one, it cannot be read, or the command ran too recently).
     /// Bundles refused together share one renewal.
     func renewed(after refused: String, logger: Logger) async -> String? {
+        if case .fixed = source { return nil }  // nothing to read again
         let renewal: Task<Void, Never>? = state.withLock { state in
             if state.token != refused { return nil }  // renewed meanwhile by another bundle
             if let renewal = state.renewal { return renewal }
@@ -101,16 +102,39 @@ public final class Credential: Sendable {
         guard !text.isEmpty, !text.contains(where: \.isNewline) else {
             throw TokenCommandError(message: "the token file \(path) must hold the token alone on one line")
         }
+        guard isUsableToken(text) else { throw TokenCommandError(message: unusableToken("the token file \(path)")) }
         return text
     }
 
+    /// A token goes into an HTTP header: visible ASCII only. Anything else (a colour code from a
+    /// tool's output, a stray byte) would make the header invalid, and the HTTP library's error
+    /// would quote the header, token and all, into the log.
+    public static func isUsableToken(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { (0x21...0x7E).contains($0) }
+    }
+
+    /// Why a token from `source` is refused, without a byte of it.
+    public static func unusableToken(_ source: String) -> String {
+        "\(source) gave a token with characters an HTTP header cannot carry (control characters, spaces or "
+            + "non-ASCII); it is not used (and not shown)"
+    }
+
     /// Runs `command` with `/bin/sh -c`, its standard error passed through to ours (the log), and
-    /// returns the first line of its output; throws, naming the command, when it fails, times
-    /// out or prints nothing. Its output is never shown.
+    /// returns the first line of its output; throws, naming the command, when it fails, times out
+    /// or prints nothing. Its output is never shown. The command runs under `timeout(1)` where there
+    /// is one, so a command that outlives ``commandTimeout`` is killed with what it started; once
+    /// its first line is read, the rest of it is not waited for.
     public static func runTokenCommand(_ command: String) throws(TokenCommandError) -> String {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
+        let seconds = Int(commandTimeout.components.seconds)
+        let timeout = "/usr/bin/timeout"
+        if FileManager.default.isExecutableFile(atPath: timeout) {
+            process.executableURL = URL(fileURLWithPath: timeout)
+            process.arguments = ["--kill-after=2", "\(seconds)", "/bin/sh", "-c", command]
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", command]
+        }
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
@@ -120,31 +144,52 @@ public final class Credential: Sendable {
         } catch {
             throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
         }
-        let finished = DispatchSemaphore(value: 0)
+        // The first line, or everything up to the end of the output: read on a queue of its own,
+        // waited for with a deadline.
+        let firstLine = DispatchSemaphore(value: 0)
         let collected = Mutex(Data())
+        let reader = output.fileHandleForReading
         DispatchQueue.global().async {
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            collected.withLock { $0 = data }
-            finished.signal()
+            while true {
+                let chunk = reader.availableData
+                let done = collected.withLock { data in
+                    data.append(chunk)
+                    return chunk.isEmpty || data.contains(UInt8(ascii: "\n")) || data.count > 64 * 1024
+                }
+                if done { break }
+            }
+            firstLine.signal()
         }
-        let seconds = Double(commandTimeout.components.seconds)
-        if finished.wait(timeout: .now() + seconds) == .timedOut {
+        if firstLine.wait(timeout: .now() + .seconds(seconds + 3)) == .timedOut {
             process.terminate()
-            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(Int(seconds)) s")
-        }
-        process.waitUntilExit()
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            throw TokenCommandError(
-                message:
-                    "the token command `\(shown)` failed (exit \(process.terminationStatus)); its messages are above")
+            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
         }
         let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
-        guard let line = text.split(whereSeparator: \.isNewline).first.map({ $0.trimmingCharacters(in: .whitespaces) }),
-            !line.isEmpty
-        else {
-            throw TokenCommandError(message: "the token command `\(shown)` printed no token")
+        let line = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) }
+        if let line, !line.isEmpty {
+            // The token is here: whatever the command still does is not waited for.
+            if process.isRunning { process.terminate() }
+            guard isUsableToken(line) else {
+                throw TokenCommandError(message: unusableToken("the token command `\(shown)`"))
+            }
+            return line
         }
-        return line
+        // No line: the output ended, so the command ended or closed it; its status says why.
+        let exited = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            process.waitUntilExit()
+            exited.signal()
+        }
+        if exited.wait(timeout: .now() + .seconds(seconds + 3)) == .timedOut {
+            process.terminate()
+            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
+        }
+        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+            let status = process.terminationStatus
+            let why = status == 124 ? "timed out after \(seconds) s" : "failed (exit \(status))"
+            throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
+        }
+        throw TokenCommandError(message: "the token command `\(shown)` printed no token")
     }
 }
 

@@ -33,7 +33,10 @@ public struct RunOptions: Sendable {
     /// Extra trusted roots, a proxy and a cap on the upload rate.
     public var network = APIClient.Network()
     /// The free space the spool's file system must keep: below it the run claims nothing more.
-    public var minFreeSpace = FreeSpaceFloor.default
+    /// None by default in the library (`dopesync run`'s default is ``FreeSpaceFloor/default``).
+    public var minFreeSpace = FreeSpaceFloor.bytes(0)
+    /// How long `prune` keeps bundles in done/: what a run below the floor says prune would free.
+    public var pruneAfter: Duration = .seconds(30 * 86_400)
     /// With nothing to upload, check that the API is there and takes the token (one `GET
     /// /api/health` and one lookup); off only for measuring the upload path alone.
     public var probeWhenIdle = true
@@ -250,13 +253,16 @@ public struct Worker: Sendable {
                     try store.bundles(withOutcome: .done).map { ($0.name, $0.updatedAt) },
                     uniquingKeysWith: { a, _ in a })
             }) ?? [:]
-        let monthAgo = Date().addingTimeInterval(-30 * 86_400)
-        let old = done.filter { (doneAt[$0.name] ?? $0.modified) < monthAgo }
+        let cutoff = Date().addingTimeInterval(-(options.pruneAfter / .seconds(1)))
+        let old = done.filter { (doneAt[$0.name] ?? $0.modified) < cutoff }
         logger.critical(
             "the spool's file system is below its free-space floor: the run claims nothing and gives back what it holds (exit 73)",
             metadata: [
-                "free": "\(ByteCount(space.free))", "floor": "\(options.minFreeSpace)",
-                "prune.older.than.30d": "\(ByteCount(old.reduce(0) { $0 + $1.size })) in \(old.count) bundles",
+                "free": "\(ByteCount(space.free))",
+                "floor": "\(options.minFreeSpace) (\(ByteCount(options.minFreeSpace.bytes(ofTotal: space.total))))",
+                "prune.frees": .string(
+                    "\(ByteCount(old.reduce(0) { $0 + $1.size })) in \(old.count) bundles "
+                        + "(done over \(SpoolStatus.age(options.pruneAfter / .seconds(1))) ago)"),
                 "done": "\(ByteCount(done.reduce(0) { $0 + $1.size })) in \(done.count) bundles",
                 "spool": "\(spool.root)",
             ])
