@@ -38,22 +38,24 @@ import Testing
 
     // Where systemd-analyze is missing this test is reported as skipped, not passed; the
     // structural checks of the next tests run everywhere.
+    /// Every unit the package ships: the run, its timer, the path unit, the prune service and timer.
+    static let units = [
+        "dopesync.service", "dopesync.timer", "dopesync.path", "dopesync-prune.service", "dopesync-prune.timer",
+    ]
+
     @Test(
-        "systemd-analyze verify accepts the service and the timer without a warning",
+        "systemd-analyze verify accepts every unit (run, timer, path, prune service and timer) without a warning",
         .enabled(if: systemdAnalyze != nil))
     func systemdVerify() async throws {
         let analyze = try #require(Self.systemdAnalyze)
         try await withTemporaryDirectory { directory in
-            // The unit names /usr/local/bin/dopesync; verify checks that ExecStart's program exists.
-            let service = try String(contentsOfFile: Self.unitFolder + "/dopesync.service", encoding: .utf8)
-                .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
-            try service.write(
-                to: directory.appendingPathComponent("dopesync.service"), atomically: true, encoding: .utf8)
-            try FileManager.default.copyItem(
-                atPath: Self.unitFolder + "/dopesync.timer",
-                toPath: directory.appendingPathComponent("dopesync.timer").path)
-            let result = try runProcess(
-                analyze, ["verify", "dopesync.service", "dopesync.timer"], in: directory, allowFailure: true)
+            // The units name /usr/local/bin/dopesync; verify checks that ExecStart's program exists.
+            for unit in Self.units {
+                let text = try String(contentsOfFile: Self.unitFolder + "/" + unit, encoding: .utf8)
+                    .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
+                try text.write(to: directory.appendingPathComponent(unit), atomically: true, encoding: .utf8)
+            }
+            let result = try runProcess(analyze, ["verify"] + Self.units, in: directory, allowFailure: true)
             #expect(result.status == 0, "\(result.stderr)")
             // Unknown keys are only warnings to systemd ("ignoring"): a typo in a sandboxing option
             // would silently switch it off, so any output fails the test.
@@ -176,5 +178,19 @@ import Testing
                 }
             }
         }
+    }
+
+    @Test("the path unit starts a run when a bundle is renamed into incoming/, with a limit; the prune timer is daily")
+    func pathUnitAndPruneTimer() throws {
+        let path = try Self.parseUnit(Self.unitFolder + "/dopesync.path")
+        #expect(path["Path"]?["PathChanged"] == ["/var/spool/dopesync/incoming"])
+        #expect(path["Path"]?["Unit"] == ["dopesync.service"])
+        #expect(path["Path"]?["TriggerLimitBurst"] != nil && path["Path"]?["TriggerLimitIntervalSec"] != nil)
+        let prune = try Self.parseUnit(Self.unitFolder + "/dopesync-prune.timer")
+        #expect(prune["Timer"]?["OnCalendar"] != nil && prune["Timer"]?["Persistent"] == ["true"])
+        let pruneService = try Self.parseUnit(Self.unitFolder + "/dopesync-prune.service")
+        let execStart = try #require(pruneService["Service"]?["ExecStart"]?.first)
+        #expect(execStart.contains("dopesync prune --job"), "\(execStart)")
+        #expect(pruneService["Service"]?["User"] == ["dopesync"])
     }
 }
