@@ -40,7 +40,7 @@ struct ProducerOwnedBundlesTests {
             #expect(chmod(directory.path, 0o755) == 0)
             let samples = (1...3).map { SampleSession(seed: UInt64(2600 + $0)) }
             let spool = try makeSpool(in: directory, samples: samples)
-            for folder in [""] + Spool.Folder.allCases.map { "/" + $0.rawValue } {
+            for folder in [""] + Spool.Folder.allCases.map({ "/" + $0.rawValue }) {
                 #expect(chown(spool.root + folder, Self.worker, Self.worker) == 0)
             }
             for name in try spool.names(.incoming) {
@@ -103,8 +103,10 @@ struct ProducerOwnedBundlesTests {
         try await withTemporaryDirectory { directory in
             #expect(chmod(directory.path, 0o755) == 0)
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2610)])
+            // A run in a process of its own: when it has exited, its database is closed and whole.
             try await withDevServer { server in
-                #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .success)
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 0, "\(output)")
             }
             // As an operator's group would have it: readable, not writable, by the one asking.
             #expect(chmod(spool.databasePath, 0o644) == 0)
@@ -118,7 +120,9 @@ struct ProducerOwnedBundlesTests {
             #expect(report.status == 0, "\(report.stderr)")
             #expect(report.stdout.contains("read as it is on disk"), "\(report.stdout)")
             #expect(report.stdout.contains("last run"), "\(report.stdout)")
-            #expect(try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted() == before)
+            // Nothing new (the run's own WAL may still go away: its store closes a moment after it returns).
+            let after = try FileManager.default.subpathsOfDirectory(atPath: spool.root)
+            #expect(Set(after).isSubset(of: Set(before)), "status left \(Set(after).subtracting(before))")
         }
     }
 

@@ -26,6 +26,8 @@ public final class CheckpointStore: Sendable {
     /// The file locked around every write transaction.
     public let lockPath: String
     private let database: SQLiteDatabase
+    /// The private copy a snapshot reads (``init(readingSnapshotOf:)``), removed with the store.
+    private let temporaryFolder: String?
 
     /// Opens (creating if needed) the database at `path` and applies missing migrations.
     ///
@@ -37,6 +39,7 @@ public final class CheckpointStore: Sendable {
     {
         // The folder may be reached through a symlink (a spool on another disk); the files in it
         // may not be one (DatabaseOwnership, SQLITE_OPEN_NOFOLLOW, which refuses any link in the path).
+        temporaryFolder = nil
         self.path = DatabaseOwnership.resolvingFolder(of: path)
         self.lockPath = DatabaseOwnership.resolvingFolder(of: lockPath ?? path + ".lock")
         let path = self.path
@@ -73,19 +76,59 @@ public final class CheckpointStore: Sendable {
         }
     }
 
-    /// Opens the database at `path` to read what is on disk, writing, creating and locking nothing
-    /// (``SQLiteOptions/immutable``): for `status` as a user who does not own it, or on a read-only
-    /// file system. Neither migrated nor checked for its owner, since nothing acts on what it says.
+    /// Opens a copy of the database at `path` (the file and its WAL, as this user can read them,
+    /// in a private temporary folder) to read what it holds, writing, creating and locking nothing
+    /// beside it: for `status` as a user who does not own it, or on a read-only file system. The
+    /// WAL's commits are included (a torn last frame is left out by SQLite's own checksums).
+    /// Without a readable WAL, the main file as it is on disk (``SQLiteOptions/immutable``). Neither
+    /// migrated nor checked for its owner, since nothing acts on what it says.
     public init(readingSnapshotOf path: String) throws(CheckpointError) {
         self.path = path
         self.lockPath = path + ".lock"
-        var options = SQLiteOptions()
-        options.immutable = true
+        let copy = Self.privateCopy(of: path)
+        temporaryFolder = copy.map { ($0 as NSString).deletingLastPathComponent }
         do {
-            database = try SQLiteDatabase(path: path, options: options, readOnly: true)
+            if let copy {
+                database = try SQLiteDatabase(path: copy, options: SQLiteOptions())
+            } else {
+                var options = SQLiteOptions()
+                options.immutable = true
+                database = try SQLiteDatabase(path: path, options: options, readOnly: true)
+            }
         } catch {
+            if let folder = copy.map({ ($0 as NSString).deletingLastPathComponent }) {
+                try? FileManager.default.removeItem(atPath: folder)
+            }
             throw CheckpointError.from(error, path: path, doing: "opening (read only)")
         }
+    }
+
+    /// The database and its WAL copied into a new private folder; nil when either cannot be read
+    /// or copied (then the main file is read in place).
+    private static func privateCopy(of path: String) -> String? {
+        let wal = path + "-wal"
+        guard FileManager.default.isReadableFile(atPath: path),
+            !FileManager.default.fileExists(atPath: wal) || FileManager.default.isReadableFile(atPath: wal)
+        else { return nil }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "dopesync-status-\(UUID().uuidString)")
+        do {
+            try FileManager.default.createDirectory(
+                at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            let copy = folder.appendingPathComponent("dopesync.sqlite").path
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            if FileManager.default.fileExists(atPath: wal) {
+                try FileManager.default.copyItem(atPath: wal, toPath: copy + "-wal")
+            }
+            return copy
+        } catch {
+            try? FileManager.default.removeItem(at: folder)
+            return nil
+        }
+    }
+
+    deinit {
+        if let temporaryFolder { try? FileManager.default.removeItem(atPath: temporaryFolder) }
     }
 
     /// Opens the spool's database (`SPOOL/dopesync.sqlite`, lock `SPOOL/dopesync.sqlite.lock`).

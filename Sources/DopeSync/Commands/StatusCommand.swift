@@ -163,7 +163,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         // nothing behind (a status as root must not make files the worker then cannot use).
         let snapshot = databaseExists && !Self.mayOpenForWriting(spool)
         var unreadable: String? = nil
-        let store: CheckpointStore?
+        var store: CheckpointStore?
         if !databaseExists {
             store = nil
         } else if snapshot {
@@ -177,7 +177,16 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         } else {
             store = try CheckpointStore(spool: spool, now: now)
         }
-        let inFlight = try store?.bundlesInFlight() ?? [:]
+        // A copy read as it is may lack what is still in a WAL this user cannot read (a run in
+        // progress): what cannot be read is unknown, not a reason to fail.
+        var inFlight: [String: BundleState] = [:]
+        do {
+            inFlight = try store?.bundlesInFlight() ?? [:]
+        } catch {
+            guard snapshot else { throw error }
+            store = nil
+            unreadable = "\(error)"
+        }
         let backlog = try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
         let listings = backlog.listings
         let folders = backlog.folders
