@@ -71,7 +71,8 @@ struct RawCapacity: AsyncParsableCommand {
         let started = ContinuousClock.now
         let cpuBefore = processCPUSeconds()
         let requests = try await APIClient.with(
-            baseURL: api, token: token, connections: concurrency, network: APIClient.Network(caFile: caFile)
+            baseURL: api, credential: Credential(token: token), connections: concurrency,
+            network: APIClient.Network(caFile: caFile)
         ) { client in
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for _ in 0..<concurrency {

@@ -175,7 +175,7 @@ public struct Deferral: Sendable, Hashable {
 }
 
 /// One `dopesync run`, for `status`.
-public struct RunRecord: Sendable, Hashable {
+public struct RunRecord: Sendable, Hashable, Codable {
     public let runID: String
     public let host: String
     public let pid: Int32

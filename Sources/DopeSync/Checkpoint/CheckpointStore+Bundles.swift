@@ -224,6 +224,11 @@ extension CheckpointStore {
         }
     }
 
+    /// When each bundle in done/ was recorded done, by name: the clock `prune` goes by.
+    public func doneTimes() throws(CheckpointError) -> [String: Date] {
+        Dictionary(try bundles(withOutcome: .done).map { ($0.name, $0.updatedAt) }, uniquingKeysWith: { a, _ in a })
+    }
+
     /// Claims recorded and not yet ended, oldest first. A claim of a run that died stays until the bundle
     /// is taken back; `status` can compare with `processing/`.
     public func claims() throws(CheckpointError) -> [ClaimRecord] {

@@ -45,7 +45,7 @@ public enum CheckCommand {
     /// Is the URL the API's, and does it take the token?
     static func checkAPI(settings: RunConfiguration, network: APIClient.Network) async -> ([Line], ExitStatus) {
         let result = try? await APIClient.with(
-            baseURL: settings.apiURL, token: settings.token, connections: 1, network: network
+            baseURL: settings.apiURL, credential: Credential(token: settings.token), connections: 1, network: network
         ) { client in
             await probe(client)
         }

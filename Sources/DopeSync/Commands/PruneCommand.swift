@@ -13,17 +13,23 @@ import Foundation
 /// Exit 0; 73 when `done/` cannot be read or a file cannot be deleted (the others are still deleted).
 public enum PruneCommand {
     /// The times the store recorded bundles as done, by name; none without a database.
-    static func doneTimes(_ spool: Spool) throws -> [String: Date] {
+    static func doneTimes(_ spool: Spool) -> [String: Date] {
         guard FileManager.default.fileExists(atPath: spool.databasePath) else { return [:] }
         // Prune is what frees a full disk, where a normal open may not even set up its connection:
         // then the file as it is on disk, and failing that, the files' own times.
-        let done: [BundleState]
         do {
-            done = try CheckpointStore(spool: spool).bundles(withOutcome: .done)
+            return try CheckpointStore(spool: spool).doneTimes()
         } catch {
-            done = (try? CheckpointStore(readingSnapshotOf: spool.databasePath).bundles(withOutcome: .done)) ?? []
+            return (try? CheckpointStore(readingSnapshotOf: spool.databasePath).doneTimes()) ?? [:]
         }
-        return Dictionary(done.map { ($0.name, $0.updatedAt) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The bundles of `done` recorded done before `cutoff` (by `doneAt`, else their mtime), oldest first.
+    static func prunable(_ done: [SpoolEntry], doneAt: [String: Date], before cutoff: Date) -> [SpoolEntry] {
+        done.map { (entry: $0, at: doneAt[$0.name] ?? $0.modified) }
+            .filter { $0.at < cutoff }
+            .sorted { ($0.at, $0.entry.name) < ($1.at, $1.entry.name) }
+            .map(\.entry)
     }
 
     public static func run(spoolRoot: String, olderThan: Duration, now: Date = Date()) -> CommandOutcome {
@@ -34,10 +40,7 @@ public enum PruneCommand {
         do {
             // When each got to done/: the store's record of it, since the move can set the file's
             // mtime only where the worker owns the file (a producer's keeps the producer's time).
-            let doneAt = try Self.doneTimes(spool)
-            let entries = try spool.list(.done).map { (entry: $0, at: doneAt[$0.name] ?? $0.modified) }
-            old = entries.filter { $0.at < cutoff }.sorted { ($0.at, $0.entry.name) < ($1.at, $1.entry.name) }.map(
-                \.entry)
+            old = Self.prunable(try spool.list(.done), doneAt: Self.doneTimes(spool), before: cutoff)
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }

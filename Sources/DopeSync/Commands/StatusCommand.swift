@@ -130,28 +130,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         }
     }
 
-    /// The runs started last, newest first (`--runs N`); nil when not asked for.
-    public var recentRuns: [RecentRun]? = nil
-
-    /// One run of the history: still going, dead, or finished with its summary.
-    public struct RecentRun: Sendable, Codable, Equatable {
-        public var runID: String
-        public var host: String
-        public var pid: Int32
-        public var startedAt: Date
-        /// Nil for a run still going or one that died.
-        public var finishedAt: Date?
-        public var summary: RunSummary?
-
-        init(_ record: RunRecord) {
-            runID = record.runID
-            host = record.host
-            pid = record.pid
-            startedAt = record.startedAt
-            finishedAt = record.finishedAt
-            summary = record.summary
-        }
-    }
+    /// The runs started last, newest first (`--runs N`); nil when not asked for. A run still
+    /// going, or one that died, has no `finishedAt` and no summary.
+    public var recentRuns: [RunRecord]? = nil
 
     /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
     public static func gather(spool: Spool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date()) throws
@@ -242,7 +223,7 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
                 apiLookups: run.apiLookups)
         }
 
-        let recentRuns = try runs > 0 ? store?.recentRuns(limit: runs).map(RecentRun.init) : nil
+        let recentRuns = try runs > 0 ? store?.recentRuns(limit: runs) : nil
         return SpoolStatus(
             spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
             folders: folders,

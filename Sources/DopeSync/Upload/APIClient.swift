@@ -71,20 +71,6 @@ public struct APIClient: Sendable {
     /// down afterwards.
     public static func with<T: Sendable>(
         baseURL: String,
-        token: String,
-        connections: Int,
-        timeouts: Timeouts = Timeouts(),
-        network: Network = Network(),
-        _ body: (APIClient) async throws -> T
-    ) async throws -> T {
-        try await with(
-            baseURL: baseURL, credential: Credential(token: token), connections: connections, timeouts: timeouts,
-            network: network, body)
-    }
-
-    /// The same, with a token that can be renewed after a refusal.
-    public static func with<T: Sendable>(
-        baseURL: String,
         credential: Credential,
         connections: Int,
         timeouts: Timeouts = Timeouts(),
@@ -158,11 +144,8 @@ public struct APIClient: Sendable {
             request.headers.add(name: "Content-Type", value: framing.contentType)
             let length = framing.contentLength(imageSize: image.size)
             if let bytes = bytesInMemory(image) {
-                // The bytes validation kept; the check costs a search of at most 256 KiB.
-                var search = StreamingSearch(framing.delimiter)
-                search.update(bytes)
-                if search.found { return (.imageUnreadable(message: MultipartBody.holdsBoundary(image)), 0) }
-                // One buffer sized up front: one copy of the image, straight into the body.
+                // The bytes validation kept, which chose the boundary knowing them (`MultipartFraming`):
+                // nothing to search again. One buffer sized up front: one copy of the image, straight into the body.
                 var body = ByteBuffer()
                 body.reserveCapacity(Int(length))
                 body.writeBytes(framing.head)

@@ -265,12 +265,12 @@ struct BundleUploader: Sendable {
                     "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
                 counters.credentialsRefused()
             }
-            if case .apiMisdirected(let message) = why, counters.apiMisdirected() {
+            if case .apiMisdirected(let message) = why, counters.report(\.apiMisdirected) {
                 logger.error(
                     "the API URL does not lead to the API: the run stops and gives bundles back (exit 78)",
                     metadata: ["api.url": "\(MaskedURL.string(client.baseURL))", "message": "\(message)"])
             }
-            if case .apiNotTrusted(let message) = why, counters.apiNotTrusted() {
+            if case .apiNotTrusted(let message) = why, counters.report(\.apiNotTrusted) {
                 logger.error(
                     "the API cannot be trusted: the run stops and gives bundles back (exit 76)",
                     metadata: ["message": "\(message)"])
@@ -354,7 +354,7 @@ struct BundleUploader: Sendable {
                 metadata: [
                     "moved.to": "\(place)", "error": "\(error)",
                 ])
-            if counters.checkpointsFailed() {
+            if counters.report(\.checkpointsFailed) {
                 logger.critical(
                     "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
                     metadata: ["error": "\(error)"])
@@ -366,7 +366,7 @@ struct BundleUploader: Sendable {
     /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
     private func checkpointFailed(_ error: CheckpointError, logger: Logger) {
         logger.error("checkpoint database error", metadata: ["error": "\(error)"])
-        if error.isDatabaseFailure, counters.checkpointsFailed() {
+        if error.isDatabaseFailure, counters.report(\.checkpointsFailed) {
             logger.critical(
                 "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
                 metadata: ["error": "\(error)"])

@@ -23,8 +23,8 @@ struct UploadSlot: Sendable {
     func run() async {
         while !counters.shouldStop {
             if let deadline, ContinuousClock.now >= deadline { return }
-            if let space = FileSystemSpace(of: spool.root), space.isBelow(minFreeSpace) {
-                if counters.belowFreeSpaceFloor() {
+            if minFreeSpace != .bytes(0), let space = FileSystemSpace(of: spool.root), space.isBelow(minFreeSpace) {
+                if counters.report(\.belowFreeSpaceFloor) {
                     logger.critical(
                         "the spool's file system fell below its free-space floor: the run stops claiming and gives back (exit 73)",
                         metadata: ["free": "\(ByteCount(space.free))", "floor": "\(minFreeSpace)"])

@@ -134,35 +134,11 @@ final class RunCounters: Sendable {
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
 
-    /// Returns true for the first report only (one log line for the run).
-    func apiNotTrusted() -> Bool {
+    /// Sets a reason the run stops for; true for its first report only (one log line a run).
+    func report(_ reason: WritableKeyPath<State, Bool> & Sendable) -> Bool {
         state.withLock { state in
-            defer { state.apiNotTrusted = true }
-            return !state.apiNotTrusted
-        }
-    }
-
-    /// Returns true for the first report only (one log line for the run).
-    func apiMisdirected() -> Bool {
-        state.withLock { state in
-            defer { state.apiMisdirected = true }
-            return !state.apiMisdirected
-        }
-    }
-
-    /// Returns true for the first report only (one log line for the run).
-    func belowFreeSpaceFloor() -> Bool {
-        state.withLock { state in
-            defer { state.belowFreeSpaceFloor = true }
-            return !state.belowFreeSpaceFloor
-        }
-    }
-
-    /// Returns true for the first report only (one log line for the run).
-    func checkpointsFailed() -> Bool {
-        state.withLock { state in
-            defer { state.checkpointsFailed = true }
-            return !state.checkpointsFailed
+            defer { state[keyPath: reason] = true }
+            return !state[keyPath: reason]
         }
     }
 
@@ -245,16 +221,12 @@ public struct Worker: Sendable {
     func reportBelowFloor(
         _ space: FileSystemSpace, spool: Spool, checkpoints: CheckpointWriter, counters: RunCounters
     ) async {
-        guard counters.belowFreeSpaceFloor() else { return }
+        guard counters.report(\.belowFreeSpaceFloor) else { return }
         let done = (try? spool.list(.done)) ?? []
         let doneAt =
-            (try? await checkpoints.perform { store in
-                Dictionary(
-                    try store.bundles(withOutcome: .done).map { ($0.name, $0.updatedAt) },
-                    uniquingKeysWith: { a, _ in a })
-            }) ?? [:]
-        let cutoff = Date().addingTimeInterval(-(options.pruneAfter / .seconds(1)))
-        let old = done.filter { (doneAt[$0.name] ?? $0.modified) < cutoff }
+            (try? await checkpoints.perform { try $0.doneTimes() }) ?? [:]
+        let old = PruneCommand.prunable(
+            done, doneAt: doneAt, before: Date().addingTimeInterval(-(options.pruneAfter / .seconds(1))))
         logger.critical(
             "the spool's file system is below its free-space floor: the run claims nothing and gives back what it holds (exit 73)",
             metadata: [
