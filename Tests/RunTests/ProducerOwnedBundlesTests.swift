@@ -110,6 +110,8 @@ struct ProducerOwnedBundlesTests {
             }
             // As an operator's group would have it: readable, not writable, by the one asking.
             #expect(chmod(spool.databasePath, 0o644) == 0)
+            // Its WAL too, if the run left one (what it holds is read from a private copy).
+            _ = chmod(spool.databasePath + "-wal", 0o644)
             let before = try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted()
             let report = try runProcess(
                 "/usr/bin/setpriv",
