@@ -47,6 +47,10 @@ public struct DevServerConfiguration: Sendable {
     /// those paths are judged as if the GET routes did not exist; POSTs and the admin routes
     /// (`GET /admin/sessions…` included) work as before. `--no-lookups` turns it off.
     public var lookups: Bool = true
+    /// Whether `GET /api/rifles`, `/api/ammunition` and `/api/locations` are served (from
+    /// ``references``, with ETags). Off, they answer 404 as an older API without them would.
+    /// `--no-reference-lists` turns it off.
+    public var referenceLists: Bool = true
     /// What the two lookups answer when ``lookups`` is off. `--lookups-status 404|405`, default 404.
     public var lookupsStatus: MissingLookupsStatus = .notFound
     /// How long idempotency keys are kept. The API promises at least 7 days.

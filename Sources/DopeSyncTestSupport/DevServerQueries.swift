@@ -32,6 +32,12 @@ extension RunningDevServer {
         return try await get("/admin/stats", as: Stats.self).created
     }
 
+    /// `/admin/stats`' reads of each reference list by status: `["ammunition": ["200": 1, "304": 0]]`.
+    public func referenceListReads() async throws -> [String: [String: Int]] {
+        struct Stats: Decodable { var referenceLists: [String: [String: Int]] }
+        return try await get("/admin/stats", as: Stats.self).referenceLists
+    }
+
     /// Every request the server received (the log keeps the last 10,000), in arrival order.
     public func requestLog() async throws -> [LoggedRequest] {
         struct Page: Decodable { var requests: [LoggedRequest] }

@@ -70,6 +70,10 @@ struct DevServerCommand: AsyncParsableCommand {
         name: .customLong("no-lookups"),
         help: "Answer GET /api/sessions?clientId= and GET /api/sessions/ID as a server without them.")
     var noLookups = false
+    @Flag(
+        name: .customLong("no-reference-lists"),
+        help: "Answer GET /api/rifles, /api/ammunition and /api/locations with 404, as an older API.")
+    var noReferenceLists = false
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
@@ -135,6 +139,7 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.faults.seed = seed
         configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
         configuration.lookups = !noLookups
+        configuration.referenceLists = !noReferenceLists
         if let redirect {
             guard DevServerConfiguration.redirectStatuses.contains(redirect) else {
                 throw ValidationError("--redirect takes 301, 302, 303, 307 or 308 (was \(redirect))")

@@ -1,3 +1,4 @@
+import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
 import Testing
@@ -7,7 +8,16 @@ import Testing
 /// `dopesync status`, `requeue`, `prune` and `inspect`'s checkpoint progress, as an operator meets them:
 /// the built binary on a real spool filled by real runs against the in-process dev server.
 @Suite struct OperatorCommandsTests {
-    /// A session the dev server rejects with 422 (`unknown_reference`) at its third DOPE entry.
+    /// An API without the reference lists, where an unknown id is refused by the create's 422,
+    /// mid-bundle: what `status` and `requeue` show of a bundle half on the server.
+    static var olderAPI: DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        configuration.referenceLists = false
+        return configuration
+    }
+
+    /// A session the dev server rejects with 422 (`unknown_reference`) at its third DOPE entry
+    /// (on an ``olderAPI``; one with the lists fails it before its first request).
     static func rejectedSample(seed: UInt64) -> SampleSession {
         var sample = SampleSession(seed: seed)
         var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
@@ -29,7 +39,7 @@ import Testing
             let bad = Self.rejectedSample(seed: 602)
             try pack(good, into: spool, scratch: directory)
             let badName = try pack(bad, into: spool, scratch: directory)
-            try await withDevServer { server in
+            try await withDevServer(Self.olderAPI) { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(summary.done == 1 && summary.failed == 1)
@@ -151,7 +161,7 @@ import Testing
         try await withTemporarySpool { spool, directory in
             let bad = Self.rejectedSample(seed: 610)
             let name = try pack(bad, into: spool, scratch: directory)
-            try await withDevServer { server in
+            try await withDevServer(Self.olderAPI) { server in
                 let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(try spool.names(.failed) == [name, name + ".error"])

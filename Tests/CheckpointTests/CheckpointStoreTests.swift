@@ -16,7 +16,7 @@ import Testing
 
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
     static let allMigrations = [
-        "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups",
+        "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups", "v5-reference-lists",
     ]
 
     /// A step's checkpoint rewrites a row or two: the store asks for small pages, so each commit's

@@ -33,6 +33,7 @@ import Testing
                 cutShort: false)
         }
         var settles: (_ stepKey: String) -> Bool = { _ in true }
+        var references: ([ReferenceUse]) -> ReferenceCatalog.Check = { _ in .passed }
         var stopping: (_ sent: Int) -> Bool = { _ in false }
     }
 
@@ -46,6 +47,9 @@ import Testing
         var action = state.start(stopping: script.stopping(0))
         while true {
             switch action {
+            case .checkReferences(let uses):
+                trace.append("check \(uses.map(\.field).joined(separator: ","))")
+                action = state.referencesChecked(script.references(uses), stopping: script.stopping(sent))
             case .recordIntents(let intents):
                 trace.append("intents \(intents.map(\.stepKey).joined(separator: ","))")
                 if let outcomes = script.intentOutcomes(intents) {
@@ -70,8 +74,99 @@ import Testing
         }
     }
 
-    static func fresh(completed: [String: CompletedStep] = [:]) -> BundleUploadState {
-        BundleUploadState(plan: plan, bundleName: "b.tar.gz", completed: completed)
+    /// The tests of the steps leave the reference check out (``referencesAreCheckedFirst()`` and
+    /// the ones after it have it).
+    static func fresh(completed: [String: CompletedStep] = [:], checksReferences: Bool = false) -> BundleUploadState {
+        BundleUploadState(plan: plan, bundleName: "b.tar.gz", completed: completed, checksReferences: checksReferences)
+    }
+
+    static func done(_ steps: some Sequence<UploadStep>) -> [String: CompletedStep] {
+        Dictionary(
+            uniqueKeysWithValues: steps.enumerated().map { index, step in
+                (
+                    step.key,
+                    CompletedStep(serverID: Int64(100 + index), contentDigest: step.contentDigest, doneAt: Date())
+                )
+            })
+    }
+
+    @Test("the references of every record are checked once, before anything is recorded or sent")
+    func referencesAreCheckedFirst() {
+        var state = Self.fresh(checksReferences: true)
+        let (trace, finish) = Self.drive(&state)
+        #expect(finish == .done)
+        let everyUse = Self.plan.steps.flatMap(\.references).map(\.field)
+        #expect(everyUse.contains("session.rifleSetupId") && everyUse.contains("chrono[0].ammunitionId"))
+        #expect(trace.first == "check \(everyUse.joined(separator: ","))")
+        #expect(trace.filter { $0.hasPrefix("check") }.count == 1)
+    }
+
+    @Test("a resumed bundle: only the references of records not yet on the server are checked; none left, no check")
+    func resumedBundleChecksOnlyWhatIsLeft() {
+        let steps = Self.plan.steps
+        var resumed = Self.fresh(completed: Self.done(steps.prefix(2)), checksReferences: true)
+        let (trace, _) = Self.drive(&resumed)
+        let left = steps.dropFirst(2).flatMap(\.references).map(\.field)
+        #expect(!left.isEmpty && !left.contains("session.rifleSetupId"))
+        #expect(trace.first == "check \(left.joined(separator: ","))")
+
+        let withReferences = steps.lastIndex { !$0.references.isEmpty }!
+        var nearlyDone = Self.fresh(completed: Self.done(steps[...withReferences]), checksReferences: true)
+        let (quiet, finish) = Self.drive(&nearlyDone)
+        #expect(finish == .done)
+        #expect(!quiet.contains { $0.hasPrefix("check") })
+    }
+
+    @Test("an id the lists do not hold fails the bundle with its field before anything is recorded or sent")
+    func unknownReferenceFailsFirst() {
+        var state = Self.fresh(checksReferences: true)
+        var script = Script()
+        script.references = { uses in .unknown(uses.first { $0.field == "chrono[0].ammunitionId" }!) }
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(trace.count == 1)
+        guard case .fail(let failure, let stepAnswered) = finish else {
+            Issue.record("expected a failure, got \(finish)")
+            return
+        }
+        #expect(!stepAnswered)
+        #expect(failure.reason == .unknownReference && failure.field == "chrono[0].ammunitionId" && failure.step == nil)
+        #expect(failure.message?.contains("ammunition 2 ") == true, "\(failure.message ?? "")")
+        #expect(failure.message?.contains("chronoSessions[0].ammunitionId") == true)
+    }
+
+    @Test("a list that cannot be read is the API's failure: a 5xx or no answer defers, 401 and a stop give back")
+    func unreadableListNeverBlamesTheBundle() {
+        func finish(_ response: StepResponse, stopping: Bool = false) -> BundleUploadState.Finish {
+            var state = Self.fresh(checksReferences: true)
+            guard case .checkReferences = state.start(stopping: false) else { return .done }
+            guard
+                case .finish(let finish) = state.referencesChecked(
+                    .listUnreadable(.ammunition, response), stopping: stopping)
+            else { return .done }
+            return finish
+        }
+        guard
+            case .deferBundle(let failure, answered: true) = finish(
+                .retryable(status: 503, retryAfter: nil, message: "down"))
+        else {
+            Issue.record("a 503 defers")
+            return
+        }
+        #expect(failure.reason == .http(503) && failure.message?.contains("GET /api/ammunition") == true)
+        guard
+            case .deferBundle(let unreachable, answered: false) = finish(
+                .retryable(status: nil, retryAfter: nil, message: "refused"))
+        else {
+            Issue.record("no answer defers, unanswered")
+            return
+        }
+        #expect(unreachable.reason == .unreachable)
+        #expect(
+            finish(.unauthorized(status: 401, message: "no"))
+                == .giveBack(.credentialsRefused(status: 401, message: "no")))
+        #expect(finish(.misdirected(message: "html")) == .giveBack(.apiMisdirected(message: "html")))
+        #expect(
+            finish(.retryable(status: 503, retryAfter: nil, message: "down"), stopping: true) == .giveBack(.stopping))
     }
 
     @Test(

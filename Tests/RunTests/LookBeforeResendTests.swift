@@ -9,12 +9,17 @@ import Testing
 /// refuses (a record on the server with other content), and how a run goes against a server
 /// without lookups.
 @Suite struct LookBeforeResendTests {
-    /// The API requests of the server's log: (method, path), in arrival order.
+    /// The API requests of the server's log but the reads of the reference lists: (method, path),
+    /// in arrival order.
     static func apiRequests(_ server: RunningDevServer) async throws -> [(method: String, path: String)] {
-        try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.map { ($0.method, $0.path) }
+        let lists = Set(ReferenceList.allCases.map(\.path))
+        return try await server.requestLog().filter { $0.path.hasPrefix("/api/") && !lists.contains($0.path) }
+            .map { ($0.method, $0.path) }
     }
 
-    @Test("the clean path costs one lookup per bundle (GET /api/sessions?clientId=), and nothing else extra")
+    @Test(
+        "the clean path costs one lookup per bundle (GET /api/sessions?clientId=) and the three reference lists once a run, nothing else extra"
+    )
     func cleanPathBudget() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...5).map { SampleSession(seed: UInt64(1100 + $0)) }
@@ -28,7 +33,10 @@ import Testing
                 #expect(gets.count == samples.count, "\(gets)")
                 #expect(gets.allSatisfy { $0.path == "/api/sessions" })
                 #expect(posts.count == samples.reduce(0) { $0 + $1.expectedRequestCount })
-                #expect(summary.requests == gets.count + posts.count)
+                let listReads =
+                    try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.count - requests.count
+                #expect(listReads == ReferenceList.allCases.count)
+                #expect(summary.requests == gets.count + posts.count + listReads)
                 let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
                 #expect(
                     report.stdout.contains(

@@ -31,7 +31,8 @@ import Testing
                 var releasedAt: ContinuousClock.Instant? = nil
                 var held: [ProgressTick] = []
                 for await tick in ticks {
-                    if lockedAt == nil, tick.requests > 0 {
+                    // Past the three reference lists read before the first bundle's first step.
+                    if lockedAt == nil, tick.requests > ReferenceList.allCases.count {
                         // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
                         let locker = try Spawned(
                             "/usr/bin/flock", ["-o", spool.databaseLockPath, "sh", "-c", "echo locked; exec cat"])

@@ -75,6 +75,9 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringC
     /// Deferred as many times, or for as long, as the deferral policy allows: the message names
     /// the last error (its step and HTTP status stay beside it).
     public static let gaveUp = FailureReason(rawValue: "gave_up")
+    /// The bundle names an id (a rifle setup, location, ammunition or ammo lot) that the server's
+    /// reference list does not hold: found before anything of it was sent.
+    public static let unknownReference = FailureReason(rawValue: "unknown_reference")
     /// No HTTP answer at all after the retries (refused, reset, timed out).
     public static let unreachable = FailureReason(rawValue: "unreachable")
 }
@@ -86,13 +89,18 @@ public struct BundleFailure: Sendable, Hashable {
     /// The step key that failed, when an upload step failed.
     public var step: String?
     public var httpStatus: Int?
+    /// The bundle's field or entry at fault, when one is: `dope[2].ammunitionId`, an entry name.
+    public var field: String?
     /// The validation error or the server's message.
     public var message: String?
 
-    public init(reason: FailureReason, step: String? = nil, httpStatus: Int? = nil, message: String? = nil) {
+    public init(
+        reason: FailureReason, step: String? = nil, httpStatus: Int? = nil, field: String? = nil, message: String? = nil
+    ) {
         self.reason = reason
         self.step = step
         self.httpStatus = httpStatus
+        self.field = field
         self.message = message
     }
 }

@@ -267,12 +267,13 @@ extension CheckpointStore {
             try connection.query(
                 """
                 UPDATE bundles SET session_id = COALESCE(?, session_id), last_outcome = ?, next_attempt_at = ?, updated_at = ?,
-                    reading_since = NULL, last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?
+                    reading_since = NULL, last_error_reason = ?, last_error_step = ?, last_error_http_status = ?, last_error_message = ?,
+                    last_error_field = ?
                 WHERE name = ?
                 """,
                 [
                     sessionID, outcome.rawValue, nextAttemptAt?.timeIntervalSince1970, now.timeIntervalSince1970,
-                    error?.reason.rawValue, error?.step, error?.httpStatus, error?.message, name,
+                    error?.reason.rawValue, error?.step, error?.httpStatus, error?.message, error?.field, name,
                 ])
         }
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
@@ -280,7 +281,7 @@ extension CheckpointStore {
 
     static let bundleColumns = """
         SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-               last_error_http_status, last_error_message, last_outcome, updated_at, steps_done, steps_total
+               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_done, steps_total
         FROM bundles
         """
 
@@ -289,7 +290,8 @@ extension CheckpointStore {
         if let reason: String = try row["last_error_reason"] {
             error = BundleFailure(
                 reason: FailureReason(rawValue: reason), step: try row["last_error_step"],
-                httpStatus: try row["last_error_http_status"], message: try row["last_error_message"])
+                httpStatus: try row["last_error_http_status"], field: try row["last_error_field"],
+                message: try row["last_error_message"])
         }
         return BundleState(
             name: try row["name"], sessionID: try row["session_id"], attempts: try row["attempts"],

@@ -80,8 +80,8 @@ public final class CheckpointStore: Sendable {
     /// in a private temporary folder) to read what it holds, writing, creating and locking nothing
     /// beside it: for `status` as a user who does not own it, or on a read-only file system. The
     /// WAL's commits are included (a torn last frame is left out by SQLite's own checksums).
-    /// Without a readable WAL, the main file as it is on disk (``SQLiteOptions/immutable``). Neither
-    /// migrated nor checked for its owner, since nothing acts on what it says.
+    /// Without a readable WAL, the main file as it is on disk (``SQLiteOptions/immutable``). The
+    /// file itself is neither migrated nor checked for its owner, since nothing acts on what it says.
     public init(readingSnapshotOf path: String) throws(CheckpointError) {
         self.path = path
         self.lockPath = path + ".lock"
@@ -90,6 +90,10 @@ public final class CheckpointStore: Sendable {
         do {
             if let copy {
                 database = try SQLiteDatabase(path: copy, options: SQLiteOptions())
+                // The copy is ours: brought up to this version's schema, so that an older
+                // dopesync's file reads as this one's queries expect. (A newer one's is read as is.)
+                try? CheckpointMigrator.migrate(
+                    database, migrations: checkpointMigrations, now: Date().timeIntervalSince1970)
             } else {
                 var options = SQLiteOptions()
                 options.immutable = true

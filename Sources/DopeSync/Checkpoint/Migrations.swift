@@ -85,6 +85,19 @@ let checkpointMigrations: [SQLiteMigration] = [
         sql: """
             ALTER TABLE runs ADD COLUMN api_lookups INTEGER;
             """),
+    // The bundle's field at fault (a sidecar's `field:` line), and the server's reference lists
+    // as last read, with their ETags: revalidated with If-None-Match once per run.
+    SQLiteMigration(
+        name: "v5-reference-lists",
+        sql: """
+            ALTER TABLE bundles ADD COLUMN last_error_field TEXT;
+            CREATE TABLE reference_lists (
+                name TEXT PRIMARY KEY,
+                etag TEXT,
+                body BLOB NOT NULL,
+                read_at REAL NOT NULL
+            );
+            """),
 ]
 
 enum CheckpointMigrator {

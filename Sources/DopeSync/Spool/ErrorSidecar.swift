@@ -11,6 +11,7 @@ import Foundation
 /// reason: http_422
 /// step: dope:0B2E...
 /// http_status: 422
+/// field: dope[2].ammunitionId
 /// message: ammunitionId: unknown_reference (was 999)
 /// attempts: 0
 /// first_seen: 2024-05-01T11:59:58Z
@@ -29,6 +30,8 @@ public struct ErrorSidecar: Sendable, Hashable {
     public var reason: FailureReason
     public var step: String?
     public var httpStatus: Int?
+    /// The bundle's field or entry at fault, when one is (`dope[2].ammunitionId`).
+    public var field: String?
     public var message: String?
     public var attempts: Int?
     public var firstSeen: Date?
@@ -37,7 +40,8 @@ public struct ErrorSidecar: Sendable, Hashable {
 
     public init(
         bundle: String, session: String? = nil, failedAt: Date, reason: FailureReason, step: String? = nil,
-        httpStatus: Int? = nil, message: String? = nil, attempts: Int? = nil, firstSeen: Date? = nil
+        httpStatus: Int? = nil, field: String? = nil, message: String? = nil, attempts: Int? = nil,
+        firstSeen: Date? = nil
     ) {
         self.bundle = bundle
         self.session = session
@@ -45,6 +49,7 @@ public struct ErrorSidecar: Sendable, Hashable {
         self.reason = reason
         self.step = step
         self.httpStatus = httpStatus
+        self.field = field
         self.message = message
         self.attempts = attempts
         self.firstSeen = firstSeen
@@ -57,12 +62,13 @@ public struct ErrorSidecar: Sendable, Hashable {
     ) {
         self.init(
             bundle: bundle, session: session, failedAt: failedAt, reason: failure.reason, step: failure.step,
-            httpStatus: failure.httpStatus, message: failure.message, attempts: attempts, firstSeen: firstSeen)
+            httpStatus: failure.httpStatus, field: failure.field, message: failure.message, attempts: attempts,
+            firstSeen: firstSeen)
     }
 
     /// The failure it describes.
     public var failure: BundleFailure {
-        BundleFailure(reason: reason, step: step, httpStatus: httpStatus, message: message)
+        BundleFailure(reason: reason, step: step, httpStatus: httpStatus, field: field, message: message)
     }
 
     /// The file's text, each line ending in a newline.
@@ -74,6 +80,7 @@ public struct ErrorSidecar: Sendable, Hashable {
             ("reason", reason.rawValue),
             ("step", step),
             ("http_status", httpStatus.map(String.init)),
+            ("field", field),
             ("message", message),
             ("attempts", attempts.map(String.init)),
             ("first_seen", firstSeen.map(Self.format)),
@@ -106,6 +113,7 @@ public struct ErrorSidecar: Sendable, Hashable {
         session = values.removeValue(forKey: "session")
         step = values.removeValue(forKey: "step")
         httpStatus = values.removeValue(forKey: "http_status").flatMap { Int($0) }
+        field = values.removeValue(forKey: "field")
         message = values.removeValue(forKey: "message")
         attempts = values.removeValue(forKey: "attempts").flatMap { Int($0) }
         firstSeen = values.removeValue(forKey: "first_seen").flatMap(Self.parseDate)

@@ -21,6 +21,9 @@
 struct BundleUploadState {
     /// What the uploader does next.
     enum Action: Equatable {
+        /// Check these references of the records not yet on the server against the server's lists
+        /// (``ReferenceCatalog``), then ``referencesChecked(_:stopping:)``.
+        case checkReferences([ReferenceUse])
         /// Commit these intents (the current step's first), then ``intentsRecorded(_:stopping:)``,
         /// or ``checkpointFailed()`` if the commit failed.
         case recordIntents([CheckpointStore.StepIntent])
@@ -89,6 +92,7 @@ struct BundleUploadState {
     }
 
     private enum Phase: Equatable {
+        case checkingReferences
         case stepping
         case recordingIntents([String])
         case sending
@@ -116,17 +120,58 @@ struct BundleUploadState {
     private var index = 0
     private var phase = Phase.stepping
 
+    /// Whether the references of the records not yet on the server are checked before the first
+    /// request (``ReferenceCatalog``).
+    let checksReferences: Bool
+
     /// - Parameter completed: the session's steps already done, from the checkpoint database.
-    init(plan: UploadPlan, bundleName: String, completed: [String: CompletedStep]) {
+    init(plan: UploadPlan, bundleName: String, completed: [String: CompletedStep], checksReferences: Bool = true) {
         self.plan = plan
         self.bundleName = bundleName
         self.completed = completed
+        self.checksReferences = checksReferences
     }
 
-    /// The first action.
+    /// The first action: the reference check, when a record not yet on the server names an id.
     mutating func start(stopping: Bool) -> Action {
         precondition(phase == .stepping && index == 0, "start once")
-        return advance(stopping: stopping)
+        // Only the records still to send: an id named only by records on the server is their past.
+        let pending = plan.steps.filter { completed[$0.key] == nil }.flatMap(\.references)
+        guard checksReferences, !pending.isEmpty, !stopping else { return advance(stopping: stopping) }
+        phase = .checkingReferences
+        return .checkReferences(pending)
+    }
+
+    /// What the server's lists said of the references: on to the first step, or where the bundle
+    /// goes. An unknown id fails the bundle before anything of it is sent; a list that could not
+    /// be read is a failure of the API, never the bundle's.
+    mutating func referencesChecked(_ check: ReferenceCatalog.Check, stopping: Bool) -> Action {
+        precondition(phase == .checkingReferences, "references checked only after checkReferences")
+        phase = .stepping
+        switch check {
+        case .passed:
+            return advance(stopping: stopping)
+        case .unknown(let use):
+            return finish(.fail(use.unknownFailure, stepAnswered: false))
+        case .listUnreadable(let list, let response):
+            if stopping { return finish(.giveBack(.stopping)) }
+            switch response {
+            case .unauthorized(let status, let message):
+                return finish(.giveBack(.credentialsRefused(status: status, message: message)))
+            case .notTrusted(let message):
+                return finish(.giveBack(.apiNotTrusted(message: message)))
+            case .misdirected(let message):
+                return finish(.giveBack(.apiMisdirected(message: message)))
+            case .retryable(let status, _, let message):
+                let failure = BundleFailure(
+                    reason: status.map(FailureReason.http) ?? .unreachable, httpStatus: status,
+                    message:
+                        "the reference list GET \(list.path) could not be read before the first request: \(message)")
+                return finish(.deferBundle(failure, answered: status != nil))
+            case .created, .rejected, .imageUnreadable:
+                preconditionFailure("a list's read answers no create, and a refusal of it passes (\(response))")
+            }
+        }
     }
 
     /// The intents were committed, with these outcomes (one per intent, in order).

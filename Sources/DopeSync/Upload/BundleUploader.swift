@@ -51,6 +51,8 @@ struct BundleUploader: Sendable {
     let isolatedReader: IsolatedReading?
     /// The look on the server before a step is sent again; nil: keys alone.
     let lookup: ServerLookup?
+    /// The server's reference lists, checked before a bundle's first request; nil: not checked.
+    var references: ReferenceCatalog? = nil
     let logger: Logger
 
     func process(_ claimed: ClaimedBundle) async -> UploadOutcome {
@@ -84,7 +86,9 @@ struct BundleUploader: Sendable {
             return leaveReplaced(claimed, error.errors[0].description, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
-            let failure = BundleFailure(reason: FailureReason(error.code), message: error.description)
+            let culprit = error.errors[0].culprit
+            let failure = BundleFailure(
+                reason: FailureReason(error.code), field: culprit.isEmpty ? nil : culprit, message: error.description)
             return await fail(claimed, sessionID: nil, failure: failure, logger: logger)
         }
         let sessionID = bundle.session.session.id
@@ -113,7 +117,8 @@ struct BundleUploader: Sendable {
         logger: Logger
     ) async -> UploadOutcome {
         let sessionID = plan.sessionID
-        var state = BundleUploadState(plan: plan, bundleName: claimed.name, completed: completed)
+        var state = BundleUploadState(
+            plan: plan, bundleName: claimed.name, completed: completed, checksReferences: references != nil)
         // The server's tree as first looked at for the steps an earlier process left ambiguous:
         // one request covers them all.
         var treeBefore: ServerTree? = nil
@@ -186,6 +191,9 @@ struct BundleUploader: Sendable {
         var action = state.start(stopping: counters.shouldStop)
         while true {
             switch action {
+            case .checkReferences(let uses):
+                guard let references else { preconditionFailure("references are checked only with a catalog") }
+                action = state.referencesChecked(await references.check(uses), stopping: counters.shouldStop)
             case .recordIntents(let intents):
                 do throws(CheckpointError) {
                     // Here when nothing would make this thread wait, else on the writer's thread.
@@ -244,11 +252,13 @@ struct BundleUploader: Sendable {
         case .fail(let failure, let stepAnswered):
             if stepAnswered { counters.stepAnswered() }
             logger.warning(
-                "a step failed for good",
+                failure.reason == .unknownReference
+                    ? "the bundle names an id the server's list does not hold: nothing of it is sent"
+                    : "a step failed for good",
                 metadata: [
                     "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)",
                     "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
-                    "message": "\(failure.message ?? "")",
+                    "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
                 ])
             return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
         case .deferBundle(let failure, let answered):

@@ -35,6 +35,9 @@ public struct UploadStep: Sendable, Equatable {
     public let clientID: String
     /// SHA-256 of what the record says; a done step whose digest changed is `changed_after_upload`.
     public let contentDigest: String
+    /// The ids of records the server must already have that this record names, checked against
+    /// the server's lists before the bundle's first request (``ReferenceCatalog``).
+    public var references: [ReferenceUse] = []
 
     /// The request path, given the server ids already known by step key; nil while a parent
     /// the path needs has no server id yet.
@@ -75,15 +78,31 @@ public struct UploadPlan: Sendable {
         let session = document.session
         sessionID = session.id
         var steps: [UploadStep] = []
-        func add(_ kind: UploadStep.Kind, _ key: String, _ parent: UploadStep.Parent, _ body: JSONObject) {
+        func add(
+            _ kind: UploadStep.Kind, _ key: String, _ parent: UploadStep.Parent, _ body: JSONObject,
+            references: [ReferenceUse] = []
+        ) {
             let bytes = JSONValue.object(body).serialized()
             steps.append(
                 UploadStep(
                     kind: kind, key: key, parent: parent, payload: .json(bytes),
                     idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
                     clientID: body["clientId"]?.stringValue ?? "",
-                    contentDigest: SHA256.hash(data: bytes).hexString
+                    contentDigest: SHA256.hash(data: bytes).hexString, references: references
                 ))
+        }
+        /// The uses of the ids a record names, named as WORKER.md names them (`dope[2].ammunitionId`).
+        func uses(
+            _ record: String, _ index: Int?, _ array: String, _ ids: [(ReferenceUse.Kind, String, Int?)]
+        ) -> [ReferenceUse] {
+            let place = index.map { "[\($0)]" } ?? ""
+            return ids.compactMap { kind, name, id in
+                id.map {
+                    ReferenceUse(
+                        kind, id: Int64($0), field: "\(record)\(place).\(name)", bundleField: "\(array)\(place).\(name)"
+                    )
+                }
+            }
         }
 
         var body = JSONObject()
@@ -98,9 +117,13 @@ public struct UploadPlan: Sendable {
         body["windSpeed"] = session.windSpeed.map { .number($0) }
         body["windDirection"] = session.windDirection.map { .number($0) }
         body["altitude"] = session.altitude.map { .number($0) }
-        add(.session, "session", .none, body)
+        add(
+            .session, "session", .none, body,
+            references: uses(
+                "session", nil, "session",
+                [(.rifleSetup, "rifleSetupId", session.rifleSetupId), (.location, "locationId", session.locationId)]))
 
-        for entry in session.dopeEntries {
+        for (index, entry) in session.dopeEntries.enumerated() {
             var body = JSONObject()
             body["clientId"] = .string(entry.id)
             body["distance"] = .number(JSONNumber(entry.distance))
@@ -110,10 +133,12 @@ public struct UploadPlan: Sendable {
             body["windageMil"] = entry.windageMil.map { .number($0) }
             body["ammunitionId"] = entry.ammunitionId.map { .number(JSONNumber($0)) }
             body["notes"] = entry.notes.map { .string($0) }
-            add(.dope, "dope:\(entry.id)", .session, body)
+            add(
+                .dope, "dope:\(entry.id)", .session, body,
+                references: uses("dope", index, "dopeEntries", [(.ammunition, "ammunitionId", entry.ammunitionId)]))
         }
 
-        for chrono in session.chronoSessions {
+        for (index, chrono) in session.chronoSessions.enumerated() {
             var body = JSONObject()
             body["clientId"] = .string(chrono.id)
             body["ammunitionId"] = chrono.ammunitionId.map { .number(JSONNumber($0)) }
@@ -122,7 +147,11 @@ public struct UploadPlan: Sendable {
             body["distanceToChronograph"] = chrono.distanceToChronograph.map { .number(JSONNumber($0)) }
             body["notes"] = chrono.notes.map { .string($0) }
             let chronoKey = "chrono:\(chrono.id)"
-            add(.chrono, chronoKey, .session, body)
+            add(
+                .chrono, chronoKey, .session, body,
+                references: uses(
+                    "chrono", index, "chronoSessions",
+                    [(.ammunition, "ammunitionId", chrono.ammunitionId), (.ammoLot, "ammoLotId", chrono.ammoLotId)]))
             for reading in chrono.velocityReadings {
                 var body = JSONObject()
                 body["clientId"] = .string(reading.id)
@@ -133,7 +162,7 @@ public struct UploadPlan: Sendable {
             }
         }
 
-        for group in session.groupEntries {
+        for (index, group) in session.groupEntries.enumerated() {
             var body = JSONObject()
             body["clientId"] = .string(group.id)
             body["groupNumber"] = .number(JSONNumber(group.groupNumber))
@@ -144,7 +173,9 @@ public struct UploadPlan: Sendable {
             body["ammunitionId"] = group.ammunitionId.map { .number(JSONNumber($0)) }
             body["notes"] = group.notes.map { .string($0) }
             let groupKey = "group:\(group.id)"
-            add(.group, groupKey, .session, body)
+            add(
+                .group, groupKey, .session, body,
+                references: uses("groups", index, "groupEntries", [(.ammunition, "ammunitionId", group.ammunitionId)]))
             if let measurement = group.measurement {
                 var body = JSONObject()
                 body["clientId"] = .string(group.id)

@@ -30,6 +30,9 @@ public struct RunOptions: Sendable {
     /// once per new bundle, before its session): exactly once even against an API that ignores
     /// `Idempotency-Key`. Off: keys alone (for measuring what the looks cost).
     public var lookBeforeResending = true
+    /// Check the ids a bundle names against the server's reference lists before its first
+    /// request (``ReferenceCatalog``). Off: the creates' 422s find them (for measuring the cost).
+    public var checkReferencesFirst = true
     /// Extra trusted roots, a proxy and a cap on the upload rate.
     public var network = APIClient.Network()
     /// The free space the spool's file system must keep: below it the run claims nothing more.
@@ -341,13 +344,17 @@ public struct Worker: Sendable {
                 return status == .success ? nil : status
             }
             let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
-            let uploader = BundleUploader(
+            var uploader = BundleUploader(
                 checkpoints: checkpoints, results: results, client: client, retry: options.retry,
                 deferral: options.deferral, limits: options.limits, counters: counters,
                 isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
                 lookup: options.lookBeforeResending
                     ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
                 logger: logger)
+            if options.checkReferencesFirst {
+                uploader.references = ReferenceCatalog(
+                    client: client, checkpoints: checkpoints, retry: options.retry, counters: counters, logger: logger)
+            }
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }

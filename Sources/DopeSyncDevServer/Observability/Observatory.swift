@@ -47,6 +47,8 @@ final class Observatory: Sendable {
         var created: [RecordKind: Int] = [:]
         var replays = 0
         var faults: [String: Int] = [:]
+        /// Reads of each reference list by status (200 or 304).
+        var listReads: [String: [Int: Int]] = [:]
         var nextSequence = 1
         var log: [RequestRecord] = []
         /// Where the oldest entry is once `log` is full (a ring buffer).
@@ -63,6 +65,11 @@ final class Observatory: Sendable {
 
     func recordCreated(_ kind: RecordKind) {
         state.withLock { $0.created[kind, default: 0] += 1 }
+    }
+
+    /// Counts one answered read of a reference list (`rifles`, `ammunition`, `locations`).
+    func recordListRead(_ list: String, status: Int) {
+        state.withLock { $0.listReads[list, default: [:]][status, default: 0] += 1 }
     }
 
     /// Counts the request and logs it; returns its log entry.
@@ -94,7 +101,8 @@ final class Observatory: Sendable {
         }
     }
 
-    /// `{"requests": N, "byStatus": {...}, "created": {...}, "replays": N, "faults": {...}}`.
+    /// `{"requests": N, "byStatus": {...}, "created": {...}, "replays": N, "faults": {...},
+    /// "referenceLists": {"rifles": {"200": N, "304": N}, ...}}`.
     func statsJSON() -> String {
         state.withLock { state in
             var text = #"{"requests":\#(state.requests),"replays":\#(state.replays),"created":{"#
@@ -106,6 +114,11 @@ final class Observatory: Sendable {
             text += #"},"faults":{"#
             let faultNames = ["server_error", "rate_limited", Observatory.droppedFault]
             text += faultNames.map { #""\#($0)":\#(state.faults[$0, default: 0])"# }.joined(separator: ",")
+            text += #"},"referenceLists":{"#
+            text += ["rifles", "ammunition", "locations"].map { list in
+                let reads = state.listReads[list, default: [:]]
+                return #""\#(list)":{"200":\#(reads[200, default: 0]),"304":\#(reads[304, default: 0])}"#
+            }.joined(separator: ",")
             text += "}}"
             return text
         }

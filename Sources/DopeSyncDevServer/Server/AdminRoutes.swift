@@ -5,7 +5,8 @@ import Synchronization
 /// Routes for tests and operators, behind the same bearer token as `/api`, never subject to faults.
 ///
 /// - `GET /admin/stats`: `{"requests", "replays", "created": {kind: n}, "byStatus": {"201": n},
-///   "faults": {"server_error", "rate_limited", "dropped_after_commit"}}` since start (or reset).
+///   "faults": {"server_error", "rate_limited", "dropped_after_commit"}, "referenceLists":
+///   {"rifles": {"200": n, "304": n}, "ammunition": …, "locations": …}}` since start (or reset).
 /// - `GET /admin/requests?since=SEQ&limit=N`: `{"nextSeq": N, "requests": [{"seq", "method",
 ///   "path", "idempotencyKey", "status", "replayed", "dropped", "fault", "durationMs", "receivedMs"}]}`,
 ///   oldest first, from a ring buffer of the last `requestLogCapacity` requests.

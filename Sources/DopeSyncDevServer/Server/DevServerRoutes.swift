@@ -5,6 +5,7 @@ import Hummingbird
 enum DevServerRoutes {
     static func router(state: DevServerState) -> Router<DevServerRequestContext> {
         var routes = apiRoutes(state: state) + AdminRoutes.routes(state: state)
+        if state.configuration.referenceLists { routes += ReferenceListRoutes.routes(state: state) }
         var table = RouteTable(routes.map { ($0.method, $0.path) })
         if !state.configuration.lookups {
             // A backend without the lookups: the table (hence `Allow`) lacks them, and they answer

@@ -33,10 +33,11 @@ struct APIClient {
 
     func send(
         _ method: HTTPMethod, _ path: String, body: ByteBuffer? = nil, contentType: String? = "application/json",
-        idempotencyKey: String? = nil
+        idempotencyKey: String? = nil, headers: [(String, String)] = []
     ) async throws -> APIResponse {
         var request = HTTPClientRequest(url: server.baseURL + path)
         request.method = method
+        request.headers.add(contentsOf: headers)
         if let authorization { request.headers.add(name: "Authorization", value: authorization) }
         if let idempotencyKey { request.headers.add(name: "Idempotency-Key", value: idempotencyKey) }
         if let body {
@@ -48,7 +49,9 @@ struct APIClient {
         return APIResponse(status: Int(response.status.code), headers: response.headers, body: String(buffer: bytes))
     }
 
-    func get(_ path: String) async throws -> APIResponse { try await send(.GET, path) }
+    func get(_ path: String, headers: [(String, String)] = []) async throws -> APIResponse {
+        try await send(.GET, path, headers: headers)
+    }
 
     func post(_ path: String, json: String, idempotencyKey: String? = nil) async throws -> APIResponse {
         try await send(.POST, path, body: ByteBuffer(string: json), idempotencyKey: idempotencyKey)

@@ -1,0 +1,132 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// WORKER.md, "References before the first step": the ids a bundle names are checked against the
+/// dev server's reference lists before anything of it is sent, over real sockets.
+@Suite struct ReferenceCheckTests {
+    /// A session whose third DOPE entry names ammunition 9999, which the dev server does not know.
+    static func unknownAmmunition(seed: UInt64) -> (SampleSession, dopeIDs: [String]) {
+        var sample = SampleSession(seed: seed)
+        var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
+        dope[2]["ammunitionId"] = 9999
+        sample.json["dopeEntries"] = dope
+        return (sample, dope.map { $0["id"] as! String })
+    }
+
+    /// An API from before the reference lists: GETs of them answer 404.
+    static var olderAPI: DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        configuration.referenceLists = false
+        return configuration
+    }
+
+    @Test(
+        "unknown ammunition in the 3rd DOPE entry: failed/ with unknown_reference and its field, nothing on the server; after the id is added, requeue puts everything there once"
+    )
+    func unknownAmmunitionThenRequeue() async throws {
+        try await withTemporarySpool { spool, directory in
+            let (sample, _) = Self.unknownAmmunition(seed: 811)
+            let name = try pack(sample, into: spool, scratch: directory)
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed && summary.failed == 1)
+                #expect(try spool.names(.failed) == [name, name + ".error"])
+                let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: name)))
+                #expect(sidecar.reason == .unknownReference)
+                #expect(sidecar.field == "dope[2].ammunitionId")
+                #expect(sidecar.message?.contains("ammunition 9999") == true, "\(sidecar.message ?? "")")
+                #expect(sidecar.step == nil && sidecar.httpStatus == nil)
+                #expect(try await server.createdCounts().values.allSatisfy { $0 == 0 })
+                #expect(try await !server.requestLog().contains { $0.method == "POST" })
+
+                try await server.postJSON("/admin/references", ["ammunition": [9999]])
+                let requeue = try await runBuiltOffPool(
+                    "dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
+                #expect(requeue.status == 0, "\(requeue.stderr)")
+                let (again, againStatus) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(againStatus == .success && again.done == 1)
+                #expect(try spool.names(.done) == [name])
+
+                let bundle = try BundleInspector().inspect(path: spool.path(.done, name))
+                let plan = UploadPlan(session: bundle.session, images: bundle.images)
+                let created = try await server.requestLog().filter { $0.status == 201 }.compactMap(\.key)
+                #expect(created.sorted() == plan.steps.map(\.idempotencyKey).sorted(), "each step created once")
+                let tree = try await server.sessionTree(clientID: sample.sessionID)
+                #expect(tree.dope.map(\.clientId) == sample.dopeEntryIDs)
+            }
+        }
+    }
+
+    @Test("a run of 50 bundles reads each list once; the next run revalidates each with a 304")
+    func oneReadPerRun() async throws {
+        try await withTemporarySpool { spool, directory in
+            var shape = SampleSession.Shape()
+            shape.groups = 0
+            shape.readingsPerChrono = 1
+            for seed in 0..<50 {
+                try pack(SampleSession(seed: 900 + UInt64(seed), shape: shape), into: spool, scratch: directory)
+            }
+            try await withDevServer { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .success && summary.done == 50)
+                for list in ["rifles", "ammunition", "locations"] {
+                    #expect(try await server.referenceListReads()[list] == ["200": 1, "304": 0], "\(list)")
+                }
+                try pack(SampleSession(seed: 999, shape: shape), into: spool, scratch: directory)
+                let (next, nextStatus) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(nextStatus == .success && next.done == 1)
+                for list in ["rifles", "ammunition", "locations"] {
+                    #expect(try await server.referenceListReads()[list] == ["200": 1, "304": 1], "\(list)")
+                }
+                let ifNoneMatch = try CheckpointStore(spool: spool).referenceList(.ammunition)?.etag
+                #expect(ifNoneMatch?.hasPrefix("\"") == true, "the ETag is kept in the checkpoint store")
+            }
+        }
+    }
+
+    @Test("a list changed on the server is read again in full, and the new id passes")
+    func changedListIsReadAgain() async throws {
+        try await withTemporarySpool { spool, directory in
+            try await withDevServer { server in
+                try pack(SampleSession(seed: 950), into: spool, scratch: directory)
+                _ = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                try await server.postJSON("/admin/references", ["ammunition": [9999]])
+                let (sample, _) = Self.unknownAmmunition(seed: 951)
+                try pack(sample, into: spool, scratch: directory)
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .success && summary.done == 1)
+                let reads = try await server.referenceListReads()
+                #expect(reads["ammunition"] == ["200": 2, "304": 0])
+                #expect(reads["rifles"] == ["200": 1, "304": 1])
+            }
+        }
+    }
+
+    @Test(
+        "an older API without the lists: each is asked once a run, and the create's 422 fails the bundle as before, with no loop"
+    )
+    func olderAPIWithoutLists() async throws {
+        try await withTemporarySpool { spool, directory in
+            let (sample, dopeIDs) = Self.unknownAmmunition(seed: 812)
+            let name = try pack(sample, into: spool, scratch: directory)
+            try pack(SampleSession(seed: 813), into: spool, scratch: directory)
+            try await withDevServer(Self.olderAPI) { server in
+                let result = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(result.status == 1, "\(result.output)")
+                #expect(try spool.names(.done).count == 1)
+                let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: name)))
+                #expect(sidecar.reason == .http(422) && sidecar.step == "dope:\(dopeIDs[2])")
+                let log = try await server.requestLog()
+                for path in ["/api/rifles", "/api/ammunition", "/api/locations"] {
+                    #expect(log.filter { $0.path == path }.map(\.status) == [404], "\(path)")
+                }
+                let warnings = result.output.split(separator: "\n").filter { $0.contains("no reference lists") }
+                #expect(warnings.count == 1, "\(result.output)")
+            }
+        }
+    }
+}
