@@ -4,7 +4,8 @@
 #   1. builds dopesync and dopesync-devserver (debug);
 #   2. starts the dev server on a free port, with a little fault injection so retries show;
 #   3. packs the sample sessions of jobs/samples/ into a fresh demo spool (one invalid, made with
-#      plain `tar czf`; one the server rejects for an unknown ammunition id);
+#      plain `tar czf`; one naming an ammunition id the server's reference list lacks, failed
+#      before anything of it is sent);
 #   4. runs `dopesync run` once, shows each spool folder and the failure sidecars;
 #   5. shows one synced session tree as the server stores it;
 #   6. fixes the server's reference data, puts the rejected bundle back, and runs again: it
@@ -142,6 +143,9 @@ fi
 heading "Fixing the rejected bundle: the server learns ammunition 9999, the bundle goes back to incoming/"
 unknown=$(session_id unknown-ammo).tar.gz
 if [ -e "$SPOOL/failed/$unknown" ]; then
+  say "dopesync inspect failed/$unknown (the ids the server's lists, as the run kept them, lack):"
+  "$BIN/dopesync" inspect --spool "$SPOOL" "$SPOOL/failed/$unknown" |
+    awk '/^  references/ { shown = 1; print "   " $0; next } shown && /^    / { print "   " $0; next } { shown = 0 }' || true
   api_get "/admin/requests?limit=0" > "$WORK/seq.json"
   since=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nextSeq"])' "$WORK/seq.json")
   curl -fsS -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
@@ -152,7 +156,7 @@ if [ -e "$SPOOL/failed/$unknown" ]; then
   status=0
   run_dopesync || status=$?
   say "exit $status"
-  say "requests the server saw in this second run (the session and the first two DOPE entries are not sent again):"
+  say "requests the server saw in this second run (the lists revalidated, then the whole bundle, once):"
   api_get "/admin/requests?since=$since" | python3 -c '
 import json, sys
 for r in json.load(sys.stdin)["requests"]:

@@ -6,7 +6,8 @@ struct Inspect: AsyncParsableCommand {
         abstract: "Validate a bundle without uploading it and show what it holds.",
         discussion: """
             Exit 0 for a valid bundle, 65 with every reason for an invalid one. When the spool's checkpoint \
-            database knows the session, the steps already uploaded are listed with their server ids.
+            database knows the session, the steps already uploaded are listed with their server ids, and the ids \
+            its records still to upload name that the server's reference lists (as the last run kept them) do not hold.
             """
     )
 
@@ -16,7 +17,8 @@ struct Inspect: AsyncParsableCommand {
     @Flag(help: "Print one JSON document instead of text.")
     var json = false
 
-    @Option(help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress.")
+    @Option(
+        help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress and reference lists.")
     var spool = "./spool"
 
     func run() async throws {

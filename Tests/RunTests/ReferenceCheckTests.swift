@@ -43,6 +43,12 @@ import Testing
                 #expect(try await server.createdCounts().values.allSatisfy { $0 == 0 })
                 #expect(try await !server.requestLog().contains { $0.method == "POST" })
 
+                // inspect says the same from the lists the run kept, without asking the server.
+                let inspect = try await runBuiltOffPool(
+                    "dopesync", ["inspect", spool.path(.failed, name), "--spool", spool.root])
+                #expect(inspect.stdout.contains("references   1 id not in the server's lists"), "\(inspect.stdout)")
+                #expect(inspect.stdout.contains("dope[2].ammunitionId  ammunition 9999"), "\(inspect.stdout)")
+
                 try await server.postJSON("/admin/references", ["ammunition": [9999]])
                 let requeue = try await runBuiltOffPool(
                     "dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])

@@ -41,6 +41,20 @@ public struct BundleReport: Sendable, Codable {
         public var serverID: Int
     }
 
+    /// What the server's reference lists, as the last run kept them, say of the bundle's ids.
+    public struct References: Sendable, Codable, Equatable {
+        public struct Unknown: Sendable, Codable, Equatable {
+            /// As a failure's `field` names it: `dope[2].ammunitionId`.
+            public var field: String
+            public var kind: String
+            public var id: Int64
+        }
+        /// The lists kept (`rifles`, `ammunition`, `locations`); empty when no run has read any.
+        public var listsKept: [String]
+        /// The ids of records not yet on the server that a kept list does not hold.
+        public var unknown: [Unknown]
+    }
+
     public var bundle: String
     public var valid: Bool
     public var container: String?
@@ -56,6 +70,8 @@ public struct BundleReport: Sendable, Codable {
     public var limits: Limits
     /// Filled in by the caller when a checkpoint database is at hand.
     public var completedSteps: [CompletedStep]?
+    /// Filled in by the caller when a checkpoint database is at hand.
+    public var references: References?
 
     public init(_ bundle: ValidatedBundle) {
         let session = bundle.session.session
@@ -131,6 +147,7 @@ public struct BundleReport: Sendable, Codable {
                 lines.append("  checkpoints  \(completedSteps.count) of \(counts.requests) steps done")
                 lines += completedSteps.map { "    \($0.step) → server id \($0.serverID)" }
             }
+            if let references { lines += references.lines }
         } else {
             lines.append("\(bundle): invalid bundle, \(problems.count) problem\(problems.count == 1 ? "" : "s"):")
             lines += problems.map { "  [\($0.code)] \($0.culprit): \($0.message)" }
@@ -142,6 +159,18 @@ public struct BundleReport: Sendable, Codable {
             "  budget       one compression filter; \(Int(limits.readingSeconds)) s + 1 s per \(ByteCount(limits.readingBytesPerSecond)) of file to read it; "
                 + "memory: 64 KiB reads, session.json's limit, 1 MiB of small images kept")
         return lines.joined(separator: "\n")
+    }
+}
+
+extension BundleReport.References {
+    var lines: [String] {
+        guard !listsKept.isEmpty else {
+            return ["  references   not checked: no run has kept the server's reference lists yet"]
+        }
+        let kept = "the server's lists as the last run kept them (\(listsKept.joined(separator: ", ")))"
+        guard !unknown.isEmpty else { return ["  references   every id is in \(kept)"] }
+        return ["  references   \(unknown.count) id\(unknown.count == 1 ? "" : "s") not in \(kept):"]
+            + unknown.map { "    \($0.field)  \($0.kind) \($0.id)" }
     }
 }
 

@@ -10,17 +10,30 @@ public enum InspectCommand {
         var report: BundleReport
         let status: ExitStatus
         do {
-            report = BundleReport(try BundleInspector(limits: limits).inspect(path: bundlePath))
+            let bundle = try BundleInspector(limits: limits).inspect(path: bundlePath)
+            report = BundleReport(bundle)
             status = .success
-            if let databasePath, let sessionID = report.sessionID, FileManager.default.fileExists(atPath: databasePath)
+            // Best effort, and only read (a private copy): a database that cannot be read does
+            // not make a valid bundle invalid.
+            if let databasePath, FileManager.default.fileExists(atPath: databasePath),
+                let store = try? CheckpointStore(readingSnapshotOf: databasePath)
             {
-                // Best effort: a database that cannot be read does not make a valid bundle invalid.
-                let steps = (try? CheckpointStore(path: databasePath).steps(sessionID: sessionID)) ?? []
+                let plan = UploadPlan(session: bundle.session, images: bundle.images)
+                let steps = (try? store.steps(sessionID: plan.sessionID)) ?? []
+                let done = steps.filter { $0.state == .done && $0.serverID != nil }
                 if !steps.isEmpty {
-                    report.completedSteps = steps.compactMap { step in
-                        guard step.state == .done, let serverID = step.serverID else { return nil }
-                        return BundleReport.CompletedStep(step: step.stepKey, serverID: Int(serverID))
+                    report.completedSteps = done.map {
+                        BundleReport.CompletedStep(step: $0.stepKey, serverID: Int($0.serverID ?? 0))
                     }
+                }
+                let doneKeys = Set(done.map(\.stepKey))
+                let pending = plan.steps.filter { !doneKeys.contains($0.key) }.flatMap(\.references)
+                report.references = (try? store.cachedReferenceIDs()).map { ids in
+                    BundleReport.References(
+                        listsKept: ReferenceList.allCases.filter { ids.holdsList(of: $0.kinds[0]) }.map(\.rawValue),
+                        unknown: ids.unknown(in: pending).map {
+                            .init(field: $0.field, kind: $0.kind.noun, id: $0.id)
+                        })
                 }
             }
         } catch {

@@ -99,8 +99,13 @@ public struct ReferenceIDs: Sendable, Equatable {
 
     /// The first use (in plan order) whose id its list does not hold.
     public func firstUnknown(in uses: [ReferenceUse]) -> ReferenceUse? {
-        uses.first { use in ids[use.kind].map { !$0.contains(use.id) } ?? false }
+        uses.first(where: isUnknown)
     }
+
+    /// Every use whose id its list does not hold, in plan order.
+    public func unknown(in uses: [ReferenceUse]) -> [ReferenceUse] { uses.filter(isUnknown) }
+
+    private func isUnknown(_ use: ReferenceUse) -> Bool { ids[use.kind].map { !$0.contains(use.id) } ?? false }
 
     /// Whether a list of this kind was read.
     public func holdsList(of kind: ReferenceUse.Kind) -> Bool { ids[kind] != nil }
