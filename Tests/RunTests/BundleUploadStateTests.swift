@@ -27,11 +27,14 @@ import Testing
     /// What the world answers, per action; each defaults to "all went well".
     struct Script {
         var intentOutcomes: ([CheckpointStore.StepIntent]) -> [StepIntentOutcome]? = { $0.map { _ in .recorded } }
-        var answer: (UploadStep, _ lookFirst: Bool) -> BundleUploadState.Resolution = { step, _ in
-            .response(
-                .created(id: Int64(BundleUploadStateTests.keys.firstIndex(of: step.key)! + 1), replayed: false),
-                cutShort: false)
+        /// What a look on the server finds; nothing, unless a test says otherwise.
+        var look: (UploadStep, BundleUploadState.LookUp) -> ServerLookup.Found = { _, _ in .tree(nil) }
+        var answer: (UploadStep) -> StepResponse = { step in
+            .created(id: Int64(BundleUploadStateTests.keys.firstIndex(of: step.key)! + 1), replayed: false)
         }
+        /// Whether a credential other than the refused one can be read.
+        var renews = false
+        var backOff = BundleUploadState.BackOff.waited
         var settles: (_ stepKey: String) -> Bool = { _ in true }
         var references: ([ReferenceUse]) -> ReferenceCatalog.Check = { _ in .passed }
         var stopping: (_ sent: Int) -> Bool = { _ in false }
@@ -57,12 +60,31 @@ import Testing
                 } else {
                     action = state.checkpointFailed()
                 }
-            case .send(let step, _, let lookFirst):
-                trace.append("send \(step.key)\(lookFirst ? " (look first)" : "")")
+            case .lookUp(let step, let target):
+                trace.append("look \(step.key)")
+                action = state.looked(script.look(step, target), stopping: script.stopping(sent))
+            case .recordFound(let found):
+                trace.append("record found \(found.map(\.intent.stepKey).joined(separator: ","))")
+                let recorded = found.map {
+                    (
+                        stepKey: $0.intent.stepKey,
+                        done: CompletedStep(
+                            serverID: $0.serverID, contentDigest: $0.intent.contentDigest, doneAt: Date())
+                    )
+                }
+                action = state.foundRecorded(recorded, stopping: script.stopping(sent))
+            case .send(let step, _):
+                trace.append("send \(step.key)")
                 sent += 1
-                action = state.resolved(script.answer(step, lookFirst), stopping: script.stopping(sent))
-            case .handInResult(let result):
-                trace.append("hand in \(result.stepKey)=\(result.serverID)")
+                action = state.answered(script.answer(step), stopping: script.stopping(sent))
+            case .renewCredential:
+                trace.append("renew credential")
+                action = state.credentialRenewed(script.renews, stopping: script.stopping(sent))
+            case .backOff(let step, let retry, _, _):
+                trace.append("back off \(step.key) \(retry)")
+                action = state.backedOff(script.backOff, stopping: script.stopping(sent))
+            case .handInResult(let result, let found):
+                trace.append("hand in \(result.stepKey)=\(result.serverID)\(found ? " (found)" : "")")
                 lastHandedIn = result.stepKey
                 action = state.resultHandedIn(stopping: script.stopping(sent))
             case .settleResult:
@@ -177,7 +199,7 @@ import Testing
         let (trace, finish) = Self.drive(&state)
         #expect(finish == .done)
         let keys = Self.keys
-        var expected = ["send session (look first)", "hand in session=1"]
+        var expected = ["look session", "send session", "hand in session=1"]
         for (index, key) in keys.enumerated().dropFirst() {
             // The next step is sent before the last result is settled: the commit overlaps the request.
             expected += ["send \(key)", "settle \(keys[index - 1])", "hand in \(key)=\(index + 1)"]
@@ -261,22 +283,27 @@ import Testing
         #expect(!trace.contains { $0.hasPrefix("send \(keys[2])") })
     }
 
-    @Test("an intent an earlier process recorded makes its step ambiguous: looked for on the server first, once")
-    func resentIntentsAreLookedUpFirst() {
-        let reading = Self.plan.steps[3]
+    @Test(
+        "intents an earlier process recorded make their steps ambiguous: looked for first, one read of the tree serving the first look of each"
+    )
+    func resentIntentsAreLookedUpFirst() throws {
+        let (first, second) = (Self.plan.steps[3], Self.plan.steps[4])
         var script = Script()
         script.intentOutcomes = { intents in
-            intents.map { $0.stepKey == reading.key ? .resent(previousFingerprint: "f") : .recorded }
+            intents.map {
+                [first.key, second.key].contains($0.stepKey) ? .resent(previousFingerprint: "f") : .recorded
+            }
+        }
+        let sessionOnly = try Self.tree([(Self.plan.steps[0], 1)])
+        script.look = { step, target in
+            step.kind == .session
+                ? .tree(nil) : (target == .sessionTree(serverID: 1) ? .tree(sessionOnly) : .unavailable)
         }
         var state = Self.fresh()
         let (trace, finish) = Self.drive(&state, script)
         #expect(finish == .done)
-        #expect(trace.contains("send \(reading.key) (look first)"))
-        #expect(trace.filter { $0.hasSuffix("(look first)") }.count == 2, "the session and that step only: \(trace)")
-        let first = state.takeAmbiguousBefore(reading.key)
-        let second = state.takeAmbiguousBefore(reading.key)
-        #expect(first, "its first look may use the tree read for all of them")
-        #expect(!second, "only once")
+        #expect(trace.filter { $0.hasPrefix("look") } == ["look session", "look \(first.key)"], "\(trace)")
+        #expect(trace.contains("send \(first.key)") && trace.contains("send \(second.key)"))
     }
 
     @Test("a stop: the result on its way is settled, nothing more is sent, the bundle goes back uncounted")
@@ -300,9 +327,8 @@ import Testing
         ) {
             var script = Script()
             let normal = script.answer
-            script.answer = { step, look in
-                step.key == chrono.key ? .response(response, cutShort: cutShort) : normal(step, look)
-            }
+            script.answer = { step in step.key == chrono.key ? response : normal(step) }
+            if cutShort { script.backOff = .cancelled }
             var state = Self.fresh()
             return Self.drive(&state, script)
         }
@@ -337,23 +363,108 @@ import Testing
     }
 
     @Test(
-        "a step found on the server is recorded with that id and not sent; one found with other content fails the bundle"
+        "after an unknown outcome the step is looked for: found, its id is handed in and it is not sent again; found with other content, the bundle fails"
     )
-    func foundOnServer() {
+    func foundOnServer() throws {
+        let dope = Self.plan.steps[1]
         var script = Script()
         let normal = script.answer
-        script.answer = { step, look in step.key == Self.keys[1] ? .found(900) : normal(step, look) }
+        script.answer = { step in
+            step.key == dope.key ? .retryable(status: 500, retryAfter: nil, message: "oops") : normal(step)
+        }
+        let there = try Self.tree([(Self.plan.steps[0], 1), (dope, 900)])
+        script.look = { step, _ in step.kind == .session ? .tree(nil) : .tree(there) }
         var state = Self.fresh()
         var (trace, finish) = Self.drive(&state, script)
         #expect(finish == .done)
-        #expect(trace.contains("hand in \(Self.keys[1])=900"))
-        #expect(state.serverIDs[Self.keys[1]] == 900)
+        #expect(
+            Array(trace.drop { $0 != "send \(dope.key)" }.prefix(4)) == [
+                "send \(dope.key)", "back off \(dope.key) 1", "look \(dope.key)", "settle session",
+            ], "\(trace)")
+        #expect(trace.contains("hand in \(dope.key)=900 (found)"))
+        #expect(trace.filter { $0 == "send \(dope.key)" }.count == 1)
+        #expect(state.serverIDs[dope.key] == 900)
 
-        let differs = BundleFailure(reason: .changedAfterUpload, step: Self.keys[1], message: "other")
-        script.answer = { step, look in step.key == Self.keys[1] ? .differs(differs) : normal(step, look) }
+        let other = try Self.tree([(Self.plan.steps[0], 1), (dope, 900)], distance: 999)
+        script.look = { step, _ in step.kind == .session ? .tree(nil) : .tree(other) }
         state = Self.fresh()
         (trace, finish) = Self.drive(&state, script)
-        #expect(finish == .fail(differs, stepAnswered: true))
+        guard case .fail(let failure, stepAnswered: true) = finish else {
+            Issue.record("expected a failure, got \(finish)")
+            return
+        }
+        #expect(failure.reason == .changedAfterUpload && failure.step == dope.key)
+        #expect(failure.message?.contains("distance = 999") == true, "\(failure.message ?? "")")
+    }
+
+    @Test(
+        "looks only when the outcome is unknown: a 429 is sent again without one, a 500 or no answer is looked for before each retry"
+    )
+    func looksOnlyWhenTheOutcomeIsUnknown() {
+        let chrono = Self.plan.steps[2]
+        func trace(_ response: StepResponse) -> [String] {
+            var script = Script()
+            let normal = script.answer
+            script.answer = { step in step.key == chrono.key ? response : normal(step) }
+            var state = Self.fresh()
+            return Self.drive(&state, script).trace.filter {
+                $0.hasSuffix(chrono.key) || $0.contains(" \(chrono.key) ")
+            }
+        }
+        let attempts = RetryPolicy().attempts
+        let rateLimited = trace(.retryable(status: 429, retryAfter: .zero, message: "slow down"))
+        #expect(rateLimited.filter { $0.hasPrefix("send") }.count == attempts)
+        #expect(!rateLimited.contains { $0.hasPrefix("look") }, "\(rateLimited)")
+        for unknown in [
+            StepResponse.retryable(status: 500, retryAfter: nil, message: "oops"),
+            .retryable(status: nil, retryAfter: nil, message: "reset"),
+        ] {
+            let looked = trace(unknown)
+            #expect(looked.filter { $0.hasPrefix("look") }.count == attempts - 1, "\(looked)")
+            #expect(looked.last?.hasPrefix("back off") == false)
+        }
+    }
+
+    @Test("a refused credential is read again once: renewed, the step is sent again at once; not, the bundle goes back")
+    func refusedCredentialIsReadAgainOnce() {
+        let dope = Self.plan.steps[1]
+        var refusals = 0
+        var script = Script()
+        let normal = script.answer
+        script.renews = true
+        script.answer = { step in
+            guard step.key == dope.key, refusals == 0 else { return normal(step) }
+            refusals += 1
+            return .unauthorized(status: 401, message: "expired")
+        }
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(finish == .done)
+        #expect(
+            Array(trace.drop { $0 != "send \(dope.key)" }.prefix(3)) == [
+                "send \(dope.key)", "renew credential", "send \(dope.key)",
+            ])
+
+        script.answer = { step in step.key == dope.key ? .unauthorized(status: 403, message: "no") : normal(step) }
+        var again = Self.fresh()
+        let (refused, end) = Self.drive(&again, script)
+        #expect(end == .giveBack(.credentialsRefused(status: 403, message: "no")))
+        #expect(refused.filter { $0 == "renew credential" }.count == 1)
+    }
+
+    @Test(
+        "a session already on the server (no checkpoint): the look records what is there as found, and none of it is sent"
+    )
+    func sessionLookReconciles() throws {
+        let there = try Self.tree([(Self.plan.steps[0], 1), (Self.plan.steps[1], 2)])
+        var script = Script()
+        script.look = { _, _ in .tree(there) }
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(finish == .done)
+        #expect(Array(trace.prefix(3)) == ["intents session", "look session", "record found session,\(Self.keys[1])"])
+        #expect(!trace.contains { $0 == "send session" || $0 == "send \(Self.keys[1])" })
+        #expect(state.serverIDs["session"] == 1 && state.serverIDs[Self.keys[1]] == 2)
     }
 
     @Test(
@@ -414,6 +525,21 @@ import Testing
         #expect(finish == .done)
         #expect(trace.first == "intents \(Self.keys[2])", "the chrono session first: its readings need its id")
         #expect(!trace.contains { $0.hasPrefix("send session") || $0.hasPrefix("send \(Self.keys[1])") })
+    }
+
+    /// A session tree as the API shows it, holding these records (the session first, then DOPE
+    /// entries), each with its bundle content and the given server id; `distance` overrides the
+    /// DOPE entries' distance.
+    static func tree(_ records: [(UploadStep, Int64)], distance: Int? = nil) throws -> ServerTree {
+        func object(_ step: UploadStep, _ id: Int64) throws -> [String: Any] {
+            var object = try JSONSerialization.jsonObject(with: Data(jsonBody(step))) as! [String: Any]
+            object["id"] = id
+            if let distance, step.kind == .dope { object["distance"] = distance }
+            return object
+        }
+        var session = try object(records[0].0, records[0].1)
+        session["dope"] = try records.dropFirst().map { try object($0.0, $0.1) }
+        return try #require(ServerTree(json: Array(try JSONSerialization.data(withJSONObject: session))))
     }
 
     static func jsonBody(_ step: UploadStep) -> [UInt8] {

@@ -13,7 +13,7 @@ import NIOPosix
 /// The store itself stays synchronous, for the commands (`status`, `requeue`, `prune`) and the
 /// tests, where nothing else shares the thread.
 public final class CheckpointWriter: Sendable {
-    public let store: CheckpointStore
+    private let store: CheckpointStore
     private let thread: NIOThreadPool
 
     private init(store: CheckpointStore, thread: NIOThreadPool) {
@@ -72,6 +72,24 @@ public final class CheckpointWriter: Sendable {
             case .cancelled: body(nil)
             }
         }
+    }
+
+    /// Records a step's intents (``CheckpointStore/recordIntents(sessionID:_:now:)``): on the
+    /// calling thread when the database can take them without waiting (the usual case: tens of
+    /// microseconds), else on the writer's thread. This choice is made here alone.
+    public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
+        -> [StepIntentOutcome]
+    {
+        if let here = try store.recordIntentsIfAvailable(sessionID: sessionID, intents) { return here }
+        return try await perform { try $0.recordIntents(sessionID: sessionID, intents) }
+    }
+
+    /// Commits step results on the calling thread if nothing would make it wait; nil, having done
+    /// nothing, otherwise (then the caller queues them with ``submit(_:)``). For the group commit.
+    func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
+        -> [Result<CompletedStep, CheckpointError>]?
+    {
+        try store.recordResultsIfAvailable(results)
     }
 
     static let stopped = CheckpointError(code: .database, message: "the checkpoint writer has stopped")

@@ -208,7 +208,7 @@ public final class GroupCommit: Sendable {
     private func commitHereIfFree(_ batch: State.Batch) {
         let recorded: [Result<CompletedStep, CheckpointError>]?
         do {
-            recorded = try writer.store.recordResultsIfAvailable(batch.results)
+            recorded = try writer.recordResultsIfFree(batch.results)
         } catch {
             return finish(batch, .failure(error))
         }

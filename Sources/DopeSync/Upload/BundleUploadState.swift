@@ -12,9 +12,12 @@
 /// - a step's intent is committed before it is sent, with those of the next steps already known
 ///   (``BundleUploader/intentsAhead``); an intent recorded by an earlier process makes the step
 ///   ambiguous (looked for on the server first), and one done meanwhile is not sent;
-/// - the session step is always looked for first; a step's answer decides: created (its result
-///   is handed to the group commit), refused for good (fail), credentials refused (give back),
-///   still failing after the retries (defer, or give back when the run's stop cut them short);
+/// - the session step is always looked for first, and a step whose request may have reached the
+///   server (an intent of an earlier process, an answer that leaves the outcome unknown) before
+///   it is sent again (``BundleUploadState+Tries``): lookups are actions, their answers events;
+/// - a step's answer decides: created (its result is handed to the group commit), refused for
+///   good (fail), refused credentials (read again once, then give back), retryable (backed off and
+///   tried again up to the policy's attempts, then defer, or give back when the run is stopping);
 /// - at most one result is handed in and not yet committed: it is settled before the next
 ///   answer is acted on and before the bundle goes anywhere; a result that cannot be committed
 ///   gives the bundle back.
@@ -27,11 +30,21 @@ struct BundleUploadState {
         /// Commit these intents (the current step's first), then ``intentsRecorded(_:stopping:)``,
         /// or ``checkpointFailed()`` if the commit failed.
         case recordIntents([CheckpointStore.StepIntent])
-        /// Send the step (after looking for it on the server when `lookFirst`, and on every retry
-        /// after an answer that leaves it unknown), then ``resolved(_:stopping:)``.
-        case send(UploadStep, path: String, lookFirst: Bool)
-        /// Hand this result to the group commit, then ``resultHandedIn(stopping:)``.
-        case handInResult(CheckpointStore.StepResult)
+        /// Look for the step on the server, in its session's tree, then ``looked(_:stopping:)``.
+        case lookUp(UploadStep, LookUp)
+        /// Record these steps, found on the server, as done (in plan order), then
+        /// ``foundRecorded(_:stopping:)``, or ``checkpointFailed()``.
+        case recordFound([FoundStep])
+        /// Send the step, then ``answered(_:stopping:)``.
+        case send(UploadStep, path: String)
+        /// Read the credential again after the API refused it, then ``credentialRenewed(_:stopping:)``.
+        case renewCredential
+        /// Wait before retry number `retry` of the step (`Retry-After` when the answer gave one),
+        /// then ``backedOff(_:stopping:)``. `after`: the answer that is retried, for the log.
+        case backOff(UploadStep, retry: Int, retryAfter: Duration?, after: StepResponse)
+        /// Hand this result to the group commit, then ``resultHandedIn(stopping:)``. `found`: the
+        /// step was found on the server instead of being sent.
+        case handInResult(CheckpointStore.StepResult, found: Bool)
         /// Wait until the result handed in last is committed, then ``settled(committed:stopping:)``.
         case settleResult
         /// The bundle's work is over.
@@ -66,7 +79,23 @@ struct BundleUploadState {
         case checkpointFailed
     }
 
-    /// How a step's sending ended (``BundleUploader/resolve``).
+    /// Where a look finds a step: the session's tree, by the session's client id (the session
+    /// step, or any step before the session has a server id) or by its server id.
+    enum LookUp: Equatable {
+        case sessionByClientID(String)
+        case sessionTree(serverID: Int64)
+    }
+
+    /// How a wait before a retry ended.
+    enum BackOff: Equatable {
+        case waited
+        /// Not waited: the `Retry-After` asked for is longer than a slot may be held.
+        case declined
+        /// Cut short: the run is stopping.
+        case cancelled
+    }
+
+    /// How a step's tries ended.
     enum Resolution: Equatable {
         /// The server's answer; `cutShort` when the run's stop ended the retries early.
         case response(StepResponse, cutShort: Bool)
@@ -91,45 +120,76 @@ struct BundleUploadState {
         let serverID: Int64
     }
 
-    private enum Phase: Equatable {
+    enum Phase: Equatable {
         case checkingReferences
         case stepping
         case recordingIntents([String])
+        case looking
+        /// Recording what a look at this tree found, then matching the step against it.
+        case recordingFound(ServerTree)
         case sending
+        case renewingCredential
+        case backingOff
         case handingIn
         /// Settling the result handed in last; then this.
         case settling(then: AfterSettle)
         case finished
     }
 
-    private enum AfterSettle: Equatable {
+    enum AfterSettle: Equatable {
         case finish(Finish)
         case act(on: Resolution)
     }
 
+    /// The tries of the step being sent (``BundleUploadState+Tries``).
+    struct Tries: Equatable {
+        let path: String
+        var retry = 0
+        /// Look on the server before the next send.
+        var mustLook: Bool
+        var renewedCredential = false
+        /// This look is the first of a step left ambiguous by an earlier process.
+        var firstLookOfAmbiguousBefore = false
+        /// The answer a renewal or a back-off follows.
+        var last: StepResponse? = nil
+    }
+
     let plan: UploadPlan
     let bundleName: String
-    private(set) var completed: [String: CompletedStep]
+    /// Whether the API is looked at before a step is sent again (``ServerLookup``); off: keys alone.
+    let looksOnServer: Bool
+    /// Tries of one step, the first included (``RetryPolicy/attempts``).
+    let attemptsPerStep: Int
+    var completed: [String: CompletedStep]
     /// Server ids by step key, of the steps done so far.
     private(set) var serverIDs: [String: Int64] = [:]
-    private var intentsRecorded: Set<String> = []
+    var intentsCommitted: Set<String> = []
     /// Steps whose request may have reached the server before this run (an intent with no
     /// result): looked for on the server before they are sent.
-    private var ambiguousBefore: Set<String> = []
+    var ambiguousBefore: Set<String> = []
+    /// The server's tree as first looked at for the steps an earlier process left ambiguous: one
+    /// read serves the first look of each of them.
+    var treeBefore: ServerTree? = nil
+    var tries: Tries? = nil
     private var resultPending = false
-    private var index = 0
-    private var phase = Phase.stepping
+    private(set) var index = 0
+    var phase = Phase.stepping
 
     /// Whether the references of the records not yet on the server are checked before the first
     /// request (``ReferenceCatalog``).
     let checksReferences: Bool
 
     /// - Parameter completed: the session's steps already done, from the checkpoint database.
-    init(plan: UploadPlan, bundleName: String, completed: [String: CompletedStep], checksReferences: Bool = true) {
+    init(
+        plan: UploadPlan, bundleName: String, completed: [String: CompletedStep], checksReferences: Bool = true,
+        looksOnServer: Bool = true, attemptsPerStep: Int = RetryPolicy().attempts
+    ) {
         self.plan = plan
         self.bundleName = bundleName
         self.completed = completed
         self.checksReferences = checksReferences
+        self.looksOnServer = looksOnServer
+        self.attemptsPerStep = attemptsPerStep
     }
 
     /// The first action: the reference check, when a record not yet on the server names an id.
@@ -142,44 +202,12 @@ struct BundleUploadState {
         return .checkReferences(pending)
     }
 
-    /// What the server's lists said of the references: on to the first step, or where the bundle
-    /// goes. An unknown id fails the bundle before anything of it is sent; a list that could not
-    /// be read is a failure of the API, never the bundle's.
-    mutating func referencesChecked(_ check: ReferenceCatalog.Check, stopping: Bool) -> Action {
-        precondition(phase == .checkingReferences, "references checked only after checkReferences")
-        phase = .stepping
-        switch check {
-        case .passed:
-            return advance(stopping: stopping)
-        case .unknown(let use):
-            return finish(.fail(use.unknownFailure, stepAnswered: false))
-        case .listUnreadable(let list, let response):
-            if stopping { return finish(.giveBack(.stopping)) }
-            switch response {
-            case .unauthorized(let status, let message):
-                return finish(.giveBack(.credentialsRefused(status: status, message: message)))
-            case .notTrusted(let message):
-                return finish(.giveBack(.apiNotTrusted(message: message)))
-            case .misdirected(let message):
-                return finish(.giveBack(.apiMisdirected(message: message)))
-            case .retryable(let status, _, let message):
-                let failure = BundleFailure(
-                    reason: status.map(FailureReason.http) ?? .unreachable, httpStatus: status,
-                    message:
-                        "the reference list GET \(list.path) could not be read before the first request: \(message)")
-                return finish(.deferBundle(failure, answered: status != nil))
-            case .created, .rejected, .imageUnreadable:
-                preconditionFailure("a list's read answers no create, and a refusal of it passes (\(response))")
-            }
-        }
-    }
-
     /// The intents were committed, with these outcomes (one per intent, in order).
     mutating func intentsRecorded(_ outcomes: [StepIntentOutcome], stopping: Bool) -> Action {
         guard case .recordingIntents(let keys) = phase, keys.count == outcomes.count else {
             preconditionFailure("intents recorded only after recordIntents, one outcome each")
         }
-        intentsRecorded.formUnion(keys)
+        intentsCommitted.formUnion(keys)
         for (key, outcome) in zip(keys, outcomes) {
             switch outcome {
             case .recorded: break
@@ -192,16 +220,12 @@ struct BundleUploadState {
         return advance(stopping: stopping)
     }
 
-    /// The intents could not be committed: nothing more is sent.
+    /// The intents, or the steps found on the server, could not be committed: nothing more is sent.
     mutating func checkpointFailed() -> Action {
-        guard case .recordingIntents = phase else { preconditionFailure("checkpointFailed only after recordIntents") }
-        return settleThen(.finish(.giveBack(.checkpointFailed)))
-    }
-
-    /// The current step's sending ended so.
-    mutating func resolved(_ resolution: Resolution, stopping: Bool) -> Action {
-        precondition(phase == .sending, "resolved only after send")
-        return settleThen(.act(on: resolution), stopping: stopping)
+        switch phase {
+        case .recordingIntents, .recordingFound: return settleThen(.finish(.giveBack(.checkpointFailed)))
+        default: preconditionFailure("checkpointFailed only after recordIntents or recordFound")
+        }
     }
 
     /// The created step's result was handed to the group commit.
@@ -225,54 +249,10 @@ struct BundleUploadState {
         }
     }
 
-    // MARK: Looking on the server
-
-    /// Whether `key` was left ambiguous by an earlier process and has not been looked for since;
-    /// true once per step, so only its first look may use the tree read for all of them.
-    mutating func takeAmbiguousBefore(_ key: String) -> Bool {
-        ambiguousBefore.remove(key) != nil
-    }
-
-    /// The session is on the server although its step has no checkpoint (a new bundle of a session
-    /// synced from elsewhere, a lost database, a crash before the session's result): which steps of
-    /// the bundle without a checkpoint `tree` holds, in plan order, so that none is sent again.
-    func reconciliation(with tree: ServerTree) -> Reconciliation {
-        var ids = serverIDs
-        var found: [FoundStep] = []
-        for step in plan.steps where completed[step.key] == nil {
-            switch tree.match(step) {
-            case .absent: continue
-            case .differs(let id, let field, let server, let bundle):
-                return .differs(Self.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
-            case .present(let id):
-                guard let path = step.path(serverIDs: ids) else { continue }  // a child whose parent is not there
-                ids[step.key] = id
-                found.append(FoundStep(intent: intent(of: step, path: path), serverID: id))
-            }
-        }
-        return found.isEmpty ? .nothing : .found(found)
-    }
-
-    /// The steps of a ``Reconciliation/found(_:)`` were recorded as done.
-    mutating func foundOnServer(_ recorded: [(stepKey: String, done: CompletedStep)]) {
-        for (key, done) in recorded { completed[key] = done }
-        intentsRecorded.formUnion(recorded.map(\.stepKey))
-    }
-
-    /// A record of `step` is on the server as `id` with `field` = `server`, the bundle saying `bundle`.
-    static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String)
-        -> BundleFailure
-    {
-        BundleFailure(
-            reason: .changedAfterUpload, step: step.key,
-            message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
-                + "the API is create-only, so nothing was sent or overwritten")
-    }
-
     // MARK: Rules
 
     /// On to the next step not done; the end when there is none.
-    private mutating func advance(stopping: Bool) -> Action {
+    mutating func advance(stopping: Bool) -> Action {
         while index < plan.steps.count {
             let step = plan.steps[index]
             if let done = completed[step.key] {
@@ -292,19 +272,20 @@ struct BundleUploadState {
             guard let path = step.path(serverIDs: serverIDs) else {
                 preconditionFailure("plan order guarantees the parent of \(step.key) is done first")
             }
-            if !intentsRecorded.contains(step.key) {
+            if !intentsCommitted.contains(step.key) {
                 let intents = intentsToRecord(from: index)
                 phase = .recordingIntents(intents.map(\.stepKey))
                 return .recordIntents(intents)
             }
-            phase = .sending
-            return .send(step, path: path, lookFirst: step.kind == .session || ambiguousBefore.contains(step.key))
+            return beginTries(
+                of: step, path: path, lookFirst: step.kind == .session || ambiguousBefore.contains(step.key),
+                stopping: stopping)
         }
         return settleThen(.finish(.done))
     }
 
     /// Acts on a step's resolution (the result before it is settled).
-    private mutating func act(on resolution: Resolution, stopping: Bool) -> Action {
+    mutating func act(on resolution: Resolution, stopping: Bool) -> Action {
         let step = plan.steps[index]
         if let done = completed[step.key] {  // found while reconciling (the session step itself)
             serverIDs[step.key] = done.serverID
@@ -323,7 +304,10 @@ struct BundleUploadState {
         case .created(let id, _):
             serverIDs[step.key] = id
             phase = .handingIn
-            return .handInResult(CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id))
+            tries = nil
+            return .handInResult(
+                CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id),
+                found: resolution == .found(id))
         case .rejected(404, _, let message) where step.kind == .session:
             // The session collection itself is not there: the URL is wrong, not the bundle. (A 404
             // under a record the worker created is the bundle's, below.)
@@ -365,7 +349,7 @@ struct BundleUploadState {
     }
 
     /// Settles the pending result first, if there is one, then goes on with `then`.
-    private mutating func settleThen(_ then: AfterSettle, stopping: Bool = false) -> Action {
+    mutating func settleThen(_ then: AfterSettle, stopping: Bool = false) -> Action {
         guard resultPending else {
             switch then {
             case .finish(let finish): return self.finish(finish)
@@ -376,13 +360,13 @@ struct BundleUploadState {
         return .settleResult
     }
 
-    private mutating func finish(_ finish: Finish) -> Action {
+    mutating func finish(_ finish: Finish) -> Action {
         phase = .finished
         return .finish(finish)
     }
 
     /// The intent a step is sent under; its fingerprint names the exact request.
-    private func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
+    func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
         CheckpointStore.StepIntent(
             stepKey: step.key, idempotencyKey: step.idempotencyKey,
             requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest,

@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import NIOPosix
 
 /// How one bundle's work ended.
 public enum UploadOutcome: Sendable, Equatable {
@@ -45,6 +44,10 @@ struct BundleUploader: Sendable {
     let retry: RetryPolicy
     /// When a deferred bundle is tried again, and when the worker gives up on it.
     var deferral = DeferralPolicy()
+    /// Where a bundle goes once its upload is over.
+    var disposition: BundleDisposition {
+        BundleDisposition(checkpoints: checkpoints, deferral: deferral, counters: counters, apiURL: client.baseURL)
+    }
     let limits: BundleLimits
     let counters: RunCounters
     /// Where a bundle whose last reading never ended is read first (see ``IsolatedReading``).
@@ -67,8 +70,8 @@ struct BundleUploader: Sendable {
                 try $0.beginReading(name: name, now: now)
             }
         } catch {
-            checkpointFailed(error, logger: logger)
-            return await giveBack(claimed, logger: logger)
+            disposition.checkpointFailed(error, logger: logger)
+            return await disposition.giveBack(claimed, logger: logger)
         }
         if cutShort > 0, let outcome = await readAgainAfterCutShort(claimed, cutShort: cutShort, logger: logger) {
             return outcome
@@ -81,15 +84,15 @@ struct BundleUploader: Sendable {
         case .success(let valid):
             bundle = valid
         case .failure(let error) where error.code == .readingStopped:
-            return await giveBack(claimed, logger: logger)
+            return await disposition.giveBack(claimed, logger: logger)
         case .failure(let error) where error.code == .replacedAfterClaim:
-            return leaveReplaced(claimed, error.errors[0].description, logger: logger)
+            return disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
             let culprit = error.errors[0].culprit
             let failure = BundleFailure(
                 reason: FailureReason(error.code), field: culprit.isEmpty ? nil : culprit, message: error.description)
-            return await fail(claimed, sessionID: nil, failure: failure, logger: logger)
+            return await disposition.fail(claimed, sessionID: nil, failure: failure, logger: logger)
         }
         let sessionID = bundle.session.session.id
         logger[metadataKey: "session.id"] = "\(sessionID)"
@@ -104,188 +107,133 @@ struct BundleUploader: Sendable {
                 return try $0.completedSteps(sessionID: sessionID)
             }
         } catch {
-            checkpointFailed(error, logger: logger)
-            return await giveBack(claimed, logger: logger)
+            disposition.checkpointFailed(error, logger: logger)
+            return await disposition.giveBack(claimed, logger: logger)
         }
         return await upload(
             claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
     }
 
-    /// Carries out ``BundleUploadState``'s actions for one bundle until it says where the bundle goes.
+    /// Carries out ``BundleUploadState``'s actions for one bundle until it says where the bundle goes:
+    /// each action is done here and its outcome fed back as the next event; nothing else changes
+    /// the state.
     private func upload(
         _ claimed: ClaimedBundle, plan: UploadPlan, images: BundleEntryReader, completed: [String: CompletedStep],
         logger: Logger
     ) async -> UploadOutcome {
-        let sessionID = plan.sessionID
         var state = BundleUploadState(
-            plan: plan, bundleName: claimed.name, completed: completed, checksReferences: references != nil)
-        // The server's tree as first looked at for the steps an earlier process left ambiguous:
-        // one request covers them all.
-        var treeBefore: ServerTree? = nil
+            plan: plan, bundleName: claimed.name, completed: completed, checksReferences: references != nil,
+            looksOnServer: lookup != nil, attemptsPerStep: retry.attempts)
         // The result handed to the group commit last (it commits while the next step is sent).
         var pendingResult: GroupCommit.Ticket? = nil
-
-        /// Records what a look at the session's tree found of the bundle; nil, or why the look fails.
-        func reconcile(with tree: ServerTree) async -> ServerLookup.Look? {
-            switch state.reconciliation(with: tree) {
-            case .nothing:
-                return nil
-            case .differs(let failure):
-                return .differs(failure)
-            case .found(let found):
-                do {
-                    let entries = found.map { (intent: $0.intent, serverID: $0.serverID) }
-                    let recorded = try await checkpoints.perform {
-                        try $0.recordFoundOnServer(sessionID: sessionID, entries)
-                    }
-                    state.foundOnServer(zip(found, recorded).map { (stepKey: $0.intent.stepKey, done: $1) })
-                    logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
-                    return nil
-                } catch {
-                    checkpointFailed(error, logger: logger)
-                    return .failed(.retryable(status: nil, retryAfter: nil, message: "\(error)"))
-                }
-            }
-        }
-
-        /// Looks for `step` on the server before it is sent (again).
-        func look(for step: UploadStep) async -> ServerLookup.Look {
-            guard let lookup else { return .absent }
-            let found: ServerLookup.Found
-            // The tree read for the steps left ambiguous by an earlier process serves each of
-            // them once, for its first look: after a try in this run, only a fresh read can tell.
-            let firstLookOfAmbiguousBefore = state.takeAmbiguousBefore(step.key)
-            if step.kind == .session {
-                found = await lookup.tree(clientID: sessionID)
-            } else if firstLookOfAmbiguousBefore, let treeBefore {
-                found = .tree(treeBefore)
-            } else if let sessionServerID = state.serverIDs["session"] {
-                found = await lookup.tree(serverID: sessionServerID)
-            } else {
-                return .absent
-            }
-            switch found {
-            case .unavailable, .tree(nil):
-                return .absent
-            case .failed(.rejected(let status, _, let message)):
-                // A lookup the API refuses as a request (400): it cannot say; the key must do.
-                logger.warning(
-                    "a lookup was refused; sending under the key alone",
-                    metadata: ["http.status": "\(status)", "message": "\(message)"])
-                return .absent
-            case .failed(let response):
-                return .failed(response)
-            case .tree(let tree?):
-                if firstLookOfAmbiguousBefore && treeBefore == nil { treeBefore = tree }
-                if step.kind == .session, let problem = await reconcile(with: tree) { return problem }
-                switch tree.match(step) {
-                case .absent: return .absent
-                case .present(let id): return .found(id)
-                case .differs(let id, let field, let server, let bundle):
-                    return .differs(
-                        BundleUploadState.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
-                }
-            }
-        }
-
+        // The token the last request carried: a refusal of it may be answered by a fresh one.
+        var tokenSent = client.credential.current
         var action = state.start(stopping: counters.shouldStop)
         while true {
+            let stopping = { counters.shouldStop }
             switch action {
             case .checkReferences(let uses):
                 guard let references else { preconditionFailure("references are checked only with a catalog") }
-                action = state.referencesChecked(await references.check(uses), stopping: counters.shouldStop)
+                action = state.referencesChecked(await references.check(uses), stopping: stopping())
             case .recordIntents(let intents):
                 do throws(CheckpointError) {
-                    // Here when nothing would make this thread wait, else on the writer's thread.
-                    let outcomes: [StepIntentOutcome]
-                    if let here = try checkpoints.store.recordIntentsIfAvailable(sessionID: sessionID, intents) {
-                        outcomes = here
-                    } else {
-                        outcomes = try await checkpoints.perform { try $0.recordIntents(sessionID: sessionID, intents) }
-                    }
-                    action = state.intentsRecorded(outcomes, stopping: counters.shouldStop)
+                    let outcomes = try await checkpoints.recordIntents(sessionID: plan.sessionID, intents)
+                    action = state.intentsRecorded(outcomes, stopping: stopping())
                 } catch {
-                    checkpointFailed(error, logger: logger)
+                    disposition.checkpointFailed(error, logger: logger)
                     action = state.checkpointFailed()
                 }
-            case .send(let step, let path, let lookFirst):
-                let resolution = await resolve(
-                    step, path: path, images: images, lookFirst: lookFirst, look: look, logger: logger)
-                action = state.resolved(resolution, stopping: counters.shouldStop)
-            case .handInResult(let result):
+            case .lookUp(_, let target):
+                tokenSent = client.credential.current
+                action = state.looked(await look(target, logger: logger), stopping: stopping())
+            case .recordFound(let found):
+                action = await recordFound(found, in: &state, sessionID: plan.sessionID, logger: logger)
+            case .send(let step, let path):
+                tokenSent = client.credential.current
+                let (answer, bytes) = await client.send(step, path: path, images: images)
+                counters.request(bytes: bytes)
+                action = state.answered(answer, stopping: stopping())
+            case .renewCredential:
+                let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
+                if renewed { logger.notice("the API refused the token; sending the step again with the one read anew") }
+                action = state.credentialRenewed(renewed, stopping: stopping())
+            case .backOff(let step, let number, let retryAfter, let answer):
+                action = state.backedOff(
+                    await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
+                    stopping: stopping())
+            case .handInResult(let result, let found):
                 counters.stepAnswered()
                 pendingResult = results.submit(result)
+                if found {
+                    logger.info("found on the server, not sent again", metadata: ["step": "\(result.stepKey)"])
+                }
                 logger.debug("step done", metadata: ["step": "\(result.stepKey)", "server.id": "\(result.serverID)"])
-                action = state.resultHandedIn(stopping: counters.shouldStop)
+                action = state.resultHandedIn(stopping: stopping())
             case .settleResult:
                 guard let ticket = pendingResult else { preconditionFailure("a result to settle was handed in") }
                 pendingResult = nil
                 let error = await results.settle(ticket)
-                if let error { checkpointFailed(error, logger: logger) }
-                action = state.settled(committed: error == nil, stopping: counters.shouldStop)
+                if let error { disposition.checkpointFailed(error, logger: logger) }
+                action = state.settled(committed: error == nil, stopping: stopping())
             case .finish(let finish):
-                return await self.finish(claimed, finish, sessionID: sessionID, steps: plan.steps.count, logger: logger)
+                return await disposition.finish(
+                    claimed, finish, sessionID: plan.sessionID, steps: plan.steps.count, logger: logger)
             }
         }
     }
 
-    /// Moves the bundle where its upload ended, and tells the run's counters.
-    private func finish(
-        _ claimed: ClaimedBundle, _ finish: BundleUploadState.Finish, sessionID: String, steps: Int, logger: Logger
-    ) async -> UploadOutcome {
-        switch finish {
-        case .done:
-            do {
-                let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToDone() }
-                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) {
-                    [name = claimed.name] store in
-                    try store.recordDone(name: name, sessionID: sessionID)
-                    if final != name { try store.renamed(from: name, to: final) }
-                }
-                logger.info("bundle synced", metadata: ["steps": "\(steps)", "moved.to": "done/\(final)"])
-                return .done
-            } catch {
-                logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
-                claimed.release()  // stays in processing/, resumed (all steps done) by the next run
-                return .returned
-            }
-        case .fail(let failure, let stepAnswered):
-            if stepAnswered { counters.stepAnswered() }
+    /// The session's tree on the server, where ``BundleUploadState`` looks for a step.
+    private func look(_ target: BundleUploadState.LookUp, logger: Logger) async -> ServerLookup.Found {
+        guard let lookup else { preconditionFailure("a look is asked for only with lookups") }
+        let found: ServerLookup.Found
+        switch target {
+        case .sessionByClientID(let clientID): found = await lookup.tree(clientID: clientID)
+        case .sessionTree(let serverID): found = await lookup.tree(serverID: serverID)
+        }
+        if case .failed(.rejected(let status, _, let message)) = found {
+            // A lookup the API refuses as a request (400): it cannot say; the key must do.
             logger.warning(
-                failure.reason == .unknownReference
-                    ? "the bundle names an id the server's list does not hold: nothing of it is sent"
-                    : "a step failed for good",
+                "a lookup was refused; sending under the key alone",
+                metadata: ["http.status": "\(status)", "message": "\(message)"])
+        }
+        return found
+    }
+
+    /// Records the steps a look found on the server as done; the next action.
+    private func recordFound(
+        _ found: [BundleUploadState.FoundStep], in state: inout BundleUploadState, sessionID: String, logger: Logger
+    ) async -> BundleUploadState.Action {
+        do {
+            let entries = found.map { (intent: $0.intent, serverID: $0.serverID) }
+            let recorded = try await checkpoints.perform { try $0.recordFoundOnServer(sessionID: sessionID, entries) }
+            logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
+            return state.foundRecorded(
+                zip(found, recorded).map { (stepKey: $0.intent.stepKey, done: $1) }, stopping: counters.shouldStop)
+        } catch {
+            disposition.checkpointFailed(error, logger: logger)
+            return state.checkpointFailed()
+        }
+    }
+
+    /// Waits before a retry: the policy's backoff with full jitter, or the answer's `Retry-After`.
+    private func backOff(
+        _ step: UploadStep, retry number: Int, retryAfter: Duration?, after answer: StepResponse, logger: Logger
+    ) async -> BundleUploadState.BackOff {
+        guard let delay = retry.delay(beforeRetry: number, retryAfter: retryAfter, random: Double.random(in: 0..<1))
+        else { return .declined }
+        if case .retryable(let status, _, let message) = answer {
+            logger.info(
+                "retrying a step",
                 metadata: [
-                    "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)",
-                    "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
-                    "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
+                    "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)",
+                    "retry": "\(number)",
                 ])
-            return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-        case .deferBundle(let failure, let answered):
-            // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
-            if let reason = counters.stepKeptFailing(answered: answered) {
-                logger.error(
-                    "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
-                    metadata: ["reason": "\(reason)"])
-            }
-            return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
-        case .giveBack(let why):
-            if case .credentialsRefused(let status, let message) = why {
-                logger.error(
-                    "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
-                counters.credentialsRefused()
-            }
-            if case .apiMisdirected(let message) = why, counters.report(\.apiMisdirected) {
-                logger.error(
-                    "the API URL does not lead to the API: the run stops and gives bundles back (exit 78)",
-                    metadata: ["api.url": "\(MaskedURL.string(client.baseURL))", "message": "\(message)"])
-            }
-            if case .apiNotTrusted(let message) = why, counters.report(\.apiNotTrusted) {
-                logger.error(
-                    "the API cannot be trusted: the run stops and gives bundles back (exit 76)",
-                    metadata: ["message": "\(message)"])
-            }
-            return await giveBack(claimed, logger: logger)
+        }
+        do {
+            try await Task.sleep(for: delay)
+            return .waited
+        } catch {
+            return .cancelled  // not this bundle's attempt, as for a run stopping
         }
     }
 
@@ -316,7 +264,7 @@ struct BundleUploader: Sendable {
             guard cutShort >= Self.readingsCutShortLimit else { return nil }
             logger.error(
                 "bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
-            return await fail(
+            return await disposition.fail(
                 claimed, sessionID: nil,
                 failure: failure(
                     "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
@@ -330,56 +278,21 @@ struct BundleUploader: Sendable {
         case .survived, .notStarted:
             return nil
         case .stopped:
-            return await giveBack(claimed, logger: logger)
+            return await disposition.giveBack(claimed, logger: logger)
         case .timedOut:
             let message =
                 "reading this bundle in a separate process took longer than its time budget of \(time.formattedSeconds): "
                 + "refused as a hostile or damaged archive"
-            return await fail(
+            return await disposition.fail(
                 claimed, sessionID: nil,
                 failure: BundleFailure(reason: FailureReason(.overTimeBudget), message: message), logger: logger)
         case .killed(let signal):
             logger.error("reading this bundle killed a separate reader process", metadata: ["signal": "\(signal)"])
-            return await fail(
+            return await disposition.fail(
                 claimed, sessionID: nil,
                 failure: failure(
                     "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
                         + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
-        }
-    }
-
-    /// Records in the checkpoint database what a move already did. The move cannot be undone, so a
-    /// failure here leaves the database saying less than the folders (`status` would show the
-    /// bundle where it no longer is): logged with where the bundle went, and the run stops with 73
-    /// so that a person looks, as for any database that cannot be written.
-    private func recordAfterMove(
-        of name: String, to place: String, logger: Logger,
-        _ record: @escaping @Sendable (CheckpointStore) throws -> Void
-    ) async {
-        do {
-            try await checkpoints.perform(record)
-        } catch {
-            logger.error(
-                "the bundle moved but the checkpoint database could not record it",
-                metadata: [
-                    "moved.to": "\(place)", "error": "\(error)",
-                ])
-            if counters.report(\.checkpointsFailed) {
-                logger.critical(
-                    "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
-                    metadata: ["error": "\(error)"])
-            }
-        }
-    }
-
-    /// Logs a checkpoint error; one of the database itself (``CheckpointError/isDatabaseFailure``)
-    /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
-    private func checkpointFailed(_ error: CheckpointError, logger: Logger) {
-        logger.error("checkpoint database error", metadata: ["error": "\(error)"])
-        if error.isDatabaseFailure, counters.report(\.checkpointsFailed) {
-            logger.critical(
-                "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
-                metadata: ["error": "\(error)"])
         }
     }
 
@@ -397,196 +310,7 @@ struct BundleUploader: Sendable {
             }
         }
         guard size >= inspectedOffTheLoopFrom else { return inspect() }
-        return await onBlockingPool(inspect)
+        return await BlockingPool.run(inspect)
     }
 
-    /// Moves a bundle (rename, sidecar, folder syncs) on NIO's blocking-work pool: a sync waits for
-    /// the disk, and no event loop should.
-    static func offTheLoop<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value)
-        async throws(SpoolError) -> Value
-    {
-        try await onBlockingPool { Result { () throws(SpoolError) in try move() } }.get()
-    }
-
-    /// Runs `body` on NIO's process-wide blocking-work pool and returns its value.
-    static func onBlockingPool<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
-        // The pool refuses work only once shut down, which the process-wide one never is, or when
-        // the task is cancelled before it starts (uploads are not cancelled): then run it here.
-        (try? await NIOThreadPool.singleton.runIfActive(body)) ?? body()
-    }
-
-    typealias Resolution = BundleUploadState.Resolution
-
-    /// Sends a step, retrying what is retryable. Before a send whose request may already have
-    /// reached the server (`lookFirst`, and every retry after an answer that leaves it unknown:
-    /// no answer, a lost connection, a timeout, a 5xx, 409), looks for it there first: found, it
-    /// is not sent; absent, it is sent again under the same key. A look that fails counts as a
-    /// failed try, and nothing is sent on a guess.
-    private func resolve(
-        _ step: UploadStep, path: String, images: BundleEntryReader, lookFirst: Bool,
-        look: (UploadStep) async -> ServerLookup.Look, logger: Logger
-    ) async -> Resolution {
-        var retry = 0
-        var mustLook = lookFirst
-        var renewedCredential = false
-        while true {
-            // The token this try sends: a refusal of it may be answered by a fresh one.
-            let used = client.credential.current
-            var response: StepResponse? = nil
-            if mustLook {
-                switch await look(step) {
-                case .found(let id):
-                    logger.info(
-                        "found on the server, not sent again", metadata: ["step": "\(step.key)", "server.id": "\(id)"])
-                    return .found(id)
-                case .differs(let failure): return .differs(failure)
-                case .failed(let answer): response = answer
-                case .absent: break
-                }
-            }
-            if response == nil {
-                let (answer, bytes) = await client.send(step, path: path, images: images)
-                counters.request(bytes: bytes)
-                response = answer
-            }
-            guard let response else { preconditionFailure("a look or a send answers") }
-            // Refused: the token may have been rotated (a new token file, a token command). With a
-            // fresh one the step is sent again, once; a refusal is no outcome, so no look first.
-            // (A proxy's 407 is about the proxy's credentials, not the token.)
-            if case .unauthorized(let status, _) = response, status != 407, !renewedCredential,
-                await client.credential.renewed(after: used, logger: logger) != nil
-            {
-                renewedCredential = true
-                logger.notice("the API refused the token; sending the step again with the one read anew")
-                continue
-            }
-            guard case .retryable(let status, let retryAfter, let message) = response else {
-                return .response(response, cutShort: false)
-            }
-            mustLook = lookup != nil && Self.outcomeUnknown(status: status)
-            func stop(_ cutShort: Bool) -> Resolution { .response(response, cutShort: cutShort) }
-            retry += 1
-            guard retry < self.retry.attempts else { return stop(false) }
-            guard !counters.shouldStop else { return stop(true) }
-            guard
-                let delay = self.retry.delay(
-                    beforeRetry: retry, retryAfter: retryAfter, random: Double.random(in: 0..<1))
-            else {
-                return stop(false)
-            }
-            logger.info(
-                "retrying a step",
-                metadata: [
-                    "step": "\(step.key)", "http.status": "\(status.map(String.init) ?? "-")", "message": "\(message)",
-                    "retry": "\(retry)",
-                ])
-            do {
-                try await Task.sleep(for: delay)
-            } catch {
-                return stop(true)  // cancelled: not this bundle's attempt, as for a run stopping
-            }
-        }
-    }
-
-    /// Whether a retryable answer leaves open that the server did create the record (WORKER.md:
-    /// no answer, a timeout, a 5xx, a 409 in flight, or a 2xx that did not confirm it), so the
-    /// step is looked for before it is sent again. A 408, 425 or 429 says the request was not
-    /// processed: a look would only cost a request.
-    static func outcomeUnknown(status: Int?) -> Bool {
-        guard let status else { return true }
-        return ![408, 425, 429].contains(status)
-    }
-
-    private func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async
-        -> UploadOutcome
-    {
-        // Only for the sidecar's attempts and first-seen lines: a sidecar without them still says why.
-        let state = try? await checkpoints.perform { [name = claimed.name] in try $0.bundleState(name: name) }
-        let sidecar = ErrorSidecar(
-            bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
-            attempts: state?.attempts, firstSeen: state?.firstSeen
-        )
-        do {
-            let final = try await Self.offTheLoop { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
-            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) {
-                [name = claimed.name] store in
-                try store.recordFailure(name: name, sessionID: sessionID, error: failure)
-                if final != name { try store.renamed(from: name, to: final) }
-            }
-            logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
-            return .failed(reason: failure.reason)
-        } catch {
-            logger.error("cannot move the bundle to failed/", metadata: ["error": "\(error)"])
-            claimed.release()
-            return .returned
-        }
-    }
-
-    private func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async
-        -> UploadOutcome
-    {
-        do {
-            let deferral = try await checkpoints.perform { [name = claimed.name, policy = self.deferral] in
-                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure, policy: policy)
-            }
-            if deferral.exhausted {
-                // Not the last error's fault more than the others': the worker gave up on retrying.
-                let age = Date().timeIntervalSince(deferral.firstSeen)
-                let last = "\(failure.reason)" + (failure.message.map { ": \($0)" } ?? "")
-                let gaveUp = BundleFailure(
-                    reason: .gaveUp, step: failure.step, httpStatus: failure.httpStatus,
-                    message:
-                        "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(age)) "
-                        + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
-                return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
-            }
-            let final = try await Self.offTheLoop { () throws(SpoolError) in
-                try claimed.giveBack()
-            }
-            if final != claimed.name {
-                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) {
-                    [name = claimed.name] store in
-                    try store.renamed(from: name, to: final)
-                }
-            }
-            logger.info(
-                "bundle deferred",
-                metadata: [
-                    "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)",
-                    "reason": "\(failure.reason)",
-                ])
-            return .deferred
-        } catch let error as CheckpointError {
-            // Nothing moved yet: the bundle goes back uncounted.
-            checkpointFailed(error, logger: logger)
-            return await giveBack(claimed, logger: logger)
-        } catch {
-            logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
-            claimed.release()
-            return .returned
-        }
-    }
-
-    /// Something else was put at `processing/NAME` after the claim (only the worker's own user, or
-    /// root, can write there): it is not read, not moved and not blamed on a bundle; the claim
-    /// ends and a person is told, once per run that finds it.
-    private func leaveReplaced(_ claimed: ClaimedBundle, _ why: String, logger: Logger) -> UploadOutcome {
-        logger.error(
-            "a claimed bundle was replaced in processing/: what is there now is left alone for a person",
-            metadata: ["error": "\(why)"])
-        claimed.release()
-        return .returned
-    }
-
-    private func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
-        do {
-            _ = try await Self.offTheLoop { () throws(SpoolError) in try claimed.giveBack() }
-            // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
-            try? await checkpoints.perform { [name = claimed.name] in try $0.recordReturned(name: name) }
-        } catch {
-            logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
-            claimed.release()  // stays in processing/; the next run takes it back as an orphan
-        }
-        return .returned
-    }
 }

@@ -70,7 +70,7 @@ public final class Credential: Sendable {
             fresh = try? Self.readTokenFile(path)
         case .command(let command):
             do {
-                fresh = try await BundleUploader.onBlockingPool { Result { try Self.runTokenCommand(command) } }.get()
+                fresh = try await BlockingPool.run { Result { try Self.runTokenCommand(command) } }.get()
             } catch {
                 logger.error("the token command failed", metadata: ["error": "\(error)"])
                 fresh = nil

@@ -1,0 +1,204 @@
+import Foundation
+import Logging
+
+/// Where a claimed bundle goes once its upload is over, and what the checkpoint database and the
+/// run's counters learn of it: `done/`, `failed/` with its sidecar, back to `incoming/` for a later
+/// attempt (counted) or uncounted. Every move runs on NIO's blocking-work pool (a folder sync
+/// waits for the disk); a move that cannot be made leaves the bundle in `processing/`, where the
+/// next run takes it back. The uploader decides; this carries the decision out.
+struct BundleDisposition: Sendable {
+    let checkpoints: CheckpointWriter
+    /// When a deferred bundle is tried again, and when the worker gives up on it.
+    let deferral: DeferralPolicy
+    let counters: RunCounters
+    /// The API's URL, for the message of a misdirected run (its password masked).
+    let apiURL: String
+
+    /// Moves the bundle where its upload ended, and tells the run's counters.
+    func finish(
+        _ claimed: ClaimedBundle, _ finish: BundleUploadState.Finish, sessionID: String, steps: Int, logger: Logger
+    ) async -> UploadOutcome {
+        switch finish {
+        case .done:
+            do {
+                let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToDone() }
+                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) {
+                    [name = claimed.name] store in
+                    try store.recordDone(name: name, sessionID: sessionID)
+                    if final != name { try store.renamed(from: name, to: final) }
+                }
+                logger.info("bundle synced", metadata: ["steps": "\(steps)", "moved.to": "done/\(final)"])
+                return .done
+            } catch {
+                logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
+                claimed.release()  // stays in processing/, resumed (all steps done) by the next run
+                return .returned
+            }
+        case .fail(let failure, let stepAnswered):
+            if stepAnswered { counters.stepAnswered() }
+            logger.warning(
+                failure.reason == .unknownReference
+                    ? "the bundle names an id the server's list does not hold: nothing of it is sent"
+                    : "a step failed for good",
+                metadata: [
+                    "step": "\(failure.step ?? "-")", "reason": "\(failure.reason)",
+                    "http.status": "\(failure.httpStatus.map(String.init) ?? "-")",
+                    "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
+                ])
+            return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .deferBundle(let failure, let answered):
+            // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
+            if let reason = counters.stepKeptFailing(answered: answered) {
+                logger.error(
+                    "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
+                    metadata: ["reason": "\(reason)"])
+            }
+            return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .giveBack(let why):
+            if case .credentialsRefused(let status, let message) = why {
+                logger.error(
+                    "the API refused the credentials", metadata: ["http.status": "\(status)", "message": "\(message)"])
+                counters.credentialsRefused()
+            }
+            if case .apiMisdirected(let message) = why, counters.report(\.apiMisdirected) {
+                logger.error(
+                    "the API URL does not lead to the API: the run stops and gives bundles back (exit 78)",
+                    metadata: ["api.url": "\(MaskedURL.string(apiURL))", "message": "\(message)"])
+            }
+            if case .apiNotTrusted(let message) = why, counters.report(\.apiNotTrusted) {
+                logger.error(
+                    "the API cannot be trusted: the run stops and gives bundles back (exit 76)",
+                    metadata: ["message": "\(message)"])
+            }
+            return await giveBack(claimed, logger: logger)
+        }
+    }
+
+    func fail(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async
+        -> UploadOutcome
+    {
+        // Only for the sidecar's attempts and first-seen lines: a sidecar without them still says why.
+        let state = try? await checkpoints.perform { [name = claimed.name] in try $0.bundleState(name: name) }
+        let sidecar = ErrorSidecar(
+            bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
+            attempts: state?.attempts, firstSeen: state?.firstSeen
+        )
+        do {
+            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
+            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) {
+                [name = claimed.name] store in
+                try store.recordFailure(name: name, sessionID: sessionID, error: failure)
+                if final != name { try store.renamed(from: name, to: final) }
+            }
+            logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
+            return .failed(reason: failure.reason)
+        } catch {
+            logger.error("cannot move the bundle to failed/", metadata: ["error": "\(error)"])
+            claimed.release()
+            return .returned
+        }
+    }
+
+    func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async
+        -> UploadOutcome
+    {
+        do {
+            let deferral = try await checkpoints.perform { [name = claimed.name, policy = self.deferral] in
+                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure, policy: policy)
+            }
+            if deferral.exhausted {
+                // Not the last error's fault more than the others': the worker gave up on retrying.
+                let age = Date().timeIntervalSince(deferral.firstSeen)
+                let last = "\(failure.reason)" + (failure.message.map { ": \($0)" } ?? "")
+                let gaveUp = BundleFailure(
+                    reason: .gaveUp, step: failure.step, httpStatus: failure.httpStatus,
+                    message:
+                        "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(age)) "
+                        + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
+                return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
+            }
+            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in
+                try claimed.giveBack()
+            }
+            if final != claimed.name {
+                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) {
+                    [name = claimed.name] store in
+                    try store.renamed(from: name, to: final)
+                }
+            }
+            logger.info(
+                "bundle deferred",
+                metadata: [
+                    "attempts": "\(deferral.attempts)", "next.attempt": "\(deferral.nextAttemptAt)",
+                    "reason": "\(failure.reason)",
+                ])
+            return .deferred
+        } catch let error as CheckpointError {
+            // Nothing moved yet: the bundle goes back uncounted.
+            checkpointFailed(error, logger: logger)
+            return await giveBack(claimed, logger: logger)
+        } catch {
+            logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
+            claimed.release()
+            return .returned
+        }
+    }
+
+    /// Something else was put at `processing/NAME` after the claim (only the worker's own user, or
+    /// root, can write there): it is not read, not moved and not blamed on a bundle; the claim
+    /// ends and a person is told, once per run that finds it.
+    func leaveReplaced(_ claimed: ClaimedBundle, _ why: String, logger: Logger) -> UploadOutcome {
+        logger.error(
+            "a claimed bundle was replaced in processing/: what is there now is left alone for a person",
+            metadata: ["error": "\(why)"])
+        claimed.release()
+        return .returned
+    }
+
+    func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
+        do {
+            _ = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.giveBack() }
+            // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
+            try? await checkpoints.perform { [name = claimed.name] in try $0.recordReturned(name: name) }
+        } catch {
+            logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
+            claimed.release()  // stays in processing/; the next run takes it back as an orphan
+        }
+        return .returned
+    }
+
+    /// Records in the checkpoint database what a move already did. The move cannot be undone, so a
+    /// failure here leaves the database saying less than the folders (`status` would show the
+    /// bundle where it no longer is): logged with where the bundle went, and the run stops with 73
+    /// so that a person looks, as for any database that cannot be written.
+    private func recordAfterMove(
+        of name: String, to place: String, logger: Logger,
+        _ record: @escaping @Sendable (CheckpointStore) throws -> Void
+    ) async {
+        do {
+            try await checkpoints.perform(record)
+        } catch {
+            logger.error(
+                "the bundle moved but the checkpoint database could not record it",
+                metadata: [
+                    "moved.to": "\(place)", "error": "\(error)",
+                ])
+            if counters.report(\.checkpointsFailed) {
+                logger.critical(
+                    "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                    metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Logs a checkpoint error; one of the database itself (``CheckpointError/isDatabaseFailure``)
+    /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
+    func checkpointFailed(_ error: CheckpointError, logger: Logger) {
+        logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+        if error.isDatabaseFailure, counters.report(\.checkpointsFailed) {
+            logger.critical(
+                "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
+                metadata: ["error": "\(error)"])
+        }
+    }
+}

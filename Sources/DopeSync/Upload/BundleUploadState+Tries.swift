@@ -1,0 +1,158 @@
+/// The tries of one step: look on the server when its outcome may be known there, send, read
+/// the credential again after a refusal, back off and try again (WORKER.md's failure table).
+///
+/// - A step is looked for before it is sent when its request may already have reached the
+///   server: the session step always (its bundle may have been synced from elsewhere), a step an
+///   earlier process left ambiguous, and every retry after an answer that leaves the outcome
+///   unknown (no answer, a timeout, a 5xx, a 409 in flight, a 2xx that did not confirm the create).
+///   A 408, 425 or 429 says the request was not processed: it is sent again without a look.
+/// - Found there, the step is not sent: its server id is handed in as a result. Found with other
+///   content, the bundle fails. A look that fails counts as a failed try; nothing is sent on a guess.
+/// - A 401 or 403 (not a proxy's 407) is answered by reading the credential again, once per step;
+///   a refusal is no outcome, so the send that follows needs no look.
+extension BundleUploadState {
+    /// The step's first try.
+    mutating func beginTries(of step: UploadStep, path: String, lookFirst: Bool, stopping: Bool) -> Action {
+        tries = Tries(path: path, mustLook: lookFirst && looksOnServer)
+        return nextTry(stopping: stopping)
+    }
+
+    /// What a look found (``Action/lookUp(_:_:)``).
+    mutating func looked(_ found: ServerLookup.Found, stopping: Bool) -> Action {
+        precondition(phase == .looking, "looked only after lookUp")
+        return actOnLook(found, stopping: stopping)
+    }
+
+    /// The steps of ``Action/recordFound(_:)`` were recorded as done.
+    mutating func foundRecorded(_ recorded: [(stepKey: String, done: CompletedStep)], stopping: Bool) -> Action {
+        guard case .recordingFound(let tree) = phase else {
+            preconditionFailure("foundRecorded only after recordFound")
+        }
+        foundOnServer(recorded)
+        return match(plan.steps[index], in: tree, stopping: stopping)
+    }
+
+    /// The API answered the step's request so (``Action/send(_:path:)``).
+    mutating func answered(_ response: StepResponse, stopping: Bool) -> Action {
+        precondition(phase == .sending, "answered only after send")
+        return actOnAnswer(response, stopping: stopping)
+    }
+
+    /// Whether a credential other than the one refused could be read (``Action/renewCredential``).
+    mutating func credentialRenewed(_ renewed: Bool, stopping: Bool) -> Action {
+        guard phase == .renewingCredential, var tries, let refusal = tries.last else {
+            preconditionFailure("credentialRenewed only after renewCredential")
+        }
+        guard renewed else { return settleThen(.act(on: .response(refusal, cutShort: false)), stopping: stopping) }
+        tries.mustLook = false
+        self.tries = tries
+        return nextTry(stopping: stopping)
+    }
+
+    /// How the wait before a retry ended (``Action/backOff(_:retry:retryAfter:after:)``).
+    mutating func backedOff(_ backOff: BackOff, stopping: Bool) -> Action {
+        guard phase == .backingOff, let last = tries?.last else { preconditionFailure("backedOff only after backOff") }
+        switch backOff {
+        case .waited: return nextTry(stopping: stopping)
+        case .declined: return settleThen(.act(on: .response(last, cutShort: false)), stopping: stopping)
+        case .cancelled: return settleThen(.act(on: .response(last, cutShort: true)), stopping: stopping)
+        }
+    }
+
+    /// Whether a retryable answer leaves open that the server did create the record (WORKER.md:
+    /// no answer, a timeout, a 5xx, a 409 in flight, or a 2xx that did not confirm it), so the
+    /// step is looked for before it is sent again. A 408, 425 or 429 says the request was not
+    /// processed: a look would only cost a request.
+    static func outcomeUnknown(status: Int?) -> Bool {
+        guard let status else { return true }
+        return ![408, 425, 429].contains(status)
+    }
+
+    // MARK: Rules
+
+    /// A look first when one is due and there is somewhere to look, else the send.
+    private mutating func nextTry(stopping: Bool) -> Action {
+        guard var tries else { preconditionFailure("a try belongs to a step's tries") }
+        let step = plan.steps[index]
+        if tries.mustLook {
+            // The tree read for the steps left ambiguous by an earlier process serves each of
+            // them once, for its first look: after a try in this run, only a fresh read can tell.
+            tries.firstLookOfAmbiguousBefore = ambiguousBefore.remove(step.key) != nil
+            self.tries = tries
+            if step.kind == .session {
+                phase = .looking
+                return .lookUp(step, .sessionByClientID(plan.sessionID))
+            }
+            if tries.firstLookOfAmbiguousBefore, let treeBefore {
+                return actOnLook(.tree(treeBefore), stopping: stopping)
+            }
+            if let session = serverIDs["session"] {
+                phase = .looking
+                return .lookUp(step, .sessionTree(serverID: session))
+            }
+        }
+        phase = .sending
+        return .send(step, path: tries.path)
+    }
+
+    private mutating func actOnLook(_ found: ServerLookup.Found, stopping: Bool) -> Action {
+        switch found {
+        case .unavailable, .tree(nil), .failed(.rejected):
+            // Not there, or the API cannot say (no lookups; a lookup refused as a request): the key must do.
+            phase = .sending
+            return .send(plan.steps[index], path: tries?.path ?? "")
+        case .failed(let response):
+            phase = .sending
+            return actOnAnswer(response, stopping: stopping)
+        case .tree(let tree?):
+            let step = plan.steps[index]
+            if tries?.firstLookOfAmbiguousBefore == true && treeBefore == nil { treeBefore = tree }
+            if step.kind == .session {
+                switch reconciliation(with: tree) {
+                case .nothing: break
+                case .differs(let failure): return settleThen(.act(on: .differs(failure)), stopping: stopping)
+                case .found(let found):
+                    phase = .recordingFound(tree)
+                    return .recordFound(found)
+                }
+            }
+            return match(step, in: tree, stopping: stopping)
+        }
+    }
+
+    private mutating func match(_ step: UploadStep, in tree: ServerTree, stopping: Bool) -> Action {
+        switch tree.match(step) {
+        case .absent:
+            phase = .sending
+            return .send(step, path: tries?.path ?? "")
+        case .present(let id):
+            return settleThen(.act(on: .found(id)), stopping: stopping)
+        case .differs(let id, let field, let server, let bundle):
+            let failure = Self.changedOnServer(step, id: id, field: field, server: server, bundle: bundle)
+            return settleThen(.act(on: .differs(failure)), stopping: stopping)
+        }
+    }
+
+    private mutating func actOnAnswer(_ response: StepResponse, stopping: Bool) -> Action {
+        guard var tries else { preconditionFailure("an answer belongs to a step's tries") }
+        tries.last = response
+        if case .unauthorized(let status, _) = response, status != 407, !tries.renewedCredential {
+            tries.renewedCredential = true
+            self.tries = tries
+            phase = .renewingCredential
+            return .renewCredential
+        }
+        guard case .retryable(let status, let retryAfter, _) = response else {
+            return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)
+        }
+        tries.mustLook = looksOnServer && Self.outcomeUnknown(status: status)
+        tries.retry += 1
+        self.tries = tries
+        guard tries.retry < attemptsPerStep else {
+            return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)
+        }
+        guard !stopping else { return settleThen(.act(on: .response(response, cutShort: true)), stopping: stopping) }
+        phase = .backingOff
+        return .backOff(plan.steps[index], retry: tries.retry, retryAfter: retryAfter, after: response)
+    }
+}
