@@ -136,3 +136,29 @@ import Testing
         }
     }
 }
+
+/// The `field:` line of `failed/NAME.error` for bundles validation refuses.
+@Suite struct FailureFieldTests {
+    @Test("an invalid bundle's sidecar names the field at fault; a file that is no archive names none")
+    func validationFailuresNameTheirField() async throws {
+        try await withTemporarySpool { spool, directory in
+            var sample = SampleSession(seed: 820)
+            sample.json["humidity"] = 150
+            // Made with GNU tar, as a client would: `pack` refuses an invalid session.
+            let layout = directory.appendingPathComponent("humid")
+            try sample.writeLayout(to: layout)
+            let invalid = "humid.tar.gz"
+            try ArchiveProducer.gnuTarGzip.archive(layout, to: URL(fileURLWithPath: spool.path(.incoming, invalid)))
+            let garbage = "garbage.tar.gz"
+            try Data("not an archive at all".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, garbage)))
+            try await withDevServer { server in
+                let (summary, _) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(summary.failed == 2)
+            }
+            let humidity = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: invalid)))
+            #expect(humidity.field?.hasSuffix("humidity") == true, "\(humidity.rendered())")
+            let notAnArchive = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: garbage)))
+            #expect(notAnArchive.field == nil, "\(notAnArchive.rendered())")
+        }
+    }
+}

@@ -89,9 +89,11 @@ struct BundleUploader: Sendable {
             return disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
+            // The entry or field at fault; a problem of the whole archive names the file itself,
+            // which is no field (and its processing/ path is gone once it moves).
             let culprit = error.errors[0].culprit
-            let failure = BundleFailure(
-                reason: FailureReason(error.code), field: culprit.isEmpty ? nil : culprit, message: error.description)
+            let field = culprit.isEmpty || culprit == claimed.path ? nil : culprit
+            let failure = BundleFailure(reason: FailureReason(error.code), field: field, message: error.description)
             return await disposition.fail(claimed, sessionID: nil, failure: failure, logger: logger)
         }
         let sessionID = bundle.session.session.id
