@@ -65,7 +65,7 @@ struct RawCapacity: AsyncParsableCommand {
                 try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
                 images[image.fileName] = bytes
             }
-            work.append((UploadPlan(session: bundle.session, images: bundle.images), images))
+            work.append((try UploadPlan(session: bundle.session, images: bundle.images), images))
         }
         let queue = WorkQueue(work)
         let started = ContinuousClock.now

@@ -20,7 +20,7 @@ import Testing
         guard case .success(let document) = SessionValidator.validate(sample.sessionBytes, maxBytes: 1 << 20) else {
             preconditionFailure("the sample session is valid")
         }
-        return UploadPlan(session: document, images: [:])
+        return try! UploadPlan(session: document, images: [:])  // no image: nothing to miss
     }()
     static var keys: [String] { plan.steps.map(\.key) }
 
@@ -333,11 +333,14 @@ import Testing
             return Self.drive(&state, script)
         }
         let rejected = finish(
-            answering: .rejected(status: 422, code: "validation_failed", message: "velocity: too fast"))
+            answering: .rejected(
+                status: 422, code: "validation_failed", message: "velocity: too fast", field: "velocity"))
         #expect(
             rejected.finish
                 == .fail(
-                    BundleFailure(reason: .http(422), step: chrono.key, httpStatus: 422, message: "velocity: too fast"),
+                    BundleFailure(
+                        reason: .http(422), step: chrono.key, httpStatus: 422, field: "chrono[0].velocity",
+                        message: "velocity: too fast"),
                     stepAnswered: true))
         #expect(rejected.trace.last == "settle \(Self.keys[1])", "the result before it settled first")
         #expect(

@@ -58,7 +58,7 @@ import Testing
                 #expect(try spool.names(.done) == [name])
 
                 let bundle = try BundleInspector().inspect(path: spool.path(.done, name))
-                let plan = UploadPlan(session: bundle.session, images: bundle.images)
+                let plan = try UploadPlan(session: bundle.session, images: bundle.images)
                 let created = try await server.requestLog().filter { $0.status == 201 }.compactMap(\.key)
                 #expect(created.sorted() == plan.steps.map(\.idempotencyKey).sorted(), "each step created once")
                 let tree = try await server.sessionTree(clientID: sample.sessionID)
@@ -126,6 +126,7 @@ import Testing
                 #expect(try spool.names(.done).count == 1)
                 let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: name)))
                 #expect(sidecar.reason == .http(422) && sidecar.step == "dope:\(dopeIDs[2])")
+                #expect(sidecar.field == "dope[2].ammunitionId", "the API's field, named as the bundle's record")
                 let log = try await server.requestLog()
                 for path in ["/api/rifles", "/api/ammunition", "/api/locations"] {
                     #expect(log.filter { $0.path == path }.map(\.status) == [404], "\(path)")

@@ -48,7 +48,8 @@ import Testing
 
                     // Creation order: this session's requests arrived in the plan's order.
                     let bundle = try BundleInspector().inspect(path: spool.path(.done, "\(sample.sessionID).tar.gz"))
-                    let plan = UploadPlan(session: bundle.session, images: bundle.images).steps.map(\.idempotencyKey)
+                    let plan = try UploadPlan(session: bundle.session, images: bundle.images).steps.map(
+                        \.idempotencyKey)
                     let arrived = log.compactMap { $0.key }.filter { Set(plan).contains($0) }
                     #expect(arrived == plan)
                 }

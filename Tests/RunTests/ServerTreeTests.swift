@@ -18,7 +18,7 @@ import Testing
                 fileName: name, entryPath: "images/\(name)", size: Int64(bytes.count), sha256: sha256Hex(bytes),
                 type: ImageType(sniffing: bytes)!, ordinal: index)
         }
-        return UploadPlan(session: document, images: images)
+        return try UploadPlan(session: document, images: images)
     }
 
     /// The tree a server that stored every step of `plan` would answer, ids from 1 in plan order;

@@ -105,7 +105,7 @@ public enum CheckCommand {
         case .unauthorized(let status, let message): "refused (\(status)): \(message)"
         case .notTrusted(let message), .misdirected(let message), .imageUnreadable(let message): message
         case .retryable(let status, _, let message): "\(status.map { "HTTP \($0): " } ?? "")\(message)"
-        case .rejected(let status, _, let message): "HTTP \(status): \(message)"
+        case .rejected(let status, _, let message, _): "HTTP \(status): \(message)"
         case .created(let id, _): "answered a create (id \(id)) to a GET"
         }
     }

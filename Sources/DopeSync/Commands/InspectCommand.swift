@@ -16,9 +16,9 @@ public enum InspectCommand {
             // Best effort, and only read (a private copy): a database that cannot be read does
             // not make a valid bundle invalid.
             if let databasePath, FileManager.default.fileExists(atPath: databasePath),
-                let store = try? CheckpointStore(readingSnapshotOf: databasePath)
+                let store = try? CheckpointStore(readingSnapshotOf: databasePath),
+                let plan = try? UploadPlan(session: bundle.session, images: bundle.images)
             {
-                let plan = UploadPlan(session: bundle.session, images: bundle.images)
                 let steps = (try? store.steps(sessionID: plan.sessionID)) ?? []
                 let done = steps.filter { $0.state == .done && $0.serverID != nil }
                 if !steps.isEmpty {

@@ -9,8 +9,9 @@ import NIOSSL
 public enum StepResponse: Sendable, Equatable {
     /// 2xx with the new (or replayed) record's id.
     case created(id: Int64, replayed: Bool)
-    /// 400, 413, 415, 422, 404: the request can never succeed as sent.
-    case rejected(status: Int, code: String?, message: String)
+    /// 400, 413, 415, 422, 404: the request can never succeed as sent. `field`: the request's
+    /// field the API names (`ammunitionId`), if it names one.
+    case rejected(status: Int, code: String?, message: String, field: String?)
     /// 401 or 403 (or the proxy's 407): the credential is wrong, not the request.
     case unauthorized(status: Int, message: String)
     /// The API's TLS certificate could not be verified (an unknown CA, another host's name,
@@ -224,7 +225,9 @@ public struct APIClient: Sendable {
                 let retryAfter = response.headers.first(name: "Retry-After").flatMap(Self.parseRetryAfter)
                 return (.retryable(status: status, retryAfter: retryAfter, message: message), length)
             default:
-                return (.rejected(status: status, code: answer.code, message: message), length)
+                return (
+                    .rejected(status: status, code: answer.code, message: message, field: answer.field), length
+                )
             }
         } catch let error as BundleError {
             // The image's body stopped itself (AsyncHTTPClient hands its error back as it is):
@@ -346,25 +349,33 @@ public struct APIClient: Sendable {
         case 408, 409, 425, 429, 500...599:
             let retryAfter = headers.first(name: "Retry-After").flatMap(parseRetryAfter)
             return .failed(.retryable(status: status, retryAfter: retryAfter, message: message))
-        default: return .failed(.rejected(status: status, code: answer.code, message: message))
+        default: return .failed(.rejected(status: status, code: answer.code, message: message, field: answer.field))
         }
     }
 
     /// The API's `{"id": …}` or `{"error": {"code", "message", "field"}}`.
     /// A body that is not JSON, or not one of those, says nothing: nil for each (the status speaks).
-    static func decodeAnswer(_ buffer: ByteBuffer) -> (id: Int64?, clientID: String?, code: String?, message: String?) {
-        guard let object = (try? JSONValue.parse(buffer.readableBytesView))?.objectValue else {
-            return (nil, nil, nil, nil)
-        }
+    static func decodeAnswer(_ buffer: ByteBuffer) -> Answer {
+        guard let object = (try? JSONValue.parse(buffer.readableBytesView))?.objectValue else { return Answer() }
         if let id = object["id"]?.numberValue?.intValue {
-            return (Int64(id), object["clientId"]?.stringValue, nil, nil)
+            return Answer(id: Int64(id), clientID: object["clientId"]?.stringValue)
         }
-        guard let error = object["error"]?.objectValue else { return (nil, nil, nil, nil) }
+        guard let error = object["error"]?.objectValue else { return Answer() }
         let code = error["code"]?.stringValue
+        let field = error["field"]?.stringValue
         var message = error["message"]?.stringValue ?? code ?? "error"
-        if let field = error["field"]?.stringValue { message += " (field \(field))" }
+        if let field { message += " (field \(field))" }
         if let code { message = "\(code): \(message)" }
-        return (nil, nil, code, message)
+        return Answer(code: code, message: message, field: field)
+    }
+
+    /// What an answer's body says, as far as it can be read.
+    struct Answer {
+        var id: Int64? = nil
+        var clientID: String? = nil
+        var code: String? = nil
+        var message: String? = nil
+        var field: String? = nil
     }
 
     /// `Retry-After` in seconds or as an HTTP date.

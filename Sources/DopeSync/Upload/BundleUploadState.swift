@@ -308,7 +308,7 @@ struct BundleUploadState {
             return .handInResult(
                 CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id),
                 found: resolution == .found(id))
-        case .rejected(404, _, let message) where step.kind == .session:
+        case .rejected(404, _, let message, _) where step.kind == .session:
             // The session collection itself is not there: the URL is wrong, not the bundle. (A 404
             // under a record the worker created is the bundle's, below.)
             return finish(
@@ -318,11 +318,12 @@ struct BundleUploadState {
                             "the session collection answered 404 (\(message)): the API URL does not lead to the API")))
         case .misdirected(let message):
             return finish(.giveBack(.apiMisdirected(message: message)))
-        case .rejected(let status, _, let message):
-            return finish(
-                .fail(
-                    BundleFailure(reason: .http(status), step: step.key, httpStatus: status, message: message),
-                    stepAnswered: true))
+        case .rejected(let status, _, let message, let field):
+            // The API names its request's field; the sidecar names the bundle's (`dope[2].ammunitionId`).
+            let failure = BundleFailure(
+                reason: .http(status), step: step.key, httpStatus: status,
+                field: field.map { "\(step.recordPath).\($0)" }, message: message)
+            return finish(.fail(failure, stepAnswered: true))
         case .imageUnreadable(let message):
             return finish(
                 .fail(

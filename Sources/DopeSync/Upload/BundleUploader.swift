@@ -98,7 +98,14 @@ struct BundleUploader: Sendable {
         }
         let sessionID = bundle.session.session.id
         logger[metadataKey: "session.id"] = "\(sessionID)"
-        let plan = UploadPlan(session: bundle.session, images: bundle.images)
+        let plan: UploadPlan
+        do {
+            plan = try UploadPlan(session: bundle.session, images: bundle.images)
+        } catch {
+            let failure = BundleFailure(
+                reason: FailureReason(error.code), field: error.culprit, message: error.description)
+            return await disposition.fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        }
         // The claim and the session's checkpoints in one trip to the writer, with one way out if
         // either fails: the bundle goes back uncounted.
         let completed: [String: CompletedStep]
@@ -192,7 +199,7 @@ struct BundleUploader: Sendable {
         case .sessionByClientID(let clientID): found = await lookup.tree(clientID: clientID)
         case .sessionTree(let serverID): found = await lookup.tree(serverID: serverID)
         }
-        if case .failed(.rejected(let status, _, let message)) = found {
+        if case .failed(.rejected(let status, _, let message, _)) = found {
             // A lookup the API refuses as a request (400): it cannot say; the key must do.
             logger.warning(
                 "a lookup was refused; sending under the key alone",

@@ -106,7 +106,7 @@ actor ReferenceCatalog {
                 keep { try $0.touchReferenceList(list) }
             case .notFound(let status):
                 missing.append("GET \(list.path) answered \(status)")
-            case .failed(.rejected(let status, _, let message)):
+            case .failed(.rejected(let status, _, let message, _)):
                 // Refused as a request: the API cannot say, so its creates' 422s must, as without lists.
                 missing.append("GET \(list.path) answered \(status): \(message)")
             case .failed(let response):

@@ -38,6 +38,9 @@ public struct UploadStep: Sendable, Equatable {
     /// The ids of records the server must already have that this record names, checked against
     /// the server's lists before the bundle's first request (``ReferenceCatalog``).
     public var references: [ReferenceUse] = []
+    /// Where the record is, as a failure's `field` names it: `session`, `dope[2]`,
+    /// `chrono[0].readings[3]`, `groups[1].measurement`, `groups[1].images[target.jpg]`.
+    public var recordPath: String = ""
 
     /// The request path, given the server ids already known by step key; nil while a parent
     /// the path needs has no server id yet.
@@ -74,137 +77,61 @@ public struct UploadPlan: Sendable {
     public let sessionID: String
     public let steps: [UploadStep]
 
-    public init(session document: SessionDocument, images: [String: BundleImage]) {
+    /// The steps of a validated bundle. Validation guarantees every image a record names is among
+    /// `images`; should that ever break, the plan is refused (`missing_image`) rather than a
+    /// bundle uploaded short of an image and moved to `done/`.
+    public init(session document: SessionDocument, images: [String: BundleImage]) throws(BundleError) {
         let session = document.session
-        sessionID = session.id
-        var steps: [UploadStep] = []
-        func add(
-            _ kind: UploadStep.Kind, _ key: String, _ parent: UploadStep.Parent, _ body: JSONObject,
-            references: [ReferenceUse] = []
-        ) {
-            let bytes = JSONValue.object(body).serialized()
-            steps.append(
-                UploadStep(
-                    kind: kind, key: key, parent: parent, payload: .json(bytes),
-                    idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
-                    clientID: body["clientId"]?.stringValue ?? "",
-                    contentDigest: SHA256.hash(data: bytes).hexString, references: references
-                ))
-        }
-        /// The uses of the ids a record names, named as WORKER.md names them (`dope[2].ammunitionId`).
-        func uses(
-            _ record: String, _ index: Int?, _ array: String, _ ids: [(ReferenceUse.Kind, String, Int?)]
-        ) -> [ReferenceUse] {
-            let place = index.map { "[\($0)]" } ?? ""
-            return ids.compactMap { kind, name, id in
-                id.map {
-                    ReferenceUse(
-                        kind, id: Int64($0), field: "\(record)\(place).\(name)", bundleField: "\(array)\(place).\(name)"
-                    )
-                }
-            }
-        }
-
-        var body = JSONObject()
-        body["clientId"] = .string(session.id)
-        body["sessionDate"] = .string(session.sessionDate)
-        body["rifleSetupId"] = .number(JSONNumber(session.rifleSetupId))
-        body["locationId"] = session.locationId.map { .number(JSONNumber($0)) }
-        body["notes"] = session.notes.map { .string($0) }
-        body["temperature"] = session.temperature.map { .number($0) }
-        body["humidity"] = session.humidity.map { .number($0) }
-        body["pressure"] = session.pressure.map { .number($0) }
-        body["windSpeed"] = session.windSpeed.map { .number($0) }
-        body["windDirection"] = session.windDirection.map { .number($0) }
-        body["altitude"] = session.altitude.map { .number($0) }
-        add(
-            .session, "session", .none, body,
-            references: uses(
-                "session", nil, "session",
-                [(.rifleSetup, "rifleSetupId", session.rifleSetupId), (.location, "locationId", session.locationId)]))
-
+        var builder = StepBuilder(sessionID: session.id)
+        builder.addRecord(
+            .session, key: "session", parent: .none, path: "session", body: RecordBody.session(session),
+            references: [
+                ("session", .rifleSetup, "rifleSetupId", session.rifleSetupId),
+                ("session", .location, "locationId", session.locationId),
+            ])
         for (index, entry) in session.dopeEntries.enumerated() {
-            var body = JSONObject()
-            body["clientId"] = .string(entry.id)
-            body["distance"] = .number(JSONNumber(entry.distance))
-            body["elevationMoa"] = entry.elevationMoa.map { .number($0) }
-            body["elevationMil"] = entry.elevationMil.map { .number($0) }
-            body["windageMoa"] = entry.windageMoa.map { .number($0) }
-            body["windageMil"] = entry.windageMil.map { .number($0) }
-            body["ammunitionId"] = entry.ammunitionId.map { .number(JSONNumber($0)) }
-            body["notes"] = entry.notes.map { .string($0) }
-            add(
-                .dope, "dope:\(entry.id)", .session, body,
-                references: uses("dope", index, "dopeEntries", [(.ammunition, "ammunitionId", entry.ammunitionId)]))
+            builder.addRecord(
+                .dope, key: "dope:\(entry.id)", parent: .session, path: "dope[\(index)]", body: RecordBody.dope(entry),
+                references: [("dopeEntries[\(index)]", .ammunition, "ammunitionId", entry.ammunitionId)])
         }
-
         for (index, chrono) in session.chronoSessions.enumerated() {
-            var body = JSONObject()
-            body["clientId"] = .string(chrono.id)
-            body["ammunitionId"] = chrono.ammunitionId.map { .number(JSONNumber($0)) }
-            body["ammoLotId"] = chrono.ammoLotId.map { .number(JSONNumber($0)) }
-            body["chronographModel"] = chrono.chronographModel.map { .string($0) }
-            body["distanceToChronograph"] = chrono.distanceToChronograph.map { .number(JSONNumber($0)) }
-            body["notes"] = chrono.notes.map { .string($0) }
             let chronoKey = "chrono:\(chrono.id)"
-            add(
-                .chrono, chronoKey, .session, body,
-                references: uses(
-                    "chrono", index, "chronoSessions",
-                    [(.ammunition, "ammunitionId", chrono.ammunitionId), (.ammoLot, "ammoLotId", chrono.ammoLotId)]))
-            for reading in chrono.velocityReadings {
-                var body = JSONObject()
-                body["clientId"] = .string(reading.id)
-                body["shotNumber"] = .number(JSONNumber(reading.shotNumber))
-                body["velocity"] = .number(JSONNumber(reading.velocity))
-                body["isExcluded"] = .bool(reading.isExcluded)
-                add(.reading, "reading:\(reading.id)", .chrono(stepKey: chronoKey), body)
+            let place = "chronoSessions[\(index)]"
+            builder.addRecord(
+                .chrono, key: chronoKey, parent: .session, path: "chrono[\(index)]", body: RecordBody.chrono(chrono),
+                references: [
+                    (place, .ammunition, "ammunitionId", chrono.ammunitionId),
+                    (place, .ammoLot, "ammoLotId", chrono.ammoLotId),
+                ])
+            for (readingIndex, reading) in chrono.velocityReadings.enumerated() {
+                builder.addRecord(
+                    .reading, key: "reading:\(reading.id)", parent: .chrono(stepKey: chronoKey),
+                    path: "chrono[\(index)].readings[\(readingIndex)]", body: RecordBody.reading(reading))
             }
         }
-
         for (index, group) in session.groupEntries.enumerated() {
-            var body = JSONObject()
-            body["clientId"] = .string(group.id)
-            body["groupNumber"] = .number(JSONNumber(group.groupNumber))
-            body["distance"] = .number(JSONNumber(group.distance))
-            body["numberOfShots"] = .number(JSONNumber(group.numberOfShots))
-            body["groupSizeMoa"] = group.groupSizeMoa.map { .number($0) }
-            body["meanRadiusMoa"] = group.meanRadiusMoa.map { .number($0) }
-            body["ammunitionId"] = group.ammunitionId.map { .number(JSONNumber($0)) }
-            body["notes"] = group.notes.map { .string($0) }
             let groupKey = "group:\(group.id)"
-            add(
-                .group, groupKey, .session, body,
-                references: uses("groups", index, "groupEntries", [(.ammunition, "ammunitionId", group.ammunitionId)]))
+            builder.addRecord(
+                .group, key: groupKey, parent: .session, path: "groups[\(index)]", body: RecordBody.group(group),
+                references: [("groupEntries[\(index)]", .ammunition, "ammunitionId", group.ammunitionId)])
             if let measurement = group.measurement {
-                var body = JSONObject()
-                body["clientId"] = .string(group.id)
-                body["holePositions"] = .array(
-                    measurement.holePositions.map { .object(["x": .number($0.x), "y": .number($0.y)]) })
-                body["bulletDiameter"] = .number(measurement.bulletDiameter)
-                body["calibrationMethod"] = .string(measurement.calibrationMethod)
-                body["measurementConfidence"] = measurement.measurementConfidence.map { .number($0) }
-                body["horizontalSpread"] = measurement.horizontalSpread.map { .number($0) }
-                body["verticalSpread"] = measurement.verticalSpread.map { .number($0) }
-                body["cep50"] = measurement.cep50.map { .number($0) }
-                add(.measurement, "measurement:\(group.id)", .group(stepKey: groupKey), body)
+                builder.addRecord(
+                    .measurement, key: "measurement:\(group.id)", parent: .group(stepKey: groupKey),
+                    path: "groups[\(index)].measurement", body: RecordBody.measurement(measurement, groupID: group.id))
             }
         }
-
         for reference in document.imageReferences {
-            guard let image = images[reference.fileName] else { continue }  // validation guarantees it
-            let key = "image:\(reference.groupId):\(reference.role.rawValue):\(reference.fileName)"
-            let digestInput = "image\n\(reference.role.rawValue)\n\(reference.fileName)\n\(image.sha256)"
-            steps.append(
-                UploadStep(
-                    kind: .image, key: key, parent: .group(stepKey: "group:\(reference.groupId)"),
-                    payload: .image(image, role: reference.role.rawValue, groupID: reference.groupId),
-                    idempotencyKey: Self.idempotencyKey(sessionID: session.id, stepKey: key),
-                    clientID: reference.groupId,
-                    contentDigest: SHA256.hash(data: Array(digestInput.utf8)).hexString
-                ))
+            guard let image = images[reference.fileName] else {
+                throw BundleError(
+                    .missingImage, culprit: reference.fileName,
+                    message:
+                        "a record names this image, but it is not among the images read: refused rather than uploaded without it"
+                )
+            }
+            builder.addImage(image, reference: reference)
         }
-        self.steps = steps
+        sessionID = session.id
+        steps = builder.steps
     }
 
     /// Derived only from the bundle's own ids: the same after a crash, a requeue or a lost
