@@ -62,125 +62,6 @@ public struct RunOptions: Sendable {
     }
 }
 
-/// A request to stop a run early, safe to set from a signal handler's queue.
-public final class StopRequest: Sendable {
-    private let flag = Atomic<Bool>(false)
-    public init() {}
-    public func request() { flag.store(true, ordering: .relaxed) }
-    public var isRequested: Bool { flag.load(ordering: .relaxed) }
-}
-
-/// The run's shared counters and stop flags, behind one lock.
-final class RunCounters: Sendable {
-    struct State {
-        var summary = RunSummary()
-        var credentialsRefused = false
-        /// The API's certificate could not be trusted: no request can go until an operator acts.
-        var apiNotTrusted = false
-        /// The API URL does not lead to the API (a redirect, HTML, the session collection's 404).
-        var apiMisdirected = false
-        /// For each bundle done, the seconds from its arrival to done/ (the metrics' histogram).
-        var syncSeconds: [Double] = []
-        /// Claims made or being made (``reserveClaim(limit:)``), for `--max-bundles`.
-        var claimsReserved = 0
-        /// The spool's file system fell below `min-free-space`.
-        var belowFreeSpaceFloor = false
-        /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
-        var checkpointsFailed = false
-        var breaker: CircuitBreaker
-
-        /// What the run exits with: the first reason it stopped for, in order of what a person
-        /// must fix first; else whether a bundle failed.
-        var exitStatus: ExitStatus {
-            if credentialsRefused { return .permissionDenied }
-            if apiNotTrusted { return .apiNotTrusted }
-            if apiMisdirected { return .configuration }
-            if checkpointsFailed || belowFreeSpaceFloor { return .cannotCreate }
-            if breaker.isOpen { return .temporaryFailure }
-            return summary.failed > 0 ? .bundlesFailed : .success
-        }
-    }
-    let runID: String
-    let stop: StopRequest
-    private let state: Mutex<State>
-
-    init(runID: String, breaker: CircuitBreaker.Policy, stop: StopRequest) {
-        self.runID = runID
-        self.stop = stop
-        self.state = Mutex(State(breaker: CircuitBreaker(policy: breaker)))
-    }
-
-    var shouldStop: Bool {
-        stop.isRequested
-            || state.withLock {
-                $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
-                    || $0.belowFreeSpaceFloor
-                    || $0.breaker.isOpen
-            }
-    }
-    var snapshot: State { state.withLock { $0 } }
-
-    func request(bytes: Int64) {
-        state.withLock {
-            $0.summary.requests += 1
-            $0.summary.bytes += bytes
-        }
-    }
-
-    /// A step the server took or answered for good (4xx).
-    func stepAnswered() { state.withLock { _ = $0.breaker.record(.stepAnswered) } }
-
-    /// A step gave up after its retries; returns the breaker's reason when this opened it.
-    func stepKeptFailing(answered: Bool) -> String? {
-        state.withLock { $0.breaker.record(.stepKeptFailing(answered: answered)) }
-    }
-
-    func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
-
-    /// Sets a reason the run stops for; true for its first report only (one log line a run).
-    func report(_ reason: WritableKeyPath<State, Bool> & Sendable) -> Bool {
-        state.withLock { state in
-            defer { state[keyPath: reason] = true }
-            return !state[keyPath: reason]
-        }
-    }
-
-    func record(_ outcome: UploadOutcome) {
-        state.withLock {
-            switch outcome {
-            case .done: $0.summary.done += 1
-            case .failed: $0.summary.failed += 1
-            case .deferred: $0.summary.deferred += 1
-            case .returned: $0.summary.givenBack += 1
-            }
-        }
-    }
-
-    func claimed() { state.withLock { $0.summary.claimed += 1 } }
-
-    /// A bundle reached done/ this long after the worker first saw it.
-    func synced(after seconds: Double) { state.withLock { $0.syncSeconds.append(seconds) } }
-
-    /// Reserves one claim of at most `limit` for the run; false when they are all taken.
-    func reserveClaim(limit: Int) -> Bool {
-        state.withLock { state in
-            guard state.claimsReserved < limit else { return false }
-            state.claimsReserved += 1
-            return true
-        }
-    }
-
-    /// A reserved claim that was not made (the bundle was gone, or another run had it).
-    func releaseClaim() { state.withLock { $0.claimsReserved -= 1 } }
-}
-
-/// The bundles a run will try, handed out one at a time to its concurrent uploaders.
-final class BundleQueue: Sendable {
-    private let entries: Mutex<ArraySlice<SpoolEntry>>
-    init(_ entries: [SpoolEntry]) { self.entries = Mutex(entries[...]) }
-    func next() -> SpoolEntry? { entries.withLock { $0.popFirst() } }
-}
-
 /// `dopesync run`: one batch over the spool, for cron or a systemd timer.
 public struct Worker: Sendable {
     public let options: RunOptions
@@ -285,24 +166,12 @@ public struct Worker: Sendable {
                 return endedBeforeStarting(spool, started: started)
             }
         }
-
         if let space = FileSystemSpace(of: spool.root), space.isBelow(options.minFreeSpace) {
             await reportBelowFloor(space, spool: spool, checkpoints: checkpoints, counters: counters)
         }
-
-        // Orphans of dead runs first (they were claimed earlier), then what is due in incoming/.
-        let orphans: [SpoolEntry]
-        let incoming: IncomingQueue
-        // When the worker first saw each bundle it may take: the metrics' time from drop to done/.
-        var arrivals: [String: Date] = [:]
+        let work: DueWork
         do {
-            orphans = try spool.processingEntries()
-            let listing = try spool.list(.incoming)
-            let states = try await checkpoints.perform { try $0.bundlesInFlight() }
-            incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: options.minAge)
-            for entry in orphans + incoming.due {
-                arrivals[entry.name] = IncomingQueue.arrival(of: entry, state: states[entry.name])
-            }
+            work = try await DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge)
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical(
@@ -312,29 +181,37 @@ public struct Worker: Sendable {
             try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }
             return (summary, .cannotCreate)
         }
-        let due = incoming.due
-        if !incoming.heldByMinAge.isEmpty || !incoming.waitingForRetry.isEmpty {
-            logger.info(
-                "not due yet",
-                metadata: [
-                    "held.by.min.age": "\(incoming.heldByMinAge.count)", "min.age": "\(options.minAge)",
-                    "waiting.for.retry": "\(incoming.waitingForRetry.count)",
-                ])
-        }
-        let queue = BundleQueue(counters.shouldStop ? [] : orphans + due)
-        let total = min(orphans.count + due.count, options.maxBundles ?? Int.max)
-        let deadline = options.maxTime.map { started + $0 }
-        let maxBundles = options.maxBundles ?? Int.max
-
+        work.logWhatIsNotDue(minAge: options.minAge, logger: logger)
         let lookups = LookupSupport()
-        let idle = orphans.isEmpty && due.isEmpty && !counters.shouldStop
+        let idleCheckFailed = await upload(
+            work, spool: spool, checkpoints: checkpoints, counters: counters, lookups: lookups, started: started)
+        let state = counters.snapshot
+        var summary = state.summary
+        summary.heldByMinAge = work.incoming.heldByMinAge.count
+        summary.seconds = (ContinuousClock.now - started) / .seconds(1)
+        let status = idleCheckFailed ?? state.exitStatus
+        summary.exitCode = status.rawValue
+        await recordEnd(
+            of: runID, summary: summary, syncSeconds: state.syncSeconds, lookups: lookups, spool: spool,
+            checkpoints: checkpoints)
+        return (summary, status)
+    }
+
+    /// Uploads what is due with `--concurrency` slots, or, with nothing to upload, checks the API
+    /// (`dopesync check`'s look), so that a timer's idle runs still find a wrong URL, a refused
+    /// token or an outage, and the metrics' last success means the API was reached. The exit
+    /// status of a failed idle check; nil otherwise.
+    private func upload(
+        _ work: DueWork, spool: Spool, checkpoints: CheckpointWriter, counters: RunCounters, lookups: LookupSupport,
+        started: ContinuousClock.Instant
+    ) async -> ExitStatus? {
+        let queue = BundleQueue(counters.shouldStop ? [] : work.bundles)
+        let total = min(work.bundles.count, options.maxBundles ?? Int.max)
+        let idle = work.bundles.isEmpty && !counters.shouldStop
         let clientResult: ExitStatus?? = try? await APIClient.with(
             baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
             connections: options.concurrency, network: options.network
         ) { client -> ExitStatus? in
-            // Nothing to upload: one look that the API is there and takes the token (`dopesync
-            // check`'s), so a timer's idle runs still find a wrong URL, a refused token or an
-            // outage, and the metrics' last success means the API was reached.
             if idle && options.probeWhenIdle {
                 let (lines, status) = await CheckCommand.probe(client)
                 for line in lines where !line.ok {
@@ -343,44 +220,52 @@ public struct Worker: Sendable {
                 }
                 return status == .success ? nil : status
             }
-            let results = GroupCommit(writer: checkpoints, batchSize: options.concurrency)
-            var uploader = BundleUploader(
-                checkpoints: checkpoints, results: results, client: client, retry: options.retry,
-                deferral: options.deferral, limits: options.limits, counters: counters,
-                isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
-                lookup: options.lookBeforeResending
-                    ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
-                logger: logger)
-            if options.checkReferencesFirst {
-                uploader.references = ReferenceCatalog(
-                    client: client, checkpoints: checkpoints, retry: options.retry, counters: counters, logger: logger)
-            }
+            let slot = UploadSlot(
+                arrivals: work.arrivals, queue: queue, spool: spool,
+                uploader: makeUploader(client, checkpoints: checkpoints, counters: counters, lookups: lookups),
+                counters: counters, deadline: options.maxTime.map { started + $0 },
+                maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
             await withTaskGroup(of: Void.self) { progressGroup in
                 if options.showProgress {
                     progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
                 }
                 await withTaskGroup(of: Void.self) { group in
-                    let slot = UploadSlot(
-                        arrivals: arrivals,
-                        queue: queue, spool: spool, uploader: uploader, counters: counters, deadline: deadline,
-                        maxBundles: maxBundles, minFreeSpace: options.minFreeSpace, logger: logger)
-                    for _ in 0..<max(options.concurrency, 1) {
-                        group.addTask { await slot.run() }
-                    }
+                    for _ in 0..<max(options.concurrency, 1) { group.addTask { await slot.run() } }
                 }
                 progressGroup.cancelAll()
             }
             return nil
         }
         if clientResult == nil { logger.error("the HTTP client could not be shut down cleanly") }
-        let idleCheckFailed = clientResult ?? nil
+        return clientResult ?? nil
+    }
 
-        let state = counters.snapshot
-        var summary = state.summary
-        summary.heldByMinAge = incoming.heldByMinAge.count
-        summary.seconds = (ContinuousClock.now - started) / .seconds(1)
-        let status = idleCheckFailed ?? state.exitStatus
-        summary.exitCode = status.rawValue
+    /// One uploader for all the run's bundles, with what they share: the group commit, the
+    /// lookups' support, the reference lists.
+    private func makeUploader(
+        _ client: APIClient, checkpoints: CheckpointWriter, counters: RunCounters, lookups: LookupSupport
+    ) -> BundleUploader {
+        var uploader = BundleUploader(
+            checkpoints: checkpoints, results: GroupCommit(writer: checkpoints, batchSize: options.concurrency),
+            client: client, retry: options.retry, deferral: options.deferral, limits: options.limits,
+            counters: counters, isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
+            lookup: options.lookBeforeResending
+                ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
+            logger: logger)
+        if options.checkReferencesFirst {
+            uploader.references = ReferenceCatalog(
+                client: client, checkpoints: checkpoints, retry: options.retry, counters: counters, logger: logger)
+        }
+        return uploader
+    }
+
+    /// The run's own record, for `status` and the metrics' last success, and the metrics file.
+    /// The bundles' fate is already recorded and in their folders, so a failure here changes
+    /// nothing they need: it is logged.
+    private func recordEnd(
+        of runID: String, summary: RunSummary, syncSeconds: [Double], lookups: LookupSupport, spool: Spool,
+        checkpoints: CheckpointWriter
+    ) async {
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
         var backlog: Result<SpoolBacklog, any Error>? = nil
@@ -402,26 +287,53 @@ public struct Worker: Sendable {
             case .missing: false
             case .unknown: nil
             }
-        let finished = summary
-        // The run's own record, for `status` and the metrics' last success: the bundles' fate is
-        // already recorded and in their folders, so a failure here changes nothing they need.
         try? await checkpoints.perform {
-            try $0.recordRunFinished(runID: runID, summary: finished, healthy: healthy, apiLookups: apiLookups)
+            try $0.recordRunFinished(runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
         }
-        if let metricsFile = options.metricsFile, let backlog {
-            // A metrics file that cannot be written is logged, never a reason to fail the run.
-            do {
-                let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
-                var metrics = RunMetrics(
-                    finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
-                metrics.syncSeconds = state.syncSeconds
-                try metrics.write(to: metricsFile)
-            } catch {
-                logger.error(
-                    "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
-            }
+        guard let metricsFile = options.metricsFile, let backlog else { return }
+        do {
+            let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
+            var metrics = RunMetrics(
+                finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
+            metrics.syncSeconds = syncSeconds
+            try metrics.write(to: metricsFile)
+        } catch {
+            logger.error(
+                "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
         }
-        return (summary, status)
+    }
+}
+
+/// What a run may take, listed once at its start: orphans of dead runs first (claimed earlier),
+/// then what is due in `incoming/`, with when the worker first saw each.
+struct DueWork {
+    let orphans: [SpoolEntry]
+    let incoming: IncomingQueue
+    /// When the worker first saw each bundle it may take: the metrics' time from drop to done/.
+    let arrivals: [String: Date]
+
+    var bundles: [SpoolEntry] { orphans + incoming.due }
+
+    static func list(_ spool: Spool, checkpoints: CheckpointWriter, minAge: Duration) async throws -> DueWork {
+        let orphans = try spool.processingEntries()
+        let listing = try spool.list(.incoming)
+        let states = try await checkpoints.perform { try $0.bundlesInFlight() }
+        let incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: minAge)
+        var arrivals: [String: Date] = [:]
+        for entry in orphans + incoming.due {
+            arrivals[entry.name] = IncomingQueue.arrival(of: entry, state: states[entry.name])
+        }
+        return DueWork(orphans: orphans, incoming: incoming, arrivals: arrivals)
+    }
+
+    func logWhatIsNotDue(minAge: Duration, logger: Logger) {
+        guard !incoming.heldByMinAge.isEmpty || !incoming.waitingForRetry.isEmpty else { return }
+        logger.info(
+            "not due yet",
+            metadata: [
+                "held.by.min.age": "\(incoming.heldByMinAge.count)", "min.age": "\(minAge)",
+                "waiting.for.retry": "\(incoming.waitingForRetry.count)",
+            ])
     }
 }
 

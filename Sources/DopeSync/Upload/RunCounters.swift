@@ -1,0 +1,122 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// A request to stop a run early, safe to set from a signal handler's queue.
+public final class StopRequest: Sendable {
+    private let flag = Atomic<Bool>(false)
+    public init() {}
+    public func request() { flag.store(true, ordering: .relaxed) }
+    public var isRequested: Bool { flag.load(ordering: .relaxed) }
+}
+
+/// The run's shared counters and stop flags, behind one lock.
+final class RunCounters: Sendable {
+    struct State {
+        var summary = RunSummary()
+        var credentialsRefused = false
+        /// The API's certificate could not be trusted: no request can go until an operator acts.
+        var apiNotTrusted = false
+        /// The API URL does not lead to the API (a redirect, HTML, the session collection's 404).
+        var apiMisdirected = false
+        /// For each bundle done, the seconds from its arrival to done/ (the metrics' histogram).
+        var syncSeconds: [Double] = []
+        /// Claims made or being made (``reserveClaim(limit:)``), for `--max-bundles`.
+        var claimsReserved = 0
+        /// The spool's file system fell below `min-free-space`.
+        var belowFreeSpaceFloor = false
+        /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
+        var checkpointsFailed = false
+        var breaker: CircuitBreaker
+
+        /// What the run exits with: the first reason it stopped for, in order of what a person
+        /// must fix first; else whether a bundle failed.
+        var exitStatus: ExitStatus {
+            if credentialsRefused { return .permissionDenied }
+            if apiNotTrusted { return .apiNotTrusted }
+            if apiMisdirected { return .configuration }
+            if checkpointsFailed || belowFreeSpaceFloor { return .cannotCreate }
+            if breaker.isOpen { return .temporaryFailure }
+            return summary.failed > 0 ? .bundlesFailed : .success
+        }
+    }
+    let runID: String
+    let stop: StopRequest
+    private let state: Mutex<State>
+
+    init(runID: String, breaker: CircuitBreaker.Policy, stop: StopRequest) {
+        self.runID = runID
+        self.stop = stop
+        self.state = Mutex(State(breaker: CircuitBreaker(policy: breaker)))
+    }
+
+    var shouldStop: Bool {
+        stop.isRequested
+            || state.withLock {
+                $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
+                    || $0.belowFreeSpaceFloor
+                    || $0.breaker.isOpen
+            }
+    }
+    var snapshot: State { state.withLock { $0 } }
+
+    func request(bytes: Int64) {
+        state.withLock {
+            $0.summary.requests += 1
+            $0.summary.bytes += bytes
+        }
+    }
+
+    /// A step the server took or answered for good (4xx).
+    func stepAnswered() { state.withLock { _ = $0.breaker.record(.stepAnswered) } }
+
+    /// A step gave up after its retries; returns the breaker's reason when this opened it.
+    func stepKeptFailing(answered: Bool) -> String? {
+        state.withLock { $0.breaker.record(.stepKeptFailing(answered: answered)) }
+    }
+
+    func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
+
+    /// Sets a reason the run stops for; true for its first report only (one log line a run).
+    func report(_ reason: WritableKeyPath<State, Bool> & Sendable) -> Bool {
+        state.withLock { state in
+            defer { state[keyPath: reason] = true }
+            return !state[keyPath: reason]
+        }
+    }
+
+    func record(_ outcome: UploadOutcome) {
+        state.withLock {
+            switch outcome {
+            case .done: $0.summary.done += 1
+            case .failed: $0.summary.failed += 1
+            case .deferred: $0.summary.deferred += 1
+            case .returned: $0.summary.givenBack += 1
+            }
+        }
+    }
+
+    func claimed() { state.withLock { $0.summary.claimed += 1 } }
+
+    /// A bundle reached done/ this long after the worker first saw it.
+    func synced(after seconds: Double) { state.withLock { $0.syncSeconds.append(seconds) } }
+
+    /// Reserves one claim of at most `limit` for the run; false when they are all taken.
+    func reserveClaim(limit: Int) -> Bool {
+        state.withLock { state in
+            guard state.claimsReserved < limit else { return false }
+            state.claimsReserved += 1
+            return true
+        }
+    }
+
+    /// A reserved claim that was not made (the bundle was gone, or another run had it).
+    func releaseClaim() { state.withLock { $0.claimsReserved -= 1 } }
+}
+
+/// The bundles a run will try, handed out one at a time to its concurrent uploaders.
+final class BundleQueue: Sendable {
+    private let entries: Mutex<ArraySlice<SpoolEntry>>
+    init(_ entries: [SpoolEntry]) { self.entries = Mutex(entries[...]) }
+    func next() -> SpoolEntry? { entries.withLock { $0.popFirst() } }
+}
