@@ -1,0 +1,40 @@
+import DopeSyncTestSupport
+import Foundation
+import NIOCore
+import Testing
+
+@testable import DopeSync
+
+/// ``MultipartBody``: an image's request body, streamed from the archive, usable once.
+@Suite struct MultipartBodyTests {
+    @Test(
+        "the first pass sends head, image and tail; a second pass fails as the transport would, never reading the archive again"
+    )
+    func oneUseOnly() async throws {
+        try await withTemporarySpool { spool, scratch in
+            var shape = SampleSession.Shape()
+            shape.imageBytes = 600 * 1024  // several chunks
+            let sample = SampleSession(seed: 31, shape: shape)
+            let name = try pack(sample, into: spool, scratch: scratch)
+            let bundle = try BundleInspector().inspect(path: spool.path(.incoming, name))
+            let plan = try UploadPlan(session: bundle.session, images: bundle.images)
+            guard let step = plan.steps.first(where: { $0.kind == .image }),
+                case .image(let image, let role, let groupID) = step.payload
+            else {
+                Issue.record("the sample has an image")
+                return
+            }
+            let framing = MultipartFraming(
+                idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
+            let body = MultipartBody(framing: framing, chunks: try BundleEntryReader(bundle: bundle).openImage(image))
+
+            var sent: [UInt8] = []
+            for try await buffer in body { sent += buffer.readableBytesView }
+            #expect(sent == framing.head + sample.images[image.fileName]! + framing.tail)
+
+            let copy = body  // a copy is the same body: still used
+            var again = copy.makeAsyncIterator()
+            await #expect(throws: MultipartBody.UsedTwice.self) { _ = try await again.next() }
+        }
+    }
+}
