@@ -1,0 +1,81 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+/// Requests that got no answer: what the error was, in words for the log and the sidecar, and
+/// what it means for the step.
+extension APIClient {
+    /// A request that got no answer, by the error's type (AsyncHTTPClient's, NIO's, NIOSSL's),
+    /// never by its text: a certificate that cannot be trusted, or a proxy that wants
+    /// credentials, stops the run; anything else is an outage to retry, in words for the log and
+    /// `failed/NAME.error`.
+    func classify(_ error: any Error) -> StepResponse {
+        if let reason = Self.trustFailure(error) {
+            return .notTrusted(message: "the API's TLS certificate cannot be trusted: \(reason)")
+        }
+        // The proxy refused the credentials: like the API refusing them, no retry can help.
+        if let error = error as? HTTPClientError, error == .proxyAuthenticationRequired {
+            return .unauthorized(status: 407, message: describe(error))
+        }
+        return .retryable(status: nil, retryAfter: nil, message: describe(error))
+    }
+
+    /// Why TLS with the API failed, if that is what `error` is.
+    static func trustFailure(_ error: any Error) -> String? {
+        switch error {
+        case let error as NIOSSLExtraError where error == .failedToValidateHostname:
+            return "it is not issued for this host name (\(error))"
+        case NIOSSLError.handshakeFailed(let reason):
+            return "the TLS handshake failed (\(reason)); an unknown CA needs --ca-file"
+        case let error as NIOConnectionError:
+            return error.connectionErrors.lazy.compactMap { trustFailure($0.error) }.first
+        default:
+            return nil
+        }
+    }
+
+    func describe(_ error: any Error) -> String {
+        // An error's text may quote a header: never the token.
+        let token = credential.current
+        func redacted(_ text: String) -> String {
+            guard !token.isEmpty else { return text }
+            let header = text.replacingOccurrences(of: "Bearer \(token)", with: "Bearer <token>")
+            // A token too short to be anything but a test's would match ordinary words.
+            return token.count >= 8 ? header.replacingOccurrences(of: token, with: "<token>") : header
+        }
+        return redacted(describeUnredacted(error))
+    }
+
+    private func describeUnredacted(_ error: any Error) -> String {
+        switch error {
+        case let error as HTTPClientError:
+            switch error {
+            case .deadlineExceeded, .readTimeout, .writeTimeout, .connectTimeout: return "timed out"
+            case .remoteConnectionClosed: return "the server closed the connection without an answer"
+            case .proxyAuthenticationRequired:
+                return "the proxy \(proxy.map(String.init(describing:)) ?? "") asks for credentials (407): "
+                    + "give them in the proxy's URL, http://user:password@host:port"
+            case .invalidProxyResponse:
+                return "the proxy \(proxy.map(String.init(describing:)) ?? "") refused to connect to the API"
+            default: return "\(error)"
+            }
+        case let error as NIOConnectionError:
+            // Every address tried failed; one refusal is enough to say nothing listens there.
+            let refused = error.connectionErrors.contains { ($0.error as? IOError)?.errnoCode == ECONNREFUSED }
+            return refused ? refusedMessage : "\(error)"
+        case let error as IOError where error.errnoCode == ECONNREFUSED:
+            return refusedMessage
+        case ChannelError.connectTimeout:
+            return "timed out"
+        default:
+            return "\(error)"
+        }
+    }
+
+    /// With a proxy, connections go to the proxy only: a refusal is the proxy's.
+    private var refusedMessage: String {
+        proxy.map { "connection refused by the proxy \($0) (is it up?)" } ?? "connection refused (is the API up?)"
+    }
+}
