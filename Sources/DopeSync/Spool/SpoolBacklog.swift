@@ -1,0 +1,37 @@
+import Foundation
+
+/// The spool's folders listed once: count, bytes and oldest age of each, as `status` and the
+/// metrics file show them.
+struct SpoolBacklog: Sendable {
+    var listings: [Spool.Folder: [SpoolEntry]]
+    var folders: [String: SpoolStatus.Folder]
+
+    /// The checkpoint store's rows of the bundles not done or failed, by name.
+    var inFlight: [String: BundleState]
+    /// Free bytes on the spool's file system, when they could be read.
+    var freeBytes: Int64? = nil
+
+    /// Bundles in `incoming/` whose next attempt is still to come (``IncomingQueue``).
+    func waitingForRetry(now: Date) -> Int {
+        IncomingQueue(incoming: listings[.incoming] ?? [], states: inFlight, now: now, minAge: .zero)
+            .waitingForRetry.count
+    }
+
+    /// Ages in `incoming/` count from the store's first-seen times where it has them.
+    static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
+        let firstSeen = inFlight.mapValues(\.firstSeen)
+        var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
+        backlog.freeBytes = FileSystemSpace(of: spool.root)?.free
+        for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
+            let entries = try spool.list(folder)
+            backlog.listings[folder] = entries
+            let oldest = entries.lazy.map { entry in
+                folder == .incoming ? min(firstSeen[entry.name] ?? entry.modified, now) : entry.modified
+            }.min()
+            backlog.folders[folder.rawValue] = SpoolStatus.Folder(
+                count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
+                oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
+        }
+        return backlog
+    }
+}
