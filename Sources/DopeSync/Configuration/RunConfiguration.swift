@@ -1,8 +1,6 @@
-import Configuration
 import Foundation
 import Logging
 import NIOSSL
-import Yams
 
 /// `dopesync run`'s settings, resolved from (highest first) the command line, the environment,
 /// a job file and the built-in defaults, as WORKER.md's "Configuration" orders them.
@@ -62,77 +60,87 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     ) throws(ConfigurationError) -> RunConfiguration {
         var layers = [SettingLayer.commandLine(commandLine), .environment(environment)]
         if let jobFile { layers.append(try .jobFile(path: jobFile)) }
-
+        var settings = SettingResolver(layers: layers)
         var configuration = RunConfiguration()
-        func lookup(_ setting: RunSetting) throws(ConfigurationError) -> (text: String, source: SettingSource)? {
-            for layer in layers {
-                if let found = try layer.value(of: setting) {
-                    configuration.sources[setting.key] = found.source
-                    return found
-                }
-            }
-            return nil
+        try configuration.resolveSpoolSettings(&settings)
+        if purpose == .run {
+            try configuration.resolveAPISettings(&settings, environment: environment, jobFile: jobFile)
         }
-        func parsed<Value>(_ setting: RunSetting, expected: String, _ parse: (String) -> Value?)
-            throws(ConfigurationError) -> Value?
-        {
-            guard let (text, source) = try lookup(setting) else { return nil }
-            guard let value = parse(text.trimmingCharacters(in: .whitespaces)) else {
-                // A URL may carry a password: shown masked, like every URL.
-                let shown = setting == .api ? MaskedURL.string(text) : DisplayText.escaped(text)
-                throw ConfigurationError(
-                    .badValue, key: setting.key, source: source, message: "\"\(shown)\" is not \(expected)")
-            }
-            return value
-        }
+        configuration.sources.merge(settings.sources) { own, _ in own }
+        return configuration
+    }
 
-        if let spool = try parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) {
-            configuration.spool = spool
+    /// What every command needs: the spool and how a run behaves and logs.
+    private mutating func resolveSpoolSettings(_ settings: inout SettingResolver) throws(ConfigurationError) {
+        if let spool = try settings.parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) {
+            self.spool = spool
         }
-        if let concurrency = try parsed(
+        if let concurrency = try settings.parsed(
             .concurrency, expected: "a whole number from 1 to 64",
             { Int($0).flatMap { (1...64).contains($0) ? $0 : nil } })
         {
-            configuration.concurrency = concurrency
+            self.concurrency = concurrency
         }
-        configuration.maxBundles = try parsed(.maxBundles, expected: "a whole number of bundles, 0 or more") {
+        maxBundles = try settings.parsed(.maxBundles, expected: "a whole number of bundles, 0 or more") {
             Int($0).flatMap { $0 >= 0 ? $0 : nil }
         }
-        configuration.maxTime = try parsed(
-            .maxTime, expected: "a duration (\(DurationText.examples))", DurationText.parse)
-        if let minAge = try parsed(.minAge, expected: "a duration (\(DurationText.examples))", DurationText.parse) {
-            configuration.minAge = minAge
+        let duration = "a duration (\(DurationText.examples))"
+        maxTime = try settings.parsed(.maxTime, expected: duration, DurationText.parse)
+        if let minAge = try settings.parsed(.minAge, expected: duration, DurationText.parse) { self.minAge = minAge }
+        if let progress = try settings.parsed(
+            .progress, expected: "auto, always or never", ProgressMode.init(rawValue:))
+        {
+            self.progress = progress
         }
-        if let progress = try parsed(.progress, expected: "auto, always or never", ProgressMode.init(rawValue:)) {
-            configuration.progress = progress
+        if let format = try settings.parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
+            logFormat = format
         }
-        if let format = try parsed(.logFormat, expected: "text or json", LogFormat.init(rawValue:)) {
-            configuration.logFormat = format
-        }
-        if let keep = try parsed(
+        if let keep = try settings.parsed(
             .pruneAfter, expected: "a duration above zero (\(DurationText.examples))",
             { DurationText.parse($0).flatMap { $0 > .zero ? $0 : nil } })
         {
-            configuration.pruneAfter = keep
+            pruneAfter = keep
         }
-        if let floor = try parsed(
+        if let floor = try settings.parsed(
             .minFreeSpace, expected: "a size (1GiB, 500MB), a percentage (5%) or 0", FreeSpaceFloor.parse)
         {
-            configuration.minFreeSpace = floor
+            minFreeSpace = floor
         }
-        if let level = try parsed(
+        if let level = try settings.parsed(
             .logLevel, expected: "trace, debug, info, notice, warning, error or critical",
             { Logger.Level(rawValue: $0.lowercased()) })
         {
-            configuration.logLevel = level
+            logLevel = level
         }
-        guard purpose == .run else { return configuration }
+    }
 
+    /// What `run` needs besides: the API, its credential, and the way there.
+    private mutating func resolveAPISettings(
+        _ settings: inout SettingResolver, environment: [String: String], jobFile: String?
+    ) throws(ConfigurationError) {
         // Not checked for a folder that exists: monitoring that is not set up yet must never
         // stop uploads. A file that cannot be written is logged by the run.
-        configuration.metricsFile = try parsed(.metricsFile, expected: "a file path") { $0.isEmpty ? nil : $0 }
+        metricsFile = try settings.parsed(.metricsFile, expected: "a file path") { $0.isEmpty ? nil : $0 }
+        try resolveAPIURL(&settings, jobFile: jobFile)
+        try resolveCredential(&settings, environment: environment, jobFile: jobFile)
+        maxRate = try settings.parsed(.maxRate, expected: "a rate (\(ByteRate.examples))", ByteRate.parse)
+        if let (path, source) = try settings.lookup(.caFile) {
+            try Self.checkCAFile(path, source: source)
+            caFile = path
+        }
+        // The proxy's text may hold a password: never through `parsed`, which echoes values.
+        let (proxy, proxySource) = try ProxyChoice.resolve(
+            apiURL: apiURL, setting: settings.lookup(.proxy), environment: environment)
+        self.proxy = proxy
+        sources[RunSetting.proxy.key] = proxySource
+    }
 
-        guard let api = try parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) else {
+    /// The API's URL; plain http only to this machine, or where `allow-insecure-http` says the
+    /// network is trusted.
+    private mutating func resolveAPIURL(_ settings: inout SettingResolver, jobFile: String?)
+        throws(ConfigurationError)
+    {
+        guard let api = try settings.parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) else {
             throw ConfigurationError(
                 .missing, key: RunSetting.api.key,
                 source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
@@ -140,60 +148,20 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
                     "the API's URL is not set: give --api, \(RunSetting.api.environmentVariable) or `api:` in a job file"
             )
         }
-        configuration.apiURL = api
-        let allowInsecure =
-            try parsed(.allowInsecureHTTP, expected: "true or false", Self.boolean) ?? false
-        if let host = Self.plainHTTPHost(api) {
-            guard allowInsecure else {
-                throw ConfigurationError(
-                    .insecureAPI, key: RunSetting.api.key,
-                    source: configuration.sources[RunSetting.api.key] ?? .builtInDefault,
-                    message: "\(MaskedURL.string(api)) is plain http to \(host), which is not this machine: the token "
-                        + "would travel in clear; use https://, or set allow-insecure-http: true if the network is trusted"
-                )
-            }
-            configuration.warnings.append(
-                "the API URL \(MaskedURL.string(api)) is plain http to \(host) (allow-insecure-http: true): "
-                    + "the token and every record travel in clear; anyone on the path can read and replay them")
-        }
-        let tokenFile = try lookup(.tokenFile)
-        let tokenCommand = try lookup(.tokenCommand)
-        if tokenFile?.source == .commandLine && tokenCommand?.source == .commandLine {
+        apiURL = api
+        let allowInsecure = try settings.parsed(.allowInsecureHTTP, expected: "true or false", Self.boolean) ?? false
+        guard let host = Self.plainHTTPHost(api) else { return }
+        guard allowInsecure else {
             throw ConfigurationError(
-                .badValue, key: RunSetting.tokenCommand.key, source: .commandLine,
-                message: "give --token-file or --token-command, not both")
+                .insecureAPI, key: RunSetting.api.key,
+                source: settings.sources[RunSetting.api.key] ?? .builtInDefault,
+                message: "\(MaskedURL.string(api)) is plain http to \(host), which is not this machine: the token "
+                    + "would travel in clear; use https://, or set allow-insecure-http: true if the network is trusted"
+            )
         }
-        if Self.hasEnvironmentToken(environment), let command = tokenCommand, command.source != .commandLine,
-            tokenFile?.source != .commandLine
-        {
-            configuration.warnings.append(
-                "\(RunSetting.tokenEnvironmentVariable) is used, not token-command (\(command.source)): a token from "
-                    + "the environment cannot be renewed when the API refuses it")
-        }
-        if let command = tokenCommand,
-            tokenFile?.source != .commandLine,
-            command.source == .commandLine || !Self.hasEnvironmentToken(environment)
-        {
-            guard tokenFile == nil || command.source == .commandLine else {
-                throw ConfigurationError(
-                    .badValue, key: RunSetting.tokenCommand.key, source: command.source,
-                    message: "give token-file or token-command, not both (token-file comes from \(tokenFile!.source))")
-            }
-            try configuration.resolveTokenCommand(command.text, source: command.source)
-        } else {
-            try configuration.resolveToken(tokenFile: tokenFile, environment: environment, jobFile: jobFile)
-        }
-        configuration.maxRate = try parsed(.maxRate, expected: "a rate (\(ByteRate.examples))", ByteRate.parse)
-        if let (path, source) = try lookup(.caFile) {
-            try Self.checkCAFile(path, source: source)
-            configuration.caFile = path
-        }
-        // The proxy's text may hold a password: never through `parsed`, which echoes values.
-        let (proxy, proxySource) = try ProxyChoice.resolve(
-            apiURL: api, setting: lookup(.proxy), environment: environment)
-        configuration.proxy = proxy
-        configuration.sources[RunSetting.proxy.key] = proxySource
-        return configuration
+        warnings.append(
+            "the API URL \(MaskedURL.string(api)) is plain http to \(host) (allow-insecure-http: true): "
+                + "the token and every record travel in clear; anyone on the path can read and replay them")
     }
 
     /// A CA file must hold at least one PEM certificate: a typo in its path, or a DER file,
@@ -212,92 +180,6 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             throw ConfigurationError(
                 .unreadableCAFile, key: RunSetting.caFile.key, source: source,
                 message: "cannot read CA certificates from \(path): it holds no PEM certificate")
-        }
-    }
-
-    /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
-    /// `token-file` from the environment or the job file.
-    static func hasEnvironmentToken(_ environment: [String: String]) -> Bool {
-        !(environment[RunSetting.tokenEnvironmentVariable]?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")
-            .isEmpty
-    }
-
-    /// Runs the token command once, for the token a run starts with; it runs again after a refusal.
-    private mutating func resolveTokenCommand(_ command: String, source: SettingSource) throws(ConfigurationError) {
-        do {
-            token = try Credential.runTokenCommand(command)
-        } catch {
-            throw ConfigurationError(
-                .tokenCommandFailed, key: RunSetting.tokenCommand.key, source: source, message: error.message)
-        }
-        tokenSource = .command(command)
-        sources["token"] = source
-    }
-
-    private mutating func resolveToken(
-        tokenFile: (text: String, source: SettingSource)?, environment: [String: String], jobFile: String?
-    ) throws(ConfigurationError) {
-        let fromEnvironment = environment[RunSetting.tokenEnvironmentVariable].map {
-            $0.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
-            guard Credential.isUsableToken(fromEnvironment) else {
-                throw ConfigurationError(
-                    .badValue, key: nil, source: .environment(variable: RunSetting.tokenEnvironmentVariable),
-                    message: Credential.unusableToken(RunSetting.tokenEnvironmentVariable))
-            }
-            if let tokenFile {
-                warnings.append(
-                    "\(RunSetting.tokenEnvironmentVariable) is used, not token-file (\(tokenFile.source)): a token from "
-                        + "the environment cannot be read again when the API refuses it")
-            }
-            token = fromEnvironment
-            tokenSource = .fixed
-            sources["token"] = .environment(variable: RunSetting.tokenEnvironmentVariable)
-            return
-        }
-        guard let (path, source) = tokenFile else {
-            throw ConfigurationError(
-                .missing, key: RunSetting.tokenFile.key,
-                source: jobFile.map { .jobFile(path: $0, line: nil) } ?? .builtInDefault,
-                message:
-                    "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file"
-            )
-        }
-        let contents: [UInt8]
-        do {
-            contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
-        } catch {
-            // A path with no "/" that cannot be read may be the token itself, given by mistake:
-            // never echo that into a log.
-            let shown =
-                path.contains("/")
-                ? "\(error)"
-                : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: "cannot read the token file: \(shown)")
-        }
-        let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !text.isEmpty, !text.contains(where: \.isNewline) else {
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: "the token file \(path) must hold the token alone on one line")
-        }
-        guard Credential.isUsableToken(text) else {
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: Credential.unusableToken("the token file \(path)"))
-        }
-        token = text
-        tokenSource = .file(path)
-        sources["token"] = source
-        // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
-        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int,
-            mode & 0o077 != 0
-        {
-            warnings.append(
-                "the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
         }
     }
 
@@ -345,155 +227,5 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         parts.append(("token", "<redacted>"))
         return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(
             separator: ", ")
-    }
-}
-
-/// One source of settings, asked through a swift-configuration snapshot.
-struct SettingLayer: Sendable {
-    let snapshot: any ConfigSnapshot
-    /// The provider's key for a setting.
-    let key: @Sendable (RunSetting) -> AbsoluteConfigKey
-    /// What to tell the operator a value came from.
-    let source: @Sendable (RunSetting) -> SettingSource
-    /// Keys written with no value (`max-bundles:`): "not set", like a missing line.
-    var unsetKeys: Set<String> = []
-
-    func value(of setting: RunSetting) throws(ConfigurationError) -> (text: String, source: SettingSource)? {
-        guard !unsetKeys.contains(setting.key) else { return nil }
-        let result: LookupResult
-        do {
-            result = try snapshot.value(forKey: key(setting), type: .string)
-        } catch {
-            throw ConfigurationError(
-                .wrongType, key: setting.key, source: source(setting),
-                message: "expected one value, not a list or a mapping")
-        }
-        guard case .string(let text)? = result.value?.content else { return nil }
-        return (text, source(setting))
-    }
-
-    static func commandLine(_ options: [RunSetting: String]) -> SettingLayer {
-        var values: [AbsoluteConfigKey: ConfigValue] = [:]
-        for (setting, text) in options {
-            values[AbsoluteConfigKey([setting.key])] = ConfigValue(.string(text), isSecret: false)
-        }
-        return SettingLayer(
-            snapshot: InMemoryProvider(name: "command line", values: values).snapshot(),
-            key: { AbsoluteConfigKey([$0.key]) }, source: { _ in .commandLine })
-    }
-
-    static func environment(_ variables: [String: String]) -> SettingLayer {
-        // An empty variable (`DOPESYNC_API_URL=`) counts as not set, as it does for the shell's defaults.
-        let provider = EnvironmentVariablesProvider(
-            environmentVariables: variables.filter { !$0.value.isEmpty },
-            secretsSpecifier: .specific([RunSetting.tokenEnvironmentVariable]))
-        // The provider spells `dopesync.max.time` as DOPESYNC_MAX_TIME.
-        return SettingLayer(
-            snapshot: provider.snapshot(),
-            key: { AbsoluteConfigKey($0.environmentVariable.lowercased().split(separator: "_").map(String.init)) },
-            source: { .environment(variable: $0.environmentVariable) })
-    }
-
-    /// The job file is read once: Yams lists its keys, and its values are looked up in a
-    /// `YAMLSnapshot` made from the same bytes.
-    static func jobFile(path: String) throws(ConfigurationError) -> SettingLayer {
-        let lines = try JobFileKeys.scan(path: path)
-        let snapshot: any ConfigSnapshot
-        if lines.keys.isEmpty {
-            // An empty (or all-comment) job file is allowed.
-            snapshot = InMemoryProvider(name: path, values: [:]).snapshot()
-        } else {
-            do {
-                snapshot = try YAMLSnapshot(
-                    data: lines.contents.span.bytes, providerName: path, parsingOptions: .default)
-            } catch {
-                throw ConfigurationError(
-                    .unreadableJobFile, key: nil, source: .jobFile(path: path, line: nil),
-                    message: "not valid YAML: \(error)")
-            }
-        }
-        return SettingLayer(
-            snapshot: snapshot, key: { AbsoluteConfigKey([$0.key]) },
-            source: { .jobFile(path: path, line: lines.keys[$0.key]) },
-            unsetKeys: lines.nullKeys)
-    }
-}
-
-/// The keys of a job file with their line numbers, checked against the known settings.
-struct JobFileKeys {
-    /// Key → 1-based line.
-    var keys: [String: Int] = [:]
-    /// Keys written with no value (`max-bundles:`), which mean "not set", like a missing line.
-    var nullKeys: Set<String> = []
-    /// The file's bytes, for the values.
-    var contents: [UInt8] = []
-
-    static func scan(path: String) throws(ConfigurationError) -> JobFileKeys {
-        let whole = SettingSource.jobFile(path: path, line: nil)
-        var scanned = JobFileKeys()
-        do {
-            scanned.contents = try FileSystem.readFile(path, maxBytes: 1024 * 1024)
-        } catch {
-            throw ConfigurationError(
-                .unreadableJobFile, key: nil, source: whole, message: "cannot read the job file: \(error)")
-        }
-        let root: Node?
-        do {
-            root = try Yams.compose(yaml: String(decoding: scanned.contents, as: UTF8.self))
-        } catch {
-            throw ConfigurationError(.unreadableJobFile, key: nil, source: whole, message: "not valid YAML: \(error)")
-        }
-        guard let root else { return scanned }
-        guard let mapping = root.mapping else {
-            throw ConfigurationError(
-                .wrongType, key: nil, source: .jobFile(path: path, line: root.mark?.line),
-                message: "a job file is a list of `key: value` lines")
-        }
-        let known = Set(RunSetting.all.map(\.key))
-        for (keyNode, valueNode) in mapping {
-            let line = keyNode.mark?.line
-            let source = SettingSource.jobFile(path: path, line: line)
-            guard let key = keyNode.string else {
-                throw ConfigurationError(.wrongType, key: nil, source: source, message: "a key must be a plain name")
-            }
-            if key == "token" || key == "api-token" {
-                throw ConfigurationError(
-                    .unknownKey, key: key, source: source,
-                    message:
-                        "a job file never holds the token; put it in a file named by `token-file:` (mode 600) or in \(RunSetting.tokenEnvironmentVariable)"
-                )
-            }
-            guard known.contains(key) else {
-                let hint =
-                    RunSetting.all.map(\.key).min { editDistance($0, key) < editDistance($1, key) }
-                    .flatMap { editDistance($0, key) <= 2 ? " (did you mean \($0)?)" : nil }
-                    ?? " (known keys: \(RunSetting.all.map(\.key).joined(separator: ", ")))"
-                throw ConfigurationError(.unknownKey, key: key, source: source, message: "unknown key\(hint)")
-            }
-            switch valueNode {
-            case .scalar:
-                if valueNode.null != nil { scanned.nullKeys.insert(key) }
-            case .mapping, .sequence, .alias:
-                throw ConfigurationError(
-                    .wrongType, key: key, source: source, message: "expected one value, not a list or a mapping")
-            }
-            scanned.keys[key] = line
-        }
-        return scanned
-    }
-
-    /// Levenshtein distance, for "did you mean" on short keys.
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a)
-        let b = Array(b)
-        var previous = Array(0...b.count)  // distances from the first i characters of a
-        for (i, character) in a.enumerated() {
-            var current = [i + 1]
-            for j in b.indices {
-                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (character == b[j] ? 0 : 1)))
-            }
-            previous = current
-        }
-        return previous[b.count]
     }
 }
