@@ -300,42 +300,46 @@ struct BundleUploadState {
         case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
         case .differs(let failure): return finish(.fail(failure, stepAnswered: true))
         }
+        guard case .created(let id, _) = response else {
+            return finish(Self.finish(step, after: response, cutShort: cutShort))
+        }
+        serverIDs[step.key] = id
+        phase = .handingIn
+        tries = nil
+        return .handInResult(
+            CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id),
+            found: resolution == .found(id))
+    }
+
+    /// Where the bundle goes after `step`'s last answer, when it did not create the record.
+    static func finish(_ step: UploadStep, after response: StepResponse, cutShort: Bool) -> Finish {
         switch response {
-        case .created(let id, _):
-            serverIDs[step.key] = id
-            phase = .handingIn
-            tries = nil
-            return .handInResult(
-                CheckpointStore.StepResult(sessionID: plan.sessionID, stepKey: step.key, serverID: id),
-                found: resolution == .found(id))
+        case .created:
+            preconditionFailure("a created step goes on")
         case .rejected(404, _, let message, _) where step.kind == .session:
             // The session collection itself is not there: the URL is wrong, not the bundle. (A 404
             // under a record the worker created is the bundle's, below.)
-            return finish(
-                .giveBack(
-                    .apiMisdirected(
-                        message:
-                            "the session collection answered 404 (\(message)): the API URL does not lead to the API")))
+            return .giveBack(
+                .apiMisdirected(
+                    message: "the session collection answered 404 (\(message)): the API URL does not lead to the API"))
         case .misdirected(let message):
-            return finish(.giveBack(.apiMisdirected(message: message)))
+            return .giveBack(.apiMisdirected(message: message))
         case .rejected(let status, _, let message, let field):
             // The API names its request's field; the sidecar names the bundle's (`dope[2].ammunitionId`).
             let failure = BundleFailure(
                 reason: .http(status), step: step.key, httpStatus: status,
                 field: field.map { "\(step.recordPath).\($0)" }, message: message)
-            return finish(.fail(failure, stepAnswered: true))
+            return .fail(failure, stepAnswered: true)
         case .imageUnreadable(let message):
-            return finish(
-                .fail(
-                    BundleFailure(reason: .changedAfterValidation, step: step.key, message: message),
-                    stepAnswered: false))
+            return .fail(
+                BundleFailure(reason: .changedAfterValidation, step: step.key, message: message), stepAnswered: false)
         case .unauthorized(let status, let message):
-            return finish(.giveBack(.credentialsRefused(status: status, message: message)))
+            return .giveBack(.credentialsRefused(status: status, message: message))
         case .notTrusted(let message):
-            return finish(.giveBack(.apiNotTrusted(message: message)))
+            return .giveBack(.apiNotTrusted(message: message))
         case .retryable(let status, _, let message):
             // Retries cut short because the run is stopping: not this bundle's attempt.
-            if cutShort { return finish(.giveBack(.stopping)) }
+            if cutShort { return .giveBack(.stopping) }
             // A 2xx here did not confirm the create (no id, or another clientId): not the API's
             // refusal either, so it has a reason of its own.
             let reason: FailureReason =
@@ -345,7 +349,7 @@ struct BundleUploadState {
                 case let status?: .http(status)
                 }
             let failure = BundleFailure(reason: reason, step: step.key, httpStatus: status, message: message)
-            return finish(.deferBundle(failure, answered: status != nil))
+            return .deferBundle(failure, answered: status != nil)
         }
     }
 

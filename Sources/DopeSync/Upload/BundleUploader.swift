@@ -78,23 +78,9 @@ struct BundleUploader: Sendable {
         }
 
         let bundle: ValidatedBundle
-        switch await Self.inspect(
-            claimed.path, identity: claimed.identity, size: claimed.size, limits: limits, stop: counters.stop)
-        {
-        case .success(let valid):
-            bundle = valid
-        case .failure(let error) where error.code == .readingStopped:
-            return await disposition.giveBack(claimed, logger: logger)
-        case .failure(let error) where error.code == .replacedAfterClaim:
-            return disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)
-        case .failure(let error):
-            logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
-            // The entry or field at fault; a problem of the whole archive names the file itself,
-            // which is no field (and its processing/ path is gone once it moves).
-            let culprit = error.errors[0].culprit
-            let field = culprit.isEmpty || culprit == claimed.path ? nil : culprit
-            let failure = BundleFailure(reason: FailureReason(error.code), field: field, message: error.description)
-            return await disposition.fail(claimed, sessionID: nil, failure: failure, logger: logger)
+        switch await validate(claimed, logger: logger) {
+        case .success(let valid): bundle = valid
+        case .failure(let ended): return ended.outcome
         }
         let sessionID = bundle.session.session.id
         logger[metadataKey: "session.id"] = "\(sessionID)"
@@ -123,6 +109,36 @@ struct BundleUploader: Sendable {
             claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
     }
 
+    /// Where a bundle went instead of being uploaded.
+    private struct Ended: Error {
+        let outcome: UploadOutcome
+    }
+
+    /// Reads the claimed bundle through and validates it; an invalid one goes to `failed/`, one
+    /// whose reading was stopped back to `incoming/`, one replaced after its claim nowhere.
+    private func validate(_ claimed: ClaimedBundle, logger: Logger) async -> Result<ValidatedBundle, Ended> {
+        switch await Self.inspect(
+            claimed.path, identity: claimed.identity, size: claimed.size, limits: limits, stop: counters.stop)
+        {
+        case .success(let valid):
+            return .success(valid)
+        case .failure(let error) where error.code == .readingStopped:
+            return .failure(Ended(outcome: await disposition.giveBack(claimed, logger: logger)))
+        case .failure(let error) where error.code == .replacedAfterClaim:
+            return .failure(
+                Ended(outcome: disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)))
+        case .failure(let error):
+            logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
+            // The entry or field at fault; a problem of the whole archive names the file itself,
+            // which is no field (and its processing/ path is gone once it moves).
+            let culprit = error.errors[0].culprit
+            let field = culprit.isEmpty || culprit == claimed.path ? nil : culprit
+            let failure = BundleFailure(reason: FailureReason(error.code), field: field, message: error.description)
+            return .failure(
+                Ended(outcome: await disposition.fail(claimed, sessionID: nil, failure: failure, logger: logger)))
+        }
+    }
+
     /// Carries out ``BundleUploadState``'s actions for one bundle until it says where the bundle goes:
     /// each action is done here and its outcome fed back as the next event; nothing else changes
     /// the state.
@@ -145,13 +161,7 @@ struct BundleUploader: Sendable {
                 guard let references else { preconditionFailure("references are checked only with a catalog") }
                 action = state.referencesChecked(await references.check(uses), stopping: stopping())
             case .recordIntents(let intents):
-                do throws(CheckpointError) {
-                    let outcomes = try await checkpoints.recordIntents(sessionID: plan.sessionID, intents)
-                    action = state.intentsRecorded(outcomes, stopping: stopping())
-                } catch {
-                    disposition.checkpointFailed(error, logger: logger)
-                    action = state.checkpointFailed()
-                }
+                action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
                 tokenSent = client.credential.current
                 action = state.looked(await look(target, logger: logger), stopping: stopping())
@@ -206,6 +216,19 @@ struct BundleUploader: Sendable {
                 metadata: ["http.status": "\(status)", "message": "\(message)"])
         }
         return found
+    }
+
+    /// Commits the intents of the steps about to be sent; the next action.
+    private func recordIntents(
+        _ intents: [CheckpointStore.StepIntent], in state: inout BundleUploadState, logger: Logger
+    ) async -> BundleUploadState.Action {
+        do {
+            let outcomes = try await checkpoints.recordIntents(sessionID: state.plan.sessionID, intents)
+            return state.intentsRecorded(outcomes, stopping: counters.shouldStop)
+        } catch {
+            disposition.checkpointFailed(error, logger: logger)
+            return state.checkpointFailed()
+        }
     }
 
     /// Records the steps a look found on the server as done; the next action.
