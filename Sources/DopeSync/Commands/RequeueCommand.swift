@@ -30,26 +30,8 @@ public enum RequeueCommand {
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
-        let known = Set(failedBundles.map(\.name))
-
-        var names: [String] = []
-        var unknown: [String] = []
-        switch selection {
-        case .all:
-            names = failedBundles.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map(\.name)
-        case .names(let given):
-            for argument in given {
-                let name = argument.hasPrefix("failed/") ? String(argument.dropFirst("failed/".count)) : argument
-                if known.contains(name) && !name.contains("/") {
-                    if !names.contains(name) { names.append(name) }
-                } else {
-                    unknown.append(argument)
-                }
-            }
-        }
-
+        var (names, unknown) = select(selection, among: failedBundles)
         var store: CheckpointStore?
-        var diagnostics: [String] = []
         if !names.isEmpty && FileManager.default.fileExists(atPath: spool.databasePath) {
             do {
                 store = try CheckpointStore(spool: spool, now: now)
@@ -58,53 +40,89 @@ public enum RequeueCommand {
                     output: "", diagnostics: "cannot open the checkpoint database: \(error)", status: .cannotCreate)
             }
         }
-
-        var lines: [String] = []
-        var status = ExitStatus.success
-        for name in names {
-            do {
-                // Reset first, under the name the row has now: once moved, a run may claim it at any moment.
-                let steps = try store?.bundleState(name: name)?.stepsDone
-                try store?.resetAttempts(name: name, now: now)
-                let final = try spool.requeueFailed(name, now: now)
-                if final != name { try store?.renamed(from: name, to: final, now: now) }
-                unlink(spool.sidecarPath(forFailed: name))
-                var line = "requeued failed/\(name) -> incoming/\(final)"
-                if let steps, steps > 0 { line += " (resumes: \(steps) step\(steps == 1 ? "" : "s") already done)" }
-                lines.append(line)
-            } catch {
-                diagnostics.append("cannot requeue failed/\(name): \(error)")
-                status = .cannotCreate
-            }
-        }
+        var report = Report()
+        for name in names { requeueFailed(name, spool: spool, store: store, now: now, into: &report) }
         // A name waiting for retry in incoming/ is made due now: the worker cannot `touch` a
         // producer's file, and its next attempt is in the store anyway.
-        unknown = unknown.filter { argument in
-            let name = argument.hasPrefix("incoming/") ? String(argument.dropFirst("incoming/".count)) : argument
-            guard !name.contains("/"), FileManager.default.fileExists(atPath: spool.path(.incoming, name)),
-                FileManager.default.fileExists(atPath: spool.databasePath)
-            else { return true }
-            do {
-                guard try CheckpointStore(spool: spool, now: now).makeDue(name: name, now: now) else { return true }
-                lines.append("incoming/\(name) is due now (it was waiting for retry; its attempts are kept)")
-                return false
-            } catch {
-                diagnostics.append("cannot make incoming/\(name) due: \(error)")
-                status = .cannotCreate
-                return false
-            }
-        }
+        unknown = unknown.filter { !makeDue($0, spool: spool, now: now, into: &report) }
         if !unknown.isEmpty {
-            diagnostics.append(
+            report.diagnostics.append(
                 "not a bundle in \(spool.path(.failed)) or waiting for retry in incoming/: \(unknown.joined(separator: ", "))"
             )
-            if status == .success { status = .bundlesFailed }
+            if report.status == .success { report.status = .bundlesFailed }
         }
-        if names.isEmpty && unknown.isEmpty && lines.isEmpty { lines.append("nothing to requeue: failed/ is empty") }
+        if names.isEmpty && unknown.isEmpty && report.lines.isEmpty {
+            report.lines.append("nothing to requeue: failed/ is empty")
+        }
         // Names are producers' choice: nothing in them may start a line or drive a terminal.
         return CommandOutcome(
-            output: lines.map(DisplayText.escaped).joined(separator: "\n"),
-            diagnostics: diagnostics.isEmpty ? nil : diagnostics.map(DisplayText.escaped).joined(separator: "\n"),
-            status: status)
+            output: report.lines.map(DisplayText.escaped).joined(separator: "\n"),
+            diagnostics: report.diagnostics.isEmpty
+                ? nil : report.diagnostics.map(DisplayText.escaped).joined(separator: "\n"),
+            status: report.status)
+    }
+
+    private struct Report {
+        var lines: [String] = []
+        var diagnostics: [String] = []
+        var status = ExitStatus.success
+    }
+
+    /// The bundles of `failed/` the selection names (oldest first for `--all`), and the arguments
+    /// that name none.
+    private static func select(_ selection: Selection, among failed: [SpoolEntry]) -> (
+        names: [String], unknown: [String]
+    ) {
+        switch selection {
+        case .all:
+            return (failed.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map(\.name), [])
+        case .names(let given):
+            let known = Set(failed.map(\.name))
+            var (names, unknown) = ([String](), [String]())
+            for argument in given {
+                let name = argument.hasPrefix("failed/") ? String(argument.dropFirst("failed/".count)) : argument
+                if known.contains(name) && !name.contains("/") {
+                    if !names.contains(name) { names.append(name) }
+                } else {
+                    unknown.append(argument)
+                }
+            }
+            return (names, unknown)
+        }
+    }
+
+    private static func requeueFailed(
+        _ name: String, spool: Spool, store: CheckpointStore?, now: Date, into report: inout Report
+    ) {
+        do {
+            // Reset first, under the name the row has now: once moved, a run may claim it at any moment.
+            let steps = try store?.bundleState(name: name)?.stepsDone
+            try store?.resetAttempts(name: name, now: now)
+            let final = try spool.requeueFailed(name, now: now)
+            if final != name { try store?.renamed(from: name, to: final, now: now) }
+            unlink(spool.sidecarPath(forFailed: name))
+            var line = "requeued failed/\(name) -> incoming/\(final)"
+            if let steps, steps > 0 { line += " (resumes: \(steps) step\(steps == 1 ? "" : "s") already done)" }
+            report.lines.append(line)
+        } catch {
+            report.diagnostics.append("cannot requeue failed/\(name): \(error)")
+            report.status = .cannotCreate
+        }
+    }
+
+    /// Makes `argument`, a bundle waiting for retry in `incoming/`, due now; false when it is none.
+    private static func makeDue(_ argument: String, spool: Spool, now: Date, into report: inout Report) -> Bool {
+        let name = argument.hasPrefix("incoming/") ? String(argument.dropFirst("incoming/".count)) : argument
+        guard !name.contains("/"), FileManager.default.fileExists(atPath: spool.path(.incoming, name)),
+            FileManager.default.fileExists(atPath: spool.databasePath)
+        else { return false }
+        do {
+            guard try CheckpointStore(spool: spool, now: now).makeDue(name: name, now: now) else { return false }
+            report.lines.append("incoming/\(name) is due now (it was waiting for retry; its attempts are kept)")
+        } catch {
+            report.diagnostics.append("cannot make incoming/\(name) due: \(error)")
+            report.status = .cannotCreate
+        }
+        return true
     }
 }
