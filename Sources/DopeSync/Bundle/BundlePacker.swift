@@ -22,9 +22,47 @@ public struct BundlePacker: Sendable {
         self.limits = limits
     }
 
+    /// An image to pack: where it is inside the bundle and on disk, and what was checked of it.
+    struct PackedImage {
+        let entry: String
+        let source: String
+        let size: Int64
+        let sha256: String
+    }
+
     /// Packs and returns the path written.
     @discardableResult
     public func pack(sessionFile: String, imagesDirectory: String?, destination: Destination) throws -> String {
+        let (sessionBytes, session) = try readSession(sessionFile)
+        let folder = imagesDirectory ?? FileSystem.directory(of: sessionFile) + "/images"
+        let images = try checkImages(of: session, in: folder, sessionFile: sessionFile)
+        if case .spool(let root) = destination {
+            try Spool(root: root).create()  // the folders a spool needs, as `run --create-spool` makes them
+        }
+        let manifest = Self.manifest(
+            [("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)]
+                + images.map { ($0.entry, $0.size, $0.sha256) })
+        let (target, temporaryDirectory, replace): (String, String, Bool) =
+            switch destination {
+            case .file(let path): (path, FileSystem.directory(of: path), true)
+            case .spool(let root): ("\(root)/incoming/\(session.session.id).tar.gz", "\(root)/tmp", false)
+            }
+        return try FileSystem.writeAtomically(to: target, temporaryDirectory: temporaryDirectory, replace: replace) {
+            descriptor in
+            try withTarGzipWriter(fileDescriptor: descriptor, culprit: target) { writer in
+                let now = Int(Date().timeIntervalSince1970)
+                for (path, bytes) in [("session.json", sessionBytes), ("manifest.json", manifest)] {
+                    try writer.addFile(path: path, size: Int64(bytes.count), modificationTime: now) { write in
+                        try bytes.withUnsafeBytes { try write($0) }
+                    }
+                }
+                for image in images { try Self.add(image, to: writer, modificationTime: now) }
+            }
+        }
+    }
+
+    /// `session.json`'s bytes, validated as a run would.
+    private func readSession(_ sessionFile: String) throws -> ([UInt8], SessionDocument) {
         let sessionBytes: [UInt8]
         do {
             sessionBytes = try FileSystem.readFile(sessionFile, maxBytes: Int(limits.maxSessionBytes))
@@ -32,24 +70,24 @@ public struct BundlePacker: Sendable {
             throw BundleValidationError(
                 bundle: sessionFile, errors: [BundleError(.io, culprit: sessionFile, message: error.description)])
         }
-        let session: SessionDocument
         switch SessionValidator.validate(sessionBytes, maxBytes: Int(limits.maxSessionBytes)) {
-        case .success(let document): session = document
+        case .success(let document): return (sessionBytes, document)
         case .failure(let failure):
             throw BundleValidationError(
                 bundle: sessionFile,
                 errors: failure.issues.map { BundleError(.invalidSession, culprit: $0.culprit, message: $0.message) }
             )
         }
+    }
 
-        // Every image the records name: present, recognised, hashed for the manifest.
-        var manifestFiles: [(String, Int64, String)] = [
-            ("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)
-        ]
-        var imagePaths: [(entry: String, source: String, size: Int64, sha256: String)] = []
+    /// Every image the records name: present, recognised, hashed for the manifest; every problem
+    /// at once.
+    private func checkImages(of session: SessionDocument, in folder: String, sessionFile: String) throws
+        -> [PackedImage]
+    {
+        var images: [PackedImage] = []
         var errors: [BundleError] = []
         var seen: Set<String> = []
-        let folder = imagesDirectory ?? FileSystem.directory(of: sessionFile) + "/images"
         for reference in session.imageReferences where seen.insert(reference.fileName).inserted {
             let source = "\(folder)/\(reference.fileName)"
             guard FileSystem.isRegularFile(source) else {
@@ -72,72 +110,39 @@ public struct BundlePacker: Sendable {
                     BundleError(.unsupportedImageType, culprit: source, message: "not a JPEG, PNG, HEIC or WebP image"))
                 continue
             }
-            let sha256 = hasher.finalize().hexString
-            manifestFiles.append(("images/\(reference.fileName)", size, sha256))
-            imagePaths.append(("images/\(reference.fileName)", source, size, sha256))
+            images.append(
+                PackedImage(
+                    entry: "images/\(reference.fileName)", source: source, size: size,
+                    sha256: hasher.finalize().hexString))
         }
         if !errors.isEmpty { throw BundleValidationError(bundle: sessionFile, errors: errors) }
+        return images
+    }
 
-        if case .spool(let root) = destination {
-            try Spool(root: root).create()  // the folders a spool needs, as `run --create-spool` makes them
+    /// Writes an image into the archive, hashing it again as written: an image rewritten in place
+    /// since it was hashed (same size, other bytes) would make a bundle whose manifest contradicts it.
+    private static func add(_ image: PackedImage, to writer: ArchiveWriter, modificationTime: Int) throws {
+        var hasher = SHA256()
+        try writer.addFile(path: image.entry, size: image.size, modificationTime: modificationTime) { write in
+            try FileSystem.withChunks(of: image.source) { chunk in
+                hasher.update(bufferPointer: chunk)
+                try write(chunk)
+            }
         }
-        let manifest = Self.manifest(manifestFiles)
-        let now = Int(Date().timeIntervalSince1970)
-        let (target, temporaryDirectory, replace): (String, String, Bool) =
-            switch destination {
-            case .file(let path): (path, FileSystem.directory(of: path), true)
-            case .spool(let root): ("\(root)/incoming/\(session.session.id).tar.gz", "\(root)/tmp", false)
-            }
-        return try FileSystem.writeAtomically(to: target, temporaryDirectory: temporaryDirectory, replace: replace) {
-            descriptor in
-            try withTarGzipWriter(fileDescriptor: descriptor, culprit: target) { writer in
-                try writer.addFile(path: "session.json", size: Int64(sessionBytes.count), modificationTime: now) {
-                    write in
-                    try sessionBytes.withUnsafeBytes { try write($0) }
-                }
-                try writer.addFile(path: "manifest.json", size: Int64(manifest.count), modificationTime: now) { write in
-                    try manifest.withUnsafeBytes { try write($0) }
-                }
-                for image in imagePaths {
-                    // Hashed again as written: an image rewritten in place since it was hashed (same
-                    // size, other bytes) would make a bundle whose manifest contradicts it.
-                    var hasher = SHA256()
-                    try writer.addFile(path: image.entry, size: image.size, modificationTime: now) { write in
-                        try FileSystem.withChunks(of: image.source) { chunk in
-                            hasher.update(bufferPointer: chunk)
-                            try write(chunk)
-                        }
-                    }
-                    guard hasher.finalize().hexString == image.sha256 else {
-                        throw BundleError(
-                            .io, culprit: image.source,
-                            message: "changed while being packed (its SHA-256 is not the one checked)")
-                    }
-                }
-            }
+        guard hasher.finalize().hexString == image.sha256 else {
+            throw BundleError(
+                .io, culprit: image.source, message: "changed while being packed (its SHA-256 is not the one checked)")
         }
     }
 
     /// `manifest.json` with its files in the order given (deterministic bytes).
     static func manifest(_ files: [(path: String, size: Int64, sha256: String)]) -> [UInt8] {
-        let entries = files.map { "    \(jsonString($0.path)): {\"size\": \($0.size), \"sha256\": \"\($0.sha256)\"}" }
+        let entries = files.map {
+            "    \(JSONValue.quoted($0.path)): {\"size\": \($0.size), \"sha256\": \"\($0.sha256)\"}"
+        }
         let text =
             "{\n  \"format\": \"truedope-session-bundle\",\n  \"version\": 1,\n  \"files\": {\n"
             + entries.joined(separator: ",\n") + "\n  }\n}\n"
         return Array(text.utf8)
-    }
-
-    private static func jsonString(_ value: String) -> String {
-        // File names are plain names already validated; escape what JSON requires anyway.
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 }

@@ -462,9 +462,7 @@ private struct JSONParser {
             : "byte 0x\(String(byte, radix: 16, uppercase: true).leftPadded(to: 2))"
     }
 
-    static func quoted(_ string: String) -> String {
-        String(decoding: JSONValue.string(string).serialized(), as: UTF8.self)
-    }
+    static func quoted(_ string: String) -> String { JSONValue.quoted(string) }
 }
 
 extension String {
