@@ -83,6 +83,21 @@ extension RunConfiguration {
                     "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file"
             )
         }
+        let text = try Self.readTokenFile(path, source: source)
+        token = text
+        tokenSource = .file(path)
+        sources["token"] = source
+        // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
+        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int,
+            mode & 0o077 != 0
+        {
+            warnings.append(
+                "the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
+        }
+    }
+
+    /// The token a token file holds, alone on its one line.
+    private static func readTokenFile(_ path: String, source: SettingSource) throws(ConfigurationError) -> String {
         let contents: [UInt8]
         do {
             contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
@@ -108,15 +123,6 @@ extension RunConfiguration {
                 .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
                 message: Credential.unusableToken("the token file \(path)"))
         }
-        token = text
-        tokenSource = .file(path)
-        sources["token"] = source
-        // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
-        if let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int,
-            mode & 0o077 != 0
-        {
-            warnings.append(
-                "the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
-        }
+        return text
     }
 }

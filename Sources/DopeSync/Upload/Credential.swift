@@ -125,46 +125,13 @@ public final class Credential: Sendable {
     /// is one, so a command that outlives ``commandTimeout`` is killed with what it started; once
     /// its first line is read, the rest of it is not waited for.
     public static func runTokenCommand(_ command: String) throws(TokenCommandError) -> String {
-        let process = Process()
         let seconds = Int(commandTimeout.components.seconds)
-        let timeout = "/usr/bin/timeout"
-        if FileManager.default.isExecutableFile(atPath: timeout) {
-            process.executableURL = URL(fileURLWithPath: timeout)
-            process.arguments = ["--kill-after=2", "\(seconds)", "/bin/sh", "-c", command]
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", command]
-        }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
         let shown = DisplayText.escaped(command)
-        do {
-            try process.run()
-        } catch {
-            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
-        }
-        // The first line, or everything up to the end of the output: read on a queue of its own,
-        // waited for with a deadline.
-        let firstLine = DispatchSemaphore(value: 0)
-        let collected = Mutex(Data())
-        let reader = output.fileHandleForReading
-        DispatchQueue.global().async {
-            while true {
-                let chunk = reader.availableData
-                let done = collected.withLock { data in
-                    data.append(chunk)
-                    return chunk.isEmpty || data.contains(UInt8(ascii: "\n")) || data.count > 64 * 1024
-                }
-                if done { break }
-            }
-            firstLine.signal()
-        }
-        if firstLine.wait(timeout: .now() + .seconds(seconds + 3)) == .timedOut {
+        let (process, output) = try startTokenCommand(command, seconds: seconds, shown: shown)
+        guard let text = firstLine(of: output, within: .seconds(seconds + 3)) else {
             process.terminate()
             throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
         }
-        let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
         let line = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) }
         if let line, !line.isEmpty {
             // The token is here: whatever the command still does is not waited for.
@@ -190,6 +157,51 @@ public final class Credential: Sendable {
             throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
         }
         throw TokenCommandError(message: "the token command `\(shown)` printed no token")
+    }
+
+    /// Starts the command under `timeout(1)` where there is one, its output in a pipe.
+    private static func startTokenCommand(_ command: String, seconds: Int, shown: String)
+        throws(TokenCommandError) -> (Process, Pipe)
+    {
+        let process = Process()
+        let timeout = "/usr/bin/timeout"
+        if FileManager.default.isExecutableFile(atPath: timeout) {
+            process.executableURL = URL(fileURLWithPath: timeout)
+            process.arguments = ["--kill-after=2", "\(seconds)", "/bin/sh", "-c", command]
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", command]
+        }
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        do {
+            try process.run()
+        } catch {
+            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
+        }
+        return (process, output)
+    }
+
+    /// The output up to its first line break (or its end), read on a queue of its own; nil when
+    /// that takes longer than `limit`.
+    private static func firstLine(of output: Pipe, within limit: Duration) -> String? {
+        let firstLine = DispatchSemaphore(value: 0)
+        let collected = Mutex(Data())
+        let reader = output.fileHandleForReading
+        DispatchQueue.global().async {
+            while true {
+                let chunk = reader.availableData
+                let done = collected.withLock { data in
+                    data.append(chunk)
+                    return chunk.isEmpty || data.contains(UInt8(ascii: "\n")) || data.count > 64 * 1024
+                }
+                if done { break }
+            }
+            firstLine.signal()
+        }
+        guard firstLine.wait(timeout: .now() + .seconds(Int(limit.components.seconds))) == .success else { return nil }
+        return String(decoding: collected.withLock { $0 }, as: UTF8.self)
     }
 }
 

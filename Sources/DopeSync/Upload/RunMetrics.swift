@@ -93,7 +93,18 @@ public struct RunMetrics: Sendable {
                 "dopesync_spool_free_bytes", "Free bytes on the spool's file system after the last run.",
                 [("", Double(freeBytes))])
         }
-        out +=
+        out += syncHistogram
+        metric(
+            "dopesync_spool_waiting_for_retry_bundles",
+            "Deferred bundles in incoming/ whose next attempt is still to come.",
+            [("", Double(waitingForRetry))])
+        return out
+    }
+
+    /// `dopesync_bundle_sync_seconds`: the time from arrival in incoming/ to done/ of the last
+    /// run's bundles, as a histogram.
+    private var syncHistogram: String {
+        var out =
             "# HELP dopesync_bundle_sync_seconds Time from a bundle's arrival in incoming/ to done/, "
             + "for the bundles of the last run.\n# TYPE dopesync_bundle_sync_seconds histogram\n"
         for bound in Self.syncBuckets {
@@ -103,10 +114,6 @@ public struct RunMetrics: Sendable {
         out += "dopesync_bundle_sync_seconds_bucket{le=\"+Inf\"} \(syncSeconds.count)\n"
         out += "dopesync_bundle_sync_seconds_sum \(Self.format(syncSeconds.reduce(0, +)))\n"
         out += "dopesync_bundle_sync_seconds_count \(syncSeconds.count)\n"
-        metric(
-            "dopesync_spool_waiting_for_retry_bundles",
-            "Deferred bundles in incoming/ whose next attempt is still to come.",
-            [("", Double(waitingForRetry))])
         return out
     }
 
