@@ -191,8 +191,9 @@ import Testing
         try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
 
         let errors = await CheckpointWriter.with(store) { writer in
-            await Self.settleConcurrently(
-                GroupCommit(writer: writer, batchSize: sessions.count), sessions: sessions, steps: steps)
+            await GroupCommit.with(writer: writer, batchSize: sessions.count) { commits in
+                await Self.settleConcurrently(commits, sessions: sessions, steps: steps)
+            }
         }
         #expect(errors == ["S3: conflicting_result"])
         for session in sessions {
@@ -243,20 +244,28 @@ import Testing
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // The timer never decides here: only full batches and settles do.
         let committed = await CheckpointWriter.with(store) { writer in
-            let commits = GroupCommit(writer: writer, batchSize: sessions.count, maximumDelay: .seconds(3600))
-            var previous: [GroupCommit.Ticket] = []
-            for (index, step) in steps.enumerated() {
-                // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
-                for ticket in previous { #expect(await commits.settle(ticket) == nil) }
-                previous = sessions.map {
-                    commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1)))
-                }
+            await GroupCommit.with(writer: writer, batchSize: sessions.count, maximumDelay: .seconds(3600)) {
+                commits in
+                await Self.rounds(commits, sessions: sessions, steps: steps)
             }
-            for ticket in previous { #expect(await commits.settle(ticket) == nil) }
-            return commits.committed
         }
         #expect(committed == (transactions: steps.count, results: sessions.count * steps.count))
         for session in sessions { #expect(try store.completedSteps(sessionID: session).count == steps.count) }
+    }
+
+    static func rounds(_ commits: GroupCommit, sessions: [String], steps: [String]) async -> (
+        transactions: Int, results: Int
+    ) {
+        var previous: [GroupCommit.Ticket] = []
+        for (index, step) in steps.enumerated() {
+            // Like uploaders whose answers arrive together: each settles its last result, hands in the next.
+            for ticket in previous { #expect(await commits.settle(ticket) == nil) }
+            previous = sessions.map {
+                commits.submit(CheckpointStore.StepResult(sessionID: $0, stepKey: step, serverID: Int64(index + 1)))
+            }
+        }
+        for ticket in previous { #expect(await commits.settle(ticket) == nil) }
+        return commits.committed
     }
 
     @Test("a lone result that nobody settles and no batch fills is committed by the timer", .timeLimit(.minutes(1)))
@@ -268,17 +277,42 @@ import Testing
             bundleName: "S.tar.gz")
         let (transactions, committed) = AsyncStream.makeStream(of: Int.self)
         await CheckpointWriter.with(store) { writer in
-            let commits = GroupCommit(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
+            await GroupCommit.with(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
                 committed.yield($0)
+            } _: { commits in
+                await Self.loneResult(commits, transactions: transactions)
             }
-            let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
-            // Nobody settles and the batch never fills: only the timer can commit it.
-            var iterator = transactions.makeAsyncIterator()
-            // How soon is the timer's business (10 ms in a run); that it comes at all is what counts,
-            // within the test's time limit, however loaded the machine (ASan, the suite in parallel).
-            #expect(await iterator.next() == 1, "one transaction, of the one result")
-            #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
         }
+        #expect(try store.completedSteps(sessionID: "S")["session"]?.serverID == 7)
+    }
+
+    static func loneResult(_ commits: GroupCommit, transactions: AsyncStream<Int>) async {
+        let ticket = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
+        // Nobody settles and the batch never fills: only the timer can commit it.
+        var iterator = transactions.makeAsyncIterator()
+        // How soon is the timer's business (10 ms in a run); that it comes at all is what counts,
+        // within the test's time limit, however loaded the machine (ASan, the suite in parallel).
+        #expect(await iterator.next() == 1, "one transaction, of the one result")
+        #expect(await commits.settle(ticket) == nil, "settling afterwards learns it is committed")
+    }
+
+    @Test(
+        "when its scope ends, a result still waiting commits at once: no timer outlives the run",
+        .timeLimit(.minutes(1)))
+    func scopeEndCommitsWhatWaits() async throws {
+        let folder = try TemporaryFolder("group-commit-scope")
+        let store = try CheckpointStore(path: folder.sub("dopesync.sqlite"))
+        try store.recordIntent(
+            sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
+            bundleName: "S.tar.gz")
+        let started = ContinuousClock.now
+        await CheckpointWriter.with(store) { writer in
+            // A timer of an hour: only the end of the scope can commit the result in time.
+            await GroupCommit.with(writer: writer, batchSize: 4, maximumDelay: .seconds(3600)) { commits in
+                _ = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
+            }
+        }
+        #expect(ContinuousClock.now - started < .seconds(60))
         #expect(try store.completedSteps(sessionID: "S")["session"]?.serverID == 7)
     }
 }

@@ -1,4 +1,5 @@
 import NIOPosix
+import Synchronization
 
 /// A run's one way to its ``CheckpointStore``: every call runs on a thread of the writer's own,
 /// one at a time, in the order asked.
@@ -15,6 +16,9 @@ import NIOPosix
 public final class CheckpointWriter: Sendable {
     private let store: CheckpointStore
     private let thread: NIOThreadPool
+    /// Calls asked for and not yet run: the scope's end waits for them, since NIO's pool hands
+    /// work still queued at its shutdown a `.cancelled` state instead of running it.
+    private let outstanding = Atomic(0)
 
     private init(store: CheckpointStore, thread: NIOThreadPool) {
         self.store = store
@@ -22,17 +26,22 @@ public final class CheckpointWriter: Sendable {
     }
 
     /// Runs `body` with a writer over `store`. The writer's thread starts here and stops when
-    /// `body` returns, after the calls already asked for.
+    /// `body` returns, after the calls already asked for (those they ask for in turn included: a
+    /// commit that starts the next batch).
     public static func with<Value, Failure: Error>(
         _ store: CheckpointStore, _ body: (CheckpointWriter) async throws(Failure) -> Value
     ) async throws(Failure) -> Value {
         let thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
         let result: Result<Value, Failure>
+        let writer = CheckpointWriter(store: store, thread: thread)
         do {
-            result = .success(try await body(CheckpointWriter(store: store, thread: thread)))
+            result = .success(try await body(writer))
         } catch {
             result = .failure(error)
+        }
+        while writer.outstanding.load(ordering: .acquiring) > 0 {
+            _ = try? await writer.perform { _ in }  // runs after everything queued before it
         }
         // It fails only if already shut down, which nothing else does: nothing to report.
         try? await thread.shutdownGracefully()
@@ -66,11 +75,13 @@ public final class CheckpointWriter: Sendable {
     /// the writer has stopped. For work whose end is reported by other means (the group commit
     /// resumes its waiters from the writer's thread).
     public func submit(_ body: @escaping @Sendable (CheckpointStore?) -> Void) {
-        thread.submit { [store] state in
+        outstanding.add(1, ordering: .relaxed)
+        thread.submit { [self] state in
             switch state {
             case .active: body(store)
             case .cancelled: body(nil)
             }
+            outstanding.subtract(1, ordering: .releasing)
         }
     }
 

@@ -142,6 +142,10 @@ public struct GroupCommitState<Waiter> {
 ///
 /// Batches are committed on the writer's thread, which resumes the bundles waiting for them: no
 /// task's thread (an event loop in `dopesync`) ever waits for the database.
+///
+/// Its timer runs in a task of its own, scoped by ``with(writer:batchSize:maximumDelay:onCommitted:_:)``:
+/// when the scope ends, what still waits commits at once and nothing of the group commit (nor the
+/// database it holds) outlives the run.
 public final class GroupCommit: Sendable {
     public typealias Ticket = GroupCommitState<Void>.Ticket
     private typealias State = GroupCommitState<CheckedContinuation<CheckpointError?, Never>>
@@ -150,19 +154,56 @@ public final class GroupCommit: Sendable {
     private let state: Mutex<State>
     private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
     private let onCommitted: @Sendable (_ results: Int) -> Void
+    /// One element for each timer started; ``runTimers()`` waits out each.
+    private let timers: AsyncStream<Void>
+    private let timerStarts: AsyncStream<Void>.Continuation
 
     /// - Parameters:
     ///   - batchSize: results that commit together as soon as they wait (the run's concurrency).
     ///   - maximumDelay: the longest a result waits for others before it commits anyway.
     ///   - onCommitted: called on the writer's thread after each transaction, with its number of results.
-    public init(
-        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
-        onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in }
+    private init(
+        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration,
+        onCommitted: @escaping @Sendable (_ results: Int) -> Void
     ) {
         self.writer = writer
         self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
         self.onCommitted = onCommitted
+        (timers, timerStarts) = AsyncStream.makeStream(of: Void.self)
+    }
+
+    /// Runs `body` with a group commit over `writer`, its timer running beside it. When `body`
+    /// returns, the timer stops and whatever still waits is committed (queued on the writer).
+    public static func with<Value: Sendable>(
+        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
+        onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in },
+        _ body: (GroupCommit) async -> Value
+    ) async -> Value {
+        let commits = GroupCommit(
+            writer: writer, batchSize: batchSize, maximumDelay: maximumDelay, onCommitted: onCommitted)
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask { await commits.runTimers() }
+            let value = await body(commits)
+            commits.timerStarts.finish()
+            group.cancelAll()
+            await group.waitForAll()
+            return value
+        }
+    }
+
+    /// Waits out each timer started, then commits what waits; stopped, commits what waits at once.
+    private func runTimers() async {
+        for await _ in timers {
+            // Cancelled: the scope is ending; committing early is what the timer would do anyway.
+            try? await Task.sleep(for: maximumDelay)
+            timerFired()
+        }
+        timerFired()
+    }
+
+    private func timerFired() {
+        if let batch = state.withLock({ $0.timerFired() }) { commit(batch) }
     }
 
     /// Transactions committed so far, and the results they held.
@@ -179,13 +220,9 @@ public final class GroupCommit: Sendable {
             // Queued on the writer: the bundle that filled the batch goes on sending its next step.
             commit(batch)
         case .startTimer:
-            let delay = maximumDelay
-            // Unstructured: the timer belongs to the batch, not to the bundle that started it. It is
-            // never cancelled; if it were, committing early is what it should do anyway.
-            Task {
-                try? await Task.sleep(for: delay)
-                if let batch = self.state.withLock({ $0.timerFired() }) { self.commit(batch) }
-            }
+            // The timer belongs to the batch, not to the bundle that started it: it runs in the
+            // group commit's own task (``runTimers()``).
+            timerStarts.yield()
         }
         return ticket
     }

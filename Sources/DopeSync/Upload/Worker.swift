@@ -220,19 +220,22 @@ public struct Worker: Sendable {
                 }
                 return status == .success ? nil : status
             }
-            let slot = UploadSlot(
-                arrivals: work.arrivals, queue: queue, spool: spool,
-                uploader: makeUploader(client, checkpoints: checkpoints, counters: counters, lookups: lookups),
-                counters: counters, deadline: options.maxTime.map { started + $0 },
-                maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
-            await withTaskGroup(of: Void.self) { progressGroup in
-                if options.showProgress {
-                    progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
+            await GroupCommit.with(writer: checkpoints, batchSize: options.concurrency) { results in
+                let slot = UploadSlot(
+                    arrivals: work.arrivals, queue: queue, spool: spool,
+                    uploader: makeUploader(
+                        client, results: results, checkpoints: checkpoints, counters: counters, lookups: lookups),
+                    counters: counters, deadline: options.maxTime.map { started + $0 },
+                    maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
+                await withTaskGroup(of: Void.self) { progressGroup in
+                    if options.showProgress {
+                        progressGroup.addTask { await Self.showProgress(counters, total: total, started: started) }
+                    }
+                    await withTaskGroup(of: Void.self) { group in
+                        for _ in 0..<max(options.concurrency, 1) { group.addTask { await slot.run() } }
+                    }
+                    progressGroup.cancelAll()
                 }
-                await withTaskGroup(of: Void.self) { group in
-                    for _ in 0..<max(options.concurrency, 1) { group.addTask { await slot.run() } }
-                }
-                progressGroup.cancelAll()
             }
             return nil
         }
@@ -243,10 +246,11 @@ public struct Worker: Sendable {
     /// One uploader for all the run's bundles, with what they share: the group commit, the
     /// lookups' support, the reference lists.
     private func makeUploader(
-        _ client: APIClient, checkpoints: CheckpointWriter, counters: RunCounters, lookups: LookupSupport
+        _ client: APIClient, results: GroupCommit, checkpoints: CheckpointWriter, counters: RunCounters,
+        lookups: LookupSupport
     ) -> BundleUploader {
         var uploader = BundleUploader(
-            checkpoints: checkpoints, results: GroupCommit(writer: checkpoints, batchSize: options.concurrency),
+            checkpoints: checkpoints, results: results,
             client: client, retry: options.retry, deferral: options.deferral, limits: options.limits,
             counters: counters, isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
             lookup: options.lookBeforeResending
