@@ -99,6 +99,25 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
     }
 }
 
+extension Spawned {
+    /// The child's output, line by line as it comes, read on a thread of its own to its end (so a
+    /// test that stops listening never makes the child block on a full pipe).
+    public func lines() -> AsyncStream<String> {
+        let (lines, continuation) = AsyncStream.makeStream(of: String.self)
+        Thread { [output] in
+            while let line = output.readLine() { continuation.yield(line) }
+            continuation.finish()
+        }.start()
+        return lines
+    }
+
+    /// The first line of the output that holds every one of `parts`; nil if the output ends first.
+    public func firstLine(containing parts: String...) async -> String? {
+        for await line in lines() where parts.allSatisfy(line.contains) { return line }
+        return nil
+    }
+}
+
 extension FileHandle {
     /// Reads one line (without its newline), byte by byte: enough for a child's readiness signal.
     public func readLine() -> String? {

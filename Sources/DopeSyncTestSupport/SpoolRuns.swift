@@ -74,6 +74,21 @@ public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: 
     return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
 }
 
+/// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but logging at debug level
+/// into its output (standard error joined to standard output): a test waits for what it logs.
+public func spawnRunLogging(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws
+    -> Spawned
+{
+    var environment = ProcessInfo.processInfo.environment
+    environment["DOPESYNC_API_TOKEN"] = server.token
+    environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
+    let arguments = [
+        "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path, "run", "--spool", spool.root, "--api",
+        server.baseURL, "--min-age", "0", "--progress", "never", "--log-level", "debug",
+    ]
+    return try Spawned("/bin/sh", arguments + extra, environment: environment)
+}
+
 /// One redraw of `dopesync run`'s progress line, as a test saw it arrive.
 public struct ProgressTick: Sendable {
     public let at: ContinuousClock.Instant

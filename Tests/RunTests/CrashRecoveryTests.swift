@@ -19,13 +19,25 @@ import Testing
         arguments: keysHonouredOrIgnored)
     func killedRunsLoseNothingAndDuplicateNothing(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
-            // About 50 requests a bundle, and a server a few milliseconds slow, so that a child
-            // is still at work when its random moment comes.
+            // About 50 requests a bundle, and a server a few milliseconds slow: a request is in
+            // flight when its child is killed.
             let samples = (1...30).map { SampleSession(seed: UInt64(900 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
+            // Each child is killed when the server has seen a random number of requests since it
+            // started (0: at once, in its start-up), as the request that makes the count arrives:
+            // mid-upload, whatever the machine's speed, with a request of it in flight.
+            let killer = Mutex<(seen: Int, target: Int, child: Spawned?)>((0, 0, nil))
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 10...20
             configuration.ignoreIdempotencyKeys = !keysHonoured
+            configuration.onRequest = { _, _ in
+                killer.withLock { state in
+                    state.seen += 1
+                    guard let child = state.child, state.seen >= state.target else { return }
+                    child.kill(SIGKILL)
+                    state.child = nil
+                }
+            }
             try await withDevServer(configuration) { server in
                 var generator = SplitMix64(seed: 2026)
                 var kills = 0
@@ -34,10 +46,17 @@ import Testing
                 while kills < 20, children < 80 {
                     children += 1
                     let child = try spawnRun(spool, against: server)
-                    // A random moment, the point of the test: from process start-up to mid-upload.
-                    try await Task.sleep(for: .milliseconds(Int.random(in: 5...400, using: &generator)))
-                    child.kill(SIGKILL)
-                    if await child.finished() == 128 + SIGKILL { kills += 1 }
+                    let after = Int.random(in: 0...120, using: &generator)
+                    killer.withLock { state in
+                        if after == 0 {
+                            child.kill(SIGKILL)
+                        } else {
+                            (state.target, state.child) = (state.seen + after, child)
+                        }
+                    }
+                    let status = await child.finished()
+                    killer.withLock { $0.child = nil }
+                    if status == 128 + SIGKILL { kills += 1 }
                 }
                 let last = try spawnRun(spool, against: server)
                 #expect(await last.finished() == 0)

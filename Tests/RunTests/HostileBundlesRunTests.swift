@@ -44,28 +44,6 @@ import Testing
         }
     }
 
-    /// Waits until the checkpoint database says `name` is being read (the run's own record), after
-    /// `cutShort` earlier readings that never ended.
-    static func waitUntilReading(_ spool: Spool, _ name: String, cutShort: Int = 0, timeout: Duration = .seconds(60))
-        async throws
-    {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if FileManager.default.fileExists(atPath: spool.databasePath),
-                let database = try? SQLiteDatabase(path: spool.databasePath, readOnly: true),
-                let reading = try? database.read({
-                    try $0.queryFirst(
-                        "SELECT reading_since FROM bundles WHERE name = ? AND readings_cut_short = ?", [name, cutShort])
-                }),
-                (try? reading["reading_since"] as Double?) != nil
-            {
-                return
-            }
-            try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
-        }
-        Issue.record("\(name) was never being read")
-    }
-
     @Test(
         "SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
         .timeLimit(.minutes(2)))
@@ -77,8 +55,8 @@ import Testing
             try HostileBundles.huge(
                 SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try await withDevServer { server in
-                let run = try spawnRun(spool, against: server)
-                try await Self.waitUntilReading(spool, "huge.tar")
+                let run = try spawnRunLogging(spool, against: server)
+                #expect(await run.firstLine(containing: "bundle.name=huge.tar", "reading the bundle") != nil)
                 let signalled = ContinuousClock.now
                 run.kill(SIGTERM)
                 let status = await run.finished()
@@ -93,19 +71,6 @@ import Testing
         }
     }
 
-    /// The pid of `parent`'s child process running `dopesync inspect`, once it runs.
-    static func inspectChild(of parent: pid_t, timeout: Duration = .seconds(60)) async throws -> pid_t? {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            let found = try await onOwnThread {
-                Result { try runProcess("pgrep", ["-P", "\(parent)", "-f", "inspect"], allowFailure: true) }
-            }.get()
-            if let pid = found.stdout.split(separator: "\n").first.flatMap({ pid_t($0) }) { return pid }
-            try await Task.sleep(for: .milliseconds(20))  // another process's progress: nothing to await
-        }
-        return nil
-    }
-
     @Test(
         "a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
         .timeLimit(.minutes(3)))
@@ -117,15 +82,16 @@ import Testing
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try pack(SampleSession(seed: 12), into: spool, scratch: directory)
             try await withDevServer { server in
-                let first = try spawnRun(spool, against: server, ["--concurrency", "1"])
-                try await Self.waitUntilReading(spool, "huge.tar")
+                let first = try spawnRunLogging(spool, against: server, ["--concurrency", "1"])
+                #expect(await first.firstLine(containing: "bundle.name=huge.tar", "reading the bundle") != nil)
                 first.kill(SIGKILL)  // what a crash, the OOM killer, or a timer's kill after a hang does
                 #expect(await first.finished() == 128 + SIGKILL)
                 #expect(try spool.names(.processing) == ["huge.tar"])
 
                 // The next run reads the orphan in a child first; that child dies as the run did.
-                let second = try spawnRun(spool, against: server, ["--concurrency", "1"])
-                let child = try #require(try await Self.inspectChild(of: second.pid))
+                let second = try spawnRunLogging(spool, against: server, ["--concurrency", "1"])
+                let line = await second.firstLine(containing: "reading the bundle in a separate process")
+                let child = try #require(line?.firstMatch(of: /reader\.pid=(\d+)/).flatMap { pid_t($0.1) })
                 kill(child, SIGKILL)
                 #expect(await second.finished() == 1)
                 #expect(try spool.names(.failed) == ["huge.tar", "huge.tar.error"])

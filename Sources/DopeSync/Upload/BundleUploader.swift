@@ -73,6 +73,7 @@ struct BundleUploader: Sendable {
             disposition.checkpointFailed(error, logger: logger)
             return await disposition.giveBack(claimed, logger: logger)
         }
+        logger.debug("reading the bundle", metadata: ["readings.cut.short": "\(cutShort)"])
         if cutShort > 0, let outcome = await readAgainAfterCutShort(claimed, cutShort: cutShort, logger: logger) {
             return outcome
         }
@@ -306,7 +307,7 @@ struct BundleUploader: Sendable {
             "the last reading of this bundle never ended: reading it in a separate process first",
             metadata: ["readings.cut.short": "\(cutShort)"])
         let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
-        switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop) {
+        switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop, logger: logger) {
         case .survived, .notStarted:
             return nil
         case .stopped:

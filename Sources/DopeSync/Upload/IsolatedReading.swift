@@ -1,3 +1,5 @@
+import Logging
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -26,7 +28,7 @@ struct IsolatedReading: Sendable {
 
     /// Runs `dopesync inspect BUNDLE` and waits for it at most `time`, polling every 20 ms: this
     /// is a rare path, and polling needs no thread of its own.
-    func read(_ bundle: String, time: Duration, stop: StopRequest) async -> Outcome {
+    func read(_ bundle: String, time: Duration, stop: StopRequest, logger: Logger) async -> Outcome {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -41,6 +43,7 @@ struct IsolatedReading: Sendable {
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         guard spawned == 0 else { return .notStarted(errno: spawned) }
+        logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(pid)"])
 
         let deadline = ContinuousClock.now + time
         while true {
