@@ -16,7 +16,7 @@ import Testing
     @Test(arguments: cases)
     func apiAndAdminRoutesRefuseABadCredential(_ authorization: String?, _ status: Int, _ code: String) async throws {
         try await withDevServer { server in
-            var client = APIClient(server)
+            var client = DevServerClient(server)
             client.authorization = authorization
             for response in [
                 try await client.post("/api/sessions", json: Bodies.session()),
@@ -26,7 +26,7 @@ import Testing
                 #expect(response.status == status)
                 #expect(response.errorCode == code)
             }
-            #expect(try await APIClient(server).createdCount("session") == 0)
+            #expect(try await DevServerClient(server).createdCount("session") == 0)
         }
     }
 
@@ -34,12 +34,12 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.token = "s3cret"
         try await withDevServer(configuration) { server in
-            var lowercase = APIClient(server)
+            var lowercase = DevServerClient(server)
             lowercase.authorization = "bearer s3cret"
-            var defaultToken = APIClient(server)
+            var defaultToken = DevServerClient(server)
             defaultToken.authorization = "Bearer dev-token"
             let statuses = [
-                try await APIClient(server).post("/api/sessions", json: Bodies.session()).status,
+                try await DevServerClient(server).post("/api/sessions", json: Bodies.session()).status,
                 try await lowercase.post("/api/sessions", json: Bodies.session()).status,
                 try await defaultToken.post("/api/sessions", json: Bodies.session()).status,
             ]

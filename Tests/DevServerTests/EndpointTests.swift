@@ -10,7 +10,7 @@ import Testing
 @Suite struct EndpointTests {
     @Test func healthNeedsNoToken() async throws {
         try await withDevServer { server in
-            var client = APIClient(server)
+            var client = DevServerClient(server)
             client.authorization = nil
             let response = try await client.get("/api/health")
             #expect(response.status == 200)
@@ -19,7 +19,7 @@ import Testing
 
     @Test func aWholeSessionTreeComesBackInCreationOrderWithEveryField() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let sessionClientId = UUID().uuidString.lowercased()
             let sessionBody = Bodies.session(clientId: sessionClientId)
             let session = try await client.post("/api/sessions", json: sessionBody)
@@ -91,7 +91,7 @@ import Testing
 
     @Test func recordsAreNeverDeduplicatedByClientId() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clientId = UUID().uuidString.lowercased()
             let first = try await client.post("/api/sessions", json: Bodies.session(clientId: clientId))
             let second = try await client.post(
@@ -120,7 +120,7 @@ import Testing
 
     @Test func lookupNeedsAValidClientId() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let missing = try await client.get("/api/sessions")
             #expect(missing.status == 422)
             #expect(missing.errorField == "clientId")
@@ -132,7 +132,7 @@ import Testing
 
     @Test func aMissingParentIs404() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
             let otherSession = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
             let chrono = try #require(
@@ -168,7 +168,7 @@ import Testing
     /// HEAD is not in api.yaml, so it is a method like any other: 405 on a path that exists.
     @Test func aMethodThatAPathDoesNotTakeIs405WithAllow() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let cases: [(method: String, path: String, allow: String)] = [
                 ("DELETE", "/api/sessions", "GET, POST"),
                 ("PUT", "/api/sessions?clientId=x", "GET, POST"),
@@ -204,7 +204,7 @@ import Testing
 
     @Test func anUnknownPathIsStill404() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let cases: [(method: HTTPMethod, path: String)] = [
                 (.GET, "/"), (.POST, "/api"), (.GET, "/api/session"), (.DELETE, "/api/sessions/1/notes"),
                 (.POST, "/api/sessions/1/chrono/2"), (.GET, "/api/groups/1"), (.PUT, "/admin/nothing"),
@@ -222,7 +222,7 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.maxJSONBytes = 2048
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let big = Bodies.session(extra: #","padding":"\#(String(repeating: "x", count: 4096))""#)
             let tooLarge = try await client.post("/api/sessions", json: big)
             #expect(tooLarge.status == 413)

@@ -15,7 +15,7 @@ import Testing
 
     @Test func failRateAnswers500Or503BeforeDoingAnything() async throws {
         try await withDevServer(Self.configuration { $0.failRate = 1 }) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             var statuses: Set<Int> = []
             for _ in 0..<12 {
                 let response = try await client.post(
@@ -41,7 +41,7 @@ import Testing
                 $0.retryAfterSeconds = 2
             }
         ) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let response = try await client.post("/api/sessions", json: Bodies.session())
             #expect(response.status == 429)
             #expect(response.errorCode == "rate_limited")
@@ -52,7 +52,7 @@ import Testing
 
     @Test func dropAfterCommitClosesTheConnectionWithoutAnswerButKeepsRecordAndKey() async throws {
         try await withDevServer(Self.configuration { $0.dropAfterCommitRate = 1 }) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clientId = UUID().uuidString.lowercased()
             let body = Bodies.session(clientId: clientId)
             // A connection error, not a status line.
@@ -85,7 +85,7 @@ import Testing
         }
         func statuses() async throws -> [Int] {
             try await withDevServer(configuration) { server in
-                let client = APIClient(server)
+                let client = DevServerClient(server)
                 var statuses: [Int] = []
                 for _ in 0..<30 {
                     statuses.append(try await client.post("/api/sessions", json: Bodies.session()).status)
@@ -102,7 +102,7 @@ import Testing
 
     @Test func latencyDelaysPosts() async throws {
         try await withDevServer(Self.configuration { $0.latencyMilliseconds = 150...200 }) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clock = ContinuousClock()
             let start = clock.now
             let response = try await client.post("/api/sessions", json: Bodies.session())
@@ -115,7 +115,7 @@ import Testing
     /// client's next request is the second's arrival less the first's arrival and duration.
     @Test func theRequestLogSaysWhenEachRequestArrivedAndHowLongItTook() async throws {
         try await withDevServer(Self.configuration { $0.latencyMilliseconds = 50...50 }) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clock = ContinuousClock()
             let sent = clock.now
             _ = try await client.post("/api/sessions", json: Bodies.session())
@@ -145,7 +145,7 @@ import Testing
 
     @Test func faultsCanBeChangedWhileRunning() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let changed = try await client.put("/admin/faults", json: #"{"failRate":1,"latencyMs":"0-5","seed":7}"#)
             #expect(changed.json["failRate"] as? Double == 1)
             #expect(changed.json["latencyMs"] as? String == "0-5")
@@ -162,7 +162,7 @@ import Testing
             configuration.databasePath = directory.appendingPathComponent("devserver.sqlite").path
             let clientId = UUID().uuidString.lowercased()
             let (sessionId, treeBefore) = try await withDevServer(configuration) { server in
-                let client = APIClient(server)
+                let client = DevServerClient(server)
                 let session = try #require(
                     try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)
                 _ = try await client.post("/api/sessions/\(session)/dope", json: Bodies.dope())
@@ -172,7 +172,7 @@ import Testing
                 return (session, try await client.get("/api/sessions/\(session)").body)
             }
             try await withDevServer(configuration) { server in
-                let client = APIClient(server)
+                let client = DevServerClient(server)
                 #expect(try await client.get("/api/sessions/\(sessionId)").body == treeBefore)
                 let items = try await client.get("/api/sessions?clientId=\(clientId)").json["items"] as? [[String: Any]]
                 #expect(items?.count == 1)

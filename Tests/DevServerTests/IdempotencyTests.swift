@@ -6,7 +6,7 @@ import Testing
 @Suite struct IdempotencyTests {
     @Test func theSameRequestWithTheSameKeyIsReplayedNotCreatedTwice() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let body = Bodies.session()
             let first = try await client.post("/api/sessions", json: body, idempotencyKey: "session-1")
             let second = try await client.post("/api/sessions", json: body, idempotencyKey: "session-1")
@@ -36,7 +36,7 @@ import Testing
 
     @Test func theSameKeyForADifferentRequestIs422() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let first = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: "k")
             #expect(first.status == 201)
             let otherBody = try await client.post("/api/sessions", json: Bodies.session(), idempotencyKey: "k")
@@ -59,7 +59,7 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.references.rifleSetups = IDSet(1...1)
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let body = #"{"clientId":"\#(UUID().uuidString)","sessionDate":"2024-05-01T10:00:00Z","rifleSetupId":7}"#
             let refused = try await client.post("/api/sessions", json: body, idempotencyKey: "later")
             #expect(refused.errorCode == "unknown_reference")
@@ -75,7 +75,7 @@ import Testing
         // Every POST holds its key for a second: the twin arrives while the first holds it.
         configuration.faults.latencyMilliseconds = 1000...1000
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let body = Bodies.session()
             async let first = client.post("/api/sessions", json: body, idempotencyKey: "twin")
             async let second = client.post("/api/sessions", json: body, idempotencyKey: "twin")
@@ -96,16 +96,16 @@ import Testing
             let body = Bodies.session()
             let firstId = try await withDevServer(configuration) { server in
                 try #require(
-                    try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
+                    try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
             }
             try await withDevServer(configuration) { server in
-                let replay = try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                let replay = try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
                 #expect(replay.replayed)
                 #expect(replay.id == firstId)
             }
             configuration.token = "another-token"
             try await withDevServer(configuration) { server in
-                let fresh = try await APIClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                let fresh = try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
                 #expect(fresh.status == 201)
                 #expect(!fresh.replayed)
                 #expect(fresh.id != firstId)
@@ -118,7 +118,7 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.ignoreIdempotencyKeys = ignoring
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let body = Bodies.session()
             let first = try await client.post("/api/sessions", json: body, idempotencyKey: "resend")
             let second = try await client.post("/api/sessions", json: body, idempotencyKey: "resend")
@@ -148,7 +148,7 @@ import Testing
         // Each POST lasts 300 ms, so the twin below arrives while the first is being processed.
         configuration.faults.latencyMilliseconds = 300...300
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let body = Bodies.session()
             async let first = client.post("/api/sessions", json: body, idempotencyKey: "twin")
             async let second = client.post("/api/sessions", json: body, idempotencyKey: "twin")
@@ -167,7 +167,7 @@ import Testing
 
     @Test func anOverlongKeyIsRefused() async throws {
         try await withDevServer { server in
-            let response = try await APIClient(server).post(
+            let response = try await DevServerClient(server).post(
                 "/api/sessions", json: Bodies.session(), idempotencyKey: String(repeating: "k", count: 256))
             #expect(response.status == 422)
             #expect(response.errorField == "Idempotency-Key")

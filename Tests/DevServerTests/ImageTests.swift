@@ -10,7 +10,7 @@ import Testing
     ])
     func eachImageTypeIsRecognisedByItsBytes(_ name: String, _ bytes: [UInt8], _ contentType: String) async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, fileName: "x.\(name)", bytes: bytes)
@@ -21,7 +21,7 @@ import Testing
 
     @Test func anythingElseIs415() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, bytes: SampleImages.text)
@@ -39,7 +39,7 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.maxImageBytes = 4096
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let group = try await client.makeGroup()
             let atLimit = SampleImages.jpeg + Array(repeating: 0, count: 4096 - SampleImages.jpeg.count)
             #expect(try await client.postImage(group: group.id, clientId: group.clientId, bytes: atLimit).status == 201)
@@ -58,7 +58,7 @@ import Testing
     @Test(arguments: ["clientId", "role", "fileName", "file"])
     func aMissingPartIs422NamingIt(_ part: String) async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let group = try await client.makeGroup()
             let response = try await client.postImage(
                 group: group.id, clientId: group.clientId, bytes: SampleImages.png, omit: [part])
@@ -70,7 +70,7 @@ import Testing
 
     @Test func roleMustBeOneOfThree() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let group = try await client.makeGroup()
             for role in ["photo", "original", "annotated"] {
                 #expect(

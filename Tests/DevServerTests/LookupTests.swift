@@ -12,7 +12,7 @@ import Testing
         configuration.lookups = false
         configuration.lookupsStatus = status
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clientId = UUID().uuidString.lowercased()
             let session = try await client.post(
                 "/api/sessions", json: Bodies.session(clientId: clientId), idempotencyKey: "s")
@@ -57,7 +57,7 @@ import Testing
 
     @Test func theAdminLookupsAnswerAsTheAPIOnes() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let clientId = UUID().uuidString.lowercased()
             let sessionId = try #require(
                 try await client.post("/api/sessions", json: Bodies.session(clientId: clientId)).id)

@@ -19,7 +19,7 @@ import Testing
         configuration.references.ammunition = IDSet(10...11)
         configuration.references.ammoLots = IDSet(1...5)
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             #expect(Self.ids(try await client.get("/api/rifles")) == [1, 2, 3])
             #expect(Self.ids(try await client.get("/api/locations")) == [5])
             let ammunition = try await client.get("/api/ammunition")
@@ -32,7 +32,7 @@ import Testing
     @Test("the ETag turns a repeated read into a 304 until the table changes; reads are counted by status")
     func etagAndNotModified() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let first = try await client.get("/api/ammunition")
             let tag = try #require(first.headers.first(name: "ETag"))
             let again = try await client.get("/api/ammunition", headers: [("If-None-Match", tag)])
@@ -54,7 +54,7 @@ import Testing
         var configuration = DevServerConfiguration()
         configuration.referenceLists = false
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             for path in ["/api/rifles", "/api/ammunition", "/api/locations"] {
                 let response = try await client.get(path)
                 #expect(response.status == 404 && response.errorCode == "not_found", "\(path)")
@@ -65,7 +65,7 @@ import Testing
     @Test("the lists need the token, as every /api route")
     func listsNeedTheToken() async throws {
         try await withDevServer { server async throws in
-            var client = APIClient(server)
+            var client = DevServerClient(server)
             client.authorization = nil
             #expect(try await client.get("/api/rifles").status == 401)
         }

@@ -124,7 +124,7 @@ struct BadRequest: CustomTestStringConvertible, Sendable {
     @Test(arguments: badRequests)
     func isRefusedNamingTheField(_ bad: BadRequest) async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let path = try await Self.path(for: bad.route, client: client)
             let response = try await client.post(path, json: bad.body)
             #expect(response.status == 422)
@@ -137,7 +137,7 @@ struct BadRequest: CustomTestStringConvertible, Sendable {
     }
 
     /// A path of `route` whose parents exist.
-    static func path(for route: String, client: APIClient) async throws -> String {
+    static func path(for route: String, client: DevServerClient) async throws -> String {
         if route == "sessions" { return "/api/sessions" }
         let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
         switch route {
@@ -155,7 +155,7 @@ struct BadRequest: CustomTestStringConvertible, Sendable {
 
     @Test func unknownKeysAreIgnored() async throws {
         try await withDevServer { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let response = try await client.post(
                 "/api/sessions", json: Bodies.session(extra: #","somethingNew":{"a":[1,2]}"#))
             #expect(response.status == 201)
@@ -168,7 +168,7 @@ struct BadRequest: CustomTestStringConvertible, Sendable {
         var configuration = DevServerConfiguration()
         configuration.references.ammunition = IDSet(1...5)
         try await withDevServer(configuration) { server in
-            let client = APIClient(server)
+            let client = DevServerClient(server)
             let session = try #require(try await client.post("/api/sessions", json: Bodies.session()).id)
             let body = #"{"clientId":"\#(BadRequest.uuid)","distance":100,"ammunitionId":42}"#
             let before = try await client.post("/api/sessions/\(session)/dope", json: body)

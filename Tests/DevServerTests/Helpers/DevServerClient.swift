@@ -21,7 +21,7 @@ struct APIResponse {
 }
 
 /// Talks real HTTP to a running dev server through AsyncHTTPClient.
-struct APIClient {
+struct DevServerClient {
     let server: RunningDevServer
     /// `nil` sends no Authorization header.
     var authorization: String?
@@ -124,7 +124,7 @@ enum SampleImages {
     static let text: [UInt8] = Array("this is not an image at all".utf8)
 }
 
-extension APIClient {
+extension DevServerClient {
     /// A new session with one group in it, for image uploads: the group's id and client id.
     func makeGroup() async throws -> (id: Int, clientId: String) {
         let session = try #require(try await post("/api/sessions", json: Bodies.session()).id)
