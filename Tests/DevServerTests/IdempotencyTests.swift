@@ -99,13 +99,15 @@ import Testing
                     try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist").id)
             }
             try await withDevServer(configuration) { server in
-                let replay = try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                let replay = try await DevServerClient(server).post(
+                    "/api/sessions", json: body, idempotencyKey: "persist")
                 #expect(replay.replayed)
                 #expect(replay.id == firstId)
             }
             configuration.token = "another-token"
             try await withDevServer(configuration) { server in
-                let fresh = try await DevServerClient(server).post("/api/sessions", json: body, idempotencyKey: "persist")
+                let fresh = try await DevServerClient(server).post(
+                    "/api/sessions", json: body, idempotencyKey: "persist")
                 #expect(fresh.status == 201)
                 #expect(!fresh.replayed)
                 #expect(fresh.id != firstId)
