@@ -108,15 +108,43 @@ public struct BundleInspector: Sendable {
         let sessionBytes = scan.buffered[sessionPath]
 
         var session: SessionDocument?
-        if let sessionBytes {
-            switch SessionValidator.validate(sessionBytes, maxBytes: Int(limits.maxSessionBytes)) {
-            case .success(let document): session = document
-            case .failure(let failure):
-                errors += failure.issues.map { BundleError(.invalidSession, culprit: $0.culprit, message: $0.message) }
-            }
-        }  // else: already reported as too large
+        switch sessionBytes.map({ SessionValidator.validate($0, maxBytes: Int(limits.maxSessionBytes)) }) {
+        case .success(let document)?: session = document
+        case .failure(let failure)?:
+            errors += failure.issues.map { BundleError(.invalidSession, culprit: $0.culprit, message: $0.message) }
+        case nil: break  // already reported as too large
+        }
 
-        // Images the records name: present, and recognised by their bytes.
+        let images = Self.images(named: session, root: root, scan: scan, files: filesByPath, errors: &errors)
+
+        let manifestPath = root + "manifest.json"
+        let hasManifest = filesByPath[manifestPath] != nil
+        if let manifestBytes = scan.buffered[manifestPath] {
+            errors += BundleManifest.check(manifestBytes, root: root, files: filesByPath)
+        }
+
+        if !errors.isEmpty { throw BundleValidationError(bundle: path, errors: errors) }
+        guard let session, let sessionFile = filesByPath[sessionPath] else {
+            // Unreachable: a missing or invalid session always adds an error above.
+            throw BundleValidationError(
+                bundle: path, errors: [BundleError(.missingSession, culprit: sessionPath, message: "could not be read")]
+            )
+        }
+
+        let used = Set([sessionPath, manifestPath] + images.values.map(\.entryPath))
+        return ValidatedBundle(
+            path: path, identity: expected, container: scan.container, filters: scan.filters, root: root,
+            session: session, sessionSHA256: sessionFile.sha256, images: images,
+            ignoredFiles: scan.files.map(\.path).filter { !used.contains($0) }, hasManifest: hasManifest,
+            unpackedBytes: scan.unpackedBytes, compressedBytes: scan.compressedBytes, limits: limits)
+    }
+
+    /// The images the records name: present, and recognised by their bytes; a problem of each
+    /// is added to `errors`.
+    private static func images(
+        named session: SessionDocument?, root: String, scan: ArchiveScan, files filesByPath: [String: ScannedFile],
+        errors: inout [BundleError]
+    ) -> [String: BundleImage] {
         var images: [String: BundleImage] = [:]
         for reference in session?.imageReferences ?? [] where images[reference.fileName] == nil {
             let entryPath = root + "images/" + reference.fileName
@@ -144,36 +172,7 @@ public struct BundleInspector: Sendable {
             images[reference.fileName] = image
         }
 
-        let manifestPath = root + "manifest.json"
-        let hasManifest = filesByPath[manifestPath] != nil
-        if let manifestBytes = scan.buffered[manifestPath] {
-            errors += BundleManifest.check(manifestBytes, root: root, files: filesByPath)
-        }
-
-        if !errors.isEmpty { throw BundleValidationError(bundle: path, errors: errors) }
-        guard let session, let sessionFile = filesByPath[sessionPath] else {
-            // Unreachable: a missing or invalid session always adds an error above.
-            throw BundleValidationError(
-                bundle: path, errors: [BundleError(.missingSession, culprit: sessionPath, message: "could not be read")]
-            )
-        }
-
-        let used = Set([sessionPath, manifestPath] + images.values.map(\.entryPath))
-        return ValidatedBundle(
-            path: path,
-            identity: expected,
-            container: scan.container,
-            filters: scan.filters,
-            root: root,
-            session: session,
-            sessionSHA256: sessionFile.sha256,
-            images: images,
-            ignoredFiles: scan.files.map(\.path).filter { !used.contains($0) },
-            hasManifest: hasManifest,
-            unpackedBytes: scan.unpackedBytes,
-            compressedBytes: scan.compressedBytes,
-            limits: limits
-        )
+        return images
     }
 
     /// The bundle's root: the top if it has `session.json`; else the single top-level folder
