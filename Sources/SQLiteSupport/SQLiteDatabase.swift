@@ -1,12 +1,6 @@
 import CSQLite
 import Synchronization
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// One SQLite database file, used from any task; a connection is lent to one closure at a time.
 public final class SQLiteDatabase: Sendable {
     public let path: String
@@ -38,58 +32,15 @@ public final class SQLiteDatabase: Sendable {
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
         self.path = path
         _ = Self.configureLibraryOnce
-        var handle: OpaquePointer?
-        let flags =
-            (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
-            // A database reached through a symlink is refused (SQLite 3.31+): whoever made the link
-            // would choose what the store says.
-            | SQLITE_OPEN_NOFOLLOW
-        let snapshot = readOnly && options.immutable
-        let name = snapshot ? Self.immutableURI(path) : path
-        let code = sqlite3_open_v2(name, &handle, flags | (snapshot ? SQLITE_OPEN_URI : 0), nil)
-        guard code == SQLITE_OK, let handle else {
-            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
-            sqlite3_close_v2(handle)
-            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: "cannot open \(path): \(message)")
-        }
-        sqlite3_extended_result_codes(handle, 1)
-        sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
-
-        var writeLock: WriteLock? = nil
-        if let lockPath = options.writeLockPath {
-            // Never through a symlink, and readable by nobody else: it sits beside the database.
-            let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            guard descriptor >= 0 else {
-                sqlite3_close_v2(handle)
-                throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(lockPath): errno \(errno)")
-            }
-            writeLock = WriteLock(
-                descriptor: descriptor, path: lockPath, timeoutMilliseconds: max(options.busyTimeoutMilliseconds, 0))
-        }
-
+        let handle = try Self.openHandle(path: path, options: options, readOnly: readOnly)
         // Set up the connection before `self` is complete, so a failure here closes it exactly once.
+        let writeLock: WriteLock?
         do {
-            let connection = SQLiteConnection(handle: handle, statements: nil)
-            try connection.execute("PRAGMA foreign_keys = ON")
-            if !readOnly {
-                // `synchronous` belongs to this connection; only switching the file to WAL writes,
-                // so a database already in WAL opens without the write lock (and opens even while
-                // another process holds it).
-                try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
-                // Only takes effect before the file's first write (the switch to WAL below, under the
-                // write lock); a file that exists keeps its page size.
-                if let size = options.pageSizeOfNewDatabase { try connection.execute("PRAGMA page_size = \(size)") }
-                let mode: String? = try connection.queryFirst("PRAGMA journal_mode")?["journal_mode"]
-                if options.walJournal && mode?.lowercased() != "wal" {
-                    try writeLock?.acquire()
-                    defer { writeLock?.release() }
-                    try connection.execute("PRAGMA journal_mode = WAL")
-                }
-                if let bytes = options.walAutocheckpointBytes {
-                    let pageSize: Int = try connection.queryFirst("PRAGMA page_size")?["page_size"] ?? 4096
-                    try connection.execute("PRAGMA wal_autocheckpoint = \(max(bytes / pageSize, 1))")
-                }
+            writeLock = try options.writeLockPath.map { lockPath throws(SQLiteError) in
+                try WriteLock(path: lockPath, timeoutMilliseconds: max(options.busyTimeoutMilliseconds, 0))
             }
+            let connection = SQLiteConnection(handle: handle, statements: nil)
+            try Self.configure(connection, options: options, readOnly: readOnly, writeLock: writeLock)
         } catch {
             sqlite3_close_v2(handle)
             throw error
@@ -98,6 +49,55 @@ public final class SQLiteDatabase: Sendable {
         self.writeLock = writeLock
         self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         self.statements = options.reusesPreparedStatements ? PreparedStatements() : nil
+    }
+
+    /// The connection's handle, with extended result codes and the busy timeout set.
+    private static func openHandle(path: String, options: SQLiteOptions, readOnly: Bool) throws(SQLiteError)
+        -> OpaquePointer
+    {
+        var handle: OpaquePointer?
+        let flags =
+            (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+            // A database reached through a symlink is refused (SQLite 3.31+): whoever made the link
+            // would choose what the store says.
+            | SQLITE_OPEN_NOFOLLOW
+        let snapshot = readOnly && options.immutable
+        let name = snapshot ? immutableURI(path) : path
+        let code = sqlite3_open_v2(name, &handle, flags | (snapshot ? SQLITE_OPEN_URI : 0), nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close_v2(handle)
+            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: "cannot open \(path): \(message)")
+        }
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
+        return handle
+    }
+
+    /// The connection's PRAGMAs: foreign keys always; for a writer, `synchronous`, the page size
+    /// of a new file, WAL and its autocheckpoint.
+    private static func configure(
+        _ connection: SQLiteConnection, options: SQLiteOptions, readOnly: Bool, writeLock: WriteLock?
+    ) throws(SQLiteError) {
+        try connection.execute("PRAGMA foreign_keys = ON")
+        guard !readOnly else { return }
+        // `synchronous` belongs to this connection; only switching the file to WAL writes,
+        // so a database already in WAL opens without the write lock (and opens even while
+        // another process holds it).
+        try connection.execute("PRAGMA synchronous = \(options.synchronous.rawValue)")
+        // Only takes effect before the file's first write (the switch to WAL below, under the
+        // write lock); a file that exists keeps its page size.
+        if let size = options.pageSizeOfNewDatabase { try connection.execute("PRAGMA page_size = \(size)") }
+        let mode: String? = try connection.queryFirst("PRAGMA journal_mode")?["journal_mode"]
+        if options.walJournal && mode?.lowercased() != "wal" {
+            try writeLock?.acquire()
+            defer { writeLock?.release() }
+            try connection.execute("PRAGMA journal_mode = WAL")
+        }
+        if let bytes = options.walAutocheckpointBytes {
+            let pageSize: Int = try connection.queryFirst("PRAGMA page_size")?["page_size"] ?? 4096
+            try connection.execute("PRAGMA wal_autocheckpoint = \(max(bytes / pageSize, 1))")
+        }
     }
 
     /// Process-wide settings, before SQLite initialises itself at the first open (later, SQLite
@@ -145,14 +145,7 @@ public final class SQLiteDatabase: Sendable {
             defer { writeLock?.release() }
             // Prepared statements rather than `execute`: they are reused when the database keeps them.
             try connection.query("BEGIN IMMEDIATE")
-            do {
-                let result = try body(connection)
-                try connection.query("COMMIT")
-                return result
-            } catch {
-                connection.rollBackIfOpen()
-                throw error
-            }
+            return try Self.commitOrRollBack(connection, body)
         }
     }
 
@@ -177,20 +170,27 @@ public final class SQLiteDatabase: Sendable {
                 } catch {
                     return .failure(error)
                 }
-                return Result {
-                    do {
-                        let result = try body(connection)
-                        try connection.query("COMMIT")
-                        return result
-                    } catch {
-                        connection.rollBackIfOpen()  // as in write(_:)
-                        throw error
-                    }
-                }
+                return Result { try Self.commitOrRollBack(connection, body) }
             }()
         }
         guard let attempt = outcome, let result = attempt else { return nil }
         return try result.get()
+    }
+
+    /// Runs `body` in the transaction the caller has begun, and commits it. If `body` or the COMMIT
+    /// throws, rolls back only if the transaction is still open (see
+    /// ``SQLiteConnection/rollBackIfOpen()``): nothing of it is then committed.
+    private static func commitOrRollBack<T>(
+        _ connection: SQLiteConnection, _ body: (SQLiteConnection) throws -> T
+    ) throws -> T {
+        do {
+            let result = try body(connection)
+            try connection.query("COMMIT")
+            return result
+        } catch {
+            connection.rollBackIfOpen()
+            throw error
+        }
     }
 
     private func withConnection<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {

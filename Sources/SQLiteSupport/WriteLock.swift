@@ -20,8 +20,13 @@ final class WriteLock: Sendable {
     let timeoutMilliseconds: Int32
     private let ranOut = Atomic<Bool>(false)
 
-    /// Takes ownership of `descriptor`: it is closed with the lock.
-    init(descriptor: Int32, path: String, timeoutMilliseconds: Int32) {
+    /// Opens (and creates) the lock file at `path`; the descriptor is closed with the lock.
+    init(path: String, timeoutMilliseconds: Int32) throws(SQLiteError) {
+        // Never through a symlink, and readable by nobody else: it sits beside the database.
+        let descriptor = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw SQLiteError(code: .cantOpen, message: "cannot open lock file \(path): errno \(errno)")
+        }
         self.descriptor = descriptor
         self.path = path
         self.timeoutMilliseconds = timeoutMilliseconds
