@@ -99,3 +99,34 @@ import Testing
         }
     }
 }
+
+extension ArchiveReaderTests {
+    /// What libarchive 3.6 reports (errno, message), as seen for the archives above and for damaged
+    /// ones, or as its sources set it (EIO, the zip messages).
+    static let libarchiveReports: [(errno: Int32, detail: String, opening: Bool, code: BundleError.Code)] = [
+        // Plain text, an empty file, any stream cut before its format shows.
+        (EILSEQ, "Unrecognized archive format", true, .notAnArchive),
+        // The errno decides while opening, whatever the message.
+        (EILSEQ, "", true, .notAnArchive),
+        (EIO, "Premature end-of-file.", false, .truncated),
+        (EINVAL, "Damaged tar archive", false, .damaged),
+        // ARCHIVE_ERRNO_FILE_FORMAT past opening, and ARCHIVE_ERRNO_MISC (-1), say neither: the message does.
+        (EILSEQ, "Truncated tar archive", false, .truncated),  // a tar cut inside a header
+        (-1, "Truncated tar archive", false, .truncated),  // a tar cut inside an entry's data
+        (-1, "truncated gzip input", false, .truncated),
+        (-1, "truncated bzip2 input", false, .truncated),
+        (EILSEQ, "Malformed 64-bit uncompressed size", false, .damaged),
+        (-1, "Invalid central directory signature", false, .damaged),
+        (-1, "gzip decompression failed", false, .damaged),
+        // No errno and no message (a gzip stream missing part of its trailer).
+        (0, "unknown error", false, .damaged),
+    ]
+
+    @Test("libarchive's errno decides where it tells the cases apart; its message only where it does not")
+    func codeFromLibarchiveErrno() {
+        for report in Self.libarchiveReports {
+            let code = ArchiveReader.code(libarchiveErrno: report.errno, detail: report.detail, opening: report.opening)
+            #expect(code == report.code, "errno \(report.errno), \"\(report.detail)\", opening: \(report.opening)")
+        }
+    }
+}

@@ -313,9 +313,9 @@ final class ArchiveReader {
         Self.classify(archive, input: input, culprit: path, during: activity)
     }
 
-    /// Why reading failed: the budget's reason when a callback refused to go on, else libarchive's
-    /// message turned into a code a person can act on: a cut-off stream says "truncated" or
-    /// "premature end", an unknown format "unrecognized archive format".
+    /// Why reading failed: the budget's reason when a callback refused to go on, the file's read
+    /// error when it could not be read, else libarchive's error turned into a code a person can act
+    /// on (see ``code(libarchiveErrno:detail:opening:)``).
     private static func classify(
         _ archive: OpaquePointer, input: ArchiveInput, culprit: String, during activity: String?
     ) -> BundleError {
@@ -325,17 +325,43 @@ final class ArchiveReader {
                 .io, culprit: culprit, message: "cannot read: \(String(cString: strerror(input.readErrno)))")
         }
         let detail = errorString(archive) ?? "unknown error"
-        let lowered = detail.lowercased()
-        let code: BundleError.Code =
-            if lowered.contains("truncated") || lowered.contains("premature") || lowered.contains("unexpected end") {
-                .truncated
-            } else if lowered.contains("unrecognized archive format") || lowered.contains("empty") {
-                .notAnArchive
-            } else {
-                .damaged
-            }
+        let code = Self.code(libarchiveErrno: archive_errno(archive), detail: detail, opening: activity == nil)
         return BundleError(code, culprit: culprit, message: activity.map { "\($0): \(detail)" } ?? detail)
     }
+
+    /// libarchive's errno, where it tells the cases apart (libarchive 3.6, tar, zip and the four
+    /// filters, as read from its sources and seen on real archives cut short):
+    /// - ARCHIVE_ERRNO_FILE_FORMAT while opening: format detection found neither tar nor zip
+    ///   ("Unrecognized archive format"), for an empty file too. A stream under a filter that is
+    ///   cut or damaged before its first header also ends here; ``explainNesting`` looks inside.
+    /// - EIO: "Premature end-of-file", the one EIO libarchive sets while reading.
+    /// - EINVAL: tar's "Damaged tar archive" (a header's checksum) and "Special header too large".
+    ///
+    /// Otherwise the errno does not say, and the message decides: past opening libarchive sets
+    /// ARCHIVE_ERRNO_FILE_FORMAT and ARCHIVE_ERRNO_MISC (-1) both for input cut short ("Truncated
+    /// tar archive" comes with either, by where the cut falls; "truncated gzip input" with MISC)
+    /// and for damaged input, and a gzip stream missing only part of its trailer fails with no
+    /// errno (0) and no message at all.
+    static func code(libarchiveErrno: Int32, detail: String, opening: Bool) -> BundleError.Code {
+        switch libarchiveErrno {
+        case archiveFileFormatErrno where opening: return .notAnArchive
+        case EIO: return .truncated
+        case EINVAL: return .damaged
+        default: break
+        }
+        let lowered = detail.lowercased()
+        return if lowered.contains("truncated") || lowered.contains("premature") || lowered.contains("unexpected end") {
+            .truncated
+        } else if lowered.contains("unrecognized archive format") || lowered.contains("empty") {
+            .notAnArchive
+        } else {
+            .damaged
+        }
+    }
+
+    /// ARCHIVE_ERRNO_FILE_FORMAT, which archive.h names but does not define: EFTYPE where the
+    /// system has it (BSD, macOS), else EILSEQ, as on Linux.
+    private static let archiveFileFormatErrno = EILSEQ
 
     /// "Not an archive" inside a compression filter, explained: a stream that starts with
     /// compressed data again is a nested stream, and a stream that breaks off is truncated or
