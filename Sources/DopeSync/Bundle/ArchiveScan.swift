@@ -54,8 +54,7 @@ struct ArchiveScan: Sendable {
     ) throws(BundleError) -> ArchiveScan {
         try withArchiveReader(path: path, expected: expected, budget: budget) { reader throws(BundleError) in
             var scan = ArchiveScan()
-            var seenPaths: Set<String> = []
-            var bufferedTopFolder: String?
+            var names = SeenNames()
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
             defer { buffer.deallocate() }
 
@@ -65,91 +64,94 @@ struct ArchiveScan: Sendable {
                     scan.container = reader.formatName
                     scan.filters = reader.filterNames
                 }
-                scan.entryCount += 1
-                if scan.entryCount > limits.maxEntries {
-                    throw BundleError(
-                        .tooManyEntries, culprit: header.rawPath,
-                        message: "more than \(limits.maxEntries) entries (the limit)"
-                    )
-                }
-
-                let (path, accepted) = scan.admit(header, seenPaths: &seenPaths)
-
-                // Buffer session.json / manifest.json at the top or in the first top-level folder
-                // that has one; a second folder with one cannot be the single-top-folder root.
-                var keep: [UInt8]? = nil
-                let components = path.split(separator: "/", omittingEmptySubsequences: false)
-                if accepted, let name = components.last.map(String.init), bufferedNames.contains(name),
-                    components.count <= 2
-                {
-                    let folder = components.count == 2 ? String(components[0]) : nil
-                    if folder == nil || bufferedTopFolder == nil || bufferedTopFolder == folder {
-                        if let folder { bufferedTopFolder = folder }
-                        keep = []
-                    }
-                }
-
-                var retain: [UInt8]? = nil
-                if accepted, keep == nil, components.count >= 2, components[components.count - 2] == "images",
-                    let declared = header.declaredSize, declared <= retainedFileLimit,
-                    scan.retainedBytes + declared <= retainedTotalLimit
-                {
-                    retain = []
-                    retain!.reserveCapacity(Int(declared))
-                }
-
-                // Every entry's data goes through the volume checks, even one already refused:
-                // letting libarchive skip it would unpack it unseen, and a bomb could hide there.
-                var hasher = SHA256()
-                var marker = StreamingSearch(MultipartFraming.boundaryMarker)
-                var size: Int64 = 0
-                var prefix: [UInt8] = []
-                while true {
-                    let count = try reader.readData(into: buffer)
-                    if count == 0 { break }
-                    size += Int64(count)
-                    scan.unpackedBytes += Int64(count)
-                    try scan.checkVolume(limits: limits, compressed: reader.compressedBytesRead, culprit: path)
-                    guard accepted else { continue }
-                    let chunk = UnsafeRawBufferPointer(rebasing: buffer[..<count])
-                    hasher.update(bufferPointer: chunk)
-                    marker.update(chunk)
-                    if prefix.count < ImageType.sniffLength {
-                        prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
-                    }
-                    if retain != nil {
-                        if size > retainedFileLimit { retain = nil } else { retain!.append(contentsOf: chunk) }
-                    }
-                    if keep != nil {
-                        if size > limits.maxSessionBytes {
-                            keep = nil
-                            scan.errors.append(
-                                BundleError(
-                                    .sessionTooLarge, culprit: path,
-                                    message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
-                                ))
-                        } else {
-                            keep!.append(contentsOf: chunk)
-                        }
-                    }
-                }
-                guard accepted else { continue }
-                scan.files.append(
-                    ScannedFile(
-                        path: path, ordinal: scan.entryCount - 1, size: size,
-                        sha256: hasher.finalize().hexString, prefix: prefix, holdsBoundaryMarker: marker.found
-                    ))
-                if let keep { scan.buffered[path] = keep }
-                if let retain, scan.retainedBytes + size <= retainedTotalLimit {
-                    scan.retained[path] = retain
-                    scan.retainedBytes += size
-                }
+                try scan.readEntry(header, from: reader, buffer: buffer, limits: limits, names: &names)
             }
             if scan.entryCount == 0 {
                 throw BundleError(.notAnArchive, culprit: path, message: "the archive is empty")
             }
             scan.compressedBytes = reader.compressedBytesRead
             return scan
+        }
+    }
+
+    /// Counts the entry `header` opens, decides whether it is a file the bundle may hold, reads
+    /// all its data, and records what was learnt of an accepted file.
+    private mutating func readEntry(
+        _ header: ArchiveEntryHeader, from reader: ArchiveReader, buffer: UnsafeMutableRawBufferPointer,
+        limits: BundleLimits, names: inout SeenNames
+    ) throws(BundleError) {
+        entryCount += 1
+        if entryCount > limits.maxEntries {
+            throw BundleError(
+                .tooManyEntries, culprit: header.rawPath,
+                message: "more than \(limits.maxEntries) entries (the limit)"
+            )
+        }
+        let (path, accepted) = admit(header, seenPaths: &names.paths)
+        var content = accepted ? contentToCollect(for: path, declaredSize: header.declaredSize, names: &names) : nil
+        // Every entry's data goes through the volume checks, even one already refused:
+        // letting libarchive skip it would unpack it unseen, and a bomb could hide there.
+        try readData(from: reader, buffer: buffer, limits: limits, culprit: path, into: &content)
+        if let content { record(content, path: path, limits: limits) }
+    }
+
+    /// What to collect of an accepted file's bytes besides their hash. `session.json` and
+    /// `manifest.json` are buffered at the top or in the first top-level folder that has one (a
+    /// second folder with one cannot be the single-top-folder root); a small file in an `images/`
+    /// folder is retained while the retained total allows.
+    private func contentToCollect(for path: String, declaredSize: Int64?, names: inout SeenNames) -> EntryContent {
+        let components = path.split(separator: "/", omittingEmptySubsequences: false)
+        if let name = components.last.map(String.init), Self.bufferedNames.contains(name), components.count <= 2 {
+            let folder = components.count == 2 ? String(components[0]) : nil
+            if folder == nil || names.bufferedTopFolder == nil || names.bufferedTopFolder == folder {
+                if let folder { names.bufferedTopFolder = folder }
+                return EntryContent(kept: [])
+            }
+        }
+        if components.count >= 2, components[components.count - 2] == "images", let declared = declaredSize,
+            declared <= Self.retainedFileLimit, retainedBytes + declared <= Self.retainedTotalLimit
+        {
+            var retained: [UInt8] = []
+            retained.reserveCapacity(Int(declared))
+            return EntryContent(retained: retained)
+        }
+        return EntryContent()
+    }
+
+    /// Reads the current entry's data to its end, with the volume checks after every block;
+    /// `content`, for an accepted file, takes every block.
+    private mutating func readData(
+        from reader: ArchiveReader, buffer: UnsafeMutableRawBufferPointer, limits: BundleLimits,
+        culprit path: String, into content: inout EntryContent?
+    ) throws(BundleError) {
+        while true {
+            let count = try reader.readData(into: buffer)
+            if count == 0 { return }
+            unpackedBytes += Int64(count)
+            try checkVolume(limits: limits, compressed: reader.compressedBytesRead, culprit: path)
+            content?.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]), limits: limits)
+        }
+    }
+
+    /// Records an accepted file whose data has all been read.
+    private mutating func record(_ content: EntryContent, path: String, limits: BundleLimits) {
+        if content.keptPastLimit {
+            errors.append(
+                BundleError(
+                    .sessionTooLarge, culprit: path,
+                    message: "larger than \(ByteCount(limits.maxSessionBytes)) (the limit)"
+                ))
+        }
+        files.append(
+            ScannedFile(
+                path: path, ordinal: entryCount - 1, size: content.size,
+                sha256: content.hasher.finalize().hexString, prefix: content.prefix,
+                holdsBoundaryMarker: content.marker.found
+            ))
+        if let kept = content.kept { buffered[path] = kept }
+        if let retainedContent = content.retained, retainedBytes + content.size <= Self.retainedTotalLimit {
+            retained[path] = retainedContent
+            retainedBytes += content.size
         }
     }
 
@@ -215,6 +217,51 @@ struct ArchiveScan: Sendable {
                         + "(\(ByteCount(unpackedBytes)) from \(ByteCount(compressed))): refused as a decompression bomb"
                 )
             }
+        }
+    }
+}
+
+/// What one pass over an archive remembers of the names it has read.
+private struct SeenNames {
+    /// The accepted files' paths, so that a second entry with one is refused.
+    var paths: Set<String> = []
+    /// The top-level folder whose `session.json` and `manifest.json` are buffered, once one is.
+    var bufferedTopFolder: String?
+}
+
+/// What one pass learns of an accepted file's bytes as they stream by.
+private struct EntryContent {
+    var size: Int64 = 0
+    var hasher = SHA256()
+    var marker = StreamingSearch(MultipartFraming.boundaryMarker)
+    /// The first bytes, for ``ScannedFile/prefix``.
+    var prefix: [UInt8] = []
+    /// All of a buffered file (`session.json`, `manifest.json`) while within
+    /// ``BundleLimits/maxSessionBytes``; nil once past it, or when it is not buffered.
+    var kept: [UInt8]?
+    /// Whether a buffered file went past its limit (it is then refused as too large).
+    var keptPastLimit = false
+    /// All of a retained image while within ``ArchiveScan/retainedFileLimit``; else nil.
+    var retained: [UInt8]?
+
+    init(kept: [UInt8]? = nil, retained: [UInt8]? = nil) {
+        self.kept = kept
+        self.retained = retained
+    }
+
+    mutating func append(_ chunk: UnsafeRawBufferPointer, limits: BundleLimits) {
+        size += Int64(chunk.count)
+        hasher.update(bufferPointer: chunk)
+        marker.update(chunk)
+        if prefix.count < ImageType.sniffLength {
+            prefix.append(contentsOf: chunk.prefix(ImageType.sniffLength - prefix.count))
+        }
+        if size > ArchiveScan.retainedFileLimit { retained = nil } else { retained?.append(contentsOf: chunk) }
+        if kept != nil, size > limits.maxSessionBytes {
+            kept = nil
+            keptPastLimit = true
+        } else {
+            kept?.append(contentsOf: chunk)
         }
     }
 }
