@@ -53,7 +53,7 @@ enum BundleReaderFuzz {
             return
         }
         _ = BundleReport(bundle).text()
-        _ = UploadPlan(session: bundle.session, images: bundle.images)
+        _ = try? UploadPlan(session: bundle.session, images: bundle.images)
         let reader = BundleEntryReader(bundle: bundle, chunkSize: 16 * 1024)
         for image in bundle.images.values.sorted(by: { $0.fileName < $1.fileName }) {
             var streamed: Int64 = 0

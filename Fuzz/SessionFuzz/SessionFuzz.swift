@@ -55,7 +55,7 @@ enum SessionFuzz {
         switch result {
         case .success(let document):
             precondition(parsed != nil, "a session was accepted from bytes the parser refuses")
-            for step in UploadPlan(session: document, images: [:]).steps {
+            for step in UploadPlan.recordSteps(of: document) {
                 guard case .json(let body) = step.payload else { continue }
                 do {
                     _ = try JSONValue.parse(body)

@@ -22,6 +22,12 @@ public enum HostileBundles {
     /// with images over 256 KiB a valid bundle failed mid-upload as changed.
     public static var zipEntryWithoutAName: URL { fixture("zip-entry-without-a-name.zip") }
 
+    /// `make fuzz`'s second finding: a damaged zip, read front to back, with an entry whose data
+    /// libarchive reads through but cannot skip ("reading the next entry: unknown error").
+    /// Validation reads every entry's data and accepts it; streaming an image back once skipped
+    /// the entries before it, and failed where validation had not.
+    public static var zipEntryThatCannotBeSkipped: URL { fixture("zip-stored-entry-skipped-unreadably.zip") }
+
     /// A valid tar.gz bundle of `sample`, compressed once more by `outer` (`gzip`, `xz`, `zstd`, `bzip2`).
     public static func nested(_ sample: SampleSession, outer: String, in directory: URL, name: String) throws -> URL {
         let source = directory.appendingPathComponent("src-\(name)")

@@ -109,7 +109,18 @@ public final class BundleEntryReader {
                 }
                 return reader
             }
+            // Read through, as validation did, never skipped: libarchive may fail to skip data it
+            // can read (a damaged zip read front to back, `make fuzz` found), and then a bundle
+            // validation accepted would fail mid-upload.
+            try readThrough(reader)
         }
         throw BundleError(.changedAfterValidation, culprit: image.entryPath, message: "no longer in the archive")
+    }
+
+    /// Reads the rest of the current entry's data into scratch space.
+    private func readThrough(_ reader: ArchiveReader) throws(BundleError) {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
+        defer { scratch.deallocate() }
+        while try reader.readData(into: scratch) > 0 {}
     }
 }

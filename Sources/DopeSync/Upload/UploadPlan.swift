@@ -81,6 +81,25 @@ public struct UploadPlan: Sendable {
     /// `images`; should that ever break, the plan is refused (`missing_image`) rather than a
     /// bundle uploaded short of an image and moved to `done/`.
     public init(session document: SessionDocument, images: [String: BundleImage]) throws(BundleError) {
+        var builder = Self.records(of: document)
+        for reference in document.imageReferences {
+            guard let image = images[reference.fileName] else {
+                throw BundleError(
+                    .missingImage, culprit: reference.fileName,
+                    message:
+                        "a record names this image, but it is not among the images read: refused rather than uploaded without it"
+                )
+            }
+            builder.addImage(image, reference: reference)
+        }
+        sessionID = document.session.id
+        steps = builder.steps
+    }
+
+    /// The JSON steps of a session's records, in plan order, without its images.
+    public static func recordSteps(of document: SessionDocument) -> [UploadStep] { records(of: document).steps }
+
+    private static func records(of document: SessionDocument) -> StepBuilder {
         let session = document.session
         var builder = StepBuilder(sessionID: session.id)
         builder.addRecord(
@@ -120,18 +139,7 @@ public struct UploadPlan: Sendable {
                     path: "groups[\(index)].measurement", body: RecordBody.measurement(measurement, groupID: group.id))
             }
         }
-        for reference in document.imageReferences {
-            guard let image = images[reference.fileName] else {
-                throw BundleError(
-                    .missingImage, culprit: reference.fileName,
-                    message:
-                        "a record names this image, but it is not among the images read: refused rather than uploaded without it"
-                )
-            }
-            builder.addImage(image, reference: reference)
-        }
-        sessionID = session.id
-        steps = builder.steps
+        return builder
     }
 
     /// Derived only from the bundle's own ids: the same after a crash, a requeue or a lost
