@@ -115,11 +115,3 @@ func processCPUSeconds() -> Double {
     func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
-
-final class WorkQueue: @unchecked Sendable {
-    // Guarded by `lock`.
-    private var items: ArraySlice<(UploadPlan, [String: [UInt8]])>
-    private let lock = NSLock()
-    init(_ items: [(UploadPlan, [String: [UInt8]])]) { self.items = items[...] }
-    func next() -> (UploadPlan, [String: [UInt8]])? { lock.withLock { items.popFirst() } }
-}

@@ -115,8 +115,4 @@ final class RunCounters: Sendable {
 }
 
 /// The bundles a run will try, handed out one at a time to its concurrent uploaders.
-final class BundleQueue: Sendable {
-    private let entries: Mutex<ArraySlice<SpoolEntry>>
-    init(_ entries: [SpoolEntry]) { self.entries = Mutex(entries[...]) }
-    func next() -> SpoolEntry? { entries.withLock { $0.popFirst() } }
-}
+typealias BundleQueue = WorkQueue<SpoolEntry>
