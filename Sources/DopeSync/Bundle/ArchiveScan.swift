@@ -288,19 +288,6 @@ enum EntryPath {
     }
 }
 
-extension Sequence where Element == UInt8 {
-    /// Lowercase hexadecimal, two digits a byte.
-    var hexString: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes: [UInt8] = []
-        for byte in self {
-            bytes.append(digits[Int(byte >> 4)])
-            bytes.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-}
-
 /// A byte count for people: `16 MiB`, `1.5 GiB`, `900 B`.
 struct ByteCount: CustomStringConvertible, Sendable {
     var bytes: Int64
