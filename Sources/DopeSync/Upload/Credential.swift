@@ -134,20 +134,18 @@ public final class Credential: Sendable {
         }
         let line = text.split(whereSeparator: \.isNewline).first.map { $0.trimmingCharacters(in: .whitespaces) }
         if let line, !line.isEmpty {
-            // The token is here: whatever the command still does is not waited for.
+            // The token is here: whatever the command still does is ended, and only the command
+            // itself (under `timeout`, which takes what it started with it) is waited for, so
+            // that no process is left unreaped, nor Foundation's record of it.
             if process.isRunning { process.terminate() }
+            _ = reap(process, within: .seconds(3))
             guard isUsableToken(line) else {
                 throw TokenCommandError(message: unusableToken("the token command `\(shown)`"))
             }
             return line
         }
         // No line: the output ended, so the command ended or closed it; its status says why.
-        let exited = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            process.waitUntilExit()
-            exited.signal()
-        }
-        if exited.wait(timeout: .now() + .seconds(seconds + 3)) == .timedOut {
+        if !reap(process, within: .seconds(seconds + 3)) {
             process.terminate()
             throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
         }
@@ -157,6 +155,16 @@ public final class Credential: Sendable {
             throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
         }
         throw TokenCommandError(message: "the token command `\(shown)` printed no token")
+    }
+
+    /// Waits for `process` to end, at most `limit`; false when it did not.
+    private static func reap(_ process: Process, within limit: Duration) -> Bool {
+        let exited = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            process.waitUntilExit()
+            exited.signal()
+        }
+        return exited.wait(timeout: .now() + .seconds(Int(limit.components.seconds))) == .success
     }
 
     /// Starts the command under `timeout(1)` where there is one, its output in a pipe.
