@@ -14,7 +14,7 @@ extension RunConfiguration {
                 .badValue, key: RunSetting.tokenCommand.key, source: .commandLine,
                 message: "give --token-file or --token-command, not both")
         }
-        if Self.hasEnvironmentToken(environment), let command = tokenCommand, command.source != .commandLine,
+        if Self.environmentToken(environment) != nil, let command = tokenCommand, command.source != .commandLine,
             tokenFile?.source != .commandLine
         {
             warnings.append(
@@ -22,7 +22,7 @@ extension RunConfiguration {
                     + "the environment cannot be renewed when the API refuses it")
         }
         guard let command = tokenCommand, tokenFile?.source != .commandLine,
-            command.source == .commandLine || !Self.hasEnvironmentToken(environment)
+            command.source == .commandLine || Self.environmentToken(environment) == nil
         else {
             return try resolveToken(tokenFile: tokenFile, environment: environment, jobFile: jobFile)
         }
@@ -34,11 +34,10 @@ extension RunConfiguration {
         try resolveTokenCommand(command.text, source: command.source)
     }
 
-    /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
-    /// `token-file` from the environment or the job file.
-    static func hasEnvironmentToken(_ environment: [String: String]) -> Bool {
-        !(environment[RunSetting.tokenEnvironmentVariable]?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "")
-            .isEmpty
+    /// `DOPESYNC_API_TOKEN`, trimmed; nil when it is not set or blank.
+    static func environmentToken(_ environment: [String: String]) -> String? {
+        let token = environment[RunSetting.tokenEnvironmentVariable]?.trimmingCharacters(in: .whitespacesAndNewlines)
+        return token?.isEmpty == false ? token : nil
     }
 
     /// Runs the token command once, for the token a run starts with; it runs again after a refusal.
@@ -53,13 +52,12 @@ extension RunConfiguration {
         sources["token"] = source
     }
 
+    /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a
+    /// `token-file` from the environment or the job file.
     private mutating func resolveToken(
         tokenFile: (text: String, source: SettingSource)?, environment: [String: String], jobFile: String?
     ) throws(ConfigurationError) {
-        let fromEnvironment = environment[RunSetting.tokenEnvironmentVariable].map {
-            $0.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        if let fromEnvironment, !fromEnvironment.isEmpty, tokenFile?.source != .commandLine {
+        if let fromEnvironment = Self.environmentToken(environment), tokenFile?.source != .commandLine {
             guard Credential.isUsableToken(fromEnvironment) else {
                 throw ConfigurationError(
                     .badValue, key: nil, source: .environment(variable: RunSetting.tokenEnvironmentVariable),
@@ -83,8 +81,12 @@ extension RunConfiguration {
                     "the API token is not set: give --token-file, \(RunSetting.tokenEnvironmentVariable) or `token-file:` in a job file"
             )
         }
-        let text = try Self.readTokenFile(path, source: source)
-        token = text
+        do {
+            token = try Credential.readTokenFile(path)
+        } catch {
+            throw ConfigurationError(
+                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source, message: error.message)
+        }
         tokenSource = .file(path)
         sources["token"] = source
         // Only a warning: a file just read whose mode cannot be read is not worth refusing the run for.
@@ -94,35 +96,5 @@ extension RunConfiguration {
             warnings.append(
                 "the token file \(path) can be read by other users (mode \(String(mode, radix: 8))); chmod 600 it")
         }
-    }
-
-    /// The token a token file holds, alone on its one line.
-    private static func readTokenFile(_ path: String, source: SettingSource) throws(ConfigurationError) -> String {
-        let contents: [UInt8]
-        do {
-            contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
-        } catch {
-            // A path with no "/" that cannot be read may be the token itself, given by mistake:
-            // never echo that into a log.
-            let shown =
-                path.contains("/")
-                ? "\(error)"
-                : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: "cannot read the token file: \(shown)")
-        }
-        let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !text.isEmpty, !text.contains(where: \.isNewline) else {
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: "the token file \(path) must hold the token alone on one line")
-        }
-        guard Credential.isUsableToken(text) else {
-            throw ConfigurationError(
-                .unreadableTokenFile, key: RunSetting.tokenFile.key, source: source,
-                message: Credential.unusableToken("the token file \(path)"))
-        }
-        return text
     }
 }

@@ -95,9 +95,19 @@ public final class Credential: Sendable {
         }
     }
 
-    /// The token alone on the first line of the file; throws naming the file.
-    static func readTokenFile(_ path: String) throws -> String {
-        let contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
+    /// The token alone on the one line of the file; throws naming the file. A path without a "/"
+    /// that cannot be read may be the token itself, given by mistake: it is never echoed.
+    static func readTokenFile(_ path: String) throws(TokenCommandError) -> String {
+        let contents: [UInt8]
+        do {
+            contents = try FileSystem.readFile(path, maxBytes: 64 * 1024)
+        } catch {
+            let shown =
+                path.contains("/")
+                ? "\(error)"
+                : "the file named by token-file (not shown: with no \"/\" it may be a token given by mistake)"
+            throw TokenCommandError(message: "cannot read the token file: \(shown)")
+        }
         let text = String(decoding: contents, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty, !text.contains(where: \.isNewline) else {
             throw TokenCommandError(message: "the token file \(path) must hold the token alone on one line")
