@@ -4,8 +4,6 @@ import Crypto
 struct StepBuilder {
     let sessionID: String
     private(set) var steps: [UploadStep] = []
-    /// Each group's place in `groupEntries`, by its id: where an image's record path points.
-    private var groupPaths: [String: String] = [:]
 
     init(sessionID: String) { self.sessionID = sessionID }
 
@@ -16,7 +14,6 @@ struct StepBuilder {
         references: [(place: String, kind: ReferenceUse.Kind, field: String, id: Int?)] = []
     ) {
         let bytes = JSONValue.object(body).serialized()
-        if kind == .group, let id = body["clientId"]?.stringValue { groupPaths[id] = path }
         steps.append(
             UploadStep(
                 kind: kind, key: key, parent: parent, payload: .json(bytes),
@@ -40,7 +37,7 @@ struct StepBuilder {
                 payload: .image(image, role: reference.role.rawValue, groupID: reference.groupId),
                 idempotencyKey: UploadPlan.idempotencyKey(sessionID: sessionID, stepKey: key),
                 clientID: reference.groupId, contentDigest: SHA256.hash(data: Array(digestInput.utf8)).hexString,
-                recordPath: "\(groupPaths[reference.groupId] ?? "groups[?]").images[\(reference.fileName)]"))
+                recordPath: "groups[\(reference.groupIndex)].images[\(reference.fileName)]"))
     }
 }
 
