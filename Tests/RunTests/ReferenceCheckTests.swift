@@ -88,7 +88,7 @@ import Testing
                 for list in ["rifles", "ammunition", "locations"] {
                     #expect(try await server.referenceListReads()[list] == ["200": 1, "304": 1], "\(list)")
                 }
-                let ifNoneMatch = try CheckpointStore(spool: spool).referenceList(.ammunition)?.etag
+                let ifNoneMatch = try CheckpointStore(spool: spool).referenceLists()[.ammunition]?.etag
                 #expect(ifNoneMatch?.hasPrefix("\"") == true, "the ETag is kept in the checkpoint store")
             }
         }

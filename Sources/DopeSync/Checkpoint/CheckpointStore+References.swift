@@ -8,21 +8,19 @@ public struct CachedReferenceList: Sendable, Equatable {
     public let etag: String?
     /// The list's JSON as the server sent it.
     public let body: [UInt8]
-    public let readAt: Date
 }
 
 extension CheckpointStore {
-    /// The list as last read, if it ever was.
-    public func referenceList(_ list: ReferenceList) throws(CheckpointError) -> CachedReferenceList? {
-        try read("reading the cached list \(list.path)") { connection in
-            try connection.queryFirst(
-                "SELECT etag, body, read_at FROM reference_lists WHERE name = ?", [list.rawValue]
-            ).map { row throws(SQLiteError) in
+    /// Every list as last read, by list; a list never read is absent.
+    public func referenceLists() throws(CheckpointError) -> [ReferenceList: CachedReferenceList] {
+        try read("reading the cached reference lists") { connection in
+            var lists: [ReferenceList: CachedReferenceList] = [:]
+            try connection.forEachRow("SELECT name, etag, body FROM reference_lists") { row throws(SQLiteError) in
+                guard let list = ReferenceList(rawValue: try row["name"]) else { return }  // a newer dopesync's
                 let body: String = try row["body"]
-                return CachedReferenceList(
-                    list: list, etag: try row["etag"], body: Array(body.utf8),
-                    readAt: Date(timeIntervalSince1970: try row["read_at"]))
+                lists[list] = CachedReferenceList(list: list, etag: try row["etag"], body: Array(body.utf8))
             }
+            return lists
         }
     }
 
@@ -40,20 +38,11 @@ extension CheckpointStore {
         }
     }
 
-    /// Marks a list revalidated (304): the body kept is still the server's.
-    public func touchReferenceList(_ list: ReferenceList, now: Date = Date()) throws(CheckpointError) {
-        try write("revalidating the list \(list.path)") { connection in
-            try connection.query(
-                "UPDATE reference_lists SET read_at = ? WHERE name = ?", [now.timeIntervalSince1970, list.rawValue])
-        }
-    }
-
     /// The ids of every list kept, by kind (for `inspect`); kinds of lists never read are absent.
     public func cachedReferenceIDs() throws(CheckpointError) -> ReferenceIDs {
         var ids = ReferenceIDs()
-        for list in ReferenceList.allCases {
-            guard let cached = try referenceList(list), let parsed = list.ids(fromBody: cached.body) else { continue }
-            ids.add(parsed)
+        for (list, cached) in try referenceLists() {
+            if let parsed = list.ids(fromBody: cached.body) { ids.add(parsed) }
         }
         return ids
     }

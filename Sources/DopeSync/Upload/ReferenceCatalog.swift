@@ -75,8 +75,10 @@ actor ReferenceCatalog {
         var ids = ReferenceIDs()
         var missing: [String] = []
         var read: [String] = []
+        // A kept list that cannot be read is read in full: the copy only spares the server.
+        let keptLists = (try? await checkpoints.perform { try $0.referenceLists() }) ?? [:]
         for list in ReferenceList.allCases {
-            let kept = try? await checkpoints.perform { try $0.referenceList(list) }
+            let kept = keptLists[list]
             switch await fetch(list, ifNoneMatch: kept?.etag) {
             case .list(let body, let etag):
                 guard let parsed = list.ids(fromBody: body) else {
@@ -91,7 +93,7 @@ actor ReferenceCatalog {
                 }
                 ids.add(parsed)
                 read.append("\(list.rawValue) \(parsed[list.kinds[0]]?.count ?? 0) (read)")
-                keep { try $0.saveReferenceList(list, etag: etag, body: body) }
+                keep(list, etag: etag, body: body)
             case .notModified:
                 guard let kept, let parsed = list.ids(fromBody: kept.body) else {
                     return .failure(
@@ -103,7 +105,6 @@ actor ReferenceCatalog {
                 }
                 ids.add(parsed)
                 read.append("\(list.rawValue) \(parsed[list.kinds[0]]?.count ?? 0) (unchanged)")
-                keep { try $0.touchReferenceList(list) }
             case .notFound(let status):
                 missing.append("GET \(list.path) answered \(status)")
             case .failed(.rejected(let status, _, let message, _)):
@@ -124,12 +125,12 @@ actor ReferenceCatalog {
         return .success(ids)
     }
 
-    /// Writes what is kept of a list without waiting for it: the copy only saves the next run a
-    /// full read, and no bundle should wait for it behind a database lock held elsewhere.
-    private nonisolated func keep(_ write: @escaping @Sendable (CheckpointStore) throws -> Void) {
+    /// Keeps a list read in full without waiting for the write: the copy only saves the next run
+    /// a full read, and no bundle should wait for it behind a database lock held elsewhere.
+    private nonisolated func keep(_ list: ReferenceList, etag: String?, body: [UInt8]) {
         checkpoints.submit { [logger] store in
             do {
-                try store.map(write)
+                try store?.saveReferenceList(list, etag: etag, body: body)
             } catch {
                 logger.warning("a reference list could not be kept for the next run", metadata: ["error": "\(error)"])
             }
