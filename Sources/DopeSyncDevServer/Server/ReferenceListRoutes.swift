@@ -83,9 +83,8 @@ enum ReferenceListRoutes {
     static func matches(_ ifNoneMatch: String?, _ tag: String) -> Bool {
         guard let ifNoneMatch else { return false }
         func opaque(_ tag: Substring) -> Substring {
-            let trimmed = tag.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed()
-            let text = Substring(String(trimmed))
-            return text.hasPrefix("W/") ? text.dropFirst(2) : text
+            let trimmed = tag.trimmingSpaces
+            return trimmed.hasPrefix("W/") ? trimmed.dropFirst(2) : trimmed
         }
         return ifNoneMatch.split(separator: ",").contains { candidate in
             let value = opaque(candidate)
