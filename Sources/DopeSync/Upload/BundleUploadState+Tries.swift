@@ -91,16 +91,21 @@ extension BundleUploadState {
                 return .lookUp(step, .sessionTree(serverID: session))
             }
         }
+        return send()
+    }
+
+    /// The current step's request, under its tries' path.
+    private mutating func send() -> Action {
+        guard let tries else { preconditionFailure("a send belongs to a step's tries") }
         phase = .sending
-        return .send(step, path: tries.path)
+        return .send(plan.steps[index], path: tries.path)
     }
 
     private mutating func actOnLook(_ found: ServerLookup.Found, stopping: Bool) -> Action {
         switch found {
         case .unavailable, .tree(nil), .failed(.rejected):
             // Not there, or the API cannot say (no lookups; a lookup refused as a request): the key must do.
-            phase = .sending
-            return .send(plan.steps[index], path: tries?.path ?? "")
+            return send()
         case .failed(let response):
             phase = .sending
             return actOnAnswer(response, stopping: stopping)
@@ -123,8 +128,7 @@ extension BundleUploadState {
     private mutating func match(_ step: UploadStep, in tree: ServerTree, stopping: Bool) -> Action {
         switch tree.match(step) {
         case .absent:
-            phase = .sending
-            return .send(step, path: tries?.path ?? "")
+            return send()
         case .present(let id):
             return settleThen(.act(on: .found(id)), stopping: stopping)
         case .differs(let id, let field, let server, let bundle):

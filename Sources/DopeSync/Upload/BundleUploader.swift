@@ -156,31 +156,30 @@ struct BundleUploader: Sendable {
         var tokenSent = client.credential.current
         var action = state.start(stopping: counters.shouldStop)
         while true {
-            let stopping = { counters.shouldStop }
             switch action {
             case .checkReferences(let uses):
                 guard let references else { preconditionFailure("references are checked only with a catalog") }
-                action = state.referencesChecked(await references.check(uses), stopping: stopping())
+                action = state.referencesChecked(await references.check(uses), stopping: counters.shouldStop)
             case .recordIntents(let intents):
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
                 tokenSent = client.credential.current
-                action = state.looked(await look(target, logger: logger), stopping: stopping())
+                action = state.looked(await look(target, logger: logger), stopping: counters.shouldStop)
             case .recordFound(let found):
                 action = await recordFound(found, in: &state, sessionID: plan.sessionID, logger: logger)
             case .send(let step, let path):
                 tokenSent = client.credential.current
                 let (answer, bytes) = await client.send(step, path: path, images: images)
                 counters.request(bytes: bytes)
-                action = state.answered(answer, stopping: stopping())
+                action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
                 if renewed { logger.notice("the API refused the token; sending the step again with the one read anew") }
-                action = state.credentialRenewed(renewed, stopping: stopping())
+                action = state.credentialRenewed(renewed, stopping: counters.shouldStop)
             case .backOff(let step, let number, let retryAfter, let answer):
                 action = state.backedOff(
                     await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
-                    stopping: stopping())
+                    stopping: counters.shouldStop)
             case .handInResult(let result, let found):
                 counters.stepAnswered()
                 pendingResult = results.submit(result)
@@ -188,13 +187,13 @@ struct BundleUploader: Sendable {
                     logger.info("found on the server, not sent again", metadata: ["step": "\(result.stepKey)"])
                 }
                 logger.debug("step done", metadata: ["step": "\(result.stepKey)", "server.id": "\(result.serverID)"])
-                action = state.resultHandedIn(stopping: stopping())
+                action = state.resultHandedIn(stopping: counters.shouldStop)
             case .settleResult:
                 guard let ticket = pendingResult else { preconditionFailure("a result to settle was handed in") }
                 pendingResult = nil
                 let error = await results.settle(ticket)
                 if let error { disposition.checkpointFailed(error, logger: logger) }
-                action = state.settled(committed: error == nil, stopping: stopping())
+                action = state.settled(committed: error == nil, stopping: counters.shouldStop)
             case .finish(let finish):
                 return await disposition.finish(
                     claimed, finish, sessionID: plan.sessionID, steps: plan.steps.count, logger: logger)
