@@ -66,3 +66,13 @@ public struct DevServerHarnessError: Error, CustomStringConvertible, Sendable {
     public let message: String
     public var description: String { message }
 }
+
+extension DevServerConfiguration {
+    /// An API from before the reference lists: their GETs answer 404, and an unknown id is
+    /// refused only by the create that names it, mid-bundle.
+    public static var withoutReferenceLists: DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        configuration.referenceLists = false
+        return configuration
+    }
+}

@@ -137,6 +137,16 @@ public struct SampleSession: Sendable {
         ]
     }
 
+    /// This session with its DOPE entry at `index` naming `ammunitionId` (9999: an id the dev
+    /// server does not know unless told).
+    public func naming(ammunitionId: Int = 9999, inDopeEntry index: Int = 2) -> SampleSession {
+        var sample = self
+        var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
+        dope[index]["ammunitionId"] = ammunitionId
+        sample.json["dopeEntries"] = dope
+        return sample
+    }
+
     /// The same session with its images renamed: the i-th name (in sorted order) becomes
     /// `names[i % names.count]` with the image's number and extension, in the records too.
     /// For names in other scripts: `["Scheibe-ü", "靶紙"]` gives `Scheibe-ü-1.jpg`, `靶紙-2.png`…

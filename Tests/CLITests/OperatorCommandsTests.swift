@@ -8,24 +8,6 @@ import Testing
 /// `dopesync status`, `requeue`, `prune` and `inspect`'s checkpoint progress, as an operator meets them:
 /// the built binary on a real spool filled by real runs against the in-process dev server.
 @Suite struct OperatorCommandsTests {
-    /// An API without the reference lists, where an unknown id is refused by the create's 422,
-    /// mid-bundle: what `status` and `requeue` show of a bundle half on the server.
-    static var olderAPI: DevServerConfiguration {
-        var configuration = DevServerConfiguration()
-        configuration.referenceLists = false
-        return configuration
-    }
-
-    /// A session the dev server rejects with 422 (`unknown_reference`) at its third DOPE entry
-    /// (on an ``olderAPI``; one with the lists fails it before its first request).
-    static func rejectedSample(seed: UInt64) -> SampleSession {
-        var sample = SampleSession(seed: seed)
-        var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
-        dope[2]["ammunitionId"] = 9999
-        sample.json["dopeEntries"] = dope
-        return sample
-    }
-
     static func jsonObject(_ text: String) throws -> [String: Any] {
         try JSONSerialization.jsonObject(with: Data(text.utf8)) as! [String: Any]
     }
@@ -36,10 +18,10 @@ import Testing
     func statusAfterRuns() async throws {
         try await withTemporarySpool { spool, directory in
             let good = SampleSession(seed: 601)
-            let bad = Self.rejectedSample(seed: 602)
+            let bad = SampleSession(seed: 602).naming(ammunitionId: 9999, inDopeEntry: 2)
             try pack(good, into: spool, scratch: directory)
             let badName = try pack(bad, into: spool, scratch: directory)
-            try await withDevServer(Self.olderAPI) { server in
+            try await withDevServer(.withoutReferenceLists) { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(summary.done == 1 && summary.failed == 1)
@@ -159,9 +141,9 @@ import Testing
     @Test("requeue after the cause is fixed: the bundle resumes, and the session is not sent again")
     func requeueResumes() async throws {
         try await withTemporarySpool { spool, directory in
-            let bad = Self.rejectedSample(seed: 610)
+            let bad = SampleSession(seed: 610).naming(ammunitionId: 9999, inDopeEntry: 2)
             let name = try pack(bad, into: spool, scratch: directory)
-            try await withDevServer(Self.olderAPI) { server in
+            try await withDevServer(.withoutReferenceLists) { server in
                 let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(try spool.names(.failed) == [name, name + ".error"])

@@ -8,28 +8,12 @@ import Testing
 /// WORKER.md, "References before the first step": the ids a bundle names are checked against the
 /// dev server's reference lists before anything of it is sent, over real sockets.
 @Suite struct ReferenceCheckTests {
-    /// A session whose third DOPE entry names ammunition 9999, which the dev server does not know.
-    static func unknownAmmunition(seed: UInt64) -> (SampleSession, dopeIDs: [String]) {
-        var sample = SampleSession(seed: seed)
-        var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
-        dope[2]["ammunitionId"] = 9999
-        sample.json["dopeEntries"] = dope
-        return (sample, dope.map { $0["id"] as! String })
-    }
-
-    /// An API from before the reference lists: GETs of them answer 404.
-    static var olderAPI: DevServerConfiguration {
-        var configuration = DevServerConfiguration()
-        configuration.referenceLists = false
-        return configuration
-    }
-
     @Test(
         "unknown ammunition in the 3rd DOPE entry: failed/ with unknown_reference and its field, nothing on the server; after the id is added, requeue puts everything there once"
     )
     func unknownAmmunitionThenRequeue() async throws {
         try await withTemporarySpool { spool, directory in
-            let (sample, _) = Self.unknownAmmunition(seed: 811)
+            let sample = SampleSession(seed: 811).naming(ammunitionId: 9999, inDopeEntry: 2)
             let name = try pack(sample, into: spool, scratch: directory)
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
@@ -101,7 +85,7 @@ import Testing
                 try pack(SampleSession(seed: 950), into: spool, scratch: directory)
                 _ = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 try await server.postJSON("/admin/references", ["ammunition": [9999]])
-                let (sample, _) = Self.unknownAmmunition(seed: 951)
+                let sample = SampleSession(seed: 951).naming(ammunitionId: 9999, inDopeEntry: 2)
                 try pack(sample, into: spool, scratch: directory)
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .success && summary.done == 1)
@@ -117,15 +101,15 @@ import Testing
     )
     func olderAPIWithoutLists() async throws {
         try await withTemporarySpool { spool, directory in
-            let (sample, dopeIDs) = Self.unknownAmmunition(seed: 812)
+            let sample = SampleSession(seed: 812).naming(ammunitionId: 9999, inDopeEntry: 2)
             let name = try pack(sample, into: spool, scratch: directory)
             try pack(SampleSession(seed: 813), into: spool, scratch: directory)
-            try await withDevServer(Self.olderAPI) { server in
+            try await withDevServer(.withoutReferenceLists) { server in
                 let result = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(result.status == 1, "\(result.output)")
                 #expect(try spool.names(.done).count == 1)
                 let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: name)))
-                #expect(sidecar.reason == .http(422) && sidecar.step == "dope:\(dopeIDs[2])")
+                #expect(sidecar.reason == .http(422) && sidecar.step == "dope:\(sample.dopeEntryIDs[2])")
                 #expect(sidecar.field == "dope[2].ammunitionId", "the API's field, named as the bundle's record")
                 let log = try await server.requestLog()
                 for path in ["/api/rifles", "/api/ammunition", "/api/locations"] {

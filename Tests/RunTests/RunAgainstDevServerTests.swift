@@ -83,19 +83,17 @@ import Testing
     )
     func serverRejectionThenResume() async throws {
         try await withTemporaryDirectory { directory in
-            var sample = SampleSession(seed: 200)
-            var dope = sample.json["dopeEntries"] as! [[String: any Sendable]]
-            dope[2]["ammunitionId"] = 9999
-            sample.json["dopeEntries"] = dope
+            let sample = SampleSession(seed: 200).naming(ammunitionId: 9999, inDopeEntry: 2)
+            let dope = sample.dopeEntryIDs
             let spool = try makeSpool(in: directory, samples: [sample])
             // An API without reference lists: only the create's 422 finds the id, mid-bundle.
-            try await withDevServer(ReferenceCheckTests.olderAPI) { server in
+            try await withDevServer(.withoutReferenceLists) { server in
                 let (_, status) = await Self.run(spool, server)
                 #expect(status == .bundlesFailed)
                 let name = "\(sample.sessionID).tar.gz"
                 #expect(try spool.names(.failed) == [name, name + ".error"])
                 let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
-                #expect(sidecar.contains("step: dope:\(dope[2]["id"] as! String)"))
+                #expect(sidecar.contains("step: dope:\(dope[2])"))
                 #expect(sidecar.contains("http_status: 422"))
                 #expect(sidecar.contains("unknown_reference"))
                 #expect(sidecar.contains("session: \(sample.sessionID)"))
