@@ -20,8 +20,12 @@ extension APIClient {
         switch await exchange(path, ifNoneMatch: nil) {
         case .failed(let failed): return .failed(failed)
         case .answered(let status, let headers, let body):
-            if status == 200 { return .found(Array(body.readableBytesView)) }
-            return Self.unsuccessfulGet(status: status, headers: headers, body: body)
+            switch status {
+            case 200: return .found(Array(body.readableBytesView))
+            // No such thing here, or no such endpoint (the caller tells which).
+            case 404, 405, 501: return .notFound(status: status)
+            default: return .failed(Self.refusal(status: status, headers: headers, answer: Self.decodeAnswer(body)))
+            }
         }
     }
 
@@ -45,12 +49,8 @@ extension APIClient {
             switch status {
             case 200: return .list(Array(body.readableBytesView), etag: headers.first(name: "ETag"))
             case 304 where etag != nil: return .notModified
-            default:
-                switch Self.unsuccessfulGet(status: status, headers: headers, body: body) {
-                case .notFound(let status): return .notFound(status: status)
-                case .failed(let response): return .failed(response)
-                case .found: preconditionFailure("only a 200 is found")
-                }
+            case 404, 405, 501: return .notFound(status: status)
+            default: return .failed(Self.refusal(status: status, headers: headers, answer: Self.decodeAnswer(body)))
             }
         }
     }
@@ -82,17 +82,4 @@ extension APIClient {
         }
     }
 
-    /// A `GET`'s answer other than 200, classified.
-    private static func unsuccessfulGet(status: Int, headers: HTTPHeaders, body: ByteBuffer) -> LookupAnswer {
-        let answer = decodeAnswer(body)
-        let message = answer.message ?? "HTTP \(status)"
-        switch status {
-        case 404, 405, 501: return .notFound(status: status)
-        case 401, 403: return .failed(.unauthorized(status: status, message: message))
-        case 408, 409, 425, 429, 500...599:
-            let retryAfter = headers.first(name: "Retry-After").flatMap(parseRetryAfter)
-            return .failed(.retryable(status: status, retryAfter: retryAfter, message: message))
-        default: return .failed(.rejected(status: status, code: answer.code, message: message, field: answer.field))
-        }
-    }
 }

@@ -217,18 +217,7 @@ public struct APIClient: Sendable {
                     .created(id: id, replayed: response.headers.first(name: "Idempotent-Replayed") == "true"), length
                 )
             }
-            let message = answer.message ?? "HTTP \(status)"
-            switch status {
-            case 401, 403:
-                return (.unauthorized(status: status, message: message), length)
-            case 408, 409, 425, 429, 500...599:
-                let retryAfter = response.headers.first(name: "Retry-After").flatMap(Self.parseRetryAfter)
-                return (.retryable(status: status, retryAfter: retryAfter, message: message), length)
-            default:
-                return (
-                    .rejected(status: status, code: answer.code, message: message, field: answer.field), length
-                )
-            }
+            return (Self.refusal(status: status, headers: response.headers, answer: answer), length)
         } catch let error as BundleError {
             // The image's body stopped itself (AsyncHTTPClient hands its error back as it is):
             // its bytes are not the ones validated.
@@ -257,6 +246,21 @@ public struct APIClient: Sendable {
                 + "this URL does not lead to the API (a proxy's or web server's page?)"
         }
         return nil
+    }
+
+    /// A status other than 2xx, as WORKER.md's failure table classifies it: refused credentials,
+    /// retryable (with `Retry-After`), or rejected for good.
+    static func refusal(status: Int, headers: HTTPHeaders, answer: Answer) -> StepResponse {
+        let message = answer.message ?? "HTTP \(status)"
+        switch status {
+        case 401, 403:
+            return .unauthorized(status: status, message: message)
+        case 408, 409, 425, 429, 500...599:
+            let retryAfter = headers.first(name: "Retry-After").flatMap(parseRetryAfter)
+            return .retryable(status: status, retryAfter: retryAfter, message: message)
+        default:
+            return .rejected(status: status, code: answer.code, message: message, field: answer.field)
+        }
     }
 
     static func quoted(_ text: String) -> String { "\"\(text)\"" }
