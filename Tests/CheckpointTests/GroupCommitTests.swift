@@ -191,7 +191,7 @@ import Testing
         try store.recordResult(sessionID: "S3", stepKey: "dope:24", serverID: 999)
 
         let errors = await CheckpointWriter.with(store) { writer in
-            await GroupCommit.with(writer: writer, batchSize: sessions.count) { commits in
+            await GroupCommit.with(storage: writer, batchSize: sessions.count) { commits in
                 await Self.settleConcurrently(commits, sessions: sessions, steps: steps)
             }
         }
@@ -244,7 +244,7 @@ import Testing
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
         // The timer never decides here: only full batches and settles do.
         let committed = await CheckpointWriter.with(store) { writer in
-            await GroupCommit.with(writer: writer, batchSize: sessions.count, maximumDelay: .seconds(3600)) {
+            await GroupCommit.with(storage: writer, batchSize: sessions.count, maximumDelay: .seconds(3600)) {
                 commits in
                 await Self.rounds(commits, sessions: sessions, steps: steps)
             }
@@ -283,7 +283,7 @@ import Testing
         let store = try Self.storeWithOneIntent(in: folder)
         let (transactions, committed) = AsyncStream.makeStream(of: Int.self)
         await CheckpointWriter.with(store) { writer in
-            await GroupCommit.with(writer: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
+            await GroupCommit.with(storage: writer, batchSize: 4, maximumDelay: .milliseconds(1)) {
                 committed.yield($0)
             } _: { commits in
                 await Self.loneResult(commits, transactions: transactions)
@@ -311,7 +311,7 @@ import Testing
         await CheckpointWriter.with(store) { writer in
             // A timer of an hour: only the end of the scope can commit the result within the
             // test's time limit.
-            await GroupCommit.with(writer: writer, batchSize: 4, maximumDelay: .seconds(3600)) { commits in
+            await GroupCommit.with(storage: writer, batchSize: 4, maximumDelay: .seconds(3600)) { commits in
                 _ = commits.submit(CheckpointStore.StepResult(sessionID: "S", stepKey: "session", serverID: 7))
             }
         }

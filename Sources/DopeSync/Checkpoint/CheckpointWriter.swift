@@ -97,7 +97,7 @@ public final class CheckpointWriter: Sendable {
 
     /// Commits step results on the calling thread if nothing would make it wait; nil, having done
     /// nothing, otherwise (then the caller queues them with ``submit(_:)``). For the group commit.
-    func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
+    public func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
         -> [Result<CompletedStep, CheckpointError>]?
     {
         try store.recordResultsIfAvailable(results)

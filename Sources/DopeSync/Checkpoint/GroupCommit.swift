@@ -143,13 +143,13 @@ public struct GroupCommitState<Waiter> {
 /// Batches are committed on the writer's thread, which resumes the bundles waiting for them: no
 /// task's thread (an event loop in `dopesync`) ever waits for the database.
 ///
-/// Its timer runs in a task of its own, scoped by ``with(writer:batchSize:maximumDelay:onCommitted:_:)``:
+/// Its timer runs in a task of its own, scoped by ``with(storage:batchSize:maximumDelay:onCommitted:_:)``:
 /// when the scope ends, what still waits commits at once and nothing of the group commit (nor the
 /// database it holds) outlives the run.
 public final class GroupCommit: Sendable {
     public typealias Ticket = GroupCommitState<Void>.Ticket
     private typealias State = GroupCommitState<CheckedContinuation<CheckpointError?, Never>>
-    private let writer: CheckpointWriter
+    private let storage: any CheckpointStorage
     private let maximumDelay: Duration
     private let state: Mutex<State>
     private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
@@ -163,25 +163,25 @@ public final class GroupCommit: Sendable {
     ///   - maximumDelay: the longest a result waits for others before it commits anyway.
     ///   - onCommitted: called on the writer's thread after each transaction, with its number of results.
     private init(
-        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration,
+        storage: any CheckpointStorage, batchSize: Int, maximumDelay: Duration,
         onCommitted: @escaping @Sendable (_ results: Int) -> Void
     ) {
-        self.writer = writer
+        self.storage = storage
         self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
         self.onCommitted = onCommitted
         (timers, timerStarts) = AsyncStream.makeStream(of: Void.self)
     }
 
-    /// Runs `body` with a group commit over `writer`, its timer running beside it. When `body`
-    /// returns, the timer stops and whatever still waits is committed (queued on the writer).
+    /// Runs `body` with a group commit over `storage`, its timer running beside it. When `body`
+    /// returns, the timer stops and whatever still waits is committed (queued on the store).
     public static func with<Value: Sendable>(
-        writer: CheckpointWriter, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
+        storage: any CheckpointStorage, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
         onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in },
         _ body: (GroupCommit) async -> Value
     ) async -> Value {
         let commits = GroupCommit(
-            writer: writer, batchSize: batchSize, maximumDelay: maximumDelay, onCommitted: onCommitted)
+            storage: storage, batchSize: batchSize, maximumDelay: maximumDelay, onCommitted: onCommitted)
         return await withTaskGroup(of: Void.self) { group in
             group.addTask { await commits.runTimers() }
             let value = await body(commits)
@@ -245,7 +245,7 @@ public final class GroupCommit: Sendable {
     private func commitHereIfFree(_ batch: State.Batch) {
         let recorded: [Result<CompletedStep, CheckpointError>]?
         do {
-            recorded = try writer.recordResultsIfFree(batch.results)
+            recorded = try storage.recordResultsIfFree(batch.results)
         } catch {
             return finish(batch, .failure(error))
         }
@@ -256,10 +256,7 @@ public final class GroupCommit: Sendable {
     /// Queues `batch` on the writer; there it commits, resumes its waiters, and commits the next
     /// batch if one is due.
     private func commit(_ batch: State.Batch) {
-        writer.submit { store in
-            guard let store else { return self.finish(batch, .failure(CheckpointWriter.stopped)) }
-            self.finish(batch, Result { () throws(CheckpointError) in try store.recordResults(batch.results) })
-        }
+        storage.recordResults(batch.results) { recorded in self.finish(batch, recorded) }
     }
 
     /// `batch` was committed (or the database failed): resumes its waiters and starts the next

@@ -7,7 +7,7 @@ import Logging
 /// waits for the disk); a move that cannot be made leaves the bundle in `processing/`, where the
 /// next run takes it back. The uploader decides; this carries the decision out.
 struct BundleDisposition: Sendable {
-    let checkpoints: CheckpointWriter
+    let checkpoints: any CheckpointStorage
     /// When a deferred bundle is tried again, and when the worker gives up on it.
     let deferral: DeferralPolicy
     let counters: RunCounters
@@ -22,10 +22,8 @@ struct BundleDisposition: Sendable {
         case .done:
             do {
                 let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToDone() }
-                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) {
-                    [name = claimed.name] store in
-                    try store.recordDone(name: name, sessionID: sessionID)
-                    if final != name { try store.renamed(from: name, to: final) }
+                await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] in
+                    try await checkpoints.recordDone(name: name, sessionID: sessionID, finalName: final)
                 }
                 logger.info("bundle synced", metadata: ["steps": "\(steps)", "moved.to": "done/\(final)"])
                 return .done
@@ -78,17 +76,15 @@ struct BundleDisposition: Sendable {
         -> UploadOutcome
     {
         // Only for the sidecar's attempts and first-seen lines: a sidecar without them still says why.
-        let state = try? await checkpoints.perform { [name = claimed.name] in try $0.bundleState(name: name) }
+        let state = try? await checkpoints.bundleState(name: claimed.name)
         let sidecar = ErrorSidecar(
             bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
             attempts: state?.attempts, firstSeen: state?.firstSeen
         )
         do {
             let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
-            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) {
-                [name = claimed.name] store in
-                try store.recordFailure(name: name, sessionID: sessionID, error: failure)
-                if final != name { try store.renamed(from: name, to: final) }
+            await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] in
+                try await checkpoints.recordFailure(name: name, sessionID: sessionID, error: failure, finalName: final)
             }
             logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
             return .failed(reason: failure.reason)
@@ -103,9 +99,8 @@ struct BundleDisposition: Sendable {
         -> UploadOutcome
     {
         do {
-            let deferral = try await checkpoints.perform { [name = claimed.name, policy = self.deferral] in
-                try $0.recordDeferral(name: name, sessionID: sessionID, error: failure, policy: policy)
-            }
+            let deferral = try await checkpoints.recordDeferral(
+                name: claimed.name, sessionID: sessionID, error: failure, policy: deferral)
             if deferral.exhausted {
                 // Not the last error's fault more than the others': the worker gave up on retrying.
                 let age = Date().timeIntervalSince(deferral.firstSeen)
@@ -120,11 +115,8 @@ struct BundleDisposition: Sendable {
             let final = try await BlockingPool.spoolMove { () throws(SpoolError) in
                 try claimed.giveBack()
             }
-            if final != claimed.name {
-                await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) {
-                    [name = claimed.name] store in
-                    try store.renamed(from: name, to: final)
-                }
+            await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { [name = claimed.name] in
+                try await checkpoints.recordGivenBack(name: name, finalName: final, counted: true)
             }
             logger.info(
                 "bundle deferred",
@@ -157,9 +149,9 @@ struct BundleDisposition: Sendable {
 
     func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
         do {
-            _ = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.giveBack() }
+            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.giveBack() }
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
-            try? await checkpoints.perform { [name = claimed.name] in try $0.recordReturned(name: name) }
+            try? await checkpoints.recordGivenBack(name: claimed.name, finalName: final, counted: false)
         } catch {
             logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
             claimed.release()  // stays in processing/; the next run takes it back as an orphan
@@ -173,10 +165,10 @@ struct BundleDisposition: Sendable {
     /// so that a person looks, as for any database that cannot be written.
     private func recordAfterMove(
         of name: String, to place: String, logger: Logger,
-        _ record: @escaping @Sendable (CheckpointStore) throws -> Void
+        _ record: () async throws -> Void
     ) async {
         do {
-            try await checkpoints.perform(record)
+            try await record()
         } catch {
             logger.error(
                 "the bundle moved but the checkpoint database could not record it",

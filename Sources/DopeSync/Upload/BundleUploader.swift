@@ -37,7 +37,7 @@ struct BundleUploader: Sendable {
     static let intentsAhead = 32
 
     /// Every checkpoint read and write, on the writer's own thread.
-    let checkpoints: CheckpointWriter
+    let checkpoints: any CheckpointStorage
     /// Where step results go: they commit with those of the other bundles in flight.
     let results: GroupCommit
     let client: APIClient
@@ -66,9 +66,7 @@ struct BundleUploader: Sendable {
         // A bundle whose reading was cut short (the process died) too often is not opened again.
         let cutShort: Int
         do {
-            cutShort = try await checkpoints.perform { [name = claimed.name] in
-                try $0.beginReading(name: name, now: now)
-            }
+            cutShort = try await checkpoints.beginReading(name: claimed.name, now: now)
         } catch {
             disposition.checkpointFailed(error, logger: logger)
             return await disposition.giveBack(claimed, logger: logger)
@@ -98,10 +96,8 @@ struct BundleUploader: Sendable {
         let completed: [String: CompletedStep]
         do {
             let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
-            completed = try await checkpoints.perform {
-                try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
-                return try $0.completedSteps(sessionID: sessionID)
-            }
+            completed = try await checkpoints.recordClaim(
+                name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
         } catch {
             disposition.checkpointFailed(error, logger: logger)
             return await disposition.giveBack(claimed, logger: logger)
@@ -237,7 +233,7 @@ struct BundleUploader: Sendable {
     ) async -> BundleUploadState.Action {
         do {
             let entries = found.map { (intent: $0.intent, serverID: $0.serverID) }
-            let recorded = try await checkpoints.perform { try $0.recordFoundOnServer(sessionID: sessionID, entries) }
+            let recorded = try await checkpoints.recordFoundOnServer(sessionID: sessionID, entries)
             logger.info("found on the server, not sent again", metadata: ["steps": "\(found.count)"])
             return state.foundRecorded(
                 zip(found, recorded).map { (stepKey: $0.intent.stepKey, done: $1) }, stopping: counters.shouldStop)

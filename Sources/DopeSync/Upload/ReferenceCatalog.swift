@@ -32,13 +32,15 @@ actor ReferenceCatalog {
     }
 
     private let client: APIClient
-    private let checkpoints: CheckpointWriter
+    private let checkpoints: any CheckpointStorage
     private let retry: RetryPolicy
     private let counters: RunCounters
     private let logger: Logger
     private var state = State.unread
 
-    init(client: APIClient, checkpoints: CheckpointWriter, retry: RetryPolicy, counters: RunCounters, logger: Logger) {
+    init(
+        client: APIClient, checkpoints: any CheckpointStorage, retry: RetryPolicy, counters: RunCounters, logger: Logger
+    ) {
         self.client = client
         self.checkpoints = checkpoints
         self.retry = retry
@@ -76,7 +78,7 @@ actor ReferenceCatalog {
         var missing: [String] = []
         var read: [String] = []
         // A kept list that cannot be read is read in full: the copy only spares the server.
-        let keptLists = (try? await checkpoints.perform { try $0.referenceLists() }) ?? [:]
+        let keptLists = (try? await checkpoints.referenceLists()) ?? [:]
         for list in ReferenceList.allCases {
             let kept = keptLists[list]
             switch await fetch(list, ifNoneMatch: kept?.etag) {
@@ -128,12 +130,8 @@ actor ReferenceCatalog {
     /// Keeps a list read in full without waiting for the write: the copy only saves the next run
     /// a full read, and no bundle should wait for it behind a database lock held elsewhere.
     private nonisolated func keep(_ list: ReferenceList, etag: String?, body: [UInt8]) {
-        checkpoints.submit { [logger] store in
-            do {
-                try store?.saveReferenceList(list, etag: etag, body: body)
-            } catch {
-                logger.warning("a reference list could not be kept for the next run", metadata: ["error": "\(error)"])
-            }
+        checkpoints.keepReferenceList(list, etag: etag, body: body) { [logger] error in
+            logger.warning("a reference list could not be kept for the next run", metadata: ["error": "\(error)"])
         }
     }
 

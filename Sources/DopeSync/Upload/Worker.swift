@@ -103,12 +103,12 @@ public struct Worker: Sendable {
     /// The spool's file system is below `min-free-space`: the run claims nothing (exit 73), and says
     /// how much is free and what `prune` would free (by the store's done times, as `prune` goes).
     func reportBelowFloor(
-        _ space: FileSystemSpace, spool: Spool, checkpoints: CheckpointWriter, counters: RunCounters
+        _ space: FileSystemSpace, spool: Spool, checkpoints: any CheckpointStorage, counters: RunCounters
     ) async {
         guard counters.report(\.belowFreeSpaceFloor) else { return }
         let done = (try? spool.list(.done)) ?? []
         let doneAt =
-            (try? await checkpoints.perform { try $0.doneTimes() }) ?? [:]
+            (try? await checkpoints.doneTimes()) ?? [:]
         let old = PruneCommand.prunable(
             done, doneAt: doneAt, before: Date().addingTimeInterval(-(options.pruneAfter / .seconds(1))))
         logger.critical(
@@ -148,14 +148,14 @@ public struct Worker: Sendable {
         return (summary, .cannotCreate)
     }
 
-    private func run(spool: Spool, checkpoints: CheckpointWriter, started: ContinuousClock.Instant) async -> (
+    private func run(spool: Spool, checkpoints: any CheckpointStorage, started: ContinuousClock.Instant) async -> (
         RunSummary, ExitStatus
     ) {
         let runID = UUID().uuidString.lowercased()
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         do throws(CheckpointError) {
             let (host, pid) = (ProcessInfo.processInfo.hostName, ProcessInfo.processInfo.processIdentifier)
-            try await checkpoints.perform { try $0.recordRunStarted(runID: runID, host: host, pid: pid) }
+            try await checkpoints.recordRunStarted(runID: runID, host: host, pid: pid)
         } catch {
             // Only the run's own record otherwise; but a database that cannot be written at all
             // could not checkpoint a single step: claim nothing.
@@ -178,7 +178,7 @@ public struct Worker: Sendable {
                 "the spool cannot be read: the run claims nothing (exit 73)", metadata: ["error": "\(error)"])
             let summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
             // The 73 above is what matters; the run's own record is for `status`.
-            try? await checkpoints.perform { try $0.recordRunFinished(runID: runID, summary: summary) }
+            try? await checkpoints.recordRunFinished(runID: runID, summary: summary, healthy: nil, apiLookups: nil)
             return (summary, .cannotCreate)
         }
         work.logWhatIsNotDue(minAge: options.minAge, logger: logger)
@@ -202,7 +202,8 @@ public struct Worker: Sendable {
     /// token or an outage, and the metrics' last success means the API was reached. The exit
     /// status of a failed idle check; nil otherwise.
     private func upload(
-        _ work: DueWork, spool: Spool, checkpoints: CheckpointWriter, counters: RunCounters, lookups: LookupSupport,
+        _ work: DueWork, spool: Spool, checkpoints: any CheckpointStorage, counters: RunCounters,
+        lookups: LookupSupport,
         started: ContinuousClock.Instant
     ) async -> ExitStatus? {
         let queue = BundleQueue(counters.shouldStop ? [] : work.bundles)
@@ -220,7 +221,7 @@ public struct Worker: Sendable {
                 }
                 return status == .success ? nil : status
             }
-            await GroupCommit.with(writer: checkpoints, batchSize: options.concurrency) { results in
+            await GroupCommit.with(storage: checkpoints, batchSize: options.concurrency) { results in
                 let slot = UploadSlot(
                     arrivals: work.arrivals, queue: queue, spool: spool,
                     uploader: makeUploader(
@@ -246,7 +247,7 @@ public struct Worker: Sendable {
     /// One uploader for all the run's bundles, with what they share: the group commit, the
     /// lookups' support, the reference lists.
     private func makeUploader(
-        _ client: APIClient, results: GroupCommit, checkpoints: CheckpointWriter, counters: RunCounters,
+        _ client: APIClient, results: GroupCommit, checkpoints: any CheckpointStorage, counters: RunCounters,
         lookups: LookupSupport
     ) -> BundleUploader {
         var uploader = BundleUploader(
@@ -268,14 +269,14 @@ public struct Worker: Sendable {
     /// nothing they need: it is logged.
     private func recordEnd(
         of runID: String, summary: RunSummary, syncSeconds: [Double], lookups: LookupSupport, spool: Spool,
-        checkpoints: CheckpointWriter
+        checkpoints: any CheckpointStorage
     ) async {
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
         var backlog: Result<SpoolBacklog, any Error>? = nil
         if options.metricsFile != nil {
             do {
-                let inFlight = try await checkpoints.perform { try $0.bundlesInFlight() }
+                let inFlight = try await checkpoints.bundlesInFlight()
                 backlog = Result { try RunMetrics.backlog(of: spool, inFlight: inFlight, now: now) }
             } catch {
                 backlog = .failure(error)
@@ -291,12 +292,11 @@ public struct Worker: Sendable {
             case .missing: false
             case .unknown: nil
             }
-        try? await checkpoints.perform {
-            try $0.recordRunFinished(runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
-        }
+        try? await checkpoints.recordRunFinished(
+            runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
         guard let metricsFile = options.metricsFile, let backlog else { return }
         do {
-            let lastSuccessAt = try await checkpoints.perform { try $0.lastHealthyRunFinishedAt() }
+            let lastSuccessAt = try await checkpoints.lastHealthyRunFinishedAt()
             var metrics = RunMetrics(
                 finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
             metrics.syncSeconds = syncSeconds
@@ -318,10 +318,10 @@ struct DueWork {
 
     var bundles: [SpoolEntry] { orphans + incoming.due }
 
-    static func list(_ spool: Spool, checkpoints: CheckpointWriter, minAge: Duration) async throws -> DueWork {
+    static func list(_ spool: Spool, checkpoints: any CheckpointStorage, minAge: Duration) async throws -> DueWork {
         let orphans = try spool.processingEntries()
         let listing = try spool.list(.incoming)
-        let states = try await checkpoints.perform { try $0.bundlesInFlight() }
+        let states = try await checkpoints.bundlesInFlight()
         let incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: minAge)
         var arrivals: [String: Date] = [:]
         for entry in orphans + incoming.due {

@@ -1,0 +1,80 @@
+import Foundation
+
+/// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool
+/// (``CheckpointWriter``, one host) or the PostgreSQL database that several hosts share
+/// (``PostgresCheckpoints``). The upload code talks to this alone.
+///
+/// Every write about a claimed bundle is fenced: a store that holds claims as leases
+/// (PostgreSQL) refuses it, changing nothing, once this worker's lease on the bundle is gone
+/// (``CheckpointError/Code/leaseLost``). A store whose claims are the spool's flocks (SQLite)
+/// holds every claim it is asked about for as long as the process lives.
+public protocol CheckpointStorage: Sendable {
+    // MARK: Claims
+
+    /// Takes the claim of `name` in the store before the spool's own claim (the rename into
+    /// `processing/`): false when another worker holds it (then the bundle is left alone).
+    /// `orphan`: the bundle is in `processing/`, left by a worker whose claim may have run out.
+    func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool
+    /// Whether this worker may still send requests for `name` and move it, by its own monotonic
+    /// clock. Checked before every request and between the chunks of a body: cheap, no I/O.
+    func holdsClaim(of name: String) -> Bool
+    /// Checks with the store that the claim of `name` is still this worker's, just before a move.
+    func confirmClaim(of name: String) async -> Bool
+    /// Ends the claim of `name` without an outcome (the bundle stays where it is, or its spool
+    /// claim failed): another worker may take it at once.
+    func releaseClaim(of name: String) async
+
+    // MARK: Runs
+
+    func recordRunStarted(runID: String, host: String, pid: Int32) async throws(CheckpointError)
+    func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool?, apiLookups: Bool?)
+        async throws(CheckpointError)
+    func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date?
+
+    // MARK: Bundles
+
+    /// The rows of bundles not yet done or failed, by name (deferrals, first-seen times).
+    func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState]
+    /// When each bundle in `done/` got there, by name.
+    func doneTimes() async throws(CheckpointError) -> [String: Date]
+    func bundleState(name: String) async throws(CheckpointError) -> BundleState?
+    /// Marks `name` as being read; how many earlier readings never ended.
+    func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int
+    /// Records the claim with the bundle's session and number of steps, and returns the
+    /// session's steps already done, by step key.
+    func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
+        async throws(CheckpointError) -> [String: CompletedStep]
+    func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)
+        async throws(CheckpointError) -> Deferral
+    /// The bundle is in `done/` as `finalName`; its claim ends.
+    func recordDone(name: String, sessionID: String?, finalName: String) async throws(CheckpointError)
+    /// The bundle is in `failed/` as `finalName`; its claim ends.
+    func recordFailure(name: String, sessionID: String?, error: BundleFailure, finalName: String)
+        async throws(CheckpointError)
+    /// The bundle is back in `incoming/` as `finalName` (a deferral recorded before); its claim ends.
+    func recordGivenBack(name: String, finalName: String, counted: Bool) async throws(CheckpointError)
+
+    // MARK: Steps
+
+    func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
+        -> [StepIntentOutcome]
+    func recordFoundOnServer(sessionID: String, _ found: [(intent: CheckpointStore.StepIntent, serverID: Int64)])
+        async throws(CheckpointError) -> [CompletedStep]
+    /// Commits results on the calling thread if nothing would make it wait; nil, having done
+    /// nothing, otherwise. For the group commit.
+    func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
+        -> [Result<CompletedStep, CheckpointError>]?
+    /// Queues results for a commit of their own and returns at once; `then` hears how it went.
+    /// Calls made in one order commit in that order.
+    func recordResults(
+        _ results: [CheckpointStore.StepResult],
+        then: @escaping @Sendable (Result<[Result<CompletedStep, CheckpointError>], CheckpointError>) -> Void)
+
+    // MARK: Reference lists
+
+    func referenceLists() async throws(CheckpointError) -> [ReferenceList: CachedReferenceList]
+    /// Keeps a list without making anyone wait for the write; `failed` hears a failure.
+    func keepReferenceList(
+        _ list: ReferenceList, etag: String?, body: [UInt8],
+        failed: @escaping @Sendable (CheckpointError) -> Void)
+}

@@ -1,0 +1,123 @@
+import Foundation
+
+/// The one-host store: the SQLite file in the spool, reached through the writer's thread.
+///
+/// Its claims are the spool's: an `flock` on the claimed file (``ClaimedBundle``), which the
+/// kernel drops when the process dies. So a claim here is held for as long as the process lives,
+/// and the store has nothing to take, renew or fence.
+extension CheckpointWriter: CheckpointStorage {
+    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+        true
+    }
+
+    public func holdsClaim(of name: String) -> Bool { true }
+
+    public func confirmClaim(of name: String) async -> Bool { true }
+
+    public func releaseClaim(of name: String) async {}
+
+    public func recordRunStarted(runID: String, host: String, pid: Int32) async throws(CheckpointError) {
+        try await perform { try $0.recordRunStarted(runID: runID, host: host, pid: pid) }
+    }
+
+    public func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool?, apiLookups: Bool?)
+        async throws(CheckpointError)
+    {
+        try await perform {
+            try $0.recordRunFinished(runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
+        }
+    }
+
+    public func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date? {
+        try await perform { try $0.lastHealthyRunFinishedAt() }
+    }
+
+    public func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState] {
+        try await perform { try $0.bundlesInFlight() }
+    }
+
+    public func doneTimes() async throws(CheckpointError) -> [String: Date] {
+        try await perform { try $0.doneTimes() }
+    }
+
+    public func bundleState(name: String) async throws(CheckpointError) -> BundleState? {
+        try await perform { try $0.bundleState(name: name) }
+    }
+
+    public func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int {
+        try await perform { try $0.beginReading(name: name, now: now) }
+    }
+
+    public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
+        async throws(CheckpointError) -> [String: CompletedStep]
+    {
+        // One trip to the writer for both: the claim and what the session has done.
+        try await perform {
+            try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+            return try $0.completedSteps(sessionID: sessionID)
+        }
+    }
+
+    public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)
+        async throws(CheckpointError) -> Deferral
+    {
+        try await perform { try $0.recordDeferral(name: name, sessionID: sessionID, error: error, policy: policy) }
+    }
+
+    public func recordDone(name: String, sessionID: String?, finalName: String) async throws(CheckpointError) {
+        try await perform {
+            try $0.recordDone(name: name, sessionID: sessionID)
+            if finalName != name { try $0.renamed(from: name, to: finalName) }
+        }
+    }
+
+    public func recordFailure(name: String, sessionID: String?, error: BundleFailure, finalName: String)
+        async throws(CheckpointError)
+    {
+        try await perform {
+            try $0.recordFailure(name: name, sessionID: sessionID, error: error)
+            if finalName != name { try $0.renamed(from: name, to: finalName) }
+        }
+    }
+
+    public func recordGivenBack(name: String, finalName: String, counted: Bool) async throws(CheckpointError) {
+        try await perform {
+            // A counted give-back (a deferral) recorded its outcome before the move.
+            if !counted { try $0.recordReturned(name: name) }
+            if finalName != name { try $0.renamed(from: name, to: finalName) }
+        }
+    }
+
+    public func recordFoundOnServer(
+        sessionID: String, _ found: [(intent: CheckpointStore.StepIntent, serverID: Int64)]
+    ) async throws(CheckpointError) -> [CompletedStep] {
+        try await perform { try $0.recordFoundOnServer(sessionID: sessionID, found) }
+    }
+
+    public func recordResults(
+        _ results: [CheckpointStore.StepResult],
+        then: @escaping @Sendable (Result<[Result<CompletedStep, CheckpointError>], CheckpointError>) -> Void
+    ) {
+        submit { store in
+            guard let store else { return then(.failure(CheckpointWriter.stopped)) }
+            then(Result { () throws(CheckpointError) in try store.recordResults(results) })
+        }
+    }
+
+    public func referenceLists() async throws(CheckpointError) -> [ReferenceList: CachedReferenceList] {
+        try await perform { try $0.referenceLists() }
+    }
+
+    public func keepReferenceList(
+        _ list: ReferenceList, etag: String?, body: [UInt8], failed: @escaping @Sendable (CheckpointError) -> Void
+    ) {
+        submit { store in
+            do throws(CheckpointError) {
+                guard let store else { throw CheckpointWriter.stopped }
+                try store.saveReferenceList(list, etag: etag, body: body)
+            } catch {
+                failed(error)
+            }
+        }
+    }
+}
