@@ -32,6 +32,8 @@ let package = Package(
         // Already built for swift-configuration's YAML trait; used directly only to list a job
         // file's keys (with line numbers), so an unknown key is an error, not silently ignored.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
+        // The shared checkpoint store of several hosts (`database:`): its pooled `PostgresClient`.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // C libraries, each behind a system-library target; no C type leaves the module that wraps it.
@@ -71,6 +73,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictness
         ),
@@ -177,6 +180,12 @@ let package = Package(
             dependencies: [
                 "DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport", "SQLiteSupport",
             ],
+            swiftSettings: strictness
+        ),
+        // Claims as leases and checkpoints in a real PostgreSQL server, shared by several workers.
+        .testTarget(
+            name: "SeveralHostsTests",
+            dependencies: ["DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport"],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -58,6 +58,12 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Claim nothing while the spool's file system has less free: 1GiB (default), 500MB, 5%, or 0.")
     var minFreeSpace: String?
 
+    @Option(help: "Share the spool between hosts: postgresql://USER@HOST:PORT/DATABASE (no password in it).")
+    var database: String?
+
+    @Option(help: "With --database: how long a claim lasts unless renewed (default 30s).")
+    var lease: String?
+
     @Flag(help: "Create the spool if its folder does not exist (else a missing spool is exit 73).")
     var createSpool = false
 
@@ -71,7 +77,7 @@ struct Run: AsyncParsableCommand {
                 (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge),
                 (.progress, progress),
                 (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.maxRate, maxRate),
-                (.minFreeSpace, minFreeSpace),
+                (.minFreeSpace, minFreeSpace), (.database, database), (.lease, lease),
             ] + connection.typed
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
@@ -97,6 +103,7 @@ struct Run: AsyncParsableCommand {
         options.metricsFile = settings.metricsFile
         options.minFreeSpace = settings.minFreeSpace
         options.pruneAfter = settings.pruneAfter
+        options.database = settings.database
         options.createSpool = createSpool
         options.allowRoot = allowRoot
         options.network = APIClient.Network(

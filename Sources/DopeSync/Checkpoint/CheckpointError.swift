@@ -18,6 +18,9 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
             case conflictingResult = "conflicting_result"
             case database
             case notOwned = "not_owned"
+            case unreachable
+            case leaseLost = "lease_lost"
+            case refused
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -42,6 +45,13 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         public static let conflictingResult = Code(.conflictingResult)
         /// A file of the database is not the worker's own (another user's, a symlink): refused.
         public static let notOwned = Code(.notOwned)
+        /// The shared database (PostgreSQL) did not answer: down, restarting, or cut off by the network.
+        public static let unreachable = Code(.unreachable)
+        /// This worker's claim on the bundle is no longer its own (its lease ran out and another
+        /// worker may hold it): the write was refused and changed nothing.
+        public static let leaseLost = Code(.leaseLost)
+        /// The shared database refused this user, its password or the database named: a setting to fix.
+        public static let refused = Code(.refused)
         /// Any other SQLite failure (a bug, or a schema changed behind our back).
         public static let database = Code(.database)
 
@@ -60,6 +70,9 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     public var isDatabaseFailure: Bool {
         [Code.busy, .diskFull, .ioError, .readOnly, .corrupt, .cannotOpen, .notOwned].contains(code)
     }
+    /// Whether the shared database could not be reached: the run stops claiming, settles what it
+    /// holds, and ends with 75 (tried again by the next run), as when the API cannot be reached.
+    public var isUnreachable: Bool { code == .unreachable }
     /// The underlying SQLite error, if any.
     public let cause: SQLiteError?
 
@@ -73,6 +86,22 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         var text = "checkpoint store: \(message) [\(code)]"
         if let cause { text += " (\(cause))" }
         return text
+    }
+
+    /// A step already done under one server id, reported done under another: both stores say so alike.
+    static func conflictingResult(sessionID: String, stepKey: String, doneAs: Int64, reportedAs: Int64, how: String)
+        -> CheckpointError
+    {
+        CheckpointError(
+            code: .conflictingResult,
+            message:
+                "step \(stepKey) of session \(sessionID) was done with server id \(doneAs), \(how) \(reportedAs): the record may exist twice on the server"
+        )
+    }
+
+    /// A step's result with no intent recorded before it (a bug in the caller).
+    static func noIntent(sessionID: String, stepKey: String) -> CheckpointError {
+        CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
     }
 
     /// Maps a SQLite failure to a code on purpose, so that a full disk or a damaged file reads

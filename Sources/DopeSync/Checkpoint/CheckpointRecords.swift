@@ -119,7 +119,14 @@ public struct ClaimOwner: Sendable, Hashable {
 
     /// This process, on this host, in the run `runID`.
     public static func current(runID: String) -> ClaimOwner {
-        ClaimOwner(host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier, runID: runID)
+        ClaimOwner(host: hostName, pid: ProcessInfo.processInfo.processIdentifier, runID: runID)
+    }
+
+    /// The name this host goes by in claims and runs: `DOPESYNC_HOST` when set (hosts whose
+    /// names are alike, containers), else the machine's host name.
+    public static var hostName: String {
+        if let name = ProcessInfo.processInfo.environment["DOPESYNC_HOST"], !name.isEmpty { return name }
+        return ProcessInfo.processInfo.hostName
     }
 }
 

@@ -177,17 +177,14 @@ extension CheckpointStore {
                 "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
                 [sessionID, stepKey])
         else {
-            throw CheckpointError(
-                code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
+            throw CheckpointError.noIntent(sessionID: sessionID, stepKey: stepKey)
         }
         if try StepRecord.State(row["state"]) == .done {
             let done = try CompletedStep(row)
             guard done.serverID == serverID else {
-                throw CheckpointError(
-                    code: .conflictingResult,
-                    message:
-                        "step \(stepKey) of session \(sessionID) was done with server id \(done.serverID), now reported as \(serverID): the record may exist twice on the server"
-                )
+                throw CheckpointError.conflictingResult(
+                    sessionID: sessionID, stepKey: stepKey, doneAs: done.serverID, reportedAs: serverID,
+                    how: "now reported as")
             }
             return done
         }
@@ -215,11 +212,9 @@ extension CheckpointStore {
                     connection, sessionID: sessionID, entry.intent, now: now)
                 {
                     guard done.serverID == entry.serverID else {
-                        throw CheckpointError(
-                            code: .conflictingResult,
-                            message:
-                                "step \(entry.intent.stepKey) of session \(sessionID) was done with server id \(done.serverID), found on the server as \(entry.serverID): the record may exist twice on the server"
-                        )
+                        throw CheckpointError.conflictingResult(
+                            sessionID: sessionID, stepKey: entry.intent.stepKey, doneAs: done.serverID,
+                            reportedAs: entry.serverID, how: "found on the server as")
                     }
                     return done
                 }

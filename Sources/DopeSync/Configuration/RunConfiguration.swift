@@ -43,6 +43,9 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public var proxy = ProxyChoice.direct
     /// The cap on the run's upload rate, in bytes per second.
     public var maxRate: Int64?
+    /// The shared store of several hosts (`database`), with its password and lease; nil: the
+    /// SQLite file in the spool.
+    public var database: DatabaseSettings?
     /// Where each given setting came from, by key (the token's source under `token`).
     public var sources: [String: SettingSource] = [:]
     /// Things an operator should fix that do not stop the run (a token file others can read).
@@ -63,6 +66,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         var settings = SettingResolver(layers: layers)
         var configuration = RunConfiguration()
         try configuration.resolveSpoolSettings(&settings)
+        try configuration.resolveDatabase(&settings, environment: environment)
         if purpose == .run {
             try configuration.resolveAPISettings(&settings, environment: environment, jobFile: jobFile)
         }
@@ -224,6 +228,7 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         if let caFile { parts.append(("ca-file", caFile)) }
         if case .through = proxy { parts.append(("proxy", "\(proxy)")) }
         if let maxRate { parts.append(("max-rate", ByteRate.text(Double(maxRate)))) }
+        if let database { parts.append(("database", database.url)) }
         parts.append(("token", "<redacted>"))
         return parts.map { part in "\(part.key)=\(part.value)" + (sources[part.key].map { " (\($0))" } ?? "") }.joined(
             separator: ", ")

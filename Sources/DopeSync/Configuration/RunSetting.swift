@@ -69,7 +69,8 @@ extension RunSetting {
         .spool, .api, .tokenFile, .tokenCommand, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat,
         .logLevel,
         .metricsFile,
-        .caFile, .proxy, .maxRate, .minFreeSpace, .pruneAfter, .allowInsecureHTTP,
+        .caFile, .proxy, .maxRate, .minFreeSpace, .pruneAfter, .allowInsecureHTTP, .database, .databasePasswordFile,
+        .lease,
     ]
 
     /// The token itself comes only from the environment (or from `token-file`), never from a job

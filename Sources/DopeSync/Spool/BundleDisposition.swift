@@ -20,6 +20,7 @@ struct BundleDisposition: Sendable {
     ) async -> UploadOutcome {
         switch finish {
         case .done:
+            guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
             do {
                 let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToDone() }
                 await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] in
@@ -81,6 +82,7 @@ struct BundleDisposition: Sendable {
             bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
             attempts: state?.attempts, firstSeen: state?.firstSeen
         )
+        guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
         do {
             let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
             await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] in
@@ -112,6 +114,7 @@ struct BundleDisposition: Sendable {
                         + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
                 return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }
+            guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
             let final = try await BlockingPool.spoolMove { () throws(SpoolError) in
                 try claimed.giveBack()
             }
@@ -148,6 +151,7 @@ struct BundleDisposition: Sendable {
     }
 
     func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
+        guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
         do {
             let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.giveBack() }
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
@@ -156,6 +160,23 @@ struct BundleDisposition: Sendable {
             logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
             claimed.release()  // stays in processing/; the next run takes it back as an orphan
         }
+        return .returned
+    }
+
+    /// Whether the claim still allows a move: asked of the store just before it (a shared store
+    /// checks the lease and renews it; the spool's flock always allows).
+    private func mayMove(_ claimed: ClaimedBundle) async -> Bool {
+        await checkpoints.confirmClaim(of: claimed.name)
+    }
+
+    /// The claim's lease ran out (or the database cannot confirm it): another worker may hold the
+    /// bundle now, so this one moves nothing and writes nothing more; the bundle stays where it
+    /// is, for the worker that takes it over.
+    func abandon(_ claimed: ClaimedBundle, logger: Logger) -> UploadOutcome {
+        logger.error(
+            "the claim on the bundle ran out before it could be moved: it is left where it is for the worker that takes it over",
+            metadata: ["bundle.path": "processing/\(claimed.name)"])
+        claimed.release()
         return .returned
     }
 
@@ -175,7 +196,11 @@ struct BundleDisposition: Sendable {
                 metadata: [
                     "moved.to": "\(place)", "error": "\(error)",
                 ])
-            if counters.report(\.checkpointsFailed) {
+            if let error = error as? CheckpointError, error.isUnreachable || error.code == .leaseLost {
+                // The shared database: unreachable is the run's 75; a claim lost since the move's
+                // check changes nothing the next worker needs (the folder is the truth).
+                if error.isUnreachable { checkpointFailed(error, logger: logger) }
+            } else if counters.report(\.checkpointsFailed) {
                 logger.critical(
                     "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",
                     metadata: ["error": "\(error)"])
@@ -187,6 +212,11 @@ struct BundleDisposition: Sendable {
     /// also stops the run: no bundle could be checkpointed, so they are given back, and exit 73.
     func checkpointFailed(_ error: CheckpointError, logger: Logger) {
         logger.error("checkpoint database error", metadata: ["error": "\(error)"])
+        if error.isUnreachable, counters.report(\.databaseUnreachable) {
+            logger.critical(
+                "the shared checkpoint database cannot be reached: the run stops claiming, settles what it holds, and exits 75",
+                metadata: ["error": "\(error)"])
+        }
         if error.isDatabaseFailure, counters.report(\.checkpointsFailed) {
             logger.critical(
                 "the checkpoint database cannot be written: the run stops claiming and gives bundles back (exit 73)",

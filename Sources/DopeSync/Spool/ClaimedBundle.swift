@@ -233,9 +233,13 @@ extension Spool {
     /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
     /// held (a live run is working on it) or gone. Safe against the owner moving it at the same moment:
     /// after locking, `processing/NAME` must still be the inode we locked.
-    public func claimOrphan(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
+    ///
+    /// `lockRequired: false` is for claims held as leases in a shared database: the lease was
+    /// taken already, and a lock still held on this host belongs to a worker whose lease ran out
+    /// (a paused process), which sends and moves nothing more. The lock is taken if free.
+    public func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.processing, entry.name)
-        guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
+        guard let (descriptor, identity) = try Self.openAndLock(source, lockRequired: lockRequired) else { return nil }
         return ClaimedBundle(
             spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
             inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: true)
@@ -244,7 +248,7 @@ extension Spool {
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
     /// locked by someone else.
-    private static func openAndLock(_ path: String) throws(SpoolError) -> (
+    private static func openAndLock(_ path: String, lockRequired: Bool = true) throws(SpoolError) -> (
         Int32, (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool)
     )? {
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
@@ -261,6 +265,7 @@ extension Spool {
         }
         var locked = flock(descriptor, LOCK_EX | LOCK_NB)
         while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
+        if locked != 0 && errno == EWOULDBLOCK && !lockRequired { locked = 0 }
         guard locked == 0 else {
             let error = errno
             close(descriptor)

@@ -119,20 +119,24 @@ public struct APIClient: Sendable {
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
     /// Returns the bytes sent alongside, for the run's counters. An image kept from validation
     /// (small) is sent from memory; others stream from the archive.
-    public func send(_ step: UploadStep, path: String, images: BundleEntryReader?) async -> (
-        StepResponse, bytesSent: Int64
-    ) {
-        await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images)
+    /// `claimHeld` is asked between the chunks of an image streamed from the archive: once it
+    /// says no, the body stops and the request fails as a transport would.
+    public func send(
+        _ step: UploadStep, path: String, images: BundleEntryReader?,
+        claimHeld: @escaping @Sendable () -> Bool = { true }
+    ) async -> (StepResponse, bytesSent: Int64) {
+        await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images, claimHeld: claimHeld)
     }
 
     /// The same request with every image's bytes already in memory: for measuring the API's raw
     /// capacity without the archive (`dopesync-bench raw-capacity`).
     public func sendPrepared(_ step: UploadStep, path: String, images: [String: [UInt8]]) async -> StepResponse {
-        await send(step, path: path, bytesInMemory: { images[$0.fileName] }, archive: nil).0
+        await send(step, path: path, bytesInMemory: { images[$0.fileName] }, archive: nil, claimHeld: { true }).0
     }
 
     private func send(
-        _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: BundleEntryReader?
+        _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: BundleEntryReader?,
+        claimHeld: @escaping @Sendable () -> Bool
     ) async -> (StepResponse, bytesSent: Int64) {
         var request = makeRequest(step, path: path)
         switch step.payload {
@@ -157,7 +161,8 @@ public struct APIClient: Sendable {
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                let parts = MultipartBody(framing: framing, chunks: try archive.openImage(image))
+                let parts = MultipartBody(
+                    framing: framing, chunks: try archive.openImage(image), claimHeld: claimHeld)
                 request.body =
                     if let rateLimit {
                         .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))

@@ -159,13 +159,23 @@ struct BundleUploader: Sendable {
             case .recordIntents(let intents):
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
+                guard checkpoints.holdsClaim(of: claimed.name) else {
+                    return disposition.abandon(claimed, logger: logger)
+                }
                 tokenSent = client.credential.current
                 action = state.looked(await look(target, logger: logger), stopping: counters.shouldStop)
             case .recordFound(let found):
                 action = await recordFound(found, in: &state, sessionID: plan.sessionID, logger: logger)
             case .send(let step, let path):
+                // Before every request: a claim whose lease ran out (a paused process, a lost
+                // database) sends nothing more; another worker may hold the bundle now.
+                guard checkpoints.holdsClaim(of: claimed.name) else {
+                    return disposition.abandon(claimed, logger: logger)
+                }
                 tokenSent = client.credential.current
-                let (answer, bytes) = await client.send(step, path: path, images: images)
+                let (answer, bytes) = await client.send(
+                    step, path: path, images: images,
+                    claimHeld: { [checkpoints, name = claimed.name] in checkpoints.holdsClaim(of: name) })
                 counters.request(bytes: bytes)
                 action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:

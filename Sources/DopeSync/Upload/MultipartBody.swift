@@ -59,12 +59,26 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     typealias Element = ByteBuffer
     let framing: MultipartFraming
     let chunks: BundleEntryReader.ImageChunks
+    /// Whether the bundle's claim still allows sending: asked before every chunk, so a worker
+    /// paused past its lease abandons the body instead of completing it when it wakes.
+    let claimHeld: @Sendable () -> Bool
     /// Shared by copies of the body: one iterator for all of them.
     private let iterated = OnceFlag()
 
-    init(framing: MultipartFraming, chunks: BundleEntryReader.ImageChunks) {
+    init(
+        framing: MultipartFraming, chunks: BundleEntryReader.ImageChunks,
+        claimHeld: @escaping @Sendable () -> Bool = { true }
+    ) {
         self.framing = framing
         self.chunks = chunks
+        self.claimHeld = claimHeld
+    }
+
+    /// The claim ran out while the body was being sent: the request is cut short, never completed.
+    struct ClaimLost: Error, CustomStringConvertible {
+        var description: String {
+            "the bundle's claim ran out while its image was being sent; the request was cut short"
+        }
     }
 
     /// A second pass over one body: the request fails as the transport would, not as the bundle.
@@ -81,8 +95,10 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
         let framing: MultipartFraming
         var chunks: BundleEntryReader.ImageChunks
         var search: StreamingSearch
+        let claimHeld: @Sendable () -> Bool
 
         mutating func next() async throws -> ByteBuffer? {
+            if part != .end && part != .usedTwice && !claimHeld() { throw ClaimLost() }
             switch part {
             case .head:
                 part = .image
@@ -111,7 +127,7 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
         let first = iterated.take()
         return AsyncIterator(
             part: first ? .head : .usedTwice, framing: framing, chunks: chunks,
-            search: StreamingSearch(framing.delimiter))
+            search: StreamingSearch(framing.delimiter), claimHeld: claimHeld)
     }
 
     static func holdsBoundary(_ image: BundleImage) -> String {

@@ -27,6 +27,8 @@ final class RunCounters: Sendable {
         var belowFreeSpaceFloor = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
+        /// The shared database (PostgreSQL) could not be reached (``CheckpointError/isUnreachable``).
+        var databaseUnreachable = false
         var breaker: CircuitBreaker
 
         /// What the run exits with: the first reason it stopped for, in order of what a person
@@ -36,7 +38,7 @@ final class RunCounters: Sendable {
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
             if checkpointsFailed || belowFreeSpaceFloor { return .cannotCreate }
-            if breaker.isOpen { return .temporaryFailure }
+            if breaker.isOpen || databaseUnreachable { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }
     }
@@ -54,7 +56,7 @@ final class RunCounters: Sendable {
         stop.isRequested
             || state.withLock {
                 $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
-                    || $0.belowFreeSpaceFloor
+                    || $0.databaseUnreachable || $0.belowFreeSpaceFloor
                     || $0.breaker.isOpen
             }
     }

@@ -10,6 +10,12 @@ struct UploadSlot: Sendable {
     var arrivals: [String: Date] = [:]
     let queue: BundleQueue
     let spool: Spool
+    /// Where a claim is taken first: a lease in a shared database; nothing more on one host.
+    let checkpoints: any CheckpointStorage
+    /// Whether a bundle left in `processing/` is taken back only with its flock free (one host).
+    /// With leases, the expired lease is what frees it: a lock a paused worker on this host still
+    /// holds must not keep it from the worker that takes it over.
+    let orphansNeedTheirLock: Bool
     let uploader: BundleUploader
     let counters: RunCounters
     /// No claim at or after this instant (`--max-time`).
@@ -37,16 +43,8 @@ struct UploadSlot: Sendable {
                 counters.releaseClaim()
                 return
             }
-            let claimed: ClaimedBundle?
-            do {
-                claimed = entry.folder == .processing ? try spool.claimOrphan(entry) : try spool.claim(entry)
-            } catch {
-                counters.releaseClaim()
-                logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
-                continue
-            }
-            guard let claimed else {
-                counters.releaseClaim()  // another run has it
+            guard let claimed = await claim(entry) else {
+                counters.releaseClaim()  // another run has it, or it cannot be claimed
                 continue
             }
             counters.claimed()
@@ -55,6 +53,33 @@ struct UploadSlot: Sendable {
             if outcome == .done, let arrived = arrivals[entry.name] {
                 counters.synced(after: max(0, Date().timeIntervalSince(arrived)))
             }
+        }
+    }
+
+    /// The store's claim first (a lease, when the store is shared), then the spool's: the rename
+    /// into `processing/` (or, for an orphan, its file opened). Nil when either is someone
+    /// else's; the store's claim is let go when the spool's cannot be had.
+    private func claim(_ entry: SpoolEntry) async -> ClaimedBundle? {
+        let orphan = entry.folder == .processing
+        do {
+            guard
+                try await checkpoints.acquireClaim(
+                    of: entry.name, orphan: orphan, owner: ClaimOwner.current(runID: counters.runID))
+            else { return nil }
+        } catch {
+            uploader.disposition.checkpointFailed(error, logger: logger)
+            return nil
+        }
+        do {
+            let claimed =
+                orphan
+                ? try spool.claimOrphan(entry, lockRequired: orphansNeedTheirLock) : try spool.claim(entry)
+            if claimed == nil { await checkpoints.releaseClaim(of: entry.name) }
+            return claimed
+        } catch {
+            logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
+            await checkpoints.releaseClaim(of: entry.name)
+            return nil
         }
     }
 }

@@ -52,6 +52,9 @@ public struct RunOptions: Sendable {
     /// How long a checkpoint write waits for another process's write (then the run stops, exit 73).
     public var checkpointBusyTimeout: Duration = .seconds(10)
 
+    /// The shared store of several hosts; nil: the SQLite file in the spool.
+    public var database: DatabaseSettings?
+
     /// Where a fresh token comes from when the API refuses it (the token itself is ``token``).
     public var tokenSource = Credential.Source.fixed
 
@@ -76,6 +79,10 @@ public struct Worker: Sendable {
     public func run() async -> (RunSummary, ExitStatus) {
         let started = ContinuousClock.now
         let spool = Spool(root: options.spoolRoot)
+        let runID = UUID().uuidString.lowercased()
+        if let database = options.database {
+            return await runSharing(database, spool: spool, runID: runID, started: started)
+        }
         let store: CheckpointStore
         do {
             try spool.checkBeforeWriting(mayCreate: options.createSpool, allowRoot: options.allowRoot)
@@ -96,7 +103,43 @@ public struct Worker: Sendable {
         }
         // From here on every checkpoint goes through the writer's own thread, never an event loop's.
         return await CheckpointWriter.with(store) { checkpoints in
-            await run(spool: spool, checkpoints: checkpoints, started: started)
+            await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
+        }
+    }
+
+    /// A run whose claims and checkpoints are in the PostgreSQL database several hosts share.
+    /// A database that cannot be reached at the start: nothing claimed, exit 75 (78 when it
+    /// refuses the user or password, 73 when a newer dopesync migrated it).
+    private func runSharing(_ database: DatabaseSettings, spool: Spool, runID: String, started: ContinuousClock.Instant)
+        async -> (RunSummary, ExitStatus)
+    {
+        do {
+            try spool.checkBeforeWriting(mayCreate: options.createSpool, allowRoot: options.allowRoot)
+            try spool.create()
+        } catch {
+            logger.critical(
+                "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            return endedBeforeStarting(spool, started: started)
+        }
+        do {
+            return try await PostgresCheckpoints.with(
+                database, owner: ClaimOwner.current(runID: runID), logger: logger
+            ) { checkpoints in
+                await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
+            }
+        } catch {
+            let status: ExitStatus
+            switch (error as? CheckpointError)?.code {
+            case .refused?: status = .configuration
+            case .schemaTooNew?: status = .cannotCreate
+            default: status = .temporaryFailure
+            }
+            logger.critical(
+                "the shared checkpoint database cannot be used: the run claims nothing (exit \(status.rawValue))",
+                metadata: ["database": "\(database.url)", "error": "\(error)"])
+            var summary = RunSummary(exitCode: status.rawValue)
+            summary.seconds = (ContinuousClock.now - started) / .seconds(1)
+            return (summary, status)
         }
     }
 
@@ -148,17 +191,24 @@ public struct Worker: Sendable {
         return (summary, .cannotCreate)
     }
 
-    private func run(spool: Spool, checkpoints: any CheckpointStorage, started: ContinuousClock.Instant) async -> (
-        RunSummary, ExitStatus
-    ) {
-        let runID = UUID().uuidString.lowercased()
+    private func run(
+        spool: Spool, checkpoints: any CheckpointStorage, runID: String, started: ContinuousClock.Instant
+    ) async -> (RunSummary, ExitStatus) {
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         do throws(CheckpointError) {
-            let (host, pid) = (ProcessInfo.processInfo.hostName, ProcessInfo.processInfo.processIdentifier)
+            let (host, pid) = (ClaimOwner.hostName, ProcessInfo.processInfo.processIdentifier)
             try await checkpoints.recordRunStarted(runID: runID, host: host, pid: pid)
         } catch {
             // Only the run's own record otherwise; but a database that cannot be written at all
             // could not checkpoint a single step: claim nothing.
+            if error.isUnreachable {
+                logger.critical(
+                    "the shared checkpoint database cannot be reached: the run claims nothing (exit 75)",
+                    metadata: ["error": "\(error)"])
+                var summary = RunSummary(exitCode: ExitStatus.temporaryFailure.rawValue)
+                summary.seconds = (ContinuousClock.now - started) / .seconds(1)
+                return (summary, .temporaryFailure)
+            }
             if error.isDatabaseFailure {
                 logger.critical(
                     "the checkpoint database cannot be written: the run claims nothing (exit 73)",
@@ -223,7 +273,8 @@ public struct Worker: Sendable {
             }
             await GroupCommit.with(storage: checkpoints, batchSize: options.concurrency) { results in
                 let slot = UploadSlot(
-                    arrivals: work.arrivals, queue: queue, spool: spool,
+                    arrivals: work.arrivals, queue: queue, spool: spool, checkpoints: checkpoints,
+                    orphansNeedTheirLock: options.database == nil,
                     uploader: makeUploader(
                         client, results: results, checkpoints: checkpoints, counters: counters, lookups: lookups),
                     counters: counters, deadline: options.maxTime.map { started + $0 },

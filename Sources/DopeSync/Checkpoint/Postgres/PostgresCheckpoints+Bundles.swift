@@ -1,0 +1,219 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// The `bundles` table: each bundle's attempts, outcome and last error, written under its claim.
+extension PostgresCheckpoints {
+    static let bundleColumns = """
+        SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
+               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_done, steps_total
+        FROM dopesync.bundles
+        """
+
+    public func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState] {
+        let rows = try await rows(
+            "reading bundles in flight",
+            "\(unescaped: Self.bundleColumns) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')")
+        var states: [String: BundleState] = [:]
+        for row in rows {
+            let state = try Self.bundleState(row)
+            states[state.name] = state
+        }
+        return states
+    }
+
+    public func doneTimes() async throws(CheckpointError) -> [String: Date] {
+        let rows = try await rows(
+            "reading done times", "SELECT name, updated_at FROM dopesync.bundles WHERE last_outcome = 'done'")
+        var times: [String: Date] = [:]
+        for row in rows {
+            times[try Self.decode(row, "name")] = Date(timeIntervalSince1970: try Self.decode(row, "updated_at"))
+        }
+        return times
+    }
+
+    public func bundleState(name: String) async throws(CheckpointError) -> BundleState? {
+        try await rows("reading bundle \(name)", "\(unescaped: Self.bundleColumns) WHERE name = \(name)").first.map {
+            row throws(CheckpointError) in try Self.bundleState(row)
+        }
+    }
+
+    public func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int {
+        try await fencedTransaction(name, "recording that \(name) is being read") { connection in
+            let t = now.timeIntervalSince1970
+            // A row left by a bundle that finished under the same name belongs to another file.
+            _ = try await connection.query(
+                "DELETE FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'done'", logger: self.logger)
+            try await Self.ensureBundle(connection, name: name, now: t, logger: self.logger)
+            let rows = try await connection.query(
+                """
+                UPDATE dopesync.bundles
+                SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL)::int, reading_since = \(t)
+                WHERE name = \(name) RETURNING readings_cut_short
+                """, logger: self.logger
+            ).collect()
+            guard let row = rows.first else {
+                throw CheckpointError(code: .database, message: "bundle row \(name) vanished")
+            }
+            return try Self.decode(row, "readings_cut_short") as Int
+        }
+    }
+
+    public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
+        async throws(CheckpointError) -> [String: CompletedStep]
+    {
+        try await fencedTransaction(name, "recording the claim of \(name)") { connection in
+            let t = now.timeIntervalSince1970
+            _ = try await connection.query(
+                """
+                INSERT INTO dopesync.bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total)
+                VALUES (\(name), \(sessionID), \(t), 'claimed', \(t), \(totalSteps))
+                ON CONFLICT (name) DO UPDATE SET
+                    session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
+                    steps_total = excluded.steps_total, reading_since = NULL
+                """, logger: self.logger)
+            return try await Self.completedSteps(connection, sessionID: sessionID, logger: self.logger)
+        }
+    }
+
+    public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)
+        async throws(CheckpointError) -> Deferral
+    {
+        let now = Date()
+        return try await fencedTransaction(name, "recording the deferral of \(name)") { connection in
+            try await Self.ensureBundle(connection, name: name, now: now.timeIntervalSince1970, logger: self.logger)
+            let rows = try await connection.query(
+                "UPDATE dopesync.bundles SET attempts = attempts + 1 WHERE name = \(name) RETURNING attempts, first_seen",
+                logger: self.logger
+            ).collect()
+            guard let row = rows.first else {
+                throw CheckpointError(code: .database, message: "bundle row \(name) vanished")
+            }
+            let attempts: Int = try Self.decode(row, "attempts")
+            let firstSeen = Date(timeIntervalSince1970: try Self.decode(row, "first_seen"))
+            let next = policy.nextAttempt(afterAttempt: attempts, now: now)
+            try await self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .deferred, error: error, nextAttemptAt: next,
+                now: now)
+            // The claim ends with the give-back (recordGivenBack), after the move.
+            return Deferral(
+                attempts: attempts, nextAttemptAt: next, firstSeen: firstSeen,
+                exhausted: policy.isExhausted(attempts: attempts, firstSeen: firstSeen, now: now))
+        }
+    }
+
+    public func recordDone(name: String, sessionID: String?, finalName: String) async throws(CheckpointError) {
+        try await recordEnd(name, finalName: finalName, "recording \(name) done") { connection in
+            try await self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil,
+                now: Date(), keepError: true)
+        }
+    }
+
+    public func recordFailure(name: String, sessionID: String?, error: BundleFailure, finalName: String)
+        async throws(CheckpointError)
+    {
+        try await recordEnd(name, finalName: finalName, "recording the failure of \(name)") { connection in
+            try await self.setOutcome(
+                connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil,
+                now: Date())
+        }
+    }
+
+    public func recordGivenBack(name: String, finalName: String, counted: Bool) async throws(CheckpointError) {
+        try await recordEnd(name, finalName: finalName, "recording \(name) given back") { connection in
+            guard !counted else { return }
+            _ = try await connection.query(
+                """
+                UPDATE dopesync.bundles SET last_outcome = 'returned', updated_at = \(Date().timeIntervalSince1970),
+                    reading_since = NULL
+                WHERE name = \(name)
+                """, logger: self.logger)
+        }
+    }
+
+    /// The bundle has moved out of `processing/`: its outcome, a new name if it took one, and the
+    /// end of its claim, in one fenced transaction.
+    private func recordEnd(
+        _ name: String, finalName: String, _ doing: @autoclosure () -> String,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Void
+    ) async throws(CheckpointError) {
+        defer { leaseBook.withLock { $0.released(name) } }
+        try await fencedTransaction(name, doing()) { connection in
+            try await body(connection)
+            try await self.endClaim(name, on: connection)
+            if finalName != name {
+                try await Self.rename(connection, from: name, to: finalName, logger: self.logger)
+            }
+        }
+    }
+
+    static func rename(_ connection: PostgresConnection, from oldName: String, to newName: String, logger: Logger)
+        async throws
+    {
+        let t = Date().timeIntervalSince1970
+        _ = try await connection.query(
+            """
+            DELETE FROM dopesync.bundles WHERE name = \(newName)
+                AND EXISTS (SELECT 1 FROM dopesync.bundles WHERE name = \(oldName))
+            """, logger: logger)
+        _ = try await connection.query(
+            "UPDATE dopesync.bundles SET name = \(newName), updated_at = \(t) WHERE name = \(oldName)", logger: logger)
+        _ = try await connection.query(
+            "UPDATE dopesync.steps SET bundle_name = \(newName) WHERE bundle_name = \(oldName)", logger: logger)
+    }
+
+    static func ensureBundle(_ connection: PostgresConnection, name: String, now: Double, logger: Logger) async throws {
+        _ = try await connection.query(
+            """
+            INSERT INTO dopesync.bundles (name, first_seen, updated_at) VALUES (\(name), \(now), \(now))
+            ON CONFLICT (name) DO NOTHING
+            """, logger: logger)
+    }
+
+    func setOutcome(
+        _ connection: PostgresConnection, name: String, sessionID: String?, outcome: BundleOutcome,
+        error: BundleFailure?, nextAttemptAt: Date?, now: Date, keepError: Bool = false
+    ) async throws {
+        let t = now.timeIntervalSince1970
+        let next = nextAttemptAt?.timeIntervalSince1970
+        if keepError {
+            _ = try await connection.query(
+                """
+                UPDATE dopesync.bundles SET session_id = COALESCE(\(sessionID), session_id), last_outcome = \(outcome.rawValue),
+                    next_attempt_at = \(next), updated_at = \(t), reading_since = NULL
+                WHERE name = \(name)
+                """, logger: logger)
+        } else {
+            _ = try await connection.query(
+                """
+                UPDATE dopesync.bundles SET session_id = COALESCE(\(sessionID), session_id), last_outcome = \(outcome.rawValue),
+                    next_attempt_at = \(next), updated_at = \(t), reading_since = NULL,
+                    last_error_reason = \(error?.reason.rawValue), last_error_step = \(error?.step),
+                    last_error_http_status = \(error?.httpStatus), last_error_message = \(error?.message),
+                    last_error_field = \(error?.field)
+                WHERE name = \(name)
+                """, logger: logger)
+        }
+    }
+
+    static func bundleState(_ row: PostgresRow) throws(CheckpointError) -> BundleState {
+        var error: BundleFailure? = nil
+        if let reason: String = try decode(row, "last_error_reason") {
+            error = BundleFailure(
+                reason: FailureReason(rawValue: reason), step: try decode(row, "last_error_step"),
+                httpStatus: try decode(row, "last_error_http_status"), field: try decode(row, "last_error_field"),
+                message: try decode(row, "last_error_message"))
+        }
+        return BundleState(
+            name: try decode(row, "name"), sessionID: try decode(row, "session_id"),
+            attempts: try decode(row, "attempts"),
+            firstSeen: Date(timeIntervalSince1970: try decode(row, "first_seen")),
+            nextAttemptAt: (try decode(row, "next_attempt_at") as Double?).map(Date.init(timeIntervalSince1970:)),
+            lastError: error,
+            lastOutcome: (try decode(row, "last_outcome") as String?).map(BundleOutcome.init(rawValue:)),
+            updatedAt: Date(timeIntervalSince1970: try decode(row, "updated_at")),
+            stepsDone: try decode(row, "steps_done"), stepsTotal: try decode(row, "steps_total"))
+    }
+}

@@ -1,0 +1,200 @@
+import Foundation
+import PostgresNIO
+import Synchronization
+
+/// Claims as leases: taking, renewing, confirming and ending them, and the fence every write
+/// about a claimed bundle passes.
+extension PostgresCheckpoints {
+    /// The database's clock in seconds since 1970: lease deadlines are on it alone.
+    static let databaseNow = "extract(epoch FROM statement_timestamp())::double precision"
+
+    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+        let lease = settings.lease / .seconds(1)
+        let askedAt = ContinuousClock.now
+        let now = Self.databaseNow
+        // A bundle never claimed: its row is made with epoch 1, in one statement.
+        var rows = try await rows(
+            "claiming \(name)",
+            """
+            INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
+            VALUES (\(name), 1, \(owner.runID), \(owner.host), \(Int(owner.pid)),
+                    \(unescaped: now), \(unescaped: now), \(unescaped: now) + \(lease))
+            ON CONFLICT (bundle_name) DO NOTHING
+            RETURNING epoch
+            """)
+        if rows.isEmpty {
+            // Known: free, or its lease has run out. A claim another worker is taking this instant
+            // is skipped, not waited for.
+            rows = try await self.rows(
+                "claiming \(name)",
+                """
+                UPDATE dopesync.claims AS c SET epoch = c.epoch + 1, run_id = \(owner.runID), host = \(owner.host),
+                    pid = \(Int(owner.pid)), claimed_at = \(unescaped: now), renewed_at = \(unescaped: now),
+                    lease_expires_at = \(unescaped: now) + \(lease)
+                FROM (
+                    SELECT bundle_name, host AS previous_host, run_id AS previous_run FROM dopesync.claims
+                    WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: now))
+                    FOR UPDATE SKIP LOCKED
+                ) AS free
+                WHERE c.bundle_name = free.bundle_name
+                RETURNING c.epoch, free.previous_host, free.previous_run
+                """)
+            if let row = rows.first, let previousRun: String = try? row.column("previous_run") {
+                let previousHost: String? = try? row.column("previous_host")
+                logger.warning(
+                    "taking over a bundle whose claim ran out: its worker stopped renewing it",
+                    metadata: [
+                        "bundle.name": "\(name)", "previous.host": "\(previousHost ?? "-")",
+                        "previous.run": "\(previousRun)",
+                    ])
+            }
+        }
+        guard let row = rows.first else { return false }
+        let epoch: Int64 = try Self.decode(row, "epoch")
+        leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
+        return true
+    }
+
+    public func holdsClaim(of name: String) -> Bool {
+        leaseBook.withLock { $0.fence(name, at: .now) } != nil
+    }
+
+    public func confirmClaim(of name: String) async -> Bool {
+        guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else { return false }
+        let askedAt = ContinuousClock.now
+        let now = Self.databaseNow
+        let renewed = try? await rows(
+            "confirming the claim of \(name)",
+            """
+            UPDATE dopesync.claims SET renewed_at = \(unescaped: now), lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))
+            WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID) AND lease_expires_at > \(unescaped: now)
+            RETURNING epoch
+            """)
+        guard let renewed else { return false }
+        leaseBook.withLock { $0.renewed(renewed.isEmpty ? [] : [name], of: [name: epoch], askedAt: askedAt) }
+        return holdsClaim(of: name)
+    }
+
+    public func releaseClaim(of name: String) async {
+        guard let owner, let epoch = leaseBook.withLock({ $0.leases[name]?.epoch }) else { return }
+        leaseBook.withLock { $0.released(name) }
+        _ = try? await rows(
+            "releasing the claim of \(name)",
+            """
+            UPDATE dopesync.claims SET run_id = NULL, lease_expires_at = NULL
+            WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID)
+            """)
+    }
+
+    /// Renews every lease held, every third of a lease, until cancelled. A lease the database no
+    /// longer holds for this worker is marked lost; one that cannot be renewed (the database is
+    /// unreachable) runs out on the worker's clock.
+    func renewLeases() async {
+        guard let owner else { return }
+        let interval = settings.lease / 3
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            let askedAt = ContinuousClock.now
+            let due = leaseBook.withLock { $0.renewable(at: askedAt) }
+            guard !due.isEmpty else { continue }
+            let names = Array(due.keys)
+            let epochs = names.map { due[$0]! }
+            let now = Self.databaseNow
+            do {
+                let rows = try await rows(
+                    "renewing \(names.count) claims",
+                    """
+                    UPDATE dopesync.claims AS c SET renewed_at = \(unescaped: now),
+                        lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))
+                    FROM unnest(\(names)::text[], \(epochs)::bigint[]) AS mine(name, epoch)
+                    WHERE c.bundle_name = mine.name AND c.epoch = mine.epoch AND c.run_id = \(owner.runID)
+                        AND c.lease_expires_at > \(unescaped: now)
+                    RETURNING c.bundle_name
+                    """)
+                let renewed = Set(rows.compactMap { try? Self.decode($0, "bundle_name") as String })
+                leaseBook.withLock { $0.renewed(renewed, of: due, askedAt: askedAt) }
+                for name in names where !renewed.contains(name) {
+                    logger.error(
+                        "the claim was lost: its lease ran out in the database; nothing more is sent for the bundle",
+                        metadata: ["bundle.name": "\(name)"])
+                }
+            } catch {
+                logger.warning(
+                    "cannot renew the claims: each runs out at its deadline unless renewed before",
+                    metadata: ["claims": "\(names.count)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// The epoch under which this worker may write about `name` now, or ``CheckpointError/Code/leaseLost``.
+    func fence(_ name: String) throws(CheckpointError) -> Int64 {
+        guard let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {
+            throw Self.leaseLost(name)
+        }
+        return epoch
+    }
+
+    static func leaseLost(_ name: String) -> CheckpointError {
+        CheckpointError(
+            code: .leaseLost,
+            message:
+                "the claim of \(name) is no longer this worker's (its lease ran out); nothing was written")
+    }
+
+    /// Locks the claim's row under `epoch` for the rest of the transaction, so that no takeover
+    /// commits between this check and the writes after it; throws when the claim is not ours.
+    func lockClaim(_ name: String, epoch: Int64, on connection: PostgresConnection) async throws {
+        guard let owner else { throw Self.leaseLost(name) }
+        let rows = try await connection.query(
+            """
+            SELECT 1 FROM dopesync.claims WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID)
+            FOR SHARE
+            """, logger: logger
+        ).collect()
+        if rows.isEmpty {
+            leaseBook.withLock { $0.lost(name, epoch: epoch) }
+            throw Self.leaseLost(name)
+        }
+    }
+
+    /// A fenced write about `name`: the claim's row locked under this worker's epoch, then `body`.
+    func fencedTransaction<Value: Sendable>(
+        _ name: String, _ doing: @autoclosure () -> String,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+    ) async throws(CheckpointError) -> Value {
+        let epoch = try fence(name)
+        return try await transaction(doing()) { connection in
+            try await self.lockClaim(name, epoch: epoch, on: connection)
+            return try await body(connection)
+        }
+    }
+
+    /// Ends the claim of `name` inside a fenced transaction (with its outcome).
+    func endClaim(_ name: String, on connection: PostgresConnection) async throws {
+        guard let owner else { return }
+        _ = try await connection.query(
+            """
+            UPDATE dopesync.claims SET run_id = NULL, lease_expires_at = NULL
+            WHERE bundle_name = \(name) AND run_id = \(owner.runID)
+            """, logger: logger)
+    }
+
+    static func decode<T: PostgresDecodable>(_ row: PostgresRow, _ column: String) throws(CheckpointError) -> T {
+        do {
+            return try row.column(column)
+        } catch {
+            throw CheckpointError(code: .database, message: "column \(column): \(error)")
+        }
+    }
+}
+
+extension PostgresRow {
+    /// The value of `column`, by name: a schema change shows as an error, not as a wrong column.
+    func column<T: PostgresDecodable>(_ column: String) throws -> T {
+        try makeRandomAccess()[column].decode(T.self)
+    }
+}

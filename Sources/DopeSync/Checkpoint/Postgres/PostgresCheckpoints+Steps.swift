@@ -1,0 +1,221 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// The `steps` table: each step's intent, then its server id, as in the SQLite file
+/// (``CheckpointStore`` `+Steps`), each write fenced by the claim of the bundle that sends it.
+extension PostgresCheckpoints {
+    public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
+        -> [StepIntentOutcome]
+    {
+        guard let bundle = intents.first?.bundleName else { return [] }
+        let now = Date().timeIntervalSince1970
+        return try await fencedTransaction(bundle, "recording the intent of \(intents.map(\.stepKey))") { connection in
+            try await intents.asyncMap { intent in
+                try await Self.recordIntent(connection, sessionID: sessionID, intent, now: now, logger: self.logger)
+            }
+        }
+    }
+
+    static func recordIntent(
+        _ connection: PostgresConnection, sessionID: String, _ intent: CheckpointStore.StepIntent, now: Double,
+        logger: Logger
+    ) async throws -> StepIntentOutcome {
+        let existing = try await connection.query(
+            """
+            SELECT state, server_id, content_digest, done_at, request_fingerprint FROM dopesync.steps
+            WHERE session_id = \(sessionID) AND step_key = \(intent.stepKey) FOR UPDATE
+            """, logger: logger
+        ).collect().first
+        if let existing {
+            if try decode(existing, "state") as String == StepRecord.State.done.rawValue {
+                return .alreadyDone(try completedStep(existing))
+            }
+            _ = try await connection.query(
+                """
+                UPDATE dopesync.steps SET idempotency_key = \(intent.idempotencyKey),
+                    request_fingerprint = \(intent.requestFingerprint), content_digest = \(intent.contentDigest),
+                    sent_at = \(now), bundle_name = \(intent.bundleName)
+                WHERE session_id = \(sessionID) AND step_key = \(intent.stepKey)
+                """, logger: logger)
+            return .resent(previousFingerprint: try decode(existing, "request_fingerprint"))
+        }
+        _ = try await connection.query(
+            """
+            INSERT INTO dopesync.steps
+                (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
+            VALUES (\(sessionID), \(intent.stepKey), \(intent.idempotencyKey), \(intent.requestFingerprint),
+                    \(intent.contentDigest), 'sent', \(now), \(intent.bundleName))
+            """, logger: logger)
+        return .recorded
+    }
+
+    public func recordFoundOnServer(
+        sessionID: String, _ found: [(intent: CheckpointStore.StepIntent, serverID: Int64)]
+    ) async throws(CheckpointError) -> [CompletedStep] {
+        guard let bundle = found.first?.intent.bundleName else { return [] }
+        let now = Date().timeIntervalSince1970
+        return try await fencedTransaction(bundle, "recording \(found.count) steps found on the server") { connection in
+            try await found.asyncMap { entry in
+                let outcome = try await Self.recordIntent(
+                    connection, sessionID: sessionID, entry.intent, now: now, logger: self.logger)
+                if case .alreadyDone(let done) = outcome {
+                    guard done.serverID == entry.serverID else {
+                        throw CheckpointError.conflictingResult(
+                            sessionID: sessionID, stepKey: entry.intent.stepKey, doneAs: done.serverID,
+                            reportedAs: entry.serverID, how: "found on the server as")
+                    }
+                    return done
+                }
+                return try await Self.recordResult(
+                    connection,
+                    CheckpointStore.StepResult(
+                        sessionID: sessionID, stepKey: entry.intent.stepKey, serverID: entry.serverID),
+                    now: now, logger: self.logger)
+            }
+        }
+    }
+
+    /// Never here: every commit is a round trip to the database.
+    public func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
+        -> [Result<CompletedStep, CheckpointError>]?
+    {
+        nil
+    }
+
+    public func recordResults(
+        _ results: [CheckpointStore.StepResult],
+        then: @escaping @Sendable (Result<[Result<CompletedStep, CheckpointError>], CheckpointError>) -> Void
+    ) {
+        let queued = enqueue {
+            do throws(CheckpointError) {
+                then(.success(try await self.recordResultsNow(results)))
+            } catch {
+                then(.failure(error))
+            }
+        }
+        if !queued { then(.failure(CheckpointWriter.stopped)) }
+    }
+
+    /// The results of one batch, in one transaction; each result fenced by the claim of the
+    /// bundle that sent its step (the step row's `bundle_name`). One refused (no intent, another
+    /// id, a claim lost) changes nothing and does not stop the others.
+    func recordResultsNow(_ results: [CheckpointStore.StepResult]) async throws(CheckpointError)
+        -> [Result<CompletedStep, CheckpointError>]
+    {
+        let now = Date().timeIntervalSince1970
+        let epochs = leaseBook.withLock { book in
+            book.leases.compactMapValues { lease in lease.lost ? nil : lease.epoch }
+        }
+        return try await transaction("recording the results of \(results.count) steps") { connection in
+            var outcomes: [Result<CompletedStep, CheckpointError>] = []
+            var locked: [String: Bool] = [:]
+            for result in results {
+                do {
+                    outcomes.append(
+                        .success(
+                            try await self.recordFencedResult(
+                                connection, result, epochs: epochs, locked: &locked, now: now)))
+                } catch let refused as CheckpointError {
+                    outcomes.append(.failure(refused))
+                }
+            }
+            return outcomes
+        }
+    }
+
+    private func recordFencedResult(
+        _ connection: PostgresConnection, _ result: CheckpointStore.StepResult, epochs: [String: Int64],
+        locked: inout [String: Bool], now: Double
+    ) async throws -> CompletedStep {
+        let row = try await connection.query(
+            """
+            SELECT bundle_name FROM dopesync.steps WHERE session_id = \(result.sessionID) AND step_key = \(result.stepKey)
+            """, logger: logger
+        ).collect().first
+        if let bundle: String = try row.flatMap({ row throws(CheckpointError) in try Self.decode(row, "bundle_name") })
+        {
+            if locked[bundle] == nil {
+                do {
+                    guard let epoch = epochs[bundle] else { throw Self.leaseLost(bundle) }
+                    try await lockClaim(bundle, epoch: epoch, on: connection)
+                    locked[bundle] = true
+                } catch {
+                    locked[bundle] = false
+                }
+            }
+            guard locked[bundle] == true else { throw Self.leaseLost(bundle) }
+        }
+        return try await Self.recordResult(connection, result, now: now, logger: logger)
+    }
+
+    static func recordResult(
+        _ connection: PostgresConnection, _ result: CheckpointStore.StepResult, now: Double, logger: Logger
+    ) async throws -> CompletedStep {
+        let (sessionID, stepKey, serverID) = (result.sessionID, result.stepKey, result.serverID)
+        guard
+            let row = try await connection.query(
+                """
+                SELECT state, server_id, content_digest, done_at, bundle_name FROM dopesync.steps
+                WHERE session_id = \(sessionID) AND step_key = \(stepKey) FOR UPDATE
+                """, logger: logger
+            ).collect().first
+        else {
+            throw CheckpointError.noIntent(sessionID: sessionID, stepKey: stepKey)
+        }
+        if try decode(row, "state") as String == StepRecord.State.done.rawValue {
+            let done = try completedStep(row)
+            guard done.serverID == serverID else {
+                throw CheckpointError.conflictingResult(
+                    sessionID: sessionID, stepKey: stepKey, doneAs: done.serverID, reportedAs: serverID,
+                    how: "now reported as")
+            }
+            return done
+        }
+        _ = try await connection.query(
+            """
+            UPDATE dopesync.steps SET state = 'done', server_id = \(serverID), done_at = \(now)
+            WHERE session_id = \(sessionID) AND step_key = \(stepKey)
+            """, logger: logger)
+        if let bundleName: String = try decode(row, "bundle_name") {
+            _ = try await connection.query(
+                "UPDATE dopesync.bundles SET steps_done = steps_done + 1, updated_at = \(now) WHERE name = \(bundleName)",
+                logger: logger)
+        }
+        return CompletedStep(
+            serverID: serverID, contentDigest: try decode(row, "content_digest"),
+            doneAt: Date(timeIntervalSince1970: now))
+    }
+
+    static func completedSteps(_ connection: PostgresConnection, sessionID: String, logger: Logger) async throws
+        -> [String: CompletedStep]
+    {
+        var steps: [String: CompletedStep] = [:]
+        for row in try await connection.query(
+            """
+            SELECT step_key, server_id, content_digest, done_at FROM dopesync.steps
+            WHERE session_id = \(sessionID) AND state = 'done'
+            """, logger: logger
+        ).collect() {
+            steps[try decode(row, "step_key")] = try completedStep(row)
+        }
+        return steps
+    }
+
+    static func completedStep(_ row: PostgresRow) throws(CheckpointError) -> CompletedStep {
+        CompletedStep(
+            serverID: try decode(row, "server_id"), contentDigest: try decode(row, "content_digest"),
+            doneAt: Date(timeIntervalSince1970: try decode(row, "done_at")))
+    }
+}
+
+extension Array {
+    /// `map` with an async body, one element after another (each a statement on one connection).
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var mapped: [T] = []
+        mapped.reserveCapacity(count)
+        for element in self { mapped.append(try await transform(element)) }
+        return mapped
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import Synchronization
+
+/// The checkpoint store several hosts share: PostgreSQL, reached through postgres-nio's pooled
+/// `PostgresClient`. It holds what the SQLite file holds on one host (steps with their server
+/// ids, bundles with their attempts and deferrals, runs, the reference lists) and the claims,
+/// as leases with a fence.
+///
+/// Promises:
+/// - A claim is a row of `dopesync.claims` with its owner (host, pid, run), an epoch and a lease
+///   deadline on the database's clock. Taking one is one statement (`FOR UPDATE SKIP LOCKED`);
+///   each claim of a bundle increments its epoch. See ``LeaseBook`` for the worker's side.
+/// - Every write about a claimed bundle runs in a transaction that first locks the claim's row
+///   (`FOR SHARE`) under this worker's epoch and run: a worker whose claim was taken over writes
+///   nothing (``CheckpointError/Code/leaseLost``). No transaction spans an HTTP request.
+/// - Every statement has a time limit (``statementTimeout``): a database that stops answering is
+///   ``CheckpointError/Code/unreachable`` within it, never a wait for ever (postgres-nio's pool
+///   waits for a connection as long as it is asked to: vapor/postgres-nio#489, #599).
+/// - Times are seconds since 1970 (`double precision`), as in the SQLite file, so `migrate --to`
+///   copies them as they are. Lease deadlines are on the database's clock alone.
+public final class PostgresCheckpoints: Sendable {
+    let client: PostgresClient
+    let settings: DatabaseSettings
+    /// Who takes claims through this store (nil: a command that takes none).
+    let owner: ClaimOwner?
+    let leaseBook: Mutex<LeaseBook>
+    let logger: Logger
+    /// The longest one statement or transaction may take before the database counts as unreachable.
+    let statementTimeout: Duration
+    /// Writes no caller waits for (result batches, reference lists), run one after another in
+    /// the order queued, in the store's own task.
+    let queuedWrites: AsyncStream<@Sendable () async -> Void>.Continuation
+    private let writeQueue: AsyncStream<@Sendable () async -> Void>
+
+    private init(
+        client: PostgresClient, settings: DatabaseSettings, owner: ClaimOwner?, statementTimeout: Duration,
+        logger: Logger
+    ) {
+        self.client = client
+        self.settings = settings
+        self.owner = owner
+        self.leaseBook = Mutex(LeaseBook(duration: settings.lease))
+        self.statementTimeout = statementTimeout
+        self.logger = logger
+        (writeQueue, queuedWrites) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
+    }
+
+    /// Connects, brings the schema up to date, and runs `body` with the store; the pool, the
+    /// lease renewals and the results' commits run beside it and stop when it returns.
+    ///
+    /// Throws ``CheckpointError/Code/unreachable`` when the database cannot be reached at all,
+    /// before anything is claimed.
+    public static func with<Value: Sendable>(
+        _ settings: DatabaseSettings, owner: ClaimOwner? = nil, statementTimeout: Duration = .seconds(10),
+        logger: Logger, _ body: (PostgresCheckpoints) async throws -> Value
+    ) async throws -> Value {
+        // One connection of its own first: the pool would wait for ever on a database that is
+        // down or refuses us, where this fails at once with the reason.
+        try await PostgresSchema.migrate(settings, timeout: statementTimeout, logger: logger)
+        let client = PostgresClient(configuration: clientConfiguration(settings), backgroundLogger: logger)
+        let store = PostgresCheckpoints(
+            client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            group.addTask { await store.runQueuedWrites() }
+            if owner != nil { group.addTask { await store.renewLeases() } }
+            let result: Result<Value, any Error>
+            do {
+                result = .success(try await body(store))
+            } catch {
+                result = .failure(error)
+            }
+            // What still waits to commit is committed before the pool closes.
+            store.queuedWrites.finish()
+            try? await group.next()  // the first to end is the commit queue, finished above
+            group.cancelAll()
+            return try result.get()
+        }
+    }
+
+    static func clientConfiguration(_ settings: DatabaseSettings) -> PostgresClient.Configuration {
+        var configuration = PostgresClient.Configuration(
+            host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+            database: settings.database, tls: tls(settings.tls))
+        configuration.options.connectTimeout = .seconds(5)
+        configuration.options.maximumConnections = 40
+        configuration.options.keepAliveBehavior = .init(frequency: .seconds(15))
+        return configuration
+    }
+
+    static func tls(_ mode: DatabaseSettings.TLSMode) -> PostgresClient.Configuration.TLS {
+        switch mode {
+        case .disable: .disable
+        case .prefer: .prefer(.makeClientConfiguration())
+        case .verifyFull: .require(.makeClientConfiguration())
+        }
+    }
+
+    // MARK: - Running statements
+
+    /// Runs `body` with a time limit and gives every failure a ``CheckpointError`` code. A
+    /// transaction that lost a serialization or deadlock race is run again (twice at most).
+    func perform<Value: Sendable>(
+        _ doing: @autoclosure () -> String, _ body: @escaping @Sendable () async throws -> Value
+    ) async throws(CheckpointError) -> Value {
+        var tries = 0
+        while true {
+            tries += 1
+            do {
+                return try await Self.withTimeout(statementTimeout, body)
+            } catch let error as CheckpointError {
+                throw error
+            } catch let error as PSQLError where tries < 3 && Self.isRetryableRace(error) {
+                continue
+            } catch {
+                throw Self.checkpointError(error, settings: settings, doing: doing())
+            }
+        }
+    }
+
+    /// A transaction on one pooled connection (BEGIN … COMMIT; ROLLBACK when `body` throws).
+    func transaction<Value: Sendable>(
+        _ doing: @autoclosure () -> String, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+    ) async throws(CheckpointError) -> Value {
+        let logger = self.logger
+        return try await perform(doing()) { [client] in
+            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        }
+    }
+
+    /// One statement outside a transaction, its rows collected.
+    func rows(_ doing: @autoclosure () -> String, _ query: PostgresQuery) async throws(CheckpointError) -> [PostgresRow]
+    {
+        let logger = self.logger
+        return try await perform(doing()) { [client] in try await client.query(query, logger: logger).collect() }
+    }
+
+    struct TimedOut: Error {}
+
+    static func withTimeout<Value: Sendable>(
+        _ limit: Duration, _ body: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value {
+        try await withThrowingTaskGroup(of: Value.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                throw TimedOut()
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next() else { throw TimedOut() }
+            return first
+        }
+    }
+
+    /// 40001 (serialization failure) and 40P01 (deadlock): the transaction did nothing and may run again.
+    static func isRetryableRace(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40001" || state == "40P01"
+    }
+
+    static func checkpointError(_ error: any Error, settings: DatabaseSettings, doing: String) -> CheckpointError {
+        if error is TimedOut || error is CancellationError {
+            return CheckpointError(
+                code: .unreachable, message: "PostgreSQL at \(settings.url) did not answer while \(doing)")
+        }
+        guard let error = error as? PSQLError else {
+            return CheckpointError(
+                code: .unreachable, message: "cannot reach PostgreSQL at \(settings.url) while \(doing): \(error)")
+        }
+        if let state = error.serverInfo?[.sqlState] {
+            let message = error.serverInfo?[.message] ?? "\(error.code)"
+            switch state {
+            case "28P01", "28000":
+                return CheckpointError(
+                    code: .refused,
+                    message:
+                        "PostgreSQL at \(settings.url) refused user \(settings.user): \(message) (the password comes from database-password-file: or DOPESYNC_DATABASE_PASSWORD)"
+                )
+            case "3D000":
+                return CheckpointError(code: .refused, message: "PostgreSQL at \(settings.url): \(message)")
+            case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
+                // Connection exceptions, an administrator's shutdown or restart, too many connections.
+                return CheckpointError(
+                    code: .unreachable, message: "PostgreSQL at \(settings.url) while \(doing): \(message)")
+            default:
+                return CheckpointError(
+                    code: .database,
+                    message: "PostgreSQL at \(settings.url) failed while \(doing): \(message) [SQLSTATE \(state)]")
+            }
+        }
+        return CheckpointError(
+            code: .unreachable, message: "lost PostgreSQL at \(settings.url) while \(doing): \(error.code)")
+    }
+
+    // MARK: - The queue of writes nobody waits for
+
+    /// Runs the queued writes one after another, in the order queued, until the queue is
+    /// finished and empty.
+    private func runQueuedWrites() async {
+        for await write in writeQueue { await write() }
+    }
+
+    /// Queues `write`; false once the store is closing (then it never runs).
+    func enqueue(_ write: @escaping @Sendable () async -> Void) -> Bool {
+        if case .terminated = queuedWrites.yield(write) { return false }
+        return true
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
+
+/// The shared store's schema: the tables of the SQLite file, in a schema of their own
+/// (`dopesync`), plus the claims as leases. Named migrations, ordered and append-only, recorded
+/// in `dopesync.schema_migrations`.
+enum PostgresSchema {
+    struct Migration {
+        let name: String
+        let sql: [String]
+    }
+
+    /// Times are seconds since 1970 (`double precision`), as in the SQLite file.
+    static let migrations: [Migration] = [
+        Migration(
+            name: "v1-shared-store",
+            sql: [
+                """
+                CREATE TABLE dopesync.steps (
+                    session_id          text NOT NULL,
+                    step_key            text NOT NULL,
+                    idempotency_key     text NOT NULL,
+                    request_fingerprint text NOT NULL,
+                    content_digest      text NOT NULL,
+                    state               text NOT NULL CHECK (state IN ('sent', 'done')),
+                    server_id           bigint,
+                    sent_at             double precision NOT NULL,
+                    done_at             double precision,
+                    bundle_name         text,
+                    PRIMARY KEY (session_id, step_key),
+                    CHECK ((state = 'done') = (server_id IS NOT NULL))
+                )
+                """,
+                """
+                CREATE TABLE dopesync.bundles (
+                    name                   text PRIMARY KEY,
+                    session_id             text,
+                    attempts               integer NOT NULL DEFAULT 0,
+                    first_seen             double precision NOT NULL,
+                    next_attempt_at        double precision,
+                    last_error_reason      text,
+                    last_error_step        text,
+                    last_error_http_status integer,
+                    last_error_message     text,
+                    last_error_field       text,
+                    last_outcome           text,
+                    updated_at             double precision NOT NULL,
+                    steps_done             integer NOT NULL DEFAULT 0,
+                    steps_total            integer,
+                    reading_since          double precision,
+                    readings_cut_short     integer NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX bundles_by_session ON dopesync.bundles (session_id)",
+                "CREATE INDEX bundles_by_outcome ON dopesync.bundles (last_outcome)",
+                // One row per bundle name ever claimed, kept after the claim ends so that its
+                // epoch only grows. Held while run_id is set; expired once lease_expires_at,
+                // on the database's clock, has passed.
+                """
+                CREATE TABLE dopesync.claims (
+                    bundle_name      text PRIMARY KEY,
+                    epoch            bigint NOT NULL,
+                    run_id           text,
+                    host             text,
+                    pid              integer,
+                    claimed_at       double precision,
+                    renewed_at       double precision,
+                    lease_expires_at double precision
+                )
+                """,
+                "CREATE INDEX claims_held ON dopesync.claims (run_id) WHERE run_id IS NOT NULL",
+                """
+                CREATE TABLE dopesync.runs (
+                    run_id      text PRIMARY KEY,
+                    host        text NOT NULL,
+                    pid         integer NOT NULL,
+                    started_at  double precision NOT NULL,
+                    finished_at double precision,
+                    claimed     integer,
+                    done        integer,
+                    deferred    integer,
+                    failed      integer,
+                    requests    integer,
+                    bytes       bigint,
+                    seconds     double precision,
+                    exit_code   integer,
+                    healthy     boolean,
+                    api_lookups boolean
+                )
+                """,
+                "CREATE INDEX runs_by_start ON dopesync.runs (started_at)",
+                """
+                CREATE TABLE dopesync.reference_lists (
+                    name    text PRIMARY KEY,
+                    etag    text,
+                    body    bytea NOT NULL,
+                    read_at double precision NOT NULL
+                )
+                """,
+            ])
+    ]
+
+    /// An arbitrary constant for `pg_advisory_xact_lock`: "dopesync" in ASCII.
+    static let migrationLock: Int64 = 0x646f_7065_7379_6e63
+
+    /// Connects once (no pool), applies what the database lacks, and disconnects. A database
+    /// that a newer dopesync migrated is ``CheckpointError/Code/schemaTooNew``.
+    static func migrate(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError) {
+        do {
+            try await PostgresCheckpoints.withTimeout(timeout) {
+                let connection = try await PostgresConnection.connect(
+                    on: MultiThreadedEventLoopGroup.singleton.any(),
+                    configuration: connectionConfiguration(settings), id: 0, logger: logger)
+                do {
+                    try await apply(on: connection, logger: logger)
+                } catch {
+                    try? await connection.close()
+                    throw error
+                }
+                try? await connection.close()
+            }
+        } catch let error as CheckpointError {
+            throw error
+        } catch {
+            throw PostgresCheckpoints.checkpointError(error, settings: settings, doing: "connecting")
+        }
+    }
+
+    static func connectionConfiguration(_ settings: DatabaseSettings) -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS =
+            switch settings.tls {
+            case .disable: .disable
+            case .prefer: .prefer(try! .init(configuration: .makeClientConfiguration()))
+            case .verifyFull: .require(try! .init(configuration: .makeClientConfiguration()))
+            }
+        return PostgresConnection.Configuration(
+            host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+            database: settings.database, tls: tls)
+    }
+
+    /// All in one transaction under the advisory lock: two hosts starting at once migrate once,
+    /// and a migration that fails leaves nothing half done.
+    private static func apply(on connection: PostgresConnection, logger: Logger) async throws {
+        _ = try await connection.query("BEGIN", logger: logger)
+        do {
+            _ = try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            _ = try await connection.query("CREATE SCHEMA IF NOT EXISTS dopesync", logger: logger)
+            _ = try await connection.query(
+                """
+                CREATE TABLE IF NOT EXISTS dopesync.schema_migrations (
+                    name text PRIMARY KEY, applied_at double precision NOT NULL
+                )
+                """, logger: logger)
+            var applied: [String] = []
+            for try await name in try await connection.query(
+                "SELECT name FROM dopesync.schema_migrations ORDER BY applied_at, name", logger: logger
+            ).decode(String.self) {
+                applied.append(name)
+            }
+            let known = Set(migrations.map(\.name))
+            if let unknown = applied.first(where: { !known.contains($0) }) {
+                throw CheckpointError(
+                    code: .schemaTooNew,
+                    message:
+                        "the database has migration \"\(unknown)\", unknown to this dopesync \(DopeSyncInfo.version): a newer version wrote it; upgrade dopesync"
+                )
+            }
+            let now = Date().timeIntervalSince1970
+            for migration in migrations where !applied.contains(migration.name) {
+                for statement in migration.sql {
+                    _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                _ = try await connection.query(
+                    "INSERT INTO dopesync.schema_migrations (name, applied_at) VALUES (\(migration.name), \(now))",
+                    logger: logger)
+            }
+            _ = try await connection.query("COMMIT", logger: logger)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}
