@@ -21,7 +21,20 @@ struct Inspect: AsyncParsableCommand {
         help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress and reference lists.")
     var spool = "./spool"
 
+    @Option(
+        help: ArgumentHelp(
+            "Read progress from the PostgreSQL database the spool's hosts share instead, "
+                + "postgresql://USER@HOST:PORT/DATABASE (password: DOPESYNC_DATABASE_PASSWORD)."))
+    var database: String?
+
     func run() async throws {
-        try finish(InspectCommand.run(bundlePath: bundle, json: json, databasePath: Spool(root: spool).databasePath))
+        // Only when asked on the command line: a child `inspect` reading a suspect bundle for a
+        // run must not open a connection because the run's environment names the database.
+        let shared = try database.flatMap { url in
+            try resolveSettings(commandLine: [.database: url], job: nil, purpose: .spoolOnly).database
+        }
+        try finish(
+            await InspectCommand.run(
+                bundlePath: bundle, json: json, databasePath: Spool(root: spool).databasePath, database: shared))
     }
 }

@@ -21,6 +21,8 @@ struct Prune: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try finish(PruneCommand.run(spoolRoot: settings.spool, olderThan: olderThan ?? settings.pruneAfter))
+        try finish(
+            await PruneCommand.run(
+                spoolRoot: settings.spool, olderThan: olderThan ?? settings.pruneAfter, database: settings.database))
     }
 }

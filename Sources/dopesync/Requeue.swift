@@ -27,6 +27,9 @@ struct Requeue: AsyncParsableCommand {
     }
 
     func run() async throws {
-        try finish(RequeueCommand.run(spoolRoot: try spool.resolved(), selection: all ? .all : .names(names)))
+        let settings = try spool.settings()
+        try finish(
+            await RequeueCommand.run(
+                spoolRoot: settings.spool, selection: all ? .all : .names(names), database: settings.database))
     }
 }

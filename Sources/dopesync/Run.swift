@@ -58,9 +58,6 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Claim nothing while the spool's file system has less free: 1GiB (default), 500MB, 5%, or 0.")
     var minFreeSpace: String?
 
-    @Option(help: "Share the spool between hosts: postgresql://USER@HOST:PORT/DATABASE (no password in it).")
-    var database: String?
-
     @Option(help: "With --database: how long a claim lasts unless renewed (default 30s).")
     var lease: String?
 
@@ -77,7 +74,7 @@ struct Run: AsyncParsableCommand {
                 (.maxBundles, maxBundles.map(String.init)), (.maxTime, maxTime), (.minAge, minAge),
                 (.progress, progress),
                 (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.maxRate, maxRate),
-                (.minFreeSpace, minFreeSpace), (.database, database), (.lease, lease),
+                (.minFreeSpace, minFreeSpace), (.database, place.database), (.lease, lease),
             ] + connection.typed
         let settings = try resolveSettings(
             commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
@@ -187,11 +184,20 @@ struct SpoolOption: ParsableArguments {
                 + "man dopesync, JOB FILE); for the others, its spool."))
     var job: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The PostgreSQL database the spool's hosts share, postgresql://USER@HOST:PORT/DATABASE "
+                + "($DOPESYNC_DATABASE_URL; default: the SQLite file in the spool)."))
+    var database: String?
+
     func resolved() throws -> String { try settings().spool }
 
     /// The spool and the settings that do not need the API (the `min-age` that `status` shows).
     func settings() throws -> RunConfiguration {
-        try resolveSettings(commandLine: spool.map { [.spool: $0] } ?? [:], job: job, purpose: .spoolOnly)
+        var typed: [RunSetting: String] = [:]
+        typed[.spool] = spool
+        typed[.database] = database
+        return try resolveSettings(commandLine: typed, job: job, purpose: .spoolOnly)
     }
 }
 

@@ -23,8 +23,8 @@ struct Status: AsyncParsableCommand {
     func run() async throws {
         let settings = try spool.settings()
         try finish(
-            StatusCommand.run(
+            await StatusCommand.run(
                 spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
-                runs: runs))
+                runs: runs, database: settings.database))
     }
 }

@@ -117,7 +117,7 @@ import Testing
             let store = try CheckpointStore(spool: spool)
             try store.recordClaim(name: "held.tar.gz", owner: ClaimOwner(host: "h", pid: 42, runID: "r1"))
 
-            let status = try SpoolStatus.gather(spool: spool)
+            let status = try await SpoolStatus.gather(spool: spool)
             let claims = Dictionary(uniqueKeysWithValues: status.claims.map { ($0.name, $0) })
             #expect(claims["held.tar.gz"]?.ownerAlive == true)
             #expect(claims["held.tar.gz"]?.runID == "r1" && claims["held.tar.gz"]?.pid == 42)

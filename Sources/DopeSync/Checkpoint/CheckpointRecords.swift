@@ -136,6 +136,11 @@ public struct ClaimRecord: Sendable, Hashable {
     public let bundleName: String
     public let owner: ClaimOwner
     public let claimedAt: Date
+    /// When the claim's lease runs out, on the shared database's clock (nil: a flock on one
+    /// host, held for as long as its process lives).
+    public var leaseExpiresAt: Date? = nil
+    /// The shared database's clock when the claims were read (to tell a lease's age and time left).
+    public var readAt: Date? = nil
 }
 
 /// The last thing that happened to a bundle.

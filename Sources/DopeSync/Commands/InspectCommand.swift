@@ -2,11 +2,14 @@ import Foundation
 
 /// `dopesync inspect BUNDLE [--json]`: validates a bundle without uploading and says what it holds.
 public enum InspectCommand {
-    /// - Parameter databasePath: the checkpoint database; when it exists and knows the session, the report
-    ///   lists the steps done with their server ids. It is only read (a missing one is not created).
-    public static func run(bundlePath: String, json: Bool, databasePath: String? = nil, limits: BundleLimits = .default)
-        -> CommandOutcome
-    {
+    /// - Parameters:
+    ///   - databasePath: the spool's checkpoint database; when it exists and knows the session, the
+    ///     report lists the steps done with their server ids. It is only read (a missing one is not created).
+    ///   - database: the shared database instead, when the spool's hosts share one.
+    public static func run(
+        bundlePath: String, json: Bool, databasePath: String? = nil, database: DatabaseSettings? = nil,
+        limits: BundleLimits = .default
+    ) async -> CommandOutcome {
         var report: BundleReport
         let status: ExitStatus
         do {
@@ -15,25 +18,16 @@ public enum InspectCommand {
             status = .success
             // Best effort, and only read (a private copy): a database that cannot be read does
             // not make a valid bundle invalid.
-            if let databasePath, FileManager.default.fileExists(atPath: databasePath),
-                let store = try? CheckpointStore(readingSnapshotOf: databasePath),
-                let plan = try? UploadPlan(session: bundle.session, images: bundle.images)
-            {
-                let steps = (try? store.steps(sessionID: plan.sessionID)) ?? []
-                let done = steps.filter { $0.state == .done && $0.serverID != nil }
-                if !steps.isEmpty {
-                    report.completedSteps = done.map {
-                        BundleReport.CompletedStep(step: $0.stepKey, serverID: Int($0.serverID ?? 0))
+            if let plan = try? UploadPlan(session: bundle.session, images: bundle.images) {
+                if let database {
+                    _ = await withSharedLedger(database) { ledger in
+                        await addCheckpoints(of: plan, from: ledger, to: &report)
+                        return CommandOutcome(output: "", status: .success)
                     }
-                }
-                let doneKeys = Set(done.map(\.stepKey))
-                let pending = plan.steps.filter { !doneKeys.contains($0.key) }.flatMap(\.references)
-                report.references = (try? store.cachedReferenceIDs()).map { ids in
-                    BundleReport.References(
-                        listsKept: ReferenceList.allCases.filter { ids.holdsList(of: $0.kinds[0]) }.map(\.rawValue),
-                        unknown: ids.unknown(in: pending).map {
-                            .init(field: $0.field, kind: $0.kind.noun, id: $0.id)
-                        })
+                } else if let databasePath, FileManager.default.fileExists(atPath: databasePath),
+                    let store = try? CheckpointStore(readingSnapshotOf: databasePath)
+                {
+                    await addCheckpoints(of: plan, from: store, to: &report)
                 }
             }
         } catch {
@@ -41,6 +35,29 @@ public enum InspectCommand {
             status = .invalidData
         }
         return CommandOutcome(output: json ? report.json() : report.text(), status: status)
+    }
+
+    /// The steps the store holds done for the plan's session, and the ids of the steps still to
+    /// send that the kept reference lists lack.
+    private static func addCheckpoints(
+        of plan: UploadPlan, from ledger: any CheckpointLedger, to report: inout BundleReport
+    ) async {
+        let steps = (try? await ledger.steps(sessionID: plan.sessionID)) ?? []
+        let done = steps.filter { $0.state == .done && $0.serverID != nil }
+        if !steps.isEmpty {
+            report.completedSteps = done.map {
+                BundleReport.CompletedStep(step: $0.stepKey, serverID: Int($0.serverID ?? 0))
+            }
+        }
+        let doneKeys = Set(done.map(\.stepKey))
+        let pending = plan.steps.filter { !doneKeys.contains($0.key) }.flatMap(\.references)
+        report.references = (try? await ledger.cachedReferenceIDs()).map { ids in
+            BundleReport.References(
+                listsKept: ReferenceList.allCases.filter { ids.holdsList(of: $0.kinds[0]) }.map(\.rawValue),
+                unknown: ids.unknown(in: pending).map {
+                    .init(field: $0.field, kind: $0.kind.noun, id: $0.id)
+                })
+        }
     }
 }
 

@@ -32,15 +32,37 @@ public enum PruneCommand {
             .map(\.entry)
     }
 
-    public static func run(spoolRoot: String, olderThan: Duration, now: Date = Date()) -> CommandOutcome {
+    public static func run(
+        spoolRoot: String, olderThan: Duration, now: Date = Date(), database: DatabaseSettings? = nil
+    ) async -> CommandOutcome {
         let spool = Spool(root: spoolRoot)
+        if let database {
+            return await withSharedLedger(database) { ledger in
+                await prune(spool, olderThan: olderThan, now: now, doneAt: (try? await ledger.doneTimes()) ?? [:]) {
+                    deleted throws(CheckpointError) in try await ledger.forget(names: deleted)
+                }
+            }
+        }
+        return await prune(spool, olderThan: olderThan, now: now, doneAt: Self.doneTimes(spool)) {
+            deleted throws(CheckpointError) in
+            guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }
+            return try CheckpointStore(spool: spool, now: now).forget(names: deleted)
+        }
+    }
+
+    /// Deletes what `doneAt` (else the files' mtimes) says got to done/ before the cutoff, then
+    /// has the store `forget` them.
+    private static func prune(
+        _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date],
+        forget: ([String]) async throws(CheckpointError) -> Int
+    ) async -> CommandOutcome {
         let (seconds, attoseconds) = olderThan.components
         let cutoff = now.addingTimeInterval(-(Double(seconds) + Double(attoseconds) / 1e18))
         let old: [SpoolEntry]
         do {
             // When each got to done/: the store's record of it, since the move can set the file's
             // mtime only where the worker owns the file (a producer's keeps the producer's time).
-            old = Self.prunable(try spool.list(.done), doneAt: Self.doneTimes(spool), before: cutoff)
+            old = Self.prunable(try spool.list(.done), doneAt: doneAt, before: cutoff)
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
@@ -62,9 +84,9 @@ public enum PruneCommand {
         }
 
         var forgotten = 0
-        if !deleted.isEmpty && FileManager.default.fileExists(atPath: spool.databasePath) {
+        if !deleted.isEmpty {
             do {
-                forgotten = try CheckpointStore(spool: spool, now: now).forget(names: deleted)
+                forgotten = try await forget(deleted)
             } catch {
                 diagnostics.append("bundles deleted, but their checkpoint rows could not be: \(error)")
             }

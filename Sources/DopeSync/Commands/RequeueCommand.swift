@@ -22,7 +22,9 @@ public enum RequeueCommand {
         case all
     }
 
-    public static func run(spoolRoot: String, selection: Selection, now: Date = Date()) -> CommandOutcome {
+    public static func run(
+        spoolRoot: String, selection: Selection, now: Date = Date(), database: DatabaseSettings? = nil
+    ) async -> CommandOutcome {
         let spool = Spool(root: spoolRoot)
         let failedBundles: [SpoolEntry]
         do {
@@ -30,9 +32,17 @@ public enum RequeueCommand {
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
-        var (names, unknown) = select(selection, among: failedBundles)
+        if let database {
+            return await withSharedLedger(database) { ledger in
+                await requeue(selection, among: failedBundles, spool: spool, ledger: ledger, now: now)
+            }
+        }
         var store: CheckpointStore?
-        if !names.isEmpty && FileManager.default.fileExists(atPath: spool.databasePath) {
+        let selected = select(selection, among: failedBundles)
+        // Nothing named: nothing to open (a status-like call must not need the database).
+        if !(selected.names.isEmpty && selected.unknown.isEmpty)
+            && FileManager.default.fileExists(atPath: spool.databasePath)
+        {
             do {
                 store = try CheckpointStore(spool: spool, now: now)
             } catch {
@@ -40,11 +50,24 @@ public enum RequeueCommand {
                     output: "", diagnostics: "cannot open the checkpoint database: \(error)", status: .cannotCreate)
             }
         }
+        return await requeue(selection, among: failedBundles, spool: spool, ledger: store, now: now)
+    }
+
+    private static func requeue(
+        _ selection: Selection, among failedBundles: [SpoolEntry], spool: Spool, ledger: (any CheckpointLedger)?,
+        now: Date
+    ) async -> CommandOutcome {
+        var (names, unknown) = select(selection, among: failedBundles)
         var report = Report()
-        for name in names { requeueFailed(name, spool: spool, store: store, now: now, into: &report) }
+        for name in names { await requeueFailed(name, spool: spool, ledger: ledger, now: now, into: &report) }
         // A name waiting for retry in incoming/ is made due now: the worker cannot `touch` a
         // producer's file, and its next attempt is in the store anyway.
-        unknown = unknown.filter { !makeDue($0, spool: spool, now: now, into: &report) }
+        var notDue: [String] = []
+        for argument in unknown where !(await makeDue(argument, spool: spool, ledger: ledger, now: now, into: &report))
+        {
+            notDue.append(argument)
+        }
+        unknown = notDue
         if !unknown.isEmpty {
             report.diagnostics.append(
                 "not a bundle in \(spool.path(.failed)) or waiting for retry in incoming/: \(unknown.joined(separator: ", "))"
@@ -92,14 +115,14 @@ public enum RequeueCommand {
     }
 
     private static func requeueFailed(
-        _ name: String, spool: Spool, store: CheckpointStore?, now: Date, into report: inout Report
-    ) {
+        _ name: String, spool: Spool, ledger: (any CheckpointLedger)?, now: Date, into report: inout Report
+    ) async {
         do {
             // Reset first, under the name the row has now: once moved, a run may claim it at any moment.
-            let steps = try store?.bundleState(name: name)?.stepsDone
-            try store?.resetAttempts(name: name, now: now)
+            let steps = try await ledger?.bundleState(name: name)?.stepsDone
+            _ = try await ledger?.resetAttempts(name: name, now: now)
             let final = try spool.requeueFailed(name, now: now)
-            if final != name { try store?.renamed(from: name, to: final, now: now) }
+            if final != name { try await ledger?.renamed(from: name, to: final, now: now) }
             unlink(spool.sidecarPath(forFailed: name))
             var line = "requeued failed/\(name) -> incoming/\(final)"
             if let steps, steps > 0 { line += " (resumes: \(steps) step\(steps == 1 ? "" : "s") already done)" }
@@ -111,13 +134,15 @@ public enum RequeueCommand {
     }
 
     /// Makes `argument`, a bundle waiting for retry in `incoming/`, due now; false when it is none.
-    private static func makeDue(_ argument: String, spool: Spool, now: Date, into report: inout Report) -> Bool {
+    private static func makeDue(
+        _ argument: String, spool: Spool, ledger: (any CheckpointLedger)?, now: Date, into report: inout Report
+    ) async -> Bool {
         let name = argument.hasPrefix("incoming/") ? String(argument.dropFirst("incoming/".count)) : argument
         guard !name.contains("/"), FileManager.default.fileExists(atPath: spool.path(.incoming, name)),
-            FileManager.default.fileExists(atPath: spool.databasePath)
+            let ledger
         else { return false }
         do {
-            guard try CheckpointStore(spool: spool, now: now).makeDue(name: name, now: now) else { return false }
+            guard try await ledger.makeDue(name: name, now: now) else { return false }
             report.lines.append("incoming/\(name) is due now (it was waiting for retry; its attempts are kept)")
         } catch {
             report.diagnostics.append("cannot make incoming/\(name) due: \(error)")

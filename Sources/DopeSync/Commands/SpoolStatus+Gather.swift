@@ -1,10 +1,23 @@
 import Foundation
+import Logging
 
 extension SpoolStatus {
-    /// Reads the spool and its checkpoint database. Throws ``SpoolError`` when a folder cannot be listed.
-    public static func gather(spool: Spool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date()) throws
-        -> SpoolStatus
-    {
+    /// Reads the spool and its checkpoint store: the shared database when `database` is set (from
+    /// any host), else the spool's SQLite file. Throws ``SpoolError`` when a folder cannot be
+    /// listed, ``CheckpointError`` when the shared database cannot be read.
+    public static func gather(
+        spool: Spool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date(),
+        database: DatabaseSettings? = nil
+    ) async throws -> SpoolStatus {
+        if let database {
+            return try await PostgresCheckpoints.with(database, logger: commandLogger) { store in
+                var status = try await gather(
+                    spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
+                    place: Place(database: database.url, exists: true))
+                status.lastRunOfEachHost = try await store.lastFinishedRunOfEachHost().compactMap(LastRun.init)
+                return status
+            }
+        }
         let databaseExists = FileManager.default.fileExists(atPath: spool.databasePath)
         // Only reads: as the worker's own user it reads as a run would (the WAL included); as anyone
         // else, or where nothing can be written, it reads the file as it is on disk and leaves
@@ -13,14 +26,39 @@ extension SpoolStatus {
         var (store, unreadable) = try openStore(spool, exists: databaseExists, snapshot: snapshot, now: now)
         // A copy read as it is may lack what is still in a WAL this user cannot read (a run in
         // progress): what cannot be read is unknown, not a reason to fail.
-        var inFlight: [String: BundleState] = [:]
-        do {
-            inFlight = try store?.bundlesInFlight() ?? [:]
-        } catch {
-            guard snapshot else { throw error }
-            store = nil
-            unreadable = "\(error)"
+        if snapshot, let opened = store {
+            do {
+                _ = try opened.bundlesInFlight()
+            } catch {
+                store = nil
+                unreadable = "\(error)"
+            }
         }
+        return try await gather(
+            spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
+            place: Place(
+                database: spool.databasePath, exists: databaseExists, snapshot: snapshot, unreadable: unreadable))
+    }
+
+    /// Where the checkpoints were read, and how.
+    struct Place {
+        var database: String
+        var exists: Bool
+        var snapshot = false
+        var unreadable: String? = nil
+    }
+
+    /// A command's own logger for the shared database's client: only what an operator must see.
+    static var commandLogger: Logger {
+        var logger = Logger(label: "dopesync")
+        logger.logLevel = .error
+        return logger
+    }
+
+    private static func gather(
+        spool: Spool, ledger: (any CheckpointLedger)?, minAge: Duration, runs: Int, now: Date, place: Place
+    ) async throws -> SpoolStatus {
+        let inFlight = try await ledger?.bundlesInFlight() ?? [:]
         let backlog = try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
         // The same rules as a run's (``IncomingQueue``): what status calls due, a run takes.
         let queue = IncomingQueue(
@@ -31,15 +69,17 @@ extension SpoolStatus {
                 lastError: state.lastError.map { LastError($0) })
         }
         return SpoolStatus(
-            spool: spool.root, database: spool.databasePath, databaseExists: databaseExists, generatedAt: now,
+            spool: spool.root, database: place.database, databaseExists: place.exists, generatedAt: now,
             folders: backlog.folders,
             incoming: Incoming(
                 dueNow: queue.due.count, waitingForRetry: queue.waitingForRetry.count,
                 heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1)),
-            waiting: waiting, failed: try failedBundles(backlog.listings[.failed] ?? [], spool: spool, store: store),
-            claims: try claims(backlog.listings[.processing] ?? [], spool: spool, store: store, now: now),
-            lastRun: try store?.lastFinishedRun().flatMap(LastRun.init), databaseReadAsSnapshot: snapshot,
-            databaseUnreadable: unreadable, recentRuns: try runs > 0 ? store?.recentRuns(limit: runs) : nil)
+            waiting: waiting,
+            failed: try await failedBundles(backlog.listings[.failed] ?? [], spool: spool, ledger: ledger),
+            claims: try await claims(backlog.listings[.processing] ?? [], spool: spool, ledger: ledger, now: now),
+            lastRun: try await ledger?.lastFinishedRunOfEachHost().first.flatMap(LastRun.init),
+            databaseReadAsSnapshot: place.snapshot, databaseUnreadable: place.unreadable,
+            recentRuns: try await runs > 0 ? ledger?.recentRuns(limit: runs) : nil)
     }
 
     /// The store, opened for reading as this user may; nil with why, when it cannot be read.
@@ -57,13 +97,12 @@ extension SpoolStatus {
     }
 
     /// `failed/`, oldest first: why each failed, from its sidecar, else from the database.
-    private static func failedBundles(_ entries: [SpoolEntry], spool: Spool, store: CheckpointStore?) throws
-        -> [Failed]
+    private static func failedBundles(_ entries: [SpoolEntry], spool: Spool, ledger: (any CheckpointLedger)?)
+        async throws -> [Failed]
     {
-        let states =
-            try store.map {
-                try Dictionary($0.bundles(withOutcome: .failed).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-            } ?? [:]
+        let states = Dictionary(
+            try await ledger?.bundles(withOutcome: .failed).map { ($0.name, $0) } ?? [], uniquingKeysWith: { a, _ in a }
+        )
         return entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
             let state = states[entry.name]
             let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name))
@@ -76,16 +115,22 @@ extension SpoolStatus {
         }
     }
 
-    /// `processing/`, oldest first, with each claim's owner and whether it is alive.
-    private static func claims(_ entries: [SpoolEntry], spool: Spool, store: CheckpointStore?, now: Date) throws
-        -> [Claim]
+    /// `processing/`, oldest first, with each claim's owner and whether it is alive: by its
+    /// flock on one host; by its lease, on the shared database's clock, between hosts.
+    private static func claims(_ entries: [SpoolEntry], spool: Spool, ledger: (any CheckpointLedger)?, now: Date)
+        async throws -> [Claim]
     {
-        let records =
-            try store.map { try Dictionary($0.claims().map { ($0.bundleName, $0) }, uniquingKeysWith: { a, _ in a }) }
-            ?? [:]
+        let records = Dictionary(
+            try await ledger?.claims().map { ($0.bundleName, $0) } ?? [], uniquingKeysWith: { a, _ in a })
         return entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
-            guard let alive = spool.isClaimHeld(entry) else { return nil }  // moved on since it was listed
             let record = records[entry.name]
+            if let record, let expires = record.leaseExpiresAt, let readAt = record.readAt {
+                return Claim(
+                    name: entry.name, host: record.owner.host, pid: record.owner.pid, runID: record.owner.runID,
+                    claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
+                    ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
+            }
+            guard let alive = spool.isClaimHeld(entry) else { return nil }  // moved on since it was listed
             let since = record?.claimedAt ?? entry.modified
             return Claim(
                 name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,

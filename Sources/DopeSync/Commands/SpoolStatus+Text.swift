@@ -6,7 +6,7 @@ extension SpoolStatus {
 
     /// The report for a person.
     public func text() -> String {
-        let lines = headerLines + folderLines + listLines + [""] + lastRunLines + recentRunLines
+        let lines = headerLines + folderLines + listLines + [""] + lastRunLines + hostRunLines + recentRunLines
         // Names and messages come from producers and servers: nothing in them may start a line or
         // drive the terminal.
         return lines.map(DisplayText.escaped).joined(separator: "\n")
@@ -84,7 +84,14 @@ extension SpoolStatus {
                 line += "owner unknown, "
             }
             line += "\(Self.age(claim.ageSeconds)) ago, "
-            line += claim.ownerAlive ? "owner alive" : "owner dead: an orphan, the next run takes it back"
+            if let remaining = claim.leaseRemainingSeconds {
+                line +=
+                    remaining > 0
+                    ? "lease \(Self.age(remaining)) left"
+                    : "lease ran out \(Self.age(-remaining)) ago: its worker stopped renewing it; the next run takes it over"
+            } else {
+                line += claim.ownerAlive ? "owner alive" : "owner dead: an orphan, the next run takes it back"
+            }
             return line
         }
         return lines
@@ -105,6 +112,19 @@ extension SpoolStatus {
             "             claimed \(summary.claimed), done \(summary.done), deferred \(summary.deferred), failed \(summary.failed); \(summary.requests) requests, \(ByteCount(summary.bytes)), \(String(format: "%.1f", summary.seconds)) s",
             lookups,
         ]
+    }
+
+    /// With a shared database: each host's last run, one line each.
+    private var hostRunLines: [String] {
+        guard let runs = lastRunOfEachHost, runs.count > 1 else { return [] }
+        return ["", "last run of each host (\(runs.count)):"]
+            + runs.map { run in
+                let summary = run.summary
+                return
+                    "  \(run.host)  \(Self.time(run.finishedAt)) exit \(summary.exitCode): claimed \(summary.claimed), "
+                    + "done \(summary.done), deferred \(summary.deferred), failed \(summary.failed); "
+                    + "\(summary.requests) requests, \(String(format: "%.1f", summary.seconds)) s"
+            }
     }
 
     private var recentRunLines: [String] {

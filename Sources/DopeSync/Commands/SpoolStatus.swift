@@ -53,8 +53,12 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var runID: String?
         public var claimedAt: Date?
         public var ageSeconds: Double
-        /// False: its claimer died (the lock is free); the next run takes it back and resumes it.
+        /// False: its claimer died (the lock is free, or its lease ran out); the next run takes it
+        /// back and resumes it.
         public var ownerAlive: Bool
+        /// With a shared database: seconds until the lease runs out unless renewed (below zero:
+        /// run out that long ago). Nil on one host.
+        public var leaseRemainingSeconds: Double? = nil
     }
     /// The last run that finished. Its JSON is flat: who ran it, then the fields of its summary.
     public struct LastRun: Sendable, Codable, Equatable {
@@ -134,6 +138,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     /// The runs started last, newest first (`--runs N`); nil when not asked for. A run still
     /// going, or one that died, has no `finishedAt` and no summary.
     public var recentRuns: [RunRecord]? = nil
+    /// With a shared database: the last finished run of each host, newest first.
+    public var lastRunOfEachHost: [LastRun]? = nil
 
     /// One JSON document, keys sorted, times ISO 8601.
     public func json() -> String {

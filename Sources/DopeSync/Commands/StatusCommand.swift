@@ -8,16 +8,20 @@ import Foundation
 public enum StatusCommand {
     public static func run(
         spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), minFreeSpace: FreeSpaceFloor = .default,
-        runs: Int = 0, now: Date = Date()
-    ) -> CommandOutcome {
+        runs: Int = 0, now: Date = Date(), database: DatabaseSettings? = nil
+    ) async -> CommandOutcome {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
-            var report = try SpoolStatus.gather(spool: Spool(root: root), minAge: minAge, runs: runs, now: now)
+            var report = try await SpoolStatus.gather(
+                spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database)
             report.space = FileSystemSpace(of: root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
+        } catch let error as CheckpointError where error.isUnreachable {
+            return CommandOutcome(
+                output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .temporaryFailure)
         } catch {
             return CommandOutcome(
                 output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .cannotCreate)

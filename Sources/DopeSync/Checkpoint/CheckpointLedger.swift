@@ -1,0 +1,50 @@
+import Foundation
+
+/// What the operator's commands (`status`, `requeue`, `prune`, `inspect`) read and change in the
+/// checkpoint store, whichever it is: the spool's SQLite file (``CheckpointStore``) or the
+/// database several hosts share (``PostgresCheckpoints``), so they work from any host.
+public protocol CheckpointLedger: Sendable {
+    func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState]
+    func bundles(withOutcome outcome: BundleOutcome?) async throws(CheckpointError) -> [BundleState]
+    /// Claims in progress, oldest first.
+    func claims() async throws(CheckpointError) -> [ClaimRecord]
+    /// Each host's last finished run, newest first (one host: one run).
+    func lastFinishedRunOfEachHost() async throws(CheckpointError) -> [RunRecord]
+    func recentRuns(limit: Int) async throws(CheckpointError) -> [RunRecord]
+    func doneTimes() async throws(CheckpointError) -> [String: Date]
+    func bundleState(name: String) async throws(CheckpointError) -> BundleState?
+    func steps(sessionID: String) async throws(CheckpointError) -> [StepRecord]
+    func cachedReferenceIDs() async throws(CheckpointError) -> ReferenceIDs
+
+    /// `requeue`: a fresh attempt count; false when the store does not know the bundle.
+    func resetAttempts(name: String, now: Date) async throws(CheckpointError) -> Bool
+    /// `requeue` of a deferred bundle: due now, attempts kept; false when none is deferred.
+    func makeDue(name: String, now: Date) async throws(CheckpointError) -> Bool
+    /// `requeue` moved a bundle under another name: its row and steps follow.
+    func renamed(from oldName: String, to newName: String, now: Date) async throws(CheckpointError)
+    /// `prune`: forgets bundles deleted from `done/` (and steps no bundle needs); how many.
+    func forget(names: [String]) async throws(CheckpointError) -> Int
+}
+
+extension CheckpointStore: CheckpointLedger {
+    public func lastFinishedRunOfEachHost() throws(CheckpointError) -> [RunRecord] {
+        // One host owns a spool's file: its last run is the spool's.
+        try lastFinishedRun().map { [$0] } ?? []
+    }
+}
+
+/// Runs a command's `body` with the shared database's ledger; a database that cannot be used is
+/// the command's outcome (exit 75 when unreachable, 78 when it refuses us, else 73).
+func withSharedLedger(_ database: DatabaseSettings, _ body: (any CheckpointLedger) async -> CommandOutcome) async
+    -> CommandOutcome
+{
+    do {
+        return try await PostgresCheckpoints.with(database, logger: SpoolStatus.commandLogger) { await body($0) }
+    } catch {
+        let code = (error as? CheckpointError)?.code
+        let status: ExitStatus =
+            code == .unreachable ? .temporaryFailure : code == .refused ? .configuration : .cannotCreate
+        return CommandOutcome(
+            output: "", diagnostics: "cannot use the checkpoint database \(database.url): \(error)", status: status)
+    }
+}
