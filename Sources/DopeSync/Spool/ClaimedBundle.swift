@@ -27,8 +27,8 @@ public final class ClaimedBundle: Sendable {
     public let modified: Date
     /// True when it was taken back from a run that died, rather than claimed from `incoming/`.
     public let isOrphan: Bool
-    let device: UInt64
-    let inode: UInt64
+    /// The file claimed: every read of ``path`` checks it is still this one.
+    public let identity: FileIdentity
 
     private struct State {
         var descriptor: Int32?
@@ -36,13 +36,12 @@ public final class ClaimedBundle: Sendable {
     private let state: Mutex<State>
 
     init(
-        spool: Spool, name: String, descriptor: Int32, device: UInt64, inode: UInt64, size: Int64, modified: Date,
+        spool: Spool, name: String, descriptor: Int32, identity: FileIdentity, size: Int64, modified: Date,
         isOrphan: Bool
     ) {
         self.spool = spool
         self.name = name
-        self.device = device
-        self.inode = inode
+        self.identity = identity
         self.size = size
         self.modified = modified
         self.isOrphan = isOrphan
@@ -55,9 +54,6 @@ public final class ClaimedBundle: Sendable {
 
     /// `processing/NAME`: where to read the bundle while it is claimed.
     public var path: String { spool.path(.processing, name) }
-
-    /// The file claimed: every read of ``path`` checks it is still this one.
-    public var identity: FileIdentity { FileIdentity(device: device, inode: inode) }
 
     /// Whether the claim is still held (no move and no release yet).
     public var isHeld: Bool { state.withLock { $0.descriptor != nil } }
@@ -182,8 +178,7 @@ public final class ClaimedBundle: Sendable {
                 throw SpoolError(
                     code: .notClaimed, message: "bundle \(name) is not claimed (already moved or released)", path: path)
             }
-            guard let (device, inode) = SpoolFiles.identity(ofPath: path), device == self.device, inode == self.inode
-            else {
+            guard SpoolFiles.identity(ofPath: path) == identity else {
                 throw SpoolError(
                     code: .notClaimed, message: "processing/\(name) is no longer the claimed file (moved by hand?)",
                     path: path)
@@ -219,15 +214,15 @@ extension Spool {
             throw SpoolError(
                 code: .claimFailed, message: "cannot move bundle into processing/", path: source, errno: error)
         }
-        guard let moved = SpoolFiles.identity(ofPath: target), moved == (identity.device, identity.inode) else {
+        guard SpoolFiles.identity(ofPath: target) == identity.file else {
             // Someone swapped the file between our check and the rename: what we moved is not locked by us
             // and stays in processing/ as an orphan for the next run; nothing is lost.
             close(descriptor)
             return nil
         }
         return ClaimedBundle(
-            spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
-            inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: false)
+            spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
+            size: identity.size, modified: entry.modified, isOrphan: false)
     }
 
     /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
@@ -241,15 +236,15 @@ extension Spool {
         let source = path(.processing, entry.name)
         guard let (descriptor, identity) = try Self.openAndLock(source, lockRequired: lockRequired) else { return nil }
         return ClaimedBundle(
-            spool: self, name: entry.name, descriptor: descriptor, device: identity.device,
-            inode: identity.inode, size: identity.size, modified: entry.modified, isOrphan: true)
+            spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
+            size: identity.size, modified: entry.modified, isOrphan: true)
     }
 
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
     /// locked by someone else.
     private static func openAndLock(_ path: String, lockRequired: Bool = true) throws(SpoolError) -> (
-        Int32, (device: UInt64, inode: UInt64, size: Int64, isRegular: Bool)
+        Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
     )? {
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
         // must not inherit (and keep alive) our lock.
@@ -274,7 +269,7 @@ extension Spool {
         }
         // Between our open and our lock, the owner may have moved the file on (and a new file of the same
         // name may have arrived): the lock is ours only if the path still names the inode we locked.
-        guard let current = SpoolFiles.identity(ofPath: path), current == (identity.device, identity.inode) else {
+        guard SpoolFiles.identity(ofPath: path) == identity.file else {
             close(descriptor)
             return nil
         }

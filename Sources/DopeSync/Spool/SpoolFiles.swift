@@ -98,19 +98,20 @@ enum SpoolFiles {
         try? FileSystem.syncDirectory(source)
     }
 
-    /// The (device, inode) a path names now, without following a symlink; nil if it names nothing.
-    static func identity(ofPath path: String) -> (UInt64, UInt64)? {
+    /// The file a path names now, without following a symlink; nil if it names nothing (or cannot be looked at).
+    static func identity(ofPath path: String) -> FileIdentity? {
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
-        return (UInt64(info.st_dev), UInt64(info.st_ino))
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 
-    static func identity(ofDescriptor descriptor: Int32) -> (
-        device: UInt64, inode: UInt64, size: Int64, isRegular: Bool
-    )? {
+    static func identity(ofDescriptor descriptor: Int32) -> (file: FileIdentity, size: Int64, isRegular: Bool)? {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
-        return (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size), info.st_mode & S_IFMT == S_IFREG)
+        return (
+            FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)), Int64(info.st_size),
+            info.st_mode & S_IFMT == S_IFREG
+        )
     }
 
     /// Writes `text` to `path` (a new file) and syncs it.

@@ -47,8 +47,9 @@ extension Spool {
     /// (ENOENT: already gone).
     public func deleteDone(_ entry: SpoolEntry) -> Int32 {
         let target = path(.done, entry.name)
-        guard let identity = SpoolFiles.identity(ofPath: target) else { return ENOENT }
-        guard identity == (entry.device, entry.inode) else { return ENOENT }
+        guard SpoolFiles.identity(ofPath: target) == FileIdentity(device: entry.device, inode: entry.inode) else {
+            return ENOENT
+        }
         return unlink(target) == 0 ? 0 : errno
     }
 }
