@@ -25,10 +25,10 @@ import Testing
         try writeFile(spool.path(.incoming, name), contents ?? name, modified: now.addingTimeInterval(-age))
     }
 
-    /// Claims the first due bundle, which must be there.
-    func claimFirstDue() throws -> ClaimedBundle {
+    /// Claims the first due bundle, which must be there; its moves are made of `renameCalls`.
+    func claimFirstDue(renameCalls: SpoolFiles.RenameCalls = .system) throws -> ClaimedBundle {
         let entry = try #require(try spool.scan(now: now).first)
-        return try #require(try spool.claim(entry))
+        return try #require(try spool.claim(entry, renameCalls: renameCalls))
     }
 
     // MARK: Create

@@ -29,6 +29,8 @@ public final class ClaimedBundle: Sendable {
     public let isOrphan: Bool
     /// The file claimed: every read of ``path`` checks it is still this one.
     public let identity: FileIdentity
+    /// The calls its moves are made of: the system's, or a test's faults.
+    let renameCalls: SpoolFiles.RenameCalls
 
     private struct State {
         var descriptor: Int32?
@@ -37,11 +39,12 @@ public final class ClaimedBundle: Sendable {
 
     init(
         spool: Spool, name: String, descriptor: Int32, identity: FileIdentity, size: Int64, modified: Date,
-        isOrphan: Bool
+        isOrphan: Bool, renameCalls: SpoolFiles.RenameCalls
     ) {
         self.spool = spool
         self.name = name
         self.identity = identity
+        self.renameCalls = renameCalls
         self.size = size
         self.modified = modified
         self.isOrphan = isOrphan
@@ -68,6 +71,9 @@ public final class ClaimedBundle: Sendable {
 
     /// Moves the bundle to `done/` with its mtime set to now, and ends the claim. Returns its name there (suffixed if taken).
     /// Call it only after the last step's result is checkpointed.
+    ///
+    /// Every move here counts one that reported an error but happened (as a rename over NFS can) as done:
+    /// ``SpoolFiles/renameNoReplace(_:_:of:calls:)`` looks where the claimed file is.
     @discardableResult
     public func moveToDone() throws(SpoolError) -> String {
         try move { (descriptor: Int32) throws(SpoolError) -> String in
@@ -78,7 +84,8 @@ public final class ClaimedBundle: Sendable {
                 timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeNow),
             ]
             _ = futimens(descriptor, &times)
-            let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.done), name: name)
+            let final = try SpoolFiles.moveNoReplace(
+                path, toFolder: spool.path(.done), name: name, of: identity, calls: renameCalls)
             // Durable before the caller records "done": else a power loss could bring the bundle back into
             // processing/ after the database said done (harmless, it would be resumed, but confusing).
             // Best effort: the rename has happened, so reporting the move as failed would be wrong.
@@ -99,7 +106,8 @@ public final class ClaimedBundle: Sendable {
             let folder = spool.path(.failed)
             for n in 0..<100_000 {
                 let candidate = Spool.suffixedName(name, n)
-                if SpoolFiles.identity(ofPath: folder + "/" + candidate) != nil { continue }
+                let target = folder + "/" + candidate
+                if SpoolFiles.identity(ofPath: target) != nil { continue }
                 var text = sidecar
                 text.bundle = candidate
                 // Short whatever the bundle's name: a 250-byte name must still fail.
@@ -111,7 +119,7 @@ public final class ClaimedBundle: Sendable {
                         errno: writeError)
                 }
                 let sidecarPath = folder + "/" + Spool.sidecarName(forFailed: candidate)
-                let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath)
+                let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath, calls: renameCalls)
                 if reserveError == EEXIST {
                     unlink(temporary)
                     continue
@@ -130,7 +138,7 @@ public final class ClaimedBundle: Sendable {
                     unlink(sidecarPath)
                     throw error
                 }
-                let moveError = SpoolFiles.renameNoReplace(path, folder + "/" + candidate)
+                let moveError = SpoolFiles.renameNoReplace(path, target, of: identity, calls: renameCalls)
                 if moveError == EEXIST {
                     // A file of that name appeared without going through a sidecar (a person): this sidecar
                     // is ours and describes nothing; drop it and try the next name.
@@ -138,7 +146,9 @@ public final class ClaimedBundle: Sendable {
                     continue
                 }
                 guard moveError == 0 else {
-                    unlink(sidecarPath)
+                    // The sidecar goes with the move, unless the bundle is in failed/ after all (under both
+                    // names, when neither name could be removed): never a failed bundle without its reason.
+                    if SpoolFiles.identity(ofPath: target) != identity { unlink(sidecarPath) }
                     throw SpoolError(
                         code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: path,
                         errno: moveError)
@@ -159,7 +169,8 @@ public final class ClaimedBundle: Sendable {
     @discardableResult
     public func giveBack() throws(SpoolError) -> String {
         try move { (_: Int32) throws(SpoolError) -> String in
-            let final = try SpoolFiles.moveNoReplace(path, toFolder: spool.path(.incoming), name: name)
+            let final = try SpoolFiles.moveNoReplace(
+                path, toFolder: spool.path(.incoming), name: name, of: identity, calls: renameCalls)
             // Not strictly needed (a lost give-back leaves an orphan that is taken back), but a bundle
             // that reappears in processing/ after the database counted its attempt would be retried early.
             SpoolFiles.syncDirectoriesAfterMove(spool.path(.incoming), spool.path(.processing))
@@ -203,11 +214,19 @@ extension Spool {
     ///
     /// No fsync: if a crash loses the rename, the bundle is back in `incoming/` and is claimed again, and
     /// it resumes from its checkpoints; syncing every claim would only slow claiming.
+    ///
+    /// A rename that reported an error but happened (as over NFS) is a claim like any other: the file is in
+    /// `processing/` and the lock is ours.
     public func claim(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
+        try claim(entry, renameCalls: .system)
+    }
+
+    /// ``claim(_:)`` with the calls its moves are made of (a test's faults).
+    func claim(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.incoming, entry.name)
         guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
         let target = path(.processing, entry.name)
-        let error = SpoolFiles.renameNoReplace(source, target)
+        let error = SpoolFiles.renameNoReplace(source, target, of: identity.file, calls: renameCalls)
         guard error == 0 else {
             close(descriptor)
             if error == ENOENT || error == EEXIST { return nil }
@@ -222,7 +241,7 @@ extension Spool {
         }
         return ClaimedBundle(
             spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
-            size: identity.size, modified: entry.modified, isOrphan: false)
+            size: identity.size, modified: entry.modified, isOrphan: false, renameCalls: renameCalls)
     }
 
     /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
@@ -233,11 +252,18 @@ extension Spool {
     /// taken already, and a lock still held on this host belongs to a worker whose lease ran out
     /// (a paused process), which sends and moves nothing more. The lock is taken if free.
     public func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true) throws(SpoolError) -> ClaimedBundle? {
+        try claimOrphan(entry, lockRequired: lockRequired, renameCalls: .system)
+    }
+
+    /// ``claimOrphan(_:lockRequired:)`` with the calls its moves are made of (a test's faults).
+    func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true, renameCalls: SpoolFiles.RenameCalls)
+        throws(SpoolError) -> ClaimedBundle?
+    {
         let source = path(.processing, entry.name)
         guard let (descriptor, identity) = try Self.openAndLock(source, lockRequired: lockRequired) else { return nil }
         return ClaimedBundle(
             spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
-            size: identity.size, modified: entry.modified, isOrphan: true)
+            size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
     }
 
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks

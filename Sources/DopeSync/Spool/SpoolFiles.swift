@@ -10,7 +10,8 @@ import Foundation
 enum SpoolFiles {
     /// The system calls a no-replace rename is made of, each returning 0 or an errno. A value, so
     /// a test can make one of them fail the way a file system does (root, which tests run as,
-    /// cannot be refused an unlink by permissions).
+    /// cannot be refused an unlink by permissions), or report an error for what it did, as over NFS
+    /// (``with(_:on:at:)``).
     struct RenameCalls: Sendable {
         /// `renameat2(RENAME_NOREPLACE)`; ENOSYS where the C library lacks it.
         var renameNoReplace: @Sendable (String, String) -> Int32
@@ -45,27 +46,61 @@ enum SpoolFiles {
         unlink(path) == 0 ? 0 : errno
     }
 
-    /// `rename` that fails with EEXIST instead of replacing an existing target. Returns 0 or an errno.
+    /// `rename` that fails with EEXIST instead of replacing an existing target. Returns 0 when `target`
+    /// names the file and `source` no longer does; else an errno, and the file is still at `source`
+    /// (EEXIST: another file holds `target`), unless someone else moved it away meanwhile.
     ///
     /// Linux's `renameat2(RENAME_NOREPLACE)` is atomic; glibc has it since 2.28 but Swift's Glibc module
     /// does not export it, so it is looked up with `dlsym`. Where the file system refuses it (EINVAL: NFS,
     /// some overlay mounts) or the kernel lacks it (ENOSYS), `link` + `unlink` does the same job: `link`
     /// fails with EEXIST atomically, so two processes still cannot both take one name. A crash between the
-    /// two leaves the bundle under both names (one inode), never under none. When the `unlink` fails, the
-    /// new name is removed again, so the bundle stays in exactly one folder, the one it was in.
-    static func renameNoReplace(_ source: String, _ target: String, calls: RenameCalls = .system) -> Int32 {
+    /// two leaves the bundle under both names (one inode), never under none; the next move of it finishes
+    /// the job. When the `unlink` fails, the new name is removed again, so the bundle stays in exactly one
+    /// folder, the one it was in.
+    ///
+    /// A call that reports an error may have happened all the same: an NFS client that sends a request
+    /// again, its first answer lost, reports the second answer (EEXIST for a link, ENOENT for a rename or
+    /// an unlink, EIO or ESTALE when the server restarted). So every error is judged by looking at what
+    /// the two names hold: the target naming the file means the move happened.
+    ///
+    /// - Parameter file: the file to move, as it was claimed; nil: whatever `source` names now.
+    static func renameNoReplace(
+        _ source: String, _ target: String, of file: FileIdentity? = nil, calls: RenameCalls = .system
+    ) -> Int32 {
+        guard let file = file ?? identity(ofPath: source) else { return ENOENT }
         let error = calls.renameNoReplace(source, target)
-        guard error == EINVAL || error == ENOSYS else { return error }
-        let linkError = calls.link(source, target)
-        if linkError != 0 { return linkError }
-        let unlinkError = calls.unlink(source)
-        if unlinkError != 0 {
-            // Undo the link: the bundle stays where it was, under one name. Should this fail too,
-            // both names are one inode, and the next run's claim (by lock and inode) sees that.
-            _ = calls.unlink(target)
-            return unlinkError
-        }
-        return 0
+        if error == 0 { return 0 }
+        if error == EINVAL || error == ENOSYS { return linkThenUnlink(source, target, file: file, calls: calls) }
+        // Not moved while the target does not name the file: EEXIST then means another file holds it.
+        guard identity(ofPath: target) == file else { return error }
+        // Moved. Both names holding it is a link + unlink cut short by an earlier crash: finish that.
+        return identity(ofPath: source) == file ? removeSourceName(source, target, file: file, calls: calls) : 0
+    }
+
+    /// The no-replace rename for file systems without one: `link`, then `unlink` of the source's name.
+    private static func linkThenUnlink(_ source: String, _ target: String, file: FileIdentity, calls: RenameCalls)
+        -> Int32
+    {
+        let error = calls.link(source, target)
+        // EEXIST may answer a link sent again whose first copy made the name: then the name is our file,
+        // and taking the next suffixed name would leave the bundle under two names.
+        if error != 0 && identity(ofPath: target) != file { return error }
+        return removeSourceName(source, target, file: file, calls: calls)
+    }
+
+    /// Both names hold the file: removes the source's, which completes the move. If that cannot be
+    /// done, removes the target's, so the file stays where it was under one name, and returns the error.
+    private static func removeSourceName(_ source: String, _ target: String, file: FileIdentity, calls: RenameCalls)
+        -> Int32
+    {
+        let error = calls.unlink(source)
+        // ENOENT may answer an unlink sent again whose first copy removed the name: look. A source that
+        // cannot be looked at counts as gone, since undoing the link of a file no longer there would lose it.
+        if error == 0 || identity(ofPath: source) != file { return 0 }
+        // Should this fail too, both names are one inode: the next claim of it (by lock and inode) takes
+        // it back, and its next move finishes this one.
+        _ = calls.unlink(target)
+        return error
     }
 
     private typealias Renameat2 =
@@ -76,11 +111,19 @@ enum SpoolFiles {
     }()
 
     /// Renames `source` into `folder` under `name` or, when taken, the first free suffixed name.
-    /// Returns the name used. Never replaces a file.
-    static func moveNoReplace(_ source: String, toFolder folder: String, name: String) throws(SpoolError) -> String {
+    /// Returns the name used. Never replaces a file. `file` and `calls` as for ``renameNoReplace(_:_:of:calls:)``:
+    /// a move that reported an error but happened returns its name.
+    static func moveNoReplace(
+        _ source: String, toFolder folder: String, name: String, of file: FileIdentity? = nil,
+        calls: RenameCalls = .system
+    ) throws(SpoolError) -> String {
+        guard let file = file ?? identity(ofPath: source) else {
+            throw SpoolError(
+                code: .moveFailed, message: "cannot move bundle to \(folder)/\(name)", path: source, errno: ENOENT)
+        }
         for n in 0..<100_000 {
             let candidate = Spool.suffixedName(name, n)
-            let error = renameNoReplace(source, folder + "/" + candidate)
+            let error = renameNoReplace(source, folder + "/" + candidate, of: file, calls: calls)
             if error == 0 { return candidate }
             guard error == EEXIST else {
                 throw SpoolError(
