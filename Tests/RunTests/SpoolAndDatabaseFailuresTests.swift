@@ -80,20 +80,16 @@ import Testing
             let target = directory.appendingPathComponent("done-b.tgz").path
             try directory.appendingPathComponent("processing-b.tgz").write(Array("bundle".utf8))
             // A file system without RENAME_NOREPLACE (NFS, some overlays), whose unlink then fails.
-            let system = SpoolFiles.RenameCalls.system
-            let calls = SpoolFiles.RenameCalls(
-                renameNoReplace: { _, _ in EINVAL },
-                link: system.link,
-                unlink: { path in path == source ? EBUSY : system.unlink(path) }
-            )
+            let nfs = SpoolFiles.RenameCalls.system.withoutNoReplaceRename
+            let calls = nfs.with(.failsWithoutHappening(EBUSY), on: .unlink, at: source)
             #expect(SpoolFiles.renameNoReplace(source, target, calls: calls) == EBUSY)
             #expect(FileManager.default.fileExists(atPath: source))
             #expect(!FileManager.default.fileExists(atPath: target))
 
-            // The same fallback with a working unlink moves the file.
-            let working = SpoolFiles.RenameCalls(
-                renameNoReplace: { _, _ in ENOSYS }, link: system.link, unlink: system.unlink)
-            #expect(SpoolFiles.renameNoReplace(source, target, calls: working) == 0)
+            // The same fallback with a working unlink, on a kernel without renameat2, moves the file.
+            var oldKernel = SpoolFiles.RenameCalls.system
+            oldKernel.renameNoReplace = { _, _ in ENOSYS }
+            #expect(SpoolFiles.renameNoReplace(source, target, calls: oldKernel) == 0)
             #expect(!FileManager.default.fileExists(atPath: source))
             #expect(FileManager.default.fileExists(atPath: target))
         }
