@@ -7,12 +7,16 @@ TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
 .PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test
 
-# Installs the C libraries (and the archive tools the tests use) when they are missing.
+# Installs the C libraries (and the archive tools the tests use) when they are missing, and the
+# PostgreSQL server and client whose throwaway clusters the tests, the demo and the benchmark start
+# (PostgresCluster, Scripts/pg-cluster.sh; Debian's layout, /usr/lib/postgresql/VERSION/bin).
 deps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq; do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	{ ls /usr/lib/postgresql/*/bin/initdb && ls /usr/lib/postgresql/*/bin/psql; } >/dev/null 2>&1 || \
+	  missing="$$missing postgresql postgresql-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
