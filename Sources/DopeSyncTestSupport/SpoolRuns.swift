@@ -65,8 +65,10 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
 
 /// The built `dopesync run` as a child process on `spool` against `server` (its token in the
 /// environment, no min-age guard), standard error silenced; `extra` adds options.
-public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws -> Spawned {
-    var environment = ProcessInfo.processInfo.environment
+public func spawnRun(
+    _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
+) throws -> Spawned {
+    var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
@@ -76,10 +78,10 @@ public func spawnRun(_ spool: Spool, against server: RunningDevServer, _ extra: 
 
 /// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but logging at debug level
 /// into its output (standard error joined to standard output): a test waits for what it logs.
-public func spawnRunLogging(_ spool: Spool, against server: RunningDevServer, _ extra: [String] = []) throws
-    -> Spawned
-{
-    var environment = ProcessInfo.processInfo.environment
+public func spawnRunLogging(
+    _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
+) throws -> Spawned {
+    var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
     let arguments = [

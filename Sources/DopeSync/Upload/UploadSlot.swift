@@ -61,6 +61,8 @@ struct UploadSlot: Sendable {
     /// else's; the store's claim is let go when the spool's cannot be had.
     private func claim(_ entry: SpoolEntry) async -> ClaimedBundle? {
         let orphan = entry.folder == .processing
+        // Gone since the scan (another host took it, or it is done): no claim to ask the store for.
+        guard FileManager.default.fileExists(atPath: spool.path(entry.folder, entry.name)) else { return nil }
         do {
             guard
                 try await checkpoints.acquireClaim(

@@ -1,0 +1,49 @@
+import DopeSync
+import Foundation
+
+/// One host of several sharing a spool: what `dopesync run` is given to take part.
+public struct SharedDatabase: Sendable {
+    public let cluster: PostgresCluster
+    /// The database's name in the cluster: each test has its own.
+    public let name: String
+
+    public var url: String { "postgresql://\(PostgresCluster.role)@127.0.0.1:\(cluster.port)/\(name)" }
+
+    /// The settings a test's own store connects with (the password included).
+    public func settings(lease: Duration = .seconds(30)) -> DatabaseSettings {
+        DatabaseSettings(
+            host: "127.0.0.1", port: cluster.port, user: PostgresCluster.role, database: name, tls: .disable,
+            password: cluster.password, lease: lease)
+    }
+
+    /// A new, empty database owned by the `dopesync` role.
+    public static func fresh(in cluster: PostgresCluster) throws -> SharedDatabase {
+        let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+        try cluster.psql("CREATE DATABASE \(name) OWNER \(PostgresCluster.role)", database: "postgres")
+        return SharedDatabase(cluster: cluster, name: String(name))
+    }
+
+    /// `sql` as the superuser in this database; what it printed (rows a line, `|` between columns).
+    @discardableResult
+    public func psql(_ sql: String) throws -> String { try cluster.psql(sql, database: name) }
+
+    /// The options and environment of a run on `host`: the database, its lease, the password.
+    public func runArguments(host: String, lease: String = "30s") -> (options: [String], environment: [String: String])
+    {
+        (
+            ["--database", url, "--lease", lease],
+            ["DOPESYNC_HOST": host, "DOPESYNC_DATABASE_PASSWORD": cluster.password]
+        )
+    }
+}
+
+/// `dopesync run` on `spool` as host `host` of several sharing `database` (see ``spawnRun(_:against:_:environment:)``).
+public func spawnSharedRun(
+    _ spool: Spool, against server: RunningDevServer, database: SharedDatabase, host: String, lease: String = "30s",
+    logging: Bool = false, _ extra: [String] = []
+) throws -> Spawned {
+    let (options, environment) = database.runArguments(host: host, lease: lease)
+    return logging
+        ? try spawnRunLogging(spool, against: server, options + extra, environment: environment)
+        : try spawnRun(spool, against: server, options + extra, environment: environment)
+}

@@ -1,0 +1,110 @@
+import DopeSync
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+/// Claims as leases in a real PostgreSQL server, two workers' stores side by side in one process:
+/// a lease another worker holds is not taken, an expired one is, and the worker it was taken from
+/// writes nothing after.
+@Suite struct LeaseFenceTests {
+    let ownerA = ClaimOwner(host: "host-a", pid: 1, runID: "run-a")
+    let ownerB = ClaimOwner(host: "host-b", pid: 2, runID: "run-b")
+
+    func intent(_ key: String, bundle: String = "x.tar.gz") -> CheckpointStore.StepIntent {
+        CheckpointStore.StepIntent(
+            stepKey: key, idempotencyKey: "key-\(key)", requestFingerprint: "f-\(key)", contentDigest: "d-\(key)",
+            bundleName: bundle)
+    }
+
+    @Test func aHeldClaimIsNotTakenAndAnExpiredOneIsWithTheNextEpoch() async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await PostgresCheckpoints.with(database.settings(), owner: ownerA, logger: quietLogger) { a in
+            try await PostgresCheckpoints.with(database.settings(), owner: ownerB, logger: quietLogger) { b in
+                #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
+                #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerB))
+                #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
+                #expect(try database.psql("SELECT epoch, host FROM dopesync.claims") == "1|host-a")
+
+                // A's lease runs out in the database, as when A is paused or cut off past it.
+                try database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
+                #expect(try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
+                #expect(try database.psql("SELECT epoch, host FROM dopesync.claims") == "2|host-b")
+            }
+        }
+    }
+
+    @Test func aWorkerWhoseClaimWasTakenOverWritesNothingAndMayNotMoveTheBundle() async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await PostgresCheckpoints.with(database.settings(), owner: ownerA, logger: quietLogger) { a in
+            try await PostgresCheckpoints.with(database.settings(), owner: ownerB, logger: quietLogger) { b in
+                #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
+                _ = try await a.recordIntents(sessionID: "s1", [intent("session")])
+                try database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
+                #expect(try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
+
+                // A's own clock still gives it time; the database's fence refuses it all the same.
+                #expect(a.holdsClaim(of: "x.tar.gz"))
+                await #expect(throws: CheckpointError.self) {
+                    try await a.recordIntents(sessionID: "s1", [intent("dope:1")])
+                }
+                #expect(!a.holdsClaim(of: "x.tar.gz"), "a refused write ends the worker's claim at once")
+                #expect(await !a.confirmClaim(of: "x.tar.gz"))
+                await #expect(throws: CheckpointError.self) {
+                    try await a.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
+                }
+                #expect(try database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key") == "session")
+                #expect(try database.psql("SELECT count(*) FROM dopesync.bundles WHERE last_outcome = 'done'") == "0")
+
+                // B, which holds it now, writes and moves.
+                _ = try await b.recordIntents(sessionID: "s1", [intent("dope:1")])
+                #expect(await b.confirmClaim(of: "x.tar.gz"))
+                try await b.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
+                #expect(
+                    try database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key") == "dope:1\nsession")
+                #expect(try database.psql("SELECT run_id IS NULL FROM dopesync.claims") == "t")
+            }
+        }
+    }
+
+    @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await PostgresCheckpoints.with(database.settings(), owner: ownerA, logger: quietLogger) { a in
+            #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
+            #expect(try await a.acquireClaim(of: "y.tar.gz", orphan: false, owner: ownerA))
+            _ = try await a.recordIntents(sessionID: "sx", [intent("session", bundle: "x.tar.gz")])
+            _ = try await a.recordIntents(sessionID: "sy", [intent("session", bundle: "y.tar.gz")])
+            // Another worker took y over.
+            try database.psql(
+                "UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b' WHERE bundle_name = 'y.tar.gz'")
+            let outcomes = try await withCheckedThrowingContinuation { continuation in
+                a.recordResults([
+                    .init(sessionID: "sx", stepKey: "session", serverID: 11),
+                    .init(sessionID: "sy", stepKey: "session", serverID: 12),
+                ]) { continuation.resume(with: $0) }
+            }
+            #expect((try? outcomes[0].get())?.serverID == 11)
+            #expect(throws: CheckpointError.self) { try outcomes[1].get() }
+            #expect(
+                try database.psql("SELECT session_id, state FROM dopesync.steps ORDER BY session_id")
+                    == "sx|done\nsy|sent")
+        }
+    }
+
+    @Test func anUnreachableDatabaseAtTheStartIsUnreachableNotAWaitForEver() async throws {
+        let database = try SharedCluster.freshDatabase()
+        var settings = database.settings()
+        settings.port = 1  // nothing listens there
+        await #expect {
+            try await PostgresCheckpoints.with(settings, owner: ownerA, logger: quietLogger) { _ in }
+        } throws: { error in
+            (error as? CheckpointError)?.code == .unreachable
+        }
+        settings = database.settings()
+        settings.password = "wrong"
+        await #expect {
+            try await PostgresCheckpoints.with(settings, owner: ownerA, logger: quietLogger) { _ in }
+        } throws: { error in
+            (error as? CheckpointError)?.code == .refused
+        }
+    }
+}

@@ -1,0 +1,177 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Several `dopesync run` processes, each with its own host name, on one spool and one PostgreSQL
+/// database, against the dev server: every record exactly once, in order, every bundle in exactly
+/// one folder, whatever happens to a worker.
+@Suite struct SeveralHostsRunTests {
+    /// Every bundle synced once: in done/ and nowhere else, each record of each session on the
+    /// server once (the dev server refuses a child before its parent, so once is also in order).
+    static func expectAllSyncedOnce(
+        _ samples: [SampleSession], spool: Spool, server: RunningDevServer,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        #expect(try spool.names(.done).count == samples.count, sourceLocation: sourceLocation)
+        #expect(try spool.names(.processing).isEmpty, sourceLocation: sourceLocation)
+        #expect(try spool.names(.incoming).isEmpty, sourceLocation: sourceLocation)
+        #expect(try spool.names(.failed).isEmpty, sourceLocation: sourceLocation)
+        let created = try await server.createdCounts()
+        #expect(created["session"] == samples.count, sourceLocation: sourceLocation)
+        #expect(
+            created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount },
+            sourceLocation: sourceLocation)
+    }
+
+    @Test(
+        "three workers with their own host names drain one spool together: each bundle claimed once, every record once",
+        arguments: keysHonouredOrIgnored)
+    func threeHostsShareOneSpool(keysHonoured: Bool) async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...24).map { SampleSession(seed: UInt64(4000 + $0), shape: SampleSession.Shape()) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 2...6
+            configuration.ignoreIdempotencyKeys = !keysHonoured
+            try await withDevServer(configuration) { server in
+                let workers = try ["host-a", "host-b", "host-c"].map { host in
+                    try spawnSharedRun(spool, against: server, database: database, host: host, ["--concurrency", "4"])
+                }
+                for worker in workers { #expect(await worker.finished() == 0) }
+                try await Self.expectAllSyncedOnce(samples, spool: spool, server: server)
+                // Each bundle claimed by one run, and each run on its own host.
+                #expect(try database.psql("SELECT sum(claimed), sum(done) FROM dopesync.runs") == "24|24")
+                #expect(
+                    try database.psql("SELECT string_agg(DISTINCT host, ',' ORDER BY host) FROM dopesync.runs")
+                        == "host-a,host-b,host-c")
+            }
+        }
+    }
+
+    @Test(
+        "a worker SIGKILLed mid-step: its claims run out and another host takes them over, resending nothing done",
+        arguments: keysHonouredOrIgnored)
+    func aKilledWorkersBundlesAreTakenOver(keysHonoured: Bool) async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...6).map { SampleSession(seed: UInt64(4100 + $0), shape: .realistic) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            let victim = Mutex<(seen: Int, child: Spawned?)>((0, nil))
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 5...10
+            configuration.ignoreIdempotencyKeys = !keysHonoured
+            configuration.onRequest = { _, _ in
+                victim.withLock { state in
+                    state.seen += 1
+                    // Mid-upload of several bundles at once, with a request in flight.
+                    if state.seen == 70, let child = state.child {
+                        child.kill(SIGKILL)
+                        state.child = nil
+                    }
+                }
+            }
+            try await withDevServer(configuration) { server in
+                let first = try spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", lease: "6s", ["--concurrency", "3"])
+                victim.withLock { $0.child = first }
+                #expect(await first.finished() == 128 + SIGKILL)
+                let orphans = try spool.names(.processing)
+                #expect(!orphans.isEmpty)
+
+                // Until its leases run out on the database's clock, no other host takes them.
+                let early = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                #expect(await early.finished() == 0)
+                #expect(try spool.names(.processing) == orphans)
+                try await Self.waitUntilEveryLeaseHasRunOut(database)
+
+                let second = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                #expect(await second.finished() == 0)
+                try await Self.expectAllSyncedOnce(samples, spool: spool, server: server)
+                #expect(
+                    try database.psql("SELECT count(*) FROM dopesync.claims WHERE epoch = 2")
+                        == "\(orphans.count)")
+            }
+        }
+    }
+
+    @Test(
+        "a worker stopped (SIGSTOP) past its lease and woken after another host finished its bundle sends and moves nothing",
+        arguments: keysHonouredOrIgnored)
+    func aWorkerWokenAfterItsLeaseSendsNothing(keysHonoured: Bool) async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            // Images big enough to be streamed from the archive: the pause may fall inside a body.
+            let samples = [
+                SampleSession(seed: 4201, shape: .realistic.withImages(groups: 2, perGroup: 2, bytes: 600_000))
+            ]
+            let spool = try makeSpool(in: directory, samples: samples)
+            let sleeper = Mutex<(seen: Int, child: Spawned?)>((0, nil))
+            let (stopped, stoppedNow) = AsyncStream.makeStream(of: Void.self)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 3...6
+            configuration.ignoreIdempotencyKeys = !keysHonoured
+            configuration.onRequest = { _, _ in
+                sleeper.withLock { state in
+                    state.seen += 1
+                    if state.seen == 20, let child = state.child {
+                        child.kill(SIGSTOP)
+                        state.child = nil
+                        stoppedNow.yield()
+                    }
+                }
+            }
+            try await withDevServer(configuration) { server in
+                let paused = try spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", lease: "1s", logging: true)
+                sleeper.withLock { $0.child = paused }
+                for await _ in stopped { break }
+                // The database's deadline is never earlier than the paused worker's own.
+                try await Self.waitUntilEveryLeaseHasRunOut(database)
+
+                let other = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                #expect(await other.finished() == 0)
+                try await Self.expectAllSyncedOnce(samples, spool: spool, server: server)
+                // The worker's requests only (the test's own reads of /admin are logged too).
+                let requestsBeforeWaking = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
+
+                paused.kill(SIGCONT)
+                let said = await paused.firstLine(containing: "claim", "ran out")
+                #expect(said != nil, "the woken worker says its claim ran out")
+                _ = await paused.finished()
+                let after = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
+                #expect(
+                    after.count == requestsBeforeWaking.count,
+                    "sent after waking: \(after.dropFirst(requestsBeforeWaking.count).map { "\($0.method) \($0.path)" })"
+                )
+                try await Self.expectAllSyncedOnce(samples, spool: spool, server: server)
+            }
+        }
+    }
+
+    /// Blocks until no claim is held with time left on the database's clock (the deadline each
+    /// worker's own clock reaches first): one statement that waits inside the server, checking
+    /// twenty times a second, so that a renewal committed meanwhile is seen.
+    static func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
+        try await onOwnThread {
+            Result {
+                try database.psql(
+                    """
+                    DO $$ BEGIN
+                      WHILE EXISTS (
+                        SELECT 1 FROM dopesync.claims
+                        WHERE run_id IS NOT NULL AND lease_expires_at > extract(epoch FROM clock_timestamp())
+                      ) LOOP PERFORM pg_sleep(0.05); END LOOP;
+                    END $$
+                    """)
+            }
+        }.get()
+    }
+}
