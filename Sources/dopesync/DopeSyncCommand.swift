@@ -10,7 +10,9 @@ struct DopeSyncCommand: AsyncParsableCommand {
         commandName: "dopesync",
         abstract: "Upload offline range-session bundles from a spool to the TrueDope API.",
         version: DopeSyncInfo.version,
-        subcommands: [Run.self, Check.self, Status.self, Inspect.self, Requeue.self, Pack.self, Prune.self]
+        subcommands: [
+            Run.self, Check.self, Status.self, Inspect.self, Requeue.self, Pack.self, Prune.self, Migrate.self,
+        ]
     )
 
     static func main() async {

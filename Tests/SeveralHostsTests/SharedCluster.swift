@@ -1,4 +1,7 @@
+import DopeSync
 import DopeSyncTestSupport
+import Foundation
+import Testing
 
 /// One PostgreSQL server for the suites that do not stop it, each test in a database of its own;
 /// the watchdog of ``PostgresCluster`` removes it when the test process ends.
@@ -9,4 +12,51 @@ enum SharedCluster {
     static func freshDatabase() throws -> SharedDatabase {
         try SharedDatabase.fresh(in: started.get())
     }
+}
+
+/// Every bundle synced once: in done/ and nowhere else, each record of each session on the
+/// server once (the dev server refuses a child before its parent, so once is also in order).
+func expectAllSyncedOnce(
+    _ samples: [SampleSession], spool: Spool, server: RunningDevServer,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    #expect(try spool.names(.done).count == samples.count, sourceLocation: sourceLocation)
+    #expect(try spool.names(.processing).isEmpty, sourceLocation: sourceLocation)
+    #expect(try spool.names(.incoming).isEmpty, sourceLocation: sourceLocation)
+    #expect(try spool.names(.failed).isEmpty, sourceLocation: sourceLocation)
+    let created = try await server.createdCounts()
+    #expect(created["session"] == samples.count, sourceLocation: sourceLocation)
+    #expect(
+        created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount },
+        sourceLocation: sourceLocation)
+}
+
+/// Blocks until no claim is held with time left on the database's clock (the deadline each
+/// worker's own clock reaches first): one statement that waits inside the server, checking
+/// twenty times a second, so that a renewal committed meanwhile is seen.
+func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
+    try await onOwnThread {
+        Result {
+            try database.psql(
+                """
+                DO $$ BEGIN
+                  WHILE EXISTS (
+                    SELECT 1 FROM dopesync.claims
+                    WHERE run_id IS NOT NULL AND lease_expires_at > extract(epoch FROM clock_timestamp())
+                  ) LOOP PERFORM pg_sleep(0.05); END LOOP;
+                END $$
+                """)
+        }
+    }.get()
+}
+
+/// The built `dopesync` with `arguments` and `environment`, waited for on a thread of its own.
+func dopesync(_ arguments: [String], environment: [String: String]) async throws -> ProcessOutput {
+    try await onOwnThread {
+        Result {
+            try runProcess(
+                builtProduct("dopesync").path, arguments,
+                environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, allowFailure: true)
+        }
+    }.get()
 }

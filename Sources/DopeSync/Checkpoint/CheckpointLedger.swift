@@ -35,7 +35,7 @@ extension CheckpointStore: CheckpointLedger {
 
 /// Runs a command's `body` with the shared database's ledger; a database that cannot be used is
 /// the command's outcome (exit 75 when unreachable, 78 when it refuses us, else 73).
-func withSharedLedger(_ database: DatabaseSettings, _ body: (any CheckpointLedger) async -> CommandOutcome) async
+func withSharedLedger(_ database: DatabaseSettings, _ body: (PostgresCheckpoints) async -> CommandOutcome) async
     -> CommandOutcome
 {
     do {

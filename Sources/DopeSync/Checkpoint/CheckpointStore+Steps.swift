@@ -248,16 +248,7 @@ extension CheckpointStore {
                 SELECT session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, server_id, sent_at, done_at, bundle_name
                 FROM steps WHERE session_id = ? ORDER BY rowid
                 """, [sessionID]
-            ).map { row in
-                StepRecord(
-                    sessionID: try row["session_id"], stepKey: try row["step_key"],
-                    idempotencyKey: try row["idempotency_key"],
-                    requestFingerprint: try row["request_fingerprint"], contentDigest: try row["content_digest"],
-                    state: try StepRecord.State(row["state"]), serverID: try row["server_id"],
-                    sentAt: Date(timeIntervalSince1970: try row["sent_at"]),
-                    doneAt: (try row["done_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
-                    bundleName: try row["bundle_name"])
-            }
+            ).map { row in try StepRecord(row) }
         }
     }
 }

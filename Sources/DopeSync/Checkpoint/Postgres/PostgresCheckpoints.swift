@@ -59,12 +59,16 @@ public final class PostgresCheckpoints: Sendable {
     ) async throws -> Value {
         // One connection of its own first: the pool would wait for ever on a database that is
         // down or refuses us, where this fails at once with the reason.
-        try await PostgresSchema.migrate(settings, timeout: statementTimeout, logger: logger)
+        // Connecting takes a password exchange and, the first time, creating the schema: more
+        // than a statement, so more time.
+        try await PostgresSchema.migrate(settings, timeout: max(statementTimeout, .seconds(30)), logger: logger)
         let client = PostgresClient(configuration: clientConfiguration(settings), backgroundLogger: logger)
         let store = PostgresCheckpoints(
             client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
+        // The pool runs in a task of its own, not a child: a pool that lost its server may not
+        // end when cancelled (vapor/postgres-nio#599), and the run must end all the same.
+        let pool = Task { await client.run() }
+        let result: Result<Value, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await store.runQueuedWrites() }
             if owner != nil { group.addTask { await store.renewLeases() } }
             let result: Result<Value, any Error>
@@ -73,12 +77,15 @@ public final class PostgresCheckpoints: Sendable {
             } catch {
                 result = .failure(error)
             }
-            // What still waits to commit is committed before the pool closes.
+            // What still waits to commit is committed (or times out) before the pool closes.
             store.queuedWrites.finish()
-            try? await group.next()  // the first to end is the commit queue, finished above
+            await group.next()  // the first to end is the queue, finished above
             group.cancelAll()
-            return try result.get()
+            return result
         }
+        pool.cancel()
+        _ = try? await withBoundedWait(.seconds(5)) { await pool.value }
+        return try result.get()
     }
 
     static func clientConfiguration(_ settings: DatabaseSettings) -> PostgresClient.Configuration {
@@ -111,12 +118,13 @@ public final class PostgresCheckpoints: Sendable {
             tries += 1
             do {
                 return try await Self.withTimeout(statementTimeout, body)
-            } catch let error as CheckpointError {
-                throw error
-            } catch let error as PSQLError where tries < 3 && Self.isRetryableRace(error) {
-                continue
             } catch {
-                throw Self.checkpointError(error, settings: settings, doing: doing())
+                // A transaction's failure comes wrapped: what failed inside it is what counts
+                // (a claim found lost is that, not a database that cannot be reached).
+                let cause = Self.cause(of: error)
+                if let cause = cause as? CheckpointError { throw cause }
+                if let cause = cause as? PSQLError, tries < 3, Self.isRetryableRace(cause) { continue }
+                throw Self.checkpointError(cause, settings: settings, doing: doing())
             }
         }
     }
@@ -138,21 +146,16 @@ public final class PostgresCheckpoints: Sendable {
         return try await perform(doing()) { [client] in try await client.query(query, logger: logger).collect() }
     }
 
-    struct TimedOut: Error {}
-
     static func withTimeout<Value: Sendable>(
         _ limit: Duration, _ body: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
-        try await withThrowingTaskGroup(of: Value.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                throw TimedOut()
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next() else { throw TimedOut() }
-            return first
-        }
+        try await withBoundedWait(limit, body)
+    }
+
+    /// The error behind a transaction's: its closure's, its BEGIN's or its COMMIT's.
+    static func cause(of error: any Error) -> any Error {
+        guard let transaction = error as? PostgresTransactionError else { return error }
+        return transaction.closureError ?? transaction.beginError ?? transaction.commitError ?? error
     }
 
     /// 40001 (serialization failure) and 40P01 (deadlock): the transaction did nothing and may run again.

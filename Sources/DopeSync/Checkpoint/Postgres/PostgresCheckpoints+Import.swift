@@ -1,0 +1,112 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// `dopesync migrate --to URL`: one host's SQLite checkpoints copied in, so that switching its
+/// spool over resends nothing.
+extension PostgresCheckpoints {
+    /// What an import added, and what the database already held (left as it was).
+    public struct ImportCounts: Sendable, Equatable {
+        public var steps = 0
+        public var bundles = 0
+        public var runs = 0
+        public var referenceLists = 0
+        public var alreadyThere = 0
+    }
+
+    /// Copies the rows in one transaction: all of them or, on a failure, none. A row the database
+    /// already holds (another host's, or an earlier import's) is kept, except a step only sent there
+    /// and done in the file, which becomes done: importing twice adds nothing.
+    /// A step done there under another server id is refused, naming it, before anything is written.
+    public func importCheckpoints(
+        steps: [StepRecord], bundles: [BundleState], runs: [RunRecord],
+        referenceLists: [ReferenceList: CachedReferenceList]
+    ) async throws(CheckpointError) -> ImportCounts {
+        try await transaction("importing \(steps.count) steps and \(bundles.count) bundles") { connection in
+            var counts = ImportCounts()
+            for step in steps {
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint,
+                        content_digest, state, server_id, sent_at, done_at, bundle_name)
+                    VALUES (\(step.sessionID), \(step.stepKey), \(step.idempotencyKey), \(step.requestFingerprint),
+                        \(step.contentDigest), \(step.state.rawValue), \(step.serverID), \(step.sentAt.timeIntervalSince1970),
+                        \(step.doneAt?.timeIntervalSince1970), \(step.bundleName))
+                    ON CONFLICT (session_id, step_key) DO UPDATE SET state = 'done', server_id = excluded.server_id,
+                        done_at = excluded.done_at
+                    WHERE dopesync.steps.state = 'sent' AND excluded.state = 'done'
+                    RETURNING 1
+                    """, logger: self.logger
+                ).collect()
+                if inserted.isEmpty {
+                    try await Self.checkSameResult(step, on: connection, logger: self.logger)
+                    counts.alreadyThere += 1
+                } else {
+                    counts.steps += 1
+                }
+            }
+            for bundle in bundles {
+                let error = bundle.lastError
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at,
+                        last_error_reason, last_error_step, last_error_http_status, last_error_message, last_error_field,
+                        last_outcome, updated_at, steps_done, steps_total)
+                    VALUES (\(bundle.name), \(bundle.sessionID), \(bundle.attempts), \(bundle.firstSeen.timeIntervalSince1970),
+                        \(bundle.nextAttemptAt?.timeIntervalSince1970), \(error?.reason.rawValue), \(error?.step),
+                        \(error?.httpStatus), \(error?.message), \(error?.field), \(bundle.lastOutcome?.rawValue),
+                        \(bundle.updatedAt.timeIntervalSince1970), \(bundle.stepsDone), \(bundle.stepsTotal))
+                    ON CONFLICT (name) DO NOTHING RETURNING 1
+                    """, logger: self.logger
+                ).collect()
+                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.bundles += 1 }
+            }
+            for run in runs {
+                let summary = run.summary
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, claimed, done, deferred,
+                        failed, requests, bytes, seconds, exit_code, api_lookups)
+                    VALUES (\(run.runID), \(run.host), \(Int(run.pid)), \(run.startedAt.timeIntervalSince1970),
+                        \(run.finishedAt?.timeIntervalSince1970), \(summary?.claimed), \(summary?.done),
+                        \(summary?.deferred), \(summary?.failed), \(summary?.requests), \(summary?.bytes),
+                        \(summary?.seconds), \(summary.map { Int($0.exitCode) }), \(run.apiLookups))
+                    ON CONFLICT (run_id) DO NOTHING RETURNING 1
+                    """, logger: self.logger
+                ).collect()
+                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.runs += 1 }
+            }
+            let now = Date().timeIntervalSince1970
+            for (list, cached) in referenceLists {
+                let inserted = try await connection.query(
+                    """
+                    INSERT INTO dopesync.reference_lists (name, etag, body, read_at)
+                    VALUES (\(list.rawValue), \(cached.etag), \(ByteBuffer(bytes: cached.body)), \(now))
+                    ON CONFLICT (name) DO NOTHING RETURNING 1
+                    """, logger: self.logger
+                ).collect()
+                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.referenceLists += 1 }
+            }
+            return counts
+        }
+    }
+
+    /// A step the database holds already must say what the file says of it, if both say it is
+    /// done: two server ids for one step mean the record may exist twice on the server.
+    private static func checkSameResult(_ step: StepRecord, on connection: PostgresConnection, logger: Logger)
+        async throws
+    {
+        guard let serverID = step.serverID else { return }
+        let rows = try await connection.query(
+            """
+            SELECT server_id FROM dopesync.steps
+            WHERE session_id = \(step.sessionID) AND step_key = \(step.stepKey) AND state = 'done'
+            """, logger: logger
+        ).collect()
+        if let row = rows.first, let there: Int64 = try decode(row, "server_id"), there != serverID {
+            throw CheckpointError.conflictingResult(
+                sessionID: step.sessionID, stepKey: step.stepKey, doneAs: there, reportedAs: serverID,
+                how: "in the file as")
+        }
+    }
+}

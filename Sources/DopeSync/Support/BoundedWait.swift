@@ -1,0 +1,86 @@
+import Synchronization
+
+/// Waits for `body` at most `limit`, and then stops waiting whether or not `body` stops.
+///
+/// A task group cannot do this: it waits for every child, so a child that ignores cancellation
+/// (a query on a connection the server dropped, in postgres-nio 1.33) holds the caller for ever.
+/// Here `body` runs in a task of its own, which is cancelled when the time is up and left to end
+/// when it will; the caller goes on with ``TimedOut``. Cancelling the caller cancels `body` too.
+func withBoundedWait<Value: Sendable>(
+    _ limit: Duration, _ body: @escaping @Sendable () async throws -> Value
+) async throws -> Value {
+    let race = BoundedWaitRace<Value>()
+    return try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { continuation in
+            race.start(continuation, limit: limit, body)
+        }
+    } onCancel: {
+        race.finish(.failure(CancellationError()))
+    }
+}
+
+/// The time given to ``withBoundedWait(_:_:)`` ran out.
+struct TimedOut: Error, CustomStringConvertible {
+    var description: String { "no answer in time" }
+}
+
+/// Whichever ends first, the work or its timer, resumes the waiter; the other is cancelled.
+private final class BoundedWaitRace<Value: Sendable>: Sendable {
+    private struct State {
+        var waiter: CheckedContinuation<Value, any Error>?
+        var work: Task<Void, Never>?
+        var timer: Task<Void, Never>?
+        var finished = false
+    }
+    private let state = Mutex(State())
+
+    func start(
+        _ waiter: CheckedContinuation<Value, any Error>, limit: Duration,
+        _ body: @escaping @Sendable () async throws -> Value
+    ) {
+        let alreadyFinished = state.withLock { state in
+            state.waiter = waiter
+            return state.finished
+        }
+        if alreadyFinished {
+            waiter.resume(throwing: CancellationError())
+            return
+        }
+        let work = Task {
+            do {
+                self.finish(.success(try await body()))
+            } catch {
+                self.finish(.failure(error))
+            }
+        }
+        let timer = Task {
+            do {
+                try await Task.sleep(for: limit)
+            } catch {
+                return  // the work ended first
+            }
+            self.finish(.failure(TimedOut()))
+        }
+        state.withLock { state in
+            state.work = work
+            state.timer = timer
+            if state.finished {
+                work.cancel()
+                timer.cancel()
+            }
+        }
+    }
+
+    func finish(_ result: Result<Value, any Error>) {
+        let (waiter, work, timer) = state.withLock {
+            state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Task<Void, Never>?) in
+            if state.finished { return (nil, nil, nil) }
+            state.finished = true
+            defer { state.waiter = nil }
+            return (state.waiter, state.work, state.timer)
+        }
+        work?.cancel()
+        timer?.cancel()
+        waiter?.resume(with: result)
+    }
+}

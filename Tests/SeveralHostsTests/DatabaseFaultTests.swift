@@ -1,0 +1,122 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The shared database failing under `dopesync run`: down at the start, restarted as a crash
+/// would, its connections cut. Each test has a server of its own, since it stops it.
+@Suite struct DatabaseFaultTests {
+    @Test("PostgreSQL unreachable at the start: exit 75, nothing claimed, nothing sent")
+    func unreachableAtTheStart() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...3).map { SampleSession(seed: UInt64(4300 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            try await withDevServer { server in
+                let run = try spawnRun(
+                    spool, against: server, ["--database", "postgresql://dopesync@127.0.0.1:1/dopesync"],
+                    environment: ["DOPESYNC_DATABASE_PASSWORD": "unused"])
+                #expect(await run.finished() == 75)
+                #expect(try spool.names(.incoming).count == samples.count)
+                #expect(try spool.names(.processing).isEmpty)
+                #expect(try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }.isEmpty)
+            }
+        }
+    }
+
+    enum Fault: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// `pg_ctl restart -m immediate`: the server crashes and recovers from its WAL.
+        case restartImmediately = "pg_ctl restart -m immediate"
+        /// Every session of the worker's role ended by the server (`pg_terminate_backend`).
+        case terminateConnections = "pg_terminate_backend"
+        var testDescription: String { rawValue }
+    }
+
+    @Test(
+        "the database lost mid-run (restarted as a crash would, or its connections cut): the run stops claiming and settles; the next run finishes; every record once",
+        arguments: Fault.allCases, keysHonouredOrIgnored)
+    func lostMidRunLosesNothing(fault: Fault, keysHonoured: Bool) async throws {
+        let cluster = try await onOwnThread { Result { try PostgresCluster.start() } }.get()
+        defer { cluster.remove() }
+        let database = try SharedDatabase.fresh(in: cluster)
+        try await withTemporaryDirectory { directory in
+            let samples = (1...8).map { SampleSession(seed: UInt64(4400 + $0), shape: .realistic) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            let seen = Atomic(0)
+            let (struck, strike) = AsyncStream.makeStream(of: Void.self)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 3...8
+            configuration.ignoreIdempotencyKeys = !keysHonoured
+            configuration.onRequest = { _, _ in
+                // Mid-upload: the fault strikes once, off the server's thread.
+                if seen.add(1, ordering: .relaxed).newValue == 90 { strike.yield() }
+            }
+            try await withDevServer(configuration) { server in
+                let run = try spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", lease: "2s",
+                    ["--concurrency", "4"])
+                for await _ in struck { break }
+                try await onOwnThread {
+                    Result {
+                        switch fault {
+                        case .restartImmediately: try cluster.restart(immediate: true)
+                        case .terminateConnections: _ = try cluster.terminateConnections(of: PostgresCluster.role)
+                        }
+                    }
+                }.get()
+                let status = await run.finished()
+                #expect(
+                    status == 0 || status == 75, "exit \(status): finished, or stopped as for an unreachable database")
+                // Whatever the run left in processing/ is taken back once its leases have run out.
+                try await waitUntilEveryLeaseHasRunOut(database)
+                let next = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                #expect(await next.finished() == 0)
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+            }
+        }
+    }
+
+    @Test("status from another host shows each claim's host and its lease's time left, and each host's last run")
+    func statusFromAnyHost() async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
+            try await withDevServer { server in
+                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 0)
+                // A claim held by a worker on host-c, as it would be mid-upload there.
+                let name = "held.tar.gz"
+                _ = FileManager.default.createFile(atPath: spool.path(.processing, name), contents: Data("x".utf8))
+                try database.psql(
+                    """
+                    INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
+                    VALUES ('\(name)', 1, 'run-c', 'host-c', 77, extract(epoch FROM now()) - 5,
+                            extract(epoch FROM now()), extract(epoch FROM now()) + 25)
+                    """)
+                let (_, environment) = database.runArguments(host: "host-b")
+                let output = try await dopesync(
+                    ["status", "--json", "--spool", spool.root, "--database", database.url], environment: environment)
+                #expect(output.status == 0, "\(output.stderr)")
+                let decoder = JSONDecoder()
+                decoder.dateDecodingStrategy = .iso8601
+                let status = try decoder.decode(SpoolStatus.self, from: Data(output.stdout.utf8))
+                let claim = try #require(status.claims.first { $0.name == name })
+                #expect(claim.host == "host-c" && claim.pid == 77 && claim.ownerAlive)
+                #expect((claim.ageSeconds >= 4.5) && (claim.ageSeconds < 60))
+                #expect((claim.leaseRemainingSeconds ?? 0) > 20)
+                #expect(status.lastRunOfEachHost?.map(\.host) == ["host-a"])
+                #expect(status.database == database.url)
+                let text = try await dopesync(
+                    ["status", "--spool", spool.root, "--database", database.url], environment: environment)
+                #expect(text.stdout.contains("by host-c pid 77 run run-c"))
+                #expect(text.stdout.contains("left"))
+                #expect(!text.stdout.contains(database.cluster.password))
+            }
+        }
+    }
+}

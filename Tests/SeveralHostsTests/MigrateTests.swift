@@ -1,0 +1,67 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `dopesync migrate --to URL`: a spool switched from its SQLite file to the shared database
+/// resends nothing its checkpoints hold.
+@Suite struct MigrateTests {
+    @Test(
+        "a run on SQLite killed mid-upload, migrate, then a run on PostgreSQL: only the steps not done are sent, each once",
+        arguments: keysHonouredOrIgnored)
+    func switchingOverResendsNothing(keysHonoured: Bool) async throws {
+        let database = try SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...4).map { SampleSession(seed: UInt64(4600 + $0), shape: .realistic) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            let victim = Mutex<(seen: Int, child: Spawned?)>((0, nil))
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 2...5
+            configuration.ignoreIdempotencyKeys = !keysHonoured
+            configuration.onRequest = { _, _ in
+                victim.withLock { state in
+                    state.seen += 1
+                    if state.seen == 100, let child = state.child {
+                        child.kill(SIGKILL)
+                        state.child = nil
+                    }
+                }
+            }
+            try await withDevServer(configuration) { server in
+                let onOneHost = try spawnRun(spool, against: server, ["--concurrency", "2"])
+                victim.withLock { $0.child = onOneHost }
+                #expect(await onOneHost.finished() == 128 + SIGKILL)
+                let doneInTheFile = try CheckpointStore(spool: spool).allSteps().filter { $0.state == .done }.count
+                #expect(doneInTheFile > 0)
+
+                let (_, environment) = database.runArguments(host: "host-a")
+                let migrate = try await dopesync(
+                    ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+                #expect(migrate.status == 0, "\(migrate.stderr)")
+                #expect(migrate.stdout.hasPrefix("migrated "))
+                #expect(
+                    try database.psql("SELECT count(*) FROM dopesync.steps WHERE state = 'done'") == "\(doneInTheFile)")
+                // Twice copies nothing twice.
+                let again = try await dopesync(
+                    ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+                #expect(again.status == 0 && again.stdout.contains(": 0 steps, 0 bundles, 0 runs"))
+
+                let postsBefore = try await server.requestLog().filter { $0.method == "POST" }.count
+                let shared = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await shared.finished() == 0)
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+                let total = samples.reduce(0) { $0 + $1.expectedRequestCount }
+                let postsAfter = try await server.requestLog().filter { $0.method == "POST" }.count
+                // Each step the file had done is not sent again; at most the steps in flight when
+                // the run was killed (two a bundle: one on the wire, one committing) are sent again.
+                #expect(postsAfter - postsBefore <= total - doneInTheFile + 2 * samples.count)
+            }
+        }
+    }
+}
