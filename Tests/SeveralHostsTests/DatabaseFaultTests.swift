@@ -80,43 +80,4 @@ import Testing
             }
         }
     }
-
-    @Test("status from another host shows each claim's host and its lease's time left, and each host's last run")
-    func statusFromAnyHost() async throws {
-        let database = try SharedCluster.freshDatabase()
-        try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
-            try await withDevServer { server in
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await run.finished() == 0)
-                // A claim held by a worker on host-c, as it would be mid-upload there.
-                let name = "held.tar.gz"
-                _ = FileManager.default.createFile(atPath: spool.path(.processing, name), contents: Data("x".utf8))
-                try database.psql(
-                    """
-                    INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
-                    VALUES ('\(name)', 1, 'run-c', 'host-c', 77, extract(epoch FROM now()) - 5,
-                            extract(epoch FROM now()), extract(epoch FROM now()) + 25)
-                    """)
-                let (_, environment) = database.runArguments(host: "host-b")
-                let output = try await dopesync(
-                    ["status", "--json", "--spool", spool.root, "--database", database.url], environment: environment)
-                #expect(output.status == 0, "\(output.stderr)")
-                let decoder = JSONDecoder()
-                decoder.dateDecodingStrategy = .iso8601
-                let status = try decoder.decode(SpoolStatus.self, from: Data(output.stdout.utf8))
-                let claim = try #require(status.claims.first { $0.name == name })
-                #expect(claim.host == "host-c" && claim.pid == 77 && claim.ownerAlive)
-                #expect((claim.ageSeconds >= 4.5) && (claim.ageSeconds < 60))
-                #expect((claim.leaseRemainingSeconds ?? 0) > 20)
-                #expect(status.lastRunOfEachHost?.map(\.host) == ["host-a"])
-                #expect(status.database == database.url)
-                let text = try await dopesync(
-                    ["status", "--spool", spool.root, "--database", database.url], environment: environment)
-                #expect(text.stdout.contains("by host-c pid 77 run run-c"))
-                #expect(text.stdout.contains("left"))
-                #expect(!text.stdout.contains(database.cluster.password))
-            }
-        }
-    }
 }

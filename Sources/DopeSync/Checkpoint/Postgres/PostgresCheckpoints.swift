@@ -173,6 +173,17 @@ public final class PostgresCheckpoints: Sendable {
             return CheckpointError(
                 code: .unreachable, message: "cannot reach PostgreSQL at \(settings.url) while \(doing): \(error)")
         }
+        if error.code == .authMechanismRequiresPassword {
+            return CheckpointError(
+                code: .refused,
+                message:
+                    "PostgreSQL at \(settings.url) asks user \(settings.user) for a password and none was given: set DOPESYNC_DATABASE_PASSWORD or database-password-file:"
+            )
+        }
+        if error.code == .unsupportedAuthMechanism || error.code == .saslError {
+            return CheckpointError(
+                code: .refused, message: "PostgreSQL at \(settings.url) refused the login: \(error.code)")
+        }
         if let state = error.serverInfo?[.sqlState] {
             let message = error.serverInfo?[.message] ?? "\(error.code)"
             switch state {
