@@ -49,6 +49,10 @@ struct UploadSlot: Sendable {
             }
             counters.claimed()
             let outcome = await uploader.process(claimed)
+            // A bundle left where it is (a move that failed, one replaced, a claim lost) stops
+            // being renewed: another worker may take it once its lease runs out. A claim that
+            // ended with its outcome is already let go, and this does nothing.
+            await checkpoints.releaseClaim(of: entry.name)
             counters.record(outcome)
             if outcome == .done, let arrived = arrivals[entry.name] {
                 counters.synced(after: max(0, Date().timeIntervalSince(arrived)))

@@ -76,8 +76,12 @@ extension PostgresCheckpoints {
     }
 
     public func releaseClaim(of name: String) async {
-        guard let owner, let epoch = leaseBook.withLock({ $0.leases[name]?.epoch }) else { return }
-        leaseBook.withLock { $0.released(name) }
+        // A lease known lost is another worker's now: nothing to let go.
+        let held = leaseBook.withLock { book in
+            defer { book.released(name) }
+            return book.leases[name].flatMap { $0.lost ? nil : $0.epoch }
+        }
+        guard let owner, let epoch = held else { return }
         _ = try? await rows(
             "releasing the claim of \(name)",
             """
