@@ -20,6 +20,9 @@ public protocol CheckpointStorage: Sendable {
     func holdsClaim(of name: String) -> Bool
     /// Checks with the store that the claim of `name` is still this worker's, just before a move.
     func confirmClaim(of name: String) async -> Bool
+    /// Whether the store's last statement failed because the database could not be reached (a
+    /// claim abandoned then is the database's fault, not a takeover's). Always false on one host.
+    var isUnreachable: Bool { get }
     /// Ends the claim of `name` without an outcome (the bundle stays where it is, or its spool
     /// claim failed): another worker may take it at once.
     func releaseClaim(of name: String) async

@@ -16,6 +16,8 @@ extension CheckpointWriter: CheckpointStorage {
 
     public func releaseClaim(of name: String) async {}
 
+    public var isUnreachable: Bool { false }
+
     public func recordRunStarted(runID: String, host: String, pid: Int32) async throws(CheckpointError) {
         try await perform { try $0.recordRunStarted(runID: runID, host: host, pid: pid) }
     }

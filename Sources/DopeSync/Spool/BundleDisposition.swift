@@ -173,6 +173,11 @@ struct BundleDisposition: Sendable {
     /// bundle now, so this one moves nothing and writes nothing more; the bundle stays where it
     /// is, for the worker that takes it over.
     func abandon(_ claimed: ClaimedBundle, logger: Logger) -> UploadOutcome {
+        // Not renewed because the database is gone: the run stops claiming and ends with 75.
+        if checkpoints.isUnreachable {
+            checkpointFailed(
+                CheckpointError(code: .unreachable, message: "the claims could not be renewed"), logger: logger)
+        }
         logger.error(
             "the claim on the bundle ran out before it could be moved: it is left where it is for the worker that takes it over",
             metadata: ["bundle.path": "processing/\(claimed.name)"])

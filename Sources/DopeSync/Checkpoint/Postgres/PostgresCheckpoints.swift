@@ -30,6 +30,10 @@ public final class PostgresCheckpoints: Sendable {
     let logger: Logger
     /// The longest one statement or transaction may take before the database counts as unreachable.
     let statementTimeout: Duration
+    /// Whether the last statement to end failed for want of the database.
+    private let unreachable = Atomic(false)
+    public var isUnreachable: Bool { unreachable.load(ordering: .relaxed) }
+
     /// Writes no caller waits for (result batches, reference lists), run one after another in
     /// the order queued, in the store's own task.
     let queuedWrites: AsyncStream<@Sendable () async -> Void>.Continuation
@@ -95,7 +99,21 @@ public final class PostgresCheckpoints: Sendable {
         configuration.options.connectTimeout = .seconds(5)
         configuration.options.maximumConnections = 40
         configuration.options.keepAliveBehavior = .init(frequency: .seconds(15))
+        configuration.options.additionalStartupParameters = sessionSettings(settings)
         return configuration
+    }
+
+    /// Set on every connection: a worker cut off from the database in the middle of a
+    /// transaction (a partition drops its packets, so the server hears nothing) would otherwise
+    /// keep the claim rows it locked until TCP gives up, hours later, and no other worker could
+    /// take its bundles over. Its transactions take milliseconds; a third of the lease is far
+    /// more than any needs, and short enough for a takeover soon after the lease runs out.
+    static func sessionSettings(_ settings: DatabaseSettings) -> [(String, String)] {
+        let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
+        return [
+            ("idle_in_transaction_session_timeout", "\(milliseconds)ms"),
+            ("application_name", "dopesync"),
+        ]
     }
 
     static func tls(_ mode: DatabaseSettings.TLSMode) -> PostgresClient.Configuration.TLS {
@@ -117,14 +135,18 @@ public final class PostgresCheckpoints: Sendable {
         while true {
             tries += 1
             do {
-                return try await Self.withTimeout(statementTimeout, body)
+                let value = try await Self.withTimeout(statementTimeout, body)
+                unreachable.store(false, ordering: .relaxed)
+                return value
             } catch {
                 // A transaction's failure comes wrapped: what failed inside it is what counts
                 // (a claim found lost is that, not a database that cannot be reached).
                 let cause = Self.cause(of: error)
                 if let cause = cause as? CheckpointError { throw cause }
                 if let cause = cause as? PSQLError, tries < 3, Self.isRetryableRace(cause) { continue }
-                throw Self.checkpointError(cause, settings: settings, doing: doing())
+                let failure = Self.checkpointError(cause, settings: settings, doing: doing())
+                unreachable.store(failure.isUnreachable, ordering: .relaxed)
+                throw failure
             }
         }
     }

@@ -135,9 +135,11 @@ enum PostgresSchema {
             case .prefer: .prefer(try! .init(configuration: .makeClientConfiguration()))
             case .verifyFull: .require(try! .init(configuration: .makeClientConfiguration()))
             }
-        return PostgresConnection.Configuration(
+        var configuration = PostgresConnection.Configuration(
             host: settings.host, port: settings.port, username: settings.user, password: settings.password,
             database: settings.database, tls: tls)
+        configuration.options.additionalStartupParameters = PostgresCheckpoints.sessionSettings(settings)
+        return configuration
     }
 
     /// All in one transaction under the advisory lock: two hosts starting at once migrate once,
