@@ -45,6 +45,9 @@ struct BundleDisposition: Sendable {
                     "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
                 ])
             return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .deferBundle(_, _) where !checkpoints.holdsClaim(of: claimed.name):
+            // Its last try was cut short because the claim ran out: not the API's fault.
+            return abandon(claimed, logger: logger)
         case .deferBundle(let failure, let answered):
             // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
             if let reason = counters.stepKeptFailing(answered: answered) {

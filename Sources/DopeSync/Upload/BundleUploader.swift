@@ -160,7 +160,7 @@ struct BundleUploader: Sendable {
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
                 guard checkpoints.holdsClaim(of: claimed.name) else {
-                    return disposition.abandon(claimed, logger: logger)
+                    return await abandon(claimed, settling: pendingResult, logger: logger)
                 }
                 tokenSent = client.credential.current
                 action = state.looked(await look(target, logger: logger), stopping: counters.shouldStop)
@@ -170,7 +170,7 @@ struct BundleUploader: Sendable {
                 // Before every request: a claim whose lease ran out (a paused process, a lost
                 // database) sends nothing more; another worker may hold the bundle now.
                 guard checkpoints.holdsClaim(of: claimed.name) else {
-                    return disposition.abandon(claimed, logger: logger)
+                    return await abandon(claimed, settling: pendingResult, logger: logger)
                 }
                 tokenSent = client.credential.current
                 let (answer, bytes) = await client.send(
@@ -205,6 +205,15 @@ struct BundleUploader: Sendable {
                     claimed, finish, sessionID: plan.sessionID, steps: plan.steps.count, logger: logger)
             }
         }
+    }
+
+    /// Leaves a bundle whose claim ran out, after the result already handed in has committed
+    /// or been refused: a record the server created is checkpointed if the store still takes it.
+    private func abandon(_ claimed: ClaimedBundle, settling pending: GroupCommit.Ticket?, logger: Logger) async
+        -> UploadOutcome
+    {
+        if let pending { _ = await results.settle(pending) }
+        return disposition.abandon(claimed, logger: logger)
     }
 
     /// The session's tree on the server, where ``BundleUploadState`` looks for a step.

@@ -12,6 +12,20 @@ extension PostgresCheckpoints {
         let lease = settings.lease / .seconds(1)
         let askedAt = ContinuousClock.now
         let now = Self.databaseNow
+        // Another host may have deferred it since this run listed it as due: its next attempt,
+        // on the deferring worker's clock as `IncomingQueue` reads it, still holds.
+        let clientNow = Date().timeIntervalSince1970
+        if !orphan,
+            try await !rows(
+                "checking the next attempt of \(name)",
+                """
+                SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
+                    AND next_attempt_at > \(clientNow)
+                """
+            ).isEmpty
+        {
+            return false
+        }
         // A bundle never claimed: its row is made with epoch 1, in one statement.
         var rows = try await rows(
             "claiming \(name)",
@@ -34,6 +48,7 @@ extension PostgresCheckpoints {
                 FROM (
                     SELECT bundle_name, host AS previous_host, run_id AS previous_run FROM dopesync.claims
                     WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: now))
+                        AND run_id IS DISTINCT FROM \(owner.runID)
                     FOR UPDATE SKIP LOCKED
                 ) AS free
                 WHERE c.bundle_name = free.bundle_name
@@ -109,8 +124,10 @@ extension PostgresCheckpoints {
             let epochs = names.map { due[$0]! }
             let now = Self.databaseNow
             do {
+                // Bounded well inside the renewal interval: one slow renewal must not use up
+                // the time every lease has left.
                 let rows = try await rows(
-                    "renewing \(names.count) claims",
+                    "renewing \(names.count) claims", timeout: min(statementTimeout, interval / 2),
                     """
                     UPDATE dopesync.claims AS c SET renewed_at = \(unescaped: now),
                         lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))

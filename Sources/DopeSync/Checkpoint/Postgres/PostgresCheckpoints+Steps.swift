@@ -6,18 +6,6 @@ import Synchronization
 /// The `steps` table: each step's intent, then its server id, as in the SQLite file
 /// (``CheckpointStore`` `+Steps`), each write fenced by the claim of the bundle that sends it.
 extension PostgresCheckpoints {
-    public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
-        -> [StepIntentOutcome]
-    {
-        guard let bundle = intents.first?.bundleName else { return [] }
-        let now = Date().timeIntervalSince1970
-        return try await fencedTransaction(bundle, "recording the intent of \(intents.map(\.stepKey))") { connection in
-            try await intents.asyncMap { intent in
-                try await Self.recordIntent(connection, sessionID: sessionID, intent, now: now, logger: self.logger)
-            }
-        }
-    }
-
     static func recordIntent(
         _ connection: PostgresConnection, sessionID: String, _ intent: CheckpointStore.StepIntent, now: Double,
         logger: Logger
@@ -96,58 +84,6 @@ extension PostgresCheckpoints {
             }
         }
         if !queued { then(.failure(CheckpointWriter.stopped)) }
-    }
-
-    /// The results of one batch, in one transaction; each result fenced by the claim of the
-    /// bundle that sent its step (the step row's `bundle_name`). One refused (no intent, another
-    /// id, a claim lost) changes nothing and does not stop the others.
-    func recordResultsNow(_ results: [CheckpointStore.StepResult]) async throws(CheckpointError)
-        -> [Result<CompletedStep, CheckpointError>]
-    {
-        let now = Date().timeIntervalSince1970
-        let epochs = leaseBook.withLock { book in
-            book.leases.compactMapValues { lease in lease.lost ? nil : lease.epoch }
-        }
-        return try await transaction("recording the results of \(results.count) steps") { connection in
-            var outcomes: [Result<CompletedStep, CheckpointError>] = []
-            var locked: [String: Bool] = [:]
-            for result in results {
-                do {
-                    outcomes.append(
-                        .success(
-                            try await self.recordFencedResult(
-                                connection, result, epochs: epochs, locked: &locked, now: now)))
-                } catch let refused as CheckpointError {
-                    outcomes.append(.failure(refused))
-                }
-            }
-            return outcomes
-        }
-    }
-
-    private func recordFencedResult(
-        _ connection: PostgresConnection, _ result: CheckpointStore.StepResult, epochs: [String: Int64],
-        locked: inout [String: Bool], now: Double
-    ) async throws -> CompletedStep {
-        let row = try await connection.query(
-            """
-            SELECT bundle_name FROM dopesync.steps WHERE session_id = \(result.sessionID) AND step_key = \(result.stepKey)
-            """, logger: logger
-        ).collect().first
-        if let bundle: String = try row.flatMap({ row throws(CheckpointError) in try Self.decode(row, "bundle_name") })
-        {
-            if locked[bundle] == nil {
-                do {
-                    guard let epoch = epochs[bundle] else { throw Self.leaseLost(bundle) }
-                    try await lockClaim(bundle, epoch: epoch, on: connection)
-                    locked[bundle] = true
-                } catch {
-                    locked[bundle] = false
-                }
-            }
-            guard locked[bundle] == true else { throw Self.leaseLost(bundle) }
-        }
-        return try await Self.recordResult(connection, result, now: now, logger: logger)
     }
 
     static func recordResult(

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOSSL
 import PostgresNIO
 import Synchronization
 
@@ -119,9 +120,17 @@ public final class PostgresCheckpoints: Sendable {
     static func tls(_ mode: DatabaseSettings.TLSMode) -> PostgresClient.Configuration.TLS {
         switch mode {
         case .disable: .disable
-        case .prefer: .prefer(.makeClientConfiguration())
+        case .prefer: .prefer(unverifiedTLS)
         case .verifyFull: .require(.makeClientConfiguration())
         }
+    }
+
+    /// `prefer` as libpq means it: encrypted when the server offers TLS, its certificate not
+    /// checked (Debian's PostgreSQL offers a self-signed one out of the box). `verify-full` checks.
+    static var unverifiedTLS: TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none
+        return tls
     }
 
     // MARK: - Running statements
@@ -129,13 +138,14 @@ public final class PostgresCheckpoints: Sendable {
     /// Runs `body` with a time limit and gives every failure a ``CheckpointError`` code. A
     /// transaction that lost a serialization or deadlock race is run again (twice at most).
     func perform<Value: Sendable>(
-        _ doing: @autoclosure () -> String, _ body: @escaping @Sendable () async throws -> Value
+        _ doing: @autoclosure () -> String, timeout: Duration? = nil,
+        _ body: @escaping @Sendable () async throws -> Value
     ) async throws(CheckpointError) -> Value {
         var tries = 0
         while true {
             tries += 1
             do {
-                let value = try await Self.withTimeout(statementTimeout, body)
+                let value = try await Self.withTimeout(timeout ?? statementTimeout, body)
                 unreachable.store(false, ordering: .relaxed)
                 return value
             } catch {
@@ -162,10 +172,13 @@ public final class PostgresCheckpoints: Sendable {
     }
 
     /// One statement outside a transaction, its rows collected.
-    func rows(_ doing: @autoclosure () -> String, _ query: PostgresQuery) async throws(CheckpointError) -> [PostgresRow]
+    func rows(_ doing: @autoclosure () -> String, timeout: Duration? = nil, _ query: PostgresQuery)
+        async throws(CheckpointError) -> [PostgresRow]
     {
         let logger = self.logger
-        return try await perform(doing()) { [client] in try await client.query(query, logger: logger).collect() }
+        return try await perform(doing(), timeout: timeout) { [client] in
+            try await client.query(query, logger: logger).collect()
+        }
     }
 
     static func withTimeout<Value: Sendable>(
@@ -192,8 +205,20 @@ public final class PostgresCheckpoints: Sendable {
                 code: .unreachable, message: "PostgreSQL at \(settings.url) did not answer while \(doing)")
         }
         guard let error = error as? PSQLError else {
+            if error is NIOSSLError {
+                return CheckpointError(
+                    code: .refused,
+                    message:
+                        "PostgreSQL at \(settings.url): TLS failed (\(error)); sslmode=verify-full needs a certificate the system trusts for that host"
+                )
+            }
             return CheckpointError(
                 code: .unreachable, message: "cannot reach PostgreSQL at \(settings.url) while \(doing): \(error)")
+        }
+        if error.code == .sslUnsupported || error.code == .failedToAddSSLHandler {
+            return CheckpointError(
+                code: .refused,
+                message: "PostgreSQL at \(settings.url) does not offer TLS, which sslmode=verify-full requires")
         }
         if error.code == .authMechanismRequiresPassword {
             return CheckpointError(
@@ -217,6 +242,13 @@ public final class PostgresCheckpoints: Sendable {
                 )
             case "3D000":
                 return CheckpointError(code: .refused, message: "PostgreSQL at \(settings.url): \(message)")
+            case "53100":
+                return CheckpointError(
+                    code: .diskFull, message: "PostgreSQL at \(settings.url) is out of disk: \(message)")
+            case "25006":
+                // A replica after a failover, or default_transaction_read_only: nothing can be checkpointed.
+                return CheckpointError(
+                    code: .readOnly, message: "PostgreSQL at \(settings.url) is read-only: \(message)")
             case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
                 // Connection exceptions, an administrator's shutdown or restart, too many connections.
                 return CheckpointError(

@@ -132,7 +132,7 @@ enum PostgresSchema {
         let tls: PostgresConnection.Configuration.TLS =
             switch settings.tls {
             case .disable: .disable
-            case .prefer: .prefer(try! .init(configuration: .makeClientConfiguration()))
+            case .prefer: .prefer(try! .init(configuration: PostgresCheckpoints.unverifiedTLS))
             case .verifyFull: .require(try! .init(configuration: .makeClientConfiguration()))
             }
         var configuration = PostgresConnection.Configuration(
