@@ -60,21 +60,40 @@ extension PostgresCheckpoints {
         }
     }
 
+    /// One statement: the fence, the bundle's row, and the session's steps already done.
     public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
         async throws(CheckpointError) -> [String: CompletedStep]
     {
-        try await fencedTransaction(name, "recording the claim of \(name)") { connection in
-            let t = now.timeIntervalSince1970
-            _ = try await connection.query(
-                """
+        let epoch = try fence(name)
+        let t = now.timeIntervalSince1970
+        let rows = try await rows(
+            "recording the claim of \(name)",
+            """
+            WITH fence AS (
+                SELECT bundle_name FROM dopesync.claims
+                WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID) FOR SHARE
+            ), claimed AS (
                 INSERT INTO dopesync.bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total)
-                VALUES (\(name), \(sessionID), \(t), 'claimed', \(t), \(totalSteps))
+                SELECT \(name), \(sessionID), \(t), 'claimed', \(t), \(totalSteps) WHERE EXISTS (SELECT 1 FROM fence)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
                     steps_total = excluded.steps_total, reading_since = NULL
-                """, logger: self.logger)
-            return try await Self.completedSteps(connection, sessionID: sessionID, logger: self.logger)
+                RETURNING name
+            )
+            SELECT EXISTS (SELECT 1 FROM fence) AS fenced, s.step_key, s.server_id, s.content_digest, s.done_at
+            FROM (VALUES (1)) AS one
+            LEFT JOIN dopesync.steps s ON s.session_id = \(sessionID) AND s.state = 'done'
+            """)
+        guard let first = rows.first, try Self.decode(first, "fenced") as Bool else {
+            leaseBook.withLock { $0.lost(name, epoch: epoch) }
+            throw Self.leaseLost(name)
         }
+        var steps: [String: CompletedStep] = [:]
+        for row in rows {
+            guard let key: String = try Self.decode(row, "step_key") else { continue }
+            steps[key] = try Self.completedStep(row)
+        }
+        return steps
     }
 
     public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)
@@ -104,6 +123,30 @@ extension PostgresCheckpoints {
     }
 
     public func recordDone(name: String, sessionID: String?, finalName: String) async throws(CheckpointError) {
+        // The usual case, under its own name: one statement.
+        if finalName == name, let owner {
+            let epoch = try fence(name)
+            defer { leaseBook.withLock { $0.released(name) } }
+            let t = Date().timeIntervalSince1970
+            let rows = try await rows(
+                "recording \(name) done",
+                """
+                WITH fence AS (
+                    SELECT bundle_name FROM dopesync.claims
+                    WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID) FOR UPDATE
+                ), outcome AS (
+                    UPDATE dopesync.bundles SET session_id = COALESCE(\(sessionID), session_id), last_outcome = 'done',
+                        next_attempt_at = NULL, updated_at = \(t), reading_since = NULL
+                    WHERE name = \(name) AND EXISTS (SELECT 1 FROM fence)
+                ), ended AS (
+                    UPDATE dopesync.claims SET run_id = NULL, lease_expires_at = NULL
+                    WHERE bundle_name IN (SELECT bundle_name FROM fence)
+                )
+                SELECT EXISTS (SELECT 1 FROM fence) AS fenced
+                """)
+            guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw Self.leaseLost(name) }
+            return
+        }
         try await recordEnd(name, finalName: finalName, "recording \(name) done") { connection in
             try await self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil,

@@ -15,24 +15,17 @@ extension PostgresCheckpoints {
         // Another host may have deferred it since this run listed it as due: its next attempt,
         // on the deferring worker's clock as `IncomingQueue` reads it, still holds.
         let clientNow = Date().timeIntervalSince1970
-        if !orphan,
-            try await !rows(
-                "checking the next attempt of \(name)",
-                """
-                SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
-                    AND next_attempt_at > \(clientNow)
-                """
-            ).isEmpty
-        {
-            return false
-        }
+        let deferred = orphan ? Double.infinity : clientNow
         // A bundle never claimed: its row is made with epoch 1, in one statement.
         var rows = try await rows(
             "claiming \(name)",
             """
             INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
-            VALUES (\(name), 1, \(owner.runID), \(owner.host), \(Int(owner.pid)),
-                    \(unescaped: now), \(unescaped: now), \(unescaped: now) + \(lease))
+            SELECT \(name), 1, \(owner.runID), \(owner.host), \(Int(owner.pid)),
+                    \(unescaped: now), \(unescaped: now), \(unescaped: now) + \(lease)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
+                    AND next_attempt_at > \(deferred))
             ON CONFLICT (bundle_name) DO NOTHING
             RETURNING epoch
             """)
@@ -49,6 +42,9 @@ extension PostgresCheckpoints {
                     SELECT bundle_name, host AS previous_host, run_id AS previous_run FROM dopesync.claims
                     WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: now))
                         AND run_id IS DISTINCT FROM \(owner.runID)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
+                                AND next_attempt_at > \(deferred))
                     FOR UPDATE SKIP LOCKED
                 ) AS free
                 WHERE c.bundle_name = free.bundle_name
