@@ -242,6 +242,7 @@ extension PostgresCheckpoints {
     }
 
     static func bundleState(_ row: PostgresRow) throws(CheckpointError) -> BundleState {
+        let row = row.makeRandomAccess()
         var error: BundleFailure? = nil
         if let reason: String = try decode(row, "last_error_reason") {
             error = BundleFailure(
