@@ -102,6 +102,41 @@ import Testing
         }
     }
 
+    @Test func aReadingCutShortIsCountedABundleDoneUnderTheSameNameStartsAfreshAndALostClaimMarksNothing()
+        async throws
+    {
+        let database = try SharedCluster.freshDatabase()
+        try await PostgresCheckpoints.with(
+            database.settings(), owner: ownerA, statementTimeout: Self.patience, logger: quietLogger
+        ) { a in
+            #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
+            #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
+            // The reading never ended (the process died while reading): the next one counts it.
+            #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 1)
+            _ = try await a.recordClaim(name: "x.tar.gz", sessionID: "s1", owner: ownerA, totalSteps: 3, now: Date())
+            try await a.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
+
+            // Another file under the same name: nothing of the first one's row is its.
+            #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
+            #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
+            #expect(
+                try database.psql(
+                    """
+                    SELECT coalesce(session_id, '-'), attempts, coalesce(last_outcome, '-'), steps_done,
+                        coalesce(steps_total::text, '-'), reading_since IS NOT NULL
+                    FROM dopesync.bundles
+                    """) == "-|0|-|0|-|t")
+
+            // Taken over: the mark is refused and the row stays as it was.
+            try database.psql("UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b'")
+            await #expect {
+                try await a.beginReading(name: "x.tar.gz", now: Date())
+            } throws: { ($0 as? CheckpointError)?.code == .leaseLost }
+            #expect(try database.psql("SELECT readings_cut_short FROM dopesync.bundles") == "0")
+            #expect(!a.holdsClaim(of: "x.tar.gz"))
+        }
+    }
+
     @Test func anUnreachableDatabaseAtTheStartIsUnreachableNotAWaitForEver() async throws {
         let database = try SharedCluster.freshDatabase()
         var settings = database.settings()

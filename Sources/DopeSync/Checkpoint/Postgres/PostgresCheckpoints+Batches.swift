@@ -11,16 +11,13 @@ extension PostgresCheckpoints {
     public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
         -> [StepIntentOutcome]
     {
-        guard let bundle = intents.first?.bundleName, let owner else { return [] }
-        let epoch = try fence(bundle)
+        guard let bundle = intents.first?.bundleName else { return [] }
+        let fence = try fence(bundle)
         let now = Date().timeIntervalSince1970
         let rows = try await rows(
             "recording the intent of \(intents.map(\.stepKey))",
             """
-            WITH fence AS (
-                SELECT bundle_name FROM dopesync.claims
-                WHERE bundle_name = \(bundle) AND epoch = \(epoch) AND run_id = \(owner.runID) FOR SHARE
-            ), given AS (
+            WITH fence AS (\(fence, lock: .share)), given AS (
                 SELECT * FROM unnest(\(intents.map(\.stepKey))::text[], \(intents.map(\.idempotencyKey))::text[],
                     \(intents.map(\.requestFingerprint))::text[], \(intents.map(\.contentDigest))::text[])
                     AS given(step_key, idempotency_key, request_fingerprint, content_digest)
@@ -44,10 +41,7 @@ extension PostgresCheckpoints {
                 before.request_fingerprint
             FROM (VALUES (1)) AS one LEFT JOIN before ON true
             """)
-        guard let first = rows.first, try Self.decode(first, "fenced") as Bool else {
-            leaseBook.withLock { $0.lost(bundle, epoch: epoch) }
-            throw Self.leaseLost(bundle)
-        }
+        guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
         var before: [String: PostgresRow] = [:]
         for row in rows {
             if let key: String = try Self.decode(row, "step_key") { before[key] = row }

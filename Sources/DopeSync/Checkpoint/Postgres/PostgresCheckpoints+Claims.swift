@@ -71,18 +71,18 @@ extension PostgresCheckpoints {
     }
 
     public func confirmClaim(of name: String) async -> Bool {
-        guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else { return false }
+        guard let fence = try? fence(name) else { return false }
         let askedAt = ContinuousClock.now
         let now = Self.databaseNow
         let renewed = try? await rows(
             "confirming the claim of \(name)",
             """
             UPDATE dopesync.claims SET renewed_at = \(unescaped: now), lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))
-            WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID) AND lease_expires_at > \(unescaped: now)
+            WHERE bundle_name = \(name) AND epoch = \(fence.epoch) AND run_id = \(fence.runID) AND lease_expires_at > \(unescaped: now)
             RETURNING epoch
             """)
         guard let renewed else { return false }
-        leaseBook.withLock { $0.renewed(renewed.isEmpty ? [] : [name], of: [name: epoch], askedAt: askedAt) }
+        leaseBook.withLock { $0.renewed(renewed.isEmpty ? [] : [name], of: [name: fence.epoch], askedAt: askedAt) }
         return holdsClaim(of: name)
     }
 
@@ -147,12 +147,19 @@ extension PostgresCheckpoints {
         }
     }
 
-    /// The epoch under which this worker may write about `name` now, or ``CheckpointError/Code/leaseLost``.
-    func fence(_ name: String) throws(CheckpointError) -> Int64 {
-        guard let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {
+    /// The claim under which this worker may write about `name` now, or ``CheckpointError/Code/leaseLost``.
+    func fence(_ name: String) throws(CheckpointError) -> ClaimFence {
+        guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {
             throw Self.leaseLost(name)
         }
-        return epoch
+        return ClaimFence(name: name, epoch: epoch, runID: owner.runID)
+    }
+
+    /// The database no longer holds `fence`'s claim for this worker: it is marked lost, and nothing
+    /// more is sent or written for the bundle.
+    func lost(_ fence: ClaimFence) -> CheckpointError {
+        leaseBook.withLock { $0.lost(fence.name, epoch: fence.epoch) }
+        return Self.leaseLost(fence.name)
     }
 
     static func leaseLost(_ name: String) -> CheckpointError {
@@ -162,30 +169,17 @@ extension PostgresCheckpoints {
                 "the claim of \(name) is no longer this worker's (its lease ran out); nothing was written")
     }
 
-    /// Locks the claim's row under `epoch` for the rest of the transaction, so that no takeover
-    /// commits between this check and the writes after it; throws when the claim is not ours.
-    func lockClaim(_ name: String, epoch: Int64, on connection: PostgresConnection) async throws {
-        guard let owner else { throw Self.leaseLost(name) }
-        let rows = try await connection.query(
-            """
-            SELECT 1 FROM dopesync.claims WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID)
-            FOR SHARE
-            """, logger: logger
-        ).collect()
-        if rows.isEmpty {
-            leaseBook.withLock { $0.lost(name, epoch: epoch) }
-            throw Self.leaseLost(name)
-        }
-    }
-
-    /// A fenced write about `name`: the claim's row locked under this worker's epoch, then `body`.
+    /// A fenced write about `name` of more than one statement: the claim's row locked under this
+    /// worker's epoch for the rest of the transaction (no takeover commits between the check and
+    /// the writes after it), then `body`.
     func fencedTransaction<Value: Sendable>(
         _ name: String, _ doing: @autoclosure () -> String,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
     ) async throws(CheckpointError) -> Value {
-        let epoch = try fence(name)
+        let fence = try fence(name)
         return try await transaction(doing()) { connection in
-            try await self.lockClaim(name, epoch: epoch, on: connection)
+            let rows = try await connection.query("\(fence, lock: .share)", logger: self.logger).collect()
+            if rows.isEmpty { throw self.lost(fence) }
             return try await body(connection)
         }
     }
@@ -225,5 +219,36 @@ extension PostgresRow {
     /// The value of `column`, by name: a schema change shows as an error, not as a wrong column.
     func column<T: PostgresDecodable>(_ column: String) throws -> T {
         try makeRandomAccess()[column].decode(T.self)
+    }
+}
+
+/// The claim a fenced write is made under: this worker's run and the epoch it took the bundle
+/// with. A statement that writes about a claimed bundle locks the claim's row under it first
+/// (``PostgresQuery/StringInterpolation/appendInterpolation(_:lock:)``) and writes nothing when
+/// the row no longer matches: the lease ran out and another worker took the bundle over.
+struct ClaimFence: Sendable {
+    let name: String
+    let epoch: Int64
+    let runID: String
+
+    enum Lock: String {
+        /// Other writes under the same claim may go on at once; a takeover waits.
+        case share = "FOR SHARE"
+        /// For the write that ends the claim.
+        case update = "FOR UPDATE"
+    }
+}
+
+extension PostgresQuery.StringInterpolation {
+    /// `SELECT bundle_name FROM dopesync.claims …` of `fence`'s claim, locked: one row while the
+    /// claim is this worker's, none once it is not. The first CTE (`fence`) of every fenced statement.
+    mutating func appendInterpolation(_ fence: ClaimFence, lock: ClaimFence.Lock) {
+        appendLiteral("SELECT bundle_name FROM dopesync.claims WHERE bundle_name = ")
+        appendInterpolation(fence.name)
+        appendLiteral(" AND epoch = ")
+        appendInterpolation(fence.epoch)
+        appendLiteral(" AND run_id = ")
+        appendInterpolation(fence.runID)
+        appendLiteral(" \(lock.rawValue)")
     }
 }
