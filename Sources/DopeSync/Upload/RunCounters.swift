@@ -80,7 +80,7 @@ final class RunCounters: Sendable {
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
 
     /// Sets a reason the run stops for; true for its first report only (one log line a run).
-    func report(_ reason: WritableKeyPath<State, Bool> & Sendable) -> Bool {
+    func report(_ reason: any WritableKeyPath<State, Bool> & Sendable) -> Bool {
         state.withLock { state in
             defer { state[keyPath: reason] = true }
             return !state[keyPath: reason]

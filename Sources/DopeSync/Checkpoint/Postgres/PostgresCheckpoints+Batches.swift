@@ -16,31 +16,7 @@ extension PostgresCheckpoints {
         let now = Date().timeIntervalSince1970
         let rows = try await rows(
             "recording the intent of \(intents.map(\.stepKey))",
-            """
-            WITH fence AS (\(fence, lock: .share)), given AS (
-                SELECT * FROM unnest(\(intents.map(\.stepKey))::text[], \(intents.map(\.idempotencyKey))::text[],
-                    \(intents.map(\.requestFingerprint))::text[], \(intents.map(\.contentDigest))::text[])
-                    AS given(step_key, idempotency_key, request_fingerprint, content_digest)
-            ), before AS (
-                SELECT s.step_key, s.state, s.server_id, s.content_digest, s.done_at, s.request_fingerprint
-                FROM dopesync.steps s JOIN given USING (step_key) WHERE s.session_id = \(sessionID) FOR UPDATE OF s
-            ), written AS (
-                INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest,
-                    state, sent_at, bundle_name)
-                SELECT \(sessionID), step_key, idempotency_key, request_fingerprint, content_digest, 'sent', \(now),
-                    \(bundle)
-                FROM given WHERE EXISTS (SELECT 1 FROM fence)
-                ON CONFLICT (session_id, step_key) DO UPDATE SET idempotency_key = excluded.idempotency_key,
-                    request_fingerprint = excluded.request_fingerprint, content_digest = excluded.content_digest,
-                    sent_at = excluded.sent_at, bundle_name = excluded.bundle_name
-                WHERE dopesync.steps.state = 'sent'
-                RETURNING step_key
-            )
-            SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
-                before.step_key, before.state, before.server_id, before.content_digest, before.done_at,
-                before.request_fingerprint
-            FROM (VALUES (1)) AS one LEFT JOIN before ON true
-            """)
+            HotStatements.RecordIntents(fence: fence, sessionID: sessionID, time: now, intents: intents))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
         var before: [String: PostgresRow] = [:]
         for row in rows {
@@ -66,37 +42,8 @@ extension PostgresCheckpoints {
         let held = leaseBook.withLock { book in book.leases.filter { !$0.value.lost }.mapValues(\.epoch) }
         let rows = try await rows(
             "recording the results of \(results.count) steps",
-            """
-            WITH given AS (
-                SELECT * FROM unnest(\(results.map(\.sessionID))::text[], \(results.map(\.stepKey))::text[],
-                    \(results.map(\.serverID))::bigint[]) AS given(session_id, step_key, new_id)
-            ), current AS (
-                SELECT s.session_id, s.step_key, s.state, s.server_id, s.content_digest, s.done_at, s.bundle_name,
-                    given.new_id
-                FROM dopesync.steps s JOIN given USING (session_id, step_key) FOR UPDATE OF s
-            ), fence AS (
-                SELECT c.bundle_name FROM dopesync.claims c
-                JOIN unnest(\(Array(held.keys))::text[], \(Array(held.values))::bigint[]) AS mine(name, epoch)
-                    ON c.bundle_name = mine.name AND c.epoch = mine.epoch
-                WHERE c.run_id = \(owner.runID) AND c.bundle_name IN (SELECT bundle_name FROM current)
-                FOR SHARE OF c
-            ), done AS (
-                UPDATE dopesync.steps s SET state = 'done', server_id = current.new_id, done_at = \(now)
-                FROM current
-                WHERE s.session_id = current.session_id AND s.step_key = current.step_key AND current.state = 'sent'
-                    AND current.bundle_name IN (SELECT bundle_name FROM fence)
-                RETURNING s.bundle_name
-            ), counted AS (
-                UPDATE dopesync.bundles b SET steps_done = b.steps_done + n.steps, updated_at = \(now)
-                FROM (SELECT bundle_name, count(*) AS steps FROM done GROUP BY bundle_name) AS n
-                WHERE b.name = n.bundle_name
-                RETURNING b.name
-            )
-            SELECT current.session_id, current.step_key, current.state, current.server_id, current.content_digest,
-                current.done_at, current.bundle_name, current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced,
-                (SELECT count(*) FROM counted) AS counted
-            FROM current
-            """)
+            HotStatements.RecordResults(
+                runID: owner.runID, time: now, results: results, held: held.map { ($0.key, $0.value) }))
         var found: [String: PostgresRow] = [:]
         for row in rows {
             let session: String = try Self.decode(row, "session_id")

@@ -43,58 +43,22 @@ extension PostgresCheckpoints {
     /// by a bundle that finished under the same name belongs to another file: it starts afresh.
     public func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int {
         let fence = try fence(name)
-        let t = now.timeIntervalSince1970
         let rows = try await rows(
             "recording that \(name) is being read",
-            """
-            WITH fence AS (\(fence, lock: .share))
-            INSERT INTO dopesync.bundles AS b (name, first_seen, updated_at, reading_since)
-            SELECT \(name), \(t), \(t), \(t) WHERE EXISTS (SELECT 1 FROM fence)
-            ON CONFLICT (name) DO UPDATE SET \(unescaped: Self.startedAfreshWhenDone),
-                readings_cut_short = CASE WHEN b.last_outcome = 'done' THEN 0
-                    ELSE b.readings_cut_short + (b.reading_since IS NOT NULL)::int END,
-                reading_since = excluded.reading_since
-            RETURNING readings_cut_short
-            """)
+            HotStatements.MarkReading(fence: fence, time: now.timeIntervalSince1970))
         guard let row = rows.first else { throw lost(fence) }
         return try Self.decode(row, "readings_cut_short")
     }
-
-    /// The `SET` list that gives a done bundle's row the values of a new one (`excluded`'s, or
-    /// the columns' defaults) and leaves any other row as it is.
-    private static let startedAfreshWhenDone: String = {
-        let fresh: [(column: String, value: String)] = [
-            ("session_id", "NULL"), ("attempts", "0"), ("first_seen", "excluded.first_seen"),
-            ("next_attempt_at", "NULL"), ("last_error_reason", "NULL"), ("last_error_step", "NULL"),
-            ("last_error_http_status", "NULL"), ("last_error_message", "NULL"), ("last_error_field", "NULL"),
-            ("last_outcome", "NULL"), ("updated_at", "excluded.updated_at"), ("steps_done", "0"),
-            ("steps_total", "NULL"),
-        ]
-        return fresh.map { "\($0.column) = CASE WHEN b.last_outcome = 'done' THEN \($0.value) ELSE b.\($0.column) END" }
-            .joined(separator: ", ")
-    }()
 
     /// One statement: the fence, the bundle's row, and the session's steps already done.
     public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
         async throws(CheckpointError) -> [String: CompletedStep]
     {
         let fence = try fence(name)
-        let t = now.timeIntervalSince1970
         let rows = try await rows(
             "recording the claim of \(name)",
-            """
-            WITH fence AS (\(fence, lock: .share)), claimed AS (
-                INSERT INTO dopesync.bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total)
-                SELECT \(name), \(sessionID), \(t), 'claimed', \(t), \(totalSteps) WHERE EXISTS (SELECT 1 FROM fence)
-                ON CONFLICT (name) DO UPDATE SET
-                    session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
-                    steps_total = excluded.steps_total, reading_since = NULL
-                RETURNING name
-            )
-            SELECT EXISTS (SELECT 1 FROM fence) AS fenced, s.step_key, s.server_id, s.content_digest, s.done_at
-            FROM (VALUES (1)) AS one
-            LEFT JOIN dopesync.steps s ON s.session_id = \(sessionID) AND s.state = 'done'
-            """)
+            HotStatements.RecordClaim(
+                fence: fence, sessionID: sessionID, time: now.timeIntervalSince1970, totalSteps: Int32(totalSteps)))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
         var steps: [String: CompletedStep] = [:]
         for row in rows {
@@ -135,20 +99,9 @@ extension PostgresCheckpoints {
         if finalName == name {
             let fence = try fence(name)
             defer { leaseBook.withLock { $0.released(name) } }
-            let t = Date().timeIntervalSince1970
             let rows = try await rows(
                 "recording \(name) done",
-                """
-                WITH fence AS (\(fence, lock: .update)), outcome AS (
-                    UPDATE dopesync.bundles SET session_id = COALESCE(\(sessionID), session_id), last_outcome = 'done',
-                        next_attempt_at = NULL, updated_at = \(t), reading_since = NULL
-                    WHERE name = \(name) AND EXISTS (SELECT 1 FROM fence)
-                ), ended AS (
-                    UPDATE dopesync.claims SET run_id = NULL, lease_expires_at = NULL
-                    WHERE bundle_name IN (SELECT bundle_name FROM fence)
-                )
-                SELECT EXISTS (SELECT 1 FROM fence) AS fenced
-                """)
+                HotStatements.RecordDone(fence: fence, sessionID: sessionID, time: Date().timeIntervalSince1970))
             guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw Self.leaseLost(name) }
             return
         }

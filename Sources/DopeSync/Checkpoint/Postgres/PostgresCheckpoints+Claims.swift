@@ -19,16 +19,7 @@ extension PostgresCheckpoints {
         // A bundle never claimed: its row is made with epoch 1, in one statement.
         var rows = try await rows(
             "claiming \(name)",
-            """
-            INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
-            SELECT \(name), 1, \(owner.runID), \(owner.host), \(Int(owner.pid)),
-                    \(unescaped: now), \(unescaped: now), \(unescaped: now) + \(lease)
-            WHERE NOT EXISTS (
-                SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
-                    AND next_attempt_at > \(deferred))
-            ON CONFLICT (bundle_name) DO NOTHING
-            RETURNING epoch
-            """)
+            HotStatements.ClaimNew(name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred))
         if rows.isEmpty {
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for.
@@ -73,14 +64,9 @@ extension PostgresCheckpoints {
     public func confirmClaim(of name: String) async -> Bool {
         guard let fence = try? fence(name) else { return false }
         let askedAt = ContinuousClock.now
-        let now = Self.databaseNow
         let renewed = try? await rows(
             "confirming the claim of \(name)",
-            """
-            UPDATE dopesync.claims SET renewed_at = \(unescaped: now), lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))
-            WHERE bundle_name = \(name) AND epoch = \(fence.epoch) AND run_id = \(fence.runID) AND lease_expires_at > \(unescaped: now)
-            RETURNING epoch
-            """)
+            HotStatements.ConfirmClaim(fence: fence, leaseSeconds: settings.lease / .seconds(1)))
         guard let renewed else { return false }
         leaseBook.withLock { $0.renewed(renewed.isEmpty ? [] : [name], of: [name: fence.epoch], askedAt: askedAt) }
         return holdsClaim(of: name)
@@ -117,21 +103,14 @@ extension PostgresCheckpoints {
             let due = leaseBook.withLock { $0.renewable(at: askedAt) }
             guard !due.isEmpty else { continue }
             let names = Array(due.keys)
-            let epochs = names.map { due[$0]! }
-            let now = Self.databaseNow
             do {
                 // Bounded well inside the renewal interval: one slow renewal must not use up
                 // the time every lease has left.
                 let rows = try await rows(
                     "renewing \(names.count) claims", timeout: min(statementTimeout, interval / 2),
-                    """
-                    UPDATE dopesync.claims AS c SET renewed_at = \(unescaped: now),
-                        lease_expires_at = \(unescaped: now) + \(settings.lease / .seconds(1))
-                    FROM unnest(\(names)::text[], \(epochs)::bigint[]) AS mine(name, epoch)
-                    WHERE c.bundle_name = mine.name AND c.epoch = mine.epoch AND c.run_id = \(owner.runID)
-                        AND c.lease_expires_at > \(unescaped: now)
-                    RETURNING c.bundle_name
-                    """)
+                    HotStatements.RenewLeases(
+                        runID: owner.runID, leaseSeconds: settings.lease / .seconds(1),
+                        claims: names.map { ($0, due[$0]!) }))
                 let renewed = Set(rows.compactMap { try? Self.decode($0, "bundle_name") as String })
                 leaseBook.withLock { $0.renewed(renewed, of: due, askedAt: askedAt) }
                 for name in names where !renewed.contains(name) {
@@ -178,8 +157,12 @@ extension PostgresCheckpoints {
     ) async throws(CheckpointError) -> Value {
         let fence = try fence(name)
         return try await transaction(doing()) { connection in
-            let rows = try await connection.query("\(fence, lock: .share)", logger: self.logger).collect()
-            if rows.isEmpty { throw self.lost(fence) }
+            var held = false
+            for try await _ in try await connection.execute(HotStatements.LockClaim(fence: fence), logger: self.logger)
+            {
+                held = true
+            }
+            if !held { throw self.lost(fence) }
             return try await body(connection)
         }
     }
@@ -224,7 +207,7 @@ extension PostgresRow {
 
 /// The claim a fenced write is made under: this worker's run and the epoch it took the bundle
 /// with. A statement that writes about a claimed bundle locks the claim's row under it first
-/// (``PostgresQuery/StringInterpolation/appendInterpolation(_:lock:)``) and writes nothing when
+/// (its `fence` CTE, ``ClaimFence/sql(_:)``) and writes nothing when
 /// the row no longer matches: the lease ran out and another worker took the bundle over.
 struct ClaimFence: Sendable {
     let name: String
@@ -236,19 +219,5 @@ struct ClaimFence: Sendable {
         case share = "FOR SHARE"
         /// For the write that ends the claim.
         case update = "FOR UPDATE"
-    }
-}
-
-extension PostgresQuery.StringInterpolation {
-    /// `SELECT bundle_name FROM dopesync.claims …` of `fence`'s claim, locked: one row while the
-    /// claim is this worker's, none once it is not. The first CTE (`fence`) of every fenced statement.
-    mutating func appendInterpolation(_ fence: ClaimFence, lock: ClaimFence.Lock) {
-        appendLiteral("SELECT bundle_name FROM dopesync.claims WHERE bundle_name = ")
-        appendInterpolation(fence.name)
-        appendLiteral(" AND epoch = ")
-        appendInterpolation(fence.epoch)
-        appendLiteral(" AND run_id = ")
-        appendInterpolation(fence.runID)
-        appendLiteral(" \(lock.rawValue)")
     }
 }

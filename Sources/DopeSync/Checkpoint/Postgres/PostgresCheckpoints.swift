@@ -104,15 +104,21 @@ public final class PostgresCheckpoints: Sendable {
         return configuration
     }
 
-    /// Set on every connection: a worker cut off from the database in the middle of a
-    /// transaction (a partition drops its packets, so the server hears nothing) would otherwise
-    /// keep the claim rows it locked until TCP gives up, hours later, and no other worker could
-    /// take its bundles over. Its transactions take milliseconds; a third of the lease is far
-    /// more than any needs, and short enough for a takeover soon after the lease runs out.
+    /// Set on every connection:
+    /// - `idle_in_transaction_session_timeout`: a worker cut off from the database in the middle
+    ///   of a transaction (a partition drops its packets, so the server hears nothing) would
+    ///   otherwise keep the claim rows it locked until TCP gives up, hours later, and no other
+    ///   worker could take its bundles over. Its transactions take milliseconds; a third of the
+    ///   lease is far more than any needs, and short enough for a takeover soon after.
+    /// - `plan_cache_mode`: the prepared statements (``HotStatement``) are planned once, not at
+    ///   each execution. Left to itself the server plans each of a connection's first five
+    ///   executions anew, and a pool of many connections rarely gets past five. Every statement
+    ///   finds its rows by key, which a generic plan does as well as a custom one.
     static func sessionSettings(_ settings: DatabaseSettings) -> [(String, String)] {
         let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
         return [
             ("idle_in_transaction_session_timeout", "\(milliseconds)ms"),
+            ("plan_cache_mode", "force_generic_plan"),
             ("application_name", "dopesync"),
         ]
     }
