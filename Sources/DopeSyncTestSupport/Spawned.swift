@@ -1,3 +1,4 @@
+import DopeSync
 import Foundation
 import Synchronization
 
@@ -8,8 +9,9 @@ import Synchronization
 /// A child process started with `posix_spawn`, its standard input and output on pipes.
 ///
 /// Not Foundation's `Process`: its `waitUntilExit()` was seen hanging under the test runner after the child
-/// was killed. Every pipe end this side keeps is close-on-exec, so a child started at the same time by
-/// another test cannot inherit it (and keep a pipe open that a reader waits to see closed).
+/// was killed. The child inherits its standard input, output and error and nothing else
+/// (``SpawnInheritance``), and every pipe end this side keeps is close-on-exec, so no child started
+/// at the same time by another test keeps a pipe open that a reader waits to see closed.
 public final class Spawned: Sendable {
     public let pid: pid_t
     public let input: FileHandle
@@ -37,6 +39,11 @@ public final class Spawned: Sendable {
             posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
             posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
             if silenceErrors { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
+            // Nothing else: a pipe another test's `runProcess` has open (Foundation's are not
+            // close-on-exec) would stay open in this child, and in a server it starts (pg_ctl's
+            // postgres, the cluster's watchdog) for as long as the suite runs, and that test's
+            // read would never see the pipe's end.
+            SpawnInheritance.closeAllButStandard(&actions)
             let argv = ([executable] + arguments).map { strdup($0) } + [nil]
             let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
             defer {

@@ -36,6 +36,8 @@ struct IsolatedReading: Sendable {
             posix_spawn_file_actions_addopen(
                 &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
         }
+        // Nothing else of the worker's: a claim's flock inherited would be held while it reads.
+        SpawnInheritance.closeAllButStandard(&actions)
         let arguments: [String] = [executable, "inspect", bundle]
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }

@@ -1,0 +1,40 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What a child started with `posix_spawn` inherits: its standard input, output and error, and
+/// nothing else.
+///
+/// Why: a descriptor open in this process without close-on-exec when the child starts stays
+/// open in the child for as long as it lives. Foundation's `Pipe` makes such descriptors, so a
+/// long-lived child (a database server started through `pg_ctl`, a watchdog) started while
+/// another thread waits for a pipe's end keeps that pipe open and the reader waits for ever.
+/// A flock's descriptor inherited would hold the lock as long as the child lives.
+public enum SpawnInheritance {
+    /// Adds to `actions` the closing of every descriptor from 3 up, in the child, after the
+    /// actions added before it (so a `dup2` onto 0, 1 or 2 added first still happens).
+    public static func closeAllButStandard(_ actions: inout posix_spawn_file_actions_t) {
+        if let closeFrom = addCloseFrom {
+            _ = closeFrom(&actions, 3)
+            return
+        }
+        // A C library without posix_spawn_file_actions_addclosefrom_np (before glibc 2.34): each
+        // descriptor open now. One opened between this and the spawn can still slip through.
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for descriptor in open.compactMap(Int32.init) where descriptor > 2 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
+    }
+
+    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+
+    /// glibc 2.34's `posix_spawn_file_actions_addclosefrom_np`, looked up at run time: Swift's
+    /// Glibc module does not declare it (it is a GNU extension).
+    nonisolated(unsafe) private static let addCloseFrom: AddCloseFrom? = {
+        // RTLD_DEFAULT is a null handle in glibc: the symbol anywhere in the process.
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+        return unsafeBitCast(symbol, to: AddCloseFrom.self)
+    }()
+}
