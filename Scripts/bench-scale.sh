@@ -5,7 +5,7 @@
 #           own DOPESYNC_HOST, draining ONE spool of SCALE_BUNDLES bundles with ONE database,
 #           against the dev server adding SCALE_LATENCY_MS (default 100) to every POST.
 #           bundles/s R(N) and the scaling efficiency R(N) / (N x R(1)), medians of SCALE_RUNS.
-#   single  one worker at concurrency 32, LATENCY_MS (default 20) a POST: the spool's own
+#   single  one worker at SINGLE_CONCURRENCY (default 32), LATENCY_MS (default 20) a POST: the spool's own
 #           SQLite file against PostgreSQL, SINGLE_PAIRS alternating pairs, the ratio PG/SQLite.
 #
 # Every measurement gets a fresh copy of the same bundles, a fresh dev server (its database in
@@ -234,9 +234,10 @@ if section single; then
   done
 fi
 
-python3 - "$RESULTS" "$WORK" "$SCALE_CONCURRENCY" "$SCALE_LATENCY_MS" "$LATENCY_MS" <<'PY'
+python3 - "$RESULTS" "$WORK" "$SCALE_CONCURRENCY" "$SCALE_LATENCY_MS" "$LATENCY_MS" "$SINGLE_CONCURRENCY" <<'PY'
 import collections, os, statistics, sys
 results, work, scale_c, scale_ms, single_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+single_c = int(sys.argv[6])
 cores = len(os.sched_getaffinity(0))
 rows = collections.defaultdict(list)
 import json
@@ -301,7 +302,7 @@ if scale:
 
 single = {label: rs for (section, label), rs in rows.items() if section == "single"}
 if single:
-    print(f"\none worker, concurrency 32, {single_ms} ms a POST: the spool's SQLite file against PostgreSQL")
+    print(f"\none worker, concurrency {single_c}, {single_ms} ms a POST: the spool's SQLite file against PostgreSQL")
     for label in ("sqlite", "postgres"):
         for r in single.get(label, []):
             extra = f"; {r['commits'] / max(r['done'], 1):.0f} PostgreSQL transactions a bundle" if label == "postgres" else ""
