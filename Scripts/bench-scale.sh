@@ -163,8 +163,10 @@ measure() {
   local database=()
   if [ "$store" = postgres ]; then fresh_database; database=(--database "$DB_URL" --lease "$LEASE"); fi
   start_server "$name" "$latency"
-  local pg_before machine_before commits_before=0 started ended
+  local pg_before machine_before commits_before=0 started ended log_before
   pg_before=$(pg_cpu); machine_before=$(machine_cpu)
+  # Where PostgreSQL's log stands: what it says during the measurement (a deadlock, say) is counted.
+  log_before=$(stat -c %s "$PG_DIR/server.log")
   [ "$store" != postgres ] || commits_before=$(database_commits "$DB_NAME")
   started=$(now)
   WORKER_PIDS=()
@@ -189,6 +191,12 @@ measure() {
   # of the wall time is the workers' start and end), the gaps between a bundle's steps, the time
   # a POST spent in the server (see Scripts/request-timeline.py).
   Scripts/request-timeline.py "$URL" "$SERVER_DB_DIR/$name.sqlite" $((workers * concurrency)) > "$WORK/$name.timeline"
+  # Deadlocks PostgreSQL broke meanwhile: each cost a transaction up to deadlock_timeout (1 s)
+  # of waiting before it was cancelled (and retried by the worker).
+  # PostgreSQL's log of the measurement is kept beside the workers' ($WORK/NAME.postgres.log).
+  local deadlocks
+  tail -c +$((log_before + 1)) "$PG_DIR/server.log" > "$WORK/$name.postgres.log"
+  deadlocks=$(grep -c "deadlock detected" "$WORK/$name.postgres.log" || true)
   if [ "$store" = postgres ]; then
     commits=$(( $(database_commits "$DB_NAME") - commits_before ))
     # Each host's share, from the runs it recorded: an even split says the claims were fair.
@@ -204,13 +212,13 @@ measure() {
   done_count=$(ls "$WORK/spool/done" | wc -l)
   local left; left=$(( $(ls "$WORK/spool/incoming" | wc -l) + $(ls "$WORK/spool/processing" | wc -l) + $(ls "$WORK/spool/failed" | wc -l) ))
   local wall; wall=$(minus "$ended" "$started")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$section" "$label" "$name" "$workers" \
+  # Anything a worker logged at warning or above is worth a look: say so now, not only in the log.
+  local warnings; warnings=$(cat "$WORK/$name"-w*.log | grep -c -E ' (warning|error|critical) ' || true)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$section" "$label" "$name" "$workers" \
     "$wall" "$bundles" "$done_count" "$left" "$requests" "$worker_cpu" "$server_cpu" \
     "$(minus "$pg_after" "$pg_before")" "$(minus "$machine_after" "$machine_before")" \
-    "$commits" "$(IFS=,; echo "${codes[*]}")" >> "$RESULTS"
-  # Anything a worker logged at warning or above is worth a look: say so now, not only in the log.
-  local warnings; warnings=$(cat "$WORK/$name"-w*.log | grep -c -E '(warning|error|critical)' || true)
-  echo "$name: $workers worker(s), $wall s, $done_count of $bundles done, exit $(IFS=,; echo "${codes[*]}"), $warnings warning lines in the workers' logs"
+    "$commits" "$(IFS=,; echo "${codes[*]}")" "$deadlocks" "$warnings" >> "$RESULTS"
+  echo "$name: $workers worker(s), $wall s, $done_count of $bundles done, exit $(IFS=,; echo "${codes[*]}"), $warnings warning lines in the workers' logs, $deadlocks deadlocks in PostgreSQL's"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (other work on the machine skews every figure)"
@@ -242,12 +250,13 @@ cores = len(os.sched_getaffinity(0))
 rows = collections.defaultdict(list)
 import json
 for line in open(results):
-    section, label, name, workers, wall, bundles, done, left, requests, wcpu, scpu, pcpu, mcpu, commits, codes = line.rstrip("\n").split("\t")
+    (section, label, name, workers, wall, bundles, done, left, requests, wcpu, scpu, pcpu, mcpu, commits, codes,
+     deadlocks, warnings) = line.rstrip("\n").split("\t")
     wall = float(wall)
     rows[(section, label)].append(dict(
         name=name, workers=int(workers), wall=wall, bundles=int(bundles), done=int(done), left=int(left),
         requests=int(requests), rate=int(done) / wall, rps=int(requests) / wall, wcpu=float(wcpu), scpu=float(scpu),
-        pcpu=float(pcpu), mcpu=float(mcpu), commits=int(commits), codes=codes,
+        pcpu=float(pcpu), mcpu=float(mcpu), commits=int(commits), codes=codes, deadlocks=int(deadlocks), warnings=int(warnings),
         timeline=json.load(open(f"{work}/{name}.timeline"))))
 med = lambda rs, k: statistics.median(r[k] for r in rs)
 def busy(r):
@@ -269,6 +278,8 @@ def problems(r):
     notes = []
     if r["codes"].strip("0,"): notes.append(f"exit statuses {r['codes']}")
     if r["done"] != r["bundles"] or r["left"]: notes.append(f"{r['done']} of {r['bundles']} in done/, {r['left']} elsewhere")
+    if r["deadlocks"]: notes.append(f"{r['deadlocks']} deadlocks broken by PostgreSQL (up to 1 s of waiting each)")
+    if r["warnings"]: notes.append(f"{r['warnings']} warning lines in the workers' logs")
     return ("; " + "; ".join(notes)) if notes else ""
 
 scale = sorted((int(label), rs) for (section, label), rs in rows.items() if section == "scale")
