@@ -112,8 +112,13 @@ extension PostgresCheckpoints {
                         runID: owner.runID, leaseSeconds: settings.lease / .seconds(1),
                         claims: names.map { ($0, due[$0]!) }))
                 let renewed = Set(rows.compactMap { try? Self.decode($0, "bundle_name") as String })
-                leaseBook.withLock { $0.renewed(renewed, of: due, askedAt: askedAt) }
-                for name in names where !renewed.contains(name) {
+                // A claim that ended while the renewal was on its way (its bundle moved) is not
+                // renewed either, and is no loss: only those still in the book now lost are told.
+                let lost = leaseBook.withLock { book in
+                    book.renewed(renewed, of: due, askedAt: askedAt)
+                    return names.filter { !renewed.contains($0) && book.leases[$0]?.lost == true }
+                }
+                for name in lost {
                     logger.error(
                         "the claim was lost: its lease ran out in the database; nothing more is sent for the bundle",
                         metadata: ["bundle.name": "\(name)"])
