@@ -26,18 +26,11 @@ import Testing
             // Each child is killed when the server has seen a random number of requests since it
             // started (0: at once, in its start-up), as the request that makes the count arrives:
             // mid-upload, whatever the machine's speed, with a request of it in flight.
-            let killer = Mutex<(seen: Int, target: Int, child: Spawned?)>((0, 0, nil))
+            let killer = SignalAtRequest(SIGKILL)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 10...20
             configuration.ignoreIdempotencyKeys = !keysHonoured
-            configuration.onRequest = { _, _ in
-                killer.withLock { state in
-                    state.seen += 1
-                    guard let child = state.child, state.seen >= state.target else { return }
-                    child.kill(SIGKILL)
-                    state.child = nil
-                }
-            }
+            configuration.onRequest = { _, _ in killer.requestArrived() }
             try await withDevServer(configuration) { server in
                 var generator = SplitMix64(seed: 2026)
                 var kills = 0
@@ -47,15 +40,9 @@ import Testing
                     children += 1
                     let child = try spawnRun(spool, against: server)
                     let after = Int.random(in: 0...120, using: &generator)
-                    killer.withLock { state in
-                        if after == 0 {
-                            child.kill(SIGKILL)
-                        } else {
-                            (state.target, state.child) = (state.seen + after, child)
-                        }
-                    }
+                    killer.aim(at: child, after: after)
                     let status = await child.finished()
-                    killer.withLock { $0.child = nil }
+                    killer.disarm()
                     if status == 128 + SIGKILL { kills += 1 }
                 }
                 let last = try spawnRun(spool, against: server)

@@ -2,7 +2,6 @@ import DopeSync
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
-import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -20,22 +19,14 @@ import Testing
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(4600 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
-            let victim = Mutex<(seen: Int, child: Spawned?)>((0, nil))
+            let killer = SignalAtRequest(SIGKILL)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5
             configuration.ignoreIdempotencyKeys = !keysHonoured
-            configuration.onRequest = { _, _ in
-                victim.withLock { state in
-                    state.seen += 1
-                    if state.seen == 100, let child = state.child {
-                        child.kill(SIGKILL)
-                        state.child = nil
-                    }
-                }
-            }
+            configuration.onRequest = { _, _ in killer.requestArrived() }
             try await withDevServer(configuration) { server in
                 let onOneHost = try spawnRun(spool, against: server, ["--concurrency", "2"])
-                victim.withLock { $0.child = onOneHost }
+                killer.aim(at: onOneHost, after: 100)
                 #expect(await onOneHost.finished() == 128 + SIGKILL)
                 let doneInTheFile = try CheckpointStore(spool: spool).allSteps().filter { $0.state == .done }.count
                 #expect(doneInTheFile > 0)

@@ -2,7 +2,6 @@ import DopeSync
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
-import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -51,24 +50,15 @@ import Testing
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(4100 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
-            let victim = Mutex<(seen: Int, child: Spawned?)>((0, nil))
+            let killer = SignalAtRequest(SIGKILL)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 5...10
             configuration.ignoreIdempotencyKeys = !keysHonoured
-            configuration.onRequest = { _, _ in
-                victim.withLock { state in
-                    state.seen += 1
-                    // Mid-upload of several bundles at once, with a request in flight.
-                    if state.seen == 70, let child = state.child {
-                        child.kill(SIGKILL)
-                        state.child = nil
-                    }
-                }
-            }
+            configuration.onRequest = { _, _ in killer.requestArrived() }
             try await withDevServer(configuration) { server in
                 let first = try spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "6s", ["--concurrency", "3"])
-                victim.withLock { $0.child = first }
+                killer.aim(at: first, after: 70)  // mid-upload of several bundles, a request in flight
                 #expect(await first.finished() == 128 + SIGKILL)
                 let orphans = try spool.names(.processing)
                 #expect(!orphans.isEmpty)
@@ -104,26 +94,16 @@ import Testing
                 SampleSession(seed: 4201, shape: .realistic.withImages(groups: 2, perGroup: 2, bytes: 600_000))
             ]
             let spool = try makeSpool(in: directory, samples: samples)
-            let sleeper = Mutex<(seen: Int, child: Spawned?)>((0, nil))
-            let (stopped, stoppedNow) = AsyncStream.makeStream(of: Void.self)
+            let sleeper = SignalAtRequest(SIGSTOP)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 3...6
             configuration.ignoreIdempotencyKeys = !keysHonoured
-            configuration.onRequest = { _, _ in
-                sleeper.withLock { state in
-                    state.seen += 1
-                    if state.seen == 20, let child = state.child {
-                        child.kill(SIGSTOP)
-                        state.child = nil
-                        stoppedNow.yield()
-                    }
-                }
-            }
+            configuration.onRequest = { _, _ in sleeper.requestArrived() }
             try await withDevServer(configuration) { server in
                 let paused = try spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "1s", logging: true)
-                sleeper.withLock { $0.child = paused }
-                for await _ in stopped { break }
+                sleeper.aim(at: paused, after: 20)
+                for await _ in sleeper.struck { break }
                 // The database's deadline is never earlier than the paused worker's own.
                 try await waitUntilEveryLeaseHasRunOut(database)
 
