@@ -12,6 +12,14 @@ import Testing
     let ownerA = ClaimOwner(host: "host-a", pid: 1, runID: "run-a")
     let ownerB = ClaimOwner(host: "host-b", pid: 2, runID: "run-b")
 
+    /// A worker's store on `database`, as `owner`, for the length of `body`.
+    func worker(
+        _ owner: ClaimOwner, on database: SharedDatabase, _ body: (PostgresCheckpoints) async throws -> Void
+    ) async throws {
+        try await PostgresCheckpoints.with(
+            database.settings(), owner: owner, statementTimeout: Self.patience, logger: quietLogger, body)
+    }
+
     func intent(_ key: String, bundle: String = "x.tar.gz") -> CheckpointStore.StepIntent {
         CheckpointStore.StepIntent(
             stepKey: key, idempotencyKey: "key-\(key)", requestFingerprint: "f-\(key)", contentDigest: "d-\(key)",
@@ -20,12 +28,8 @@ import Testing
 
     @Test func aHeldClaimIsNotTakenAndAnExpiredOneIsWithTheNextEpoch() async throws {
         let database = try SharedCluster.freshDatabase()
-        try await PostgresCheckpoints.with(
-            database.settings(), owner: ownerA, statementTimeout: Self.patience, logger: quietLogger
-        ) { a in
-            try await PostgresCheckpoints.with(
-                database.settings(), owner: ownerB, statementTimeout: Self.patience, logger: quietLogger
-            ) { b in
+        try await worker(ownerA, on: database) { a in
+            try await worker(ownerB, on: database) { b in
                 #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
                 #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerB))
                 #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
@@ -41,12 +45,8 @@ import Testing
 
     @Test func aWorkerWhoseClaimWasTakenOverWritesNothingAndMayNotMoveTheBundle() async throws {
         let database = try SharedCluster.freshDatabase()
-        try await PostgresCheckpoints.with(
-            database.settings(), owner: ownerA, statementTimeout: Self.patience, logger: quietLogger
-        ) { a in
-            try await PostgresCheckpoints.with(
-                database.settings(), owner: ownerB, statementTimeout: Self.patience, logger: quietLogger
-            ) { b in
+        try await worker(ownerA, on: database) { a in
+            try await worker(ownerB, on: database) { b in
                 #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
                 _ = try await a.recordIntents(sessionID: "s1", [intent("session")])
                 try database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
@@ -78,9 +78,7 @@ import Testing
 
     @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
         let database = try SharedCluster.freshDatabase()
-        try await PostgresCheckpoints.with(
-            database.settings(), owner: ownerA, statementTimeout: Self.patience, logger: quietLogger
-        ) { a in
+        try await worker(ownerA, on: database) { a in
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.acquireClaim(of: "y.tar.gz", orphan: false, owner: ownerA))
             _ = try await a.recordIntents(sessionID: "sx", [intent("session", bundle: "x.tar.gz")])
@@ -106,9 +104,7 @@ import Testing
         async throws
     {
         let database = try SharedCluster.freshDatabase()
-        try await PostgresCheckpoints.with(
-            database.settings(), owner: ownerA, statementTimeout: Self.patience, logger: quietLogger
-        ) { a in
+        try await worker(ownerA, on: database) { a in
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
             // The reading never ended (the process died while reading): the next one counts it.
