@@ -18,8 +18,8 @@ struct UploadSlot: Sendable {
     let orphansNeedTheirLock: Bool
     let uploader: BundleUploader
     let counters: RunCounters
-    /// No claim at or after this instant (`--max-time`).
-    let deadline: ContinuousClock.Instant?
+    /// No claim once this clock reads this instant (`--max-time`).
+    let deadline: (clock: @Sendable () -> ContinuousClock.Instant, at: ContinuousClock.Instant)?
     /// No claim once the run has claimed this many (`--max-bundles`).
     let maxBundles: Int
     /// No claim while the spool's file system has less free (`min-free-space`).
@@ -28,7 +28,7 @@ struct UploadSlot: Sendable {
 
     func run() async {
         while !counters.shouldStop {
-            if let deadline, ContinuousClock.now >= deadline { return }
+            if let deadline, deadline.clock() >= deadline.at { return }
             if minFreeSpace != .bytes(0), let space = FileSystemSpace(of: spool.root), space.isBelow(minFreeSpace) {
                 if counters.report(\.belowFreeSpaceFloor) {
                     logger.critical(

@@ -10,6 +10,10 @@ public struct RunOptions: Sendable {
     public var concurrency = 4
     public var maxBundles: Int?
     public var maxTime: Duration?
+    /// The clock `maxTime` is measured on, read before each claim: the monotonic clock. A test
+    /// moves it on (from the same reading at the start) at the moment it chooses, instead of
+    /// waiting for the time to pass.
+    public var clock: @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
     public var minAge: Duration = .seconds(5)
     public var limits = BundleLimits.default
     public var retry = RetryPolicy()
@@ -277,7 +281,7 @@ public struct Worker: Sendable {
                     orphansNeedTheirLock: options.database == nil,
                     uploader: makeUploader(
                         client, results: results, checkpoints: checkpoints, counters: counters, lookups: lookups),
-                    counters: counters, deadline: options.maxTime.map { started + $0 },
+                    counters: counters, deadline: options.maxTime.map { (options.clock, started + $0) },
                     maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
                 await withTaskGroup(of: Void.self) { progressGroup in
                     if options.showProgress {
