@@ -49,8 +49,12 @@ public final class Spawned: Sendable {
             defer {
                 for pointer in argv + envp { free(pointer) }
             }
+            var attributes = posix_spawnattr_t()
+            posix_spawnattr_init(&attributes)
+            defer { posix_spawnattr_destroy(&attributes) }
+            SpawnInheritance.startSignalsAfresh(&attributes)
             var pid: pid_t = 0
-            let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+            let result = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
             close(inPipe[0])
             close(outPipe[1])
             guard result == 0 else {

@@ -33,6 +33,23 @@ import Testing
         #expect(pipe.fileHandleForReading.readDataToEndOfFile().isEmpty)
     }
 
+    @Test func aChildStartsWithNoSignalBlockedNorIgnored() throws {
+        let child = try Spawned("/bin/sleep", ["30"])
+        defer {
+            child.kill(SIGKILL)
+            child.wait()
+        }
+        let status = try String(contentsOfFile: "/proc/\(child.pid)/status", encoding: .utf8)
+        func mask(_ name: String) -> UInt64? {
+            status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
+                .flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) }
+        }
+        // A blocked SIGTERM is why a token command once ran to its 30 s limit when told to stop.
+        #expect(mask("SigBlk") == 0, "blocked in the child: \(String(mask("SigBlk") ?? 0, radix: 16))")
+        // Signals 1 to 31 (bit n - 1 is signal n); glibc keeps its own real-time ones ignored.
+        #expect((mask("SigIgn") ?? .max) & 0x7FFF_FFFF == 0, "ignored in the child")
+    }
+
     /// What a descriptor refers to (`pipe:[1234]`, a path).
     static func target(of link: String) -> String? {
         try? FileManager.default.destinationOfSymbolicLink(atPath: link)

@@ -5,7 +5,7 @@ import Foundation
 #endif
 
 /// What a child started with `posix_spawn` inherits: its standard input, output and error, and
-/// nothing else.
+/// nothing else; its signals as a shell would start it.
 ///
 /// Why: a descriptor open in this process without close-on-exec when the child starts stays
 /// open in the child for as long as it lives. Foundation's `Pipe` makes such descriptors, so a
@@ -26,6 +26,28 @@ public enum SpawnInheritance {
         for descriptor in open.compactMap(Int32.init) where descriptor > 2 {
             posix_spawn_file_actions_addclose(&actions, descriptor)
         }
+    }
+
+    /// Sets `attributes` so that the child starts with no signal blocked and every signal's
+    /// default action, as a shell would start it.
+    ///
+    /// Why: `posix_spawn` hands the child the calling thread's signal mask and every ignored
+    /// signal. A thread of the test runner blocks SIGTERM, SIGINT and most others: a child it
+    /// started, and every child of that child, could not be asked to stop (a token command under
+    /// `timeout(1)` then ran to its time limit, 30 s, instead of ending when told).
+    public static func startSignalsAfresh(_ attributes: inout posix_spawnattr_t) {
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        // The classic signals; SIGKILL and SIGSTOP cannot be set, and glibc keeps the real-time
+        // ones it uses itself.
+        for signal in Int32(1)...31 where signal != SIGKILL && signal != SIGSTOP {
+            sigaddset(&defaults, signal)
+        }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
     }
 
     private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32

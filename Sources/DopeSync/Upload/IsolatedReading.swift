@@ -42,8 +42,12 @@ struct IsolatedReading: Sendable {
         let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         let envp: [UnsafeMutablePointer<CChar>?] = [nil]
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        SpawnInheritance.startSignalsAfresh(&attributes)
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
         guard spawned == 0 else { return .notStarted(errno: spawned) }
         logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(pid)"])
 
