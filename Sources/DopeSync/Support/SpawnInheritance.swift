@@ -54,7 +54,7 @@ public enum SpawnInheritance {
 
     /// glibc 2.34's `posix_spawn_file_actions_addclosefrom_np`, looked up at run time: Swift's
     /// Glibc module does not declare it (it is a GNU extension).
-    nonisolated(unsafe) private static let addCloseFrom: AddCloseFrom? = {
+    private static let addCloseFrom: AddCloseFrom? = {
         // RTLD_DEFAULT is a null handle in glibc: the symbol anywhere in the process.
         guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
         return unsafeBitCast(symbol, to: AddCloseFrom.self)
