@@ -13,38 +13,66 @@ import Synchronization
 /// (``SpawnInheritance``), and every pipe end this side keeps is close-on-exec, so no child started
 /// at the same time by another test keeps a pipe open that a reader waits to see closed.
 public final class Spawned: Sendable {
+    /// Where the child's standard error goes.
+    public enum ErrorOutput: Sendable {
+        /// Where this process's goes.
+        case inherited
+        /// To /dev/null.
+        case silenced
+        /// Into a pipe of its own, read through ``Spawned/errors``.
+        case piped
+    }
+
     public let pid: pid_t
     public let input: FileHandle
     public let output: FileHandle
+    /// The child's standard error, when it was started with ``ErrorOutput/piped``.
+    public let errors: FileHandle?
     private let status = Mutex<Int32?>(nil)
     private static let spawnLock = Mutex<Void>(())
 
-    /// With `silenceErrors`, the child's standard error goes to /dev/null.
+    /// Starts `executable` (a path: no PATH lookup) with `arguments`, in `directory` if one is given.
     public init(
         _ executable: String, _ arguments: [String],
         environment: [String: String] = ProcessInfo.processInfo.environment,
-        silenceErrors: Bool = false
+        in directory: URL? = nil, errors errorOutput: ErrorOutput = .inherited
     ) throws {
+        var command = [executable] + arguments
+        if let directory, Self.addChdir == nil {
+            command = ["/bin/sh", "-c", #"cd -- "$0" && exec "$@""#, directory.path] + command
+        }
         // Spawns are serialised: between pipe() and fcntl(FD_CLOEXEC) another spawn could inherit an end
         // (glibc's pipe2 is not exported to Swift).
-        let spawned: Result<(pid_t, Int32, Int32), POSIXError> = Self.spawnLock.withLock { _ in
-            var inPipe: [Int32] = [0, 0]
-            var outPipe: [Int32] = [0, 0]
-            guard pipe(&inPipe) == 0 else { return .failure(POSIXError(.EMFILE)) }
-            guard pipe(&outPipe) == 0 else { return .failure(POSIXError(.EMFILE)) }
-            for descriptor in inPipe + outPipe { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        let spawned: Result<(pid_t, [Int32]), POSIXError> = Self.spawnLock.withLock { _ in
+            // One pipe for each of the child's descriptors 0, 1 and (piped) 2; the child's end of
+            // the first is its read end, of the others the write end.
+            var pipes: [[Int32]] = []
+            for _ in 0..<(errorOutput == .piped ? 3 : 2) {
+                var ends: [Int32] = [0, 0]
+                guard pipe(&ends) == 0 else {
+                    let failure = POSIXError(POSIXErrorCode(rawValue: errno) ?? .EMFILE)
+                    for descriptor in pipes.joined() { close(descriptor) }
+                    return .failure(failure)
+                }
+                for descriptor in ends { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+                pipes.append(ends)
+            }
+            let childEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 0 : 1] }
+            let ownEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 1 : 0] }
             var actions = posix_spawn_file_actions_t()
             posix_spawn_file_actions_init(&actions)
             defer { posix_spawn_file_actions_destroy(&actions) }
-            posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-            if silenceErrors { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
-            // Nothing else: a pipe another test's `runProcess` has open (Foundation's are not
-            // close-on-exec) would stay open in this child, and in a server it starts (pg_ctl's
-            // postgres, the cluster's watchdog) for as long as the suite runs, and that test's
-            // read would never see the pipe's end.
+            for (descriptor, end) in childEnds.enumerated() {
+                posix_spawn_file_actions_adddup2(&actions, end, Int32(descriptor))
+            }
+            if errorOutput == .silenced { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
+            if let directory, let addChdir = Self.addChdir { _ = addChdir(&actions, directory.path) }
+            // Nothing else: a descriptor this process has open without close-on-exec (a Foundation
+            // `Pipe`'s, say) would stay open in this child, and in a server it starts (pg_ctl's
+            // postgres, the cluster's watchdog) for as long as the suite runs, and whoever reads
+            // that pipe would never see its end.
             SpawnInheritance.closeAllButStandard(&actions)
-            let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+            let argv = command.map { strdup($0) } + [nil]
             let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
             defer {
                 for pointer in argv + envp { free(pointer) }
@@ -54,20 +82,31 @@ public final class Spawned: Sendable {
             defer { posix_spawnattr_destroy(&attributes) }
             SpawnInheritance.startSignalsAfresh(&attributes)
             var pid: pid_t = 0
-            let result = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
-            close(inPipe[0])
-            close(outPipe[1])
+            let result = posix_spawn(&pid, command[0], &actions, &attributes, argv, envp)
+            for descriptor in childEnds { close(descriptor) }
             guard result == 0 else {
-                close(inPipe[1])
-                close(outPipe[0])
+                for descriptor in ownEnds { close(descriptor) }
                 return .failure(POSIXError(POSIXErrorCode(rawValue: result) ?? .EINVAL))
             }
-            return .success((pid, inPipe[1], outPipe[0]))
+            return .success((pid, ownEnds))
         }
-        let (pid, inputDescriptor, outputDescriptor) = try spawned.get()
+        let (pid, ends) = try spawned.get()
+        let handles = ends.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
         self.pid = pid
-        input = FileHandle(fileDescriptor: inputDescriptor, closeOnDealloc: true)
-        output = FileHandle(fileDescriptor: outputDescriptor, closeOnDealloc: true)
+        input = handles[0]
+        output = handles[1]
+        errors = handles.count > 2 ? handles[2] : nil
+    }
+
+    private typealias AddChdir =
+        @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>)
+        -> Int32
+
+    /// glibc 2.29's `posix_spawn_file_actions_addchdir_np` (which copies the path), looked up at
+    /// run time as ``SpawnInheritance`` looks up addclosefrom: Swift's Glibc module does not
+    /// declare it. Without it, a child with a directory starts through `sh`, which goes there first.
+    private static let addChdir: AddChdir? = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map {
+        unsafeBitCast($0, to: AddChdir.self)
     }
 
     public func send(_ line: String) throws {

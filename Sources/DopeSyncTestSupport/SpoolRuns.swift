@@ -73,7 +73,7 @@ public func spawnRun(
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
         ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
-    return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, silenceErrors: true)
+    return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, errors: .silenced)
 }
 
 /// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but logging at debug level

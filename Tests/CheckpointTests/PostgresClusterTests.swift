@@ -70,7 +70,7 @@ import Testing
         environment["PGPASSWORD"] = cluster.password
         let session = try Spawned(
             cluster.psqlProgram, ["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", cluster.url], environment: environment,
-            silenceErrors: true)
+            errors: .silenced)
         try session.send("SELECT 'connected';")
         #expect(session.output.readLine() == "connected")
 

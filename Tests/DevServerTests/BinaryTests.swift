@@ -22,7 +22,7 @@ import Testing
         let executable = builtProduct("dopesync-devserver").path
         try #require(FileManager.default.isExecutableFile(atPath: executable), "build it first: \(executable)")
         let process = try Spawned(
-            executable, ["--port", "0", "--log-level", "warning"] + arguments, silenceErrors: true)
+            executable, ["--port", "0", "--log-level", "warning"] + arguments, errors: .silenced)
         // Read stdout until the listening line (or the end of output, if the server died).
         let listening: String? = await onOwnThread {
             while let line = process.output.readLine() {
@@ -87,7 +87,7 @@ import Testing
     @Test(arguments: [["--lookups-status", "405"], ["--no-lookups", "--lookups-status", "500"]])
     func refusesALookupsStatusItCannotUse(_ arguments: [String]) async throws {
         let process = try Spawned(
-            builtProduct("dopesync-devserver").path, ["--port", "0"] + arguments, silenceErrors: true)
+            builtProduct("dopesync-devserver").path, ["--port", "0"] + arguments, errors: .silenced)
         #expect(await process.finished() == 64)  // EX_USAGE, argument parser's ValidationError
     }
 }

@@ -64,7 +64,7 @@ import Testing
         let server = try Spawned(
             builtProduct("dopesync-devserver").path,
             ["--port", "\(port)", "--db", database, "--token", "t", "--latency-ms", "10-20", "--log-level", "error"],
-            silenceErrors: true)
+            errors: .silenced)
         let line = await onOwnThread { server.output.readLine() } ?? ""
         guard line.hasPrefix("listening on ") else {
             server.kill(SIGKILL)

@@ -100,7 +100,7 @@ import Testing
                         "netns", "exec", namespace.name, builtProduct("dopesync").path, "run", "--spool", spool.root,
                         "--api", server.baseURL, "--allow-insecure-http", "--min-age", "0", "--progress", "never",
                         "--database", url, "--lease", "2s", "--concurrency", "3",
-                    ], environment: environment, silenceErrors: true)
+                    ], environment: environment, errors: .silenced)
                 for await _ in struck { break }
                 let cut = ContinuousClock.now
                 try Namespace.ip(["link", "set", namespace.databaseLink, "down"])
