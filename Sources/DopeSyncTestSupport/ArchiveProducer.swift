@@ -30,7 +30,7 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
     }
 
     /// Archives the folder `source` into `output` with this producer.
-    public func archive(_ source: URL, to output: URL, layout: Layout = .plain) throws {
+    public func archive(_ source: URL, to output: URL, layout: Layout = .plain) async throws {
         let parent = source.deletingLastPathComponent()
         let folder = source.lastPathComponent
         let names = try FileManager.default.contentsOfDirectory(atPath: source.path).sorted()
@@ -41,17 +41,18 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
             case .topFolder: (parent, [folder])
             }
         switch self {
-        case .gnuTar: try runProcess("tar", ["-cf", output.path] + members, in: directory)
-        case .gnuTarGzip: try runProcess("tar", ["-czf", output.path] + members, in: directory)
-        case .gnuTarBzip2: try runProcess("tar", ["-cjf", output.path] + members, in: directory)
-        case .gnuTarXz: try runProcess("tar", ["-cJf", output.path] + members, in: directory)
-        case .gnuTarZstd: try runProcess("tar", ["--zstd", "-cf", output.path] + members, in: directory)
-        case .bsdtarGzip: try runProcess("bsdtar", ["-czf", output.path] + members, in: directory)
+        case .gnuTar: try await runProcess("tar", ["-cf", output.path] + members, in: directory)
+        case .gnuTarGzip: try await runProcess("tar", ["-czf", output.path] + members, in: directory)
+        case .gnuTarBzip2: try await runProcess("tar", ["-cjf", output.path] + members, in: directory)
+        case .gnuTarXz: try await runProcess("tar", ["-cJf", output.path] + members, in: directory)
+        case .gnuTarZstd: try await runProcess("tar", ["--zstd", "-cf", output.path] + members, in: directory)
+        case .bsdtarGzip: try await runProcess("bsdtar", ["-czf", output.path] + members, in: directory)
         case .bsdtarPaxZstd:
-            try runProcess("bsdtar", ["--format", "pax", "--zstd", "-cf", output.path] + members, in: directory)
-        case .bsdtarZip: try runProcess("bsdtar", ["--format", "zip", "-cf", output.path] + members, in: directory)
-        case .zipDeflate: try runProcess("zip", ["-qr", output.path] + members, in: directory)
-        case .zipStored: try runProcess("zip", ["-qr0", output.path] + members, in: directory)
+            try await runProcess("bsdtar", ["--format", "pax", "--zstd", "-cf", output.path] + members, in: directory)
+        case .bsdtarZip:
+            try await runProcess("bsdtar", ["--format", "zip", "-cf", output.path] + members, in: directory)
+        case .zipDeflate: try await runProcess("zip", ["-qr", output.path] + members, in: directory)
+        case .zipStored: try await runProcess("zip", ["-qr0", output.path] + members, in: directory)
         case .pythonTarXz, .pythonZip:
             let script = """
                 import os, sys, tarfile, zipfile
@@ -68,7 +69,7 @@ public enum ArchiveProducer: String, CaseIterable, Sendable, CustomStringConvert
                             else:
                                 z.write(m)
                 """
-            try runProcess(
+            try await runProcess(
                 "python3", ["-c", script, output.path, self == .pythonTarXz ? "tar" : "zip"] + members, in: directory)
         }
     }

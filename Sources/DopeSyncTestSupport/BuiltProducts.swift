@@ -18,14 +18,7 @@ public func builtProduct(_ name: String) -> URL {
 @discardableResult
 public func runBuilt(
     _ name: String, _ arguments: [String], in directory: URL? = nil, environment: [String: String]? = nil
-) throws -> ProcessOutput {
-    try runProcess(builtProduct(name).path, arguments, in: directory, environment: environment, allowFailure: true)
-}
-
-/// `runBuilt`, waiting on a thread of its own (see `onOwnThread`): for a `dopesync run` that
-/// talks to the in-process dev server.
-public func runBuiltOffPool(_ name: String, _ arguments: [String], environment: [String: String]? = nil) async throws
-    -> ProcessOutput
-{
-    try await onOwnThread { Result { try runBuilt(name, arguments, environment: environment) } }.get()
+) async throws -> ProcessOutput {
+    try await runProcess(
+        builtProduct(name).path, arguments, in: directory, environment: environment, allowFailure: true)
 }

@@ -26,7 +26,7 @@ public struct HostileEntry: Sendable {
 
 public enum HostileArchive {
     /// Writes `entries`, in order, as a gzip-compressed tar (`container: "tar"`) or a zip (`"zip"`).
-    public static func write(_ entries: [HostileEntry], to output: URL, container: String = "tar") throws {
+    public static func write(_ entries: [HostileEntry], to output: URL, container: String = "tar") async throws {
         let specification = entries.map { entry -> [String: String] in
             [
                 "name": entry.name, "kind": entry.kind.rawValue, "data": Data(entry.data).base64EncodedString(),
@@ -59,12 +59,12 @@ public enum HostileArchive {
                         payload = e["link"].encode() if e["kind"] == "symlink" else base64.b64decode(e["data"])
                         z.writestr(info, payload)
             """
-        try runProcess("python3", ["-c", script, output.path, container], stdin: json)
+        try await runProcess("python3", ["-c", script, output.path, container], stdin: json)
     }
 
     /// A tar.gz holding `session.json` followed by `size` bytes of zeros: about 1 MB compressed
     /// for 1 GiB unpacked. Streamed by Python, so no gigabyte ever touches the disk.
-    public static func writeBomb(to output: URL, unpackedBytes: Int, session: [UInt8]) throws {
+    public static func writeBomb(to output: URL, unpackedBytes: Int, session: [UInt8]) async throws {
         let script = """
             import io, sys, tarfile
             out, size = sys.argv[1], int(sys.argv[2])
@@ -80,6 +80,6 @@ public enum HostileArchive {
                 info = tarfile.TarInfo("images/zeros.jpg"); info.size = size
                 t.addfile(info, io.BufferedReader(Zeros(size), 1 << 20))
             """
-        try runProcess("python3", ["-c", script, output.path, String(unpackedBytes)], stdin: Data(session))
+        try await runProcess("python3", ["-c", script, output.path, String(unpackedBytes)], stdin: Data(session))
     }
 }

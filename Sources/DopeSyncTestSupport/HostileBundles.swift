@@ -29,20 +29,22 @@ public enum HostileBundles {
     public static var zipEntryThatCannotBeSkipped: URL { fixture("zip-stored-entry-skipped-unreadably.zip") }
 
     /// A valid tar.gz bundle of `sample`, compressed once more by `outer` (`gzip`, `xz`, `zstd`, `bzip2`).
-    public static func nested(_ sample: SampleSession, outer: String, in directory: URL, name: String) throws -> URL {
+    public static func nested(_ sample: SampleSession, outer: String, in directory: URL, name: String) async throws
+        -> URL
+    {
         let source = directory.appendingPathComponent("src-\(name)")
         try sample.writeLayout(to: source)
         let inner = directory.appendingPathComponent("\(name).inner.tgz")
-        try ArchiveProducer.gnuTarGzip.archive(source, to: inner)
+        try await ArchiveProducer.gnuTarGzip.archive(source, to: inner)
         let output = directory.appendingPathComponent(name)
-        try runProcess("sh", ["-c", "\(outer) -c \"$1\" > \"$2\"", "sh", inner.path, output.path])
+        try await runProcess("sh", ["-c", "\(outer) -c \"$1\" > \"$2\"", "sh", inner.path, output.path])
         return output
     }
 
     /// An uncompressed tar whose one image is `gigabytes` GiB of zeros, written sparse: it takes
     /// no disk, but reading and hashing it takes many seconds. Its `session.json` names the image,
     /// which is not a JPEG, so the bundle would fail validation if it were ever read to the end.
-    public static func huge(_ sample: SampleSession, gigabytes: Int, at output: URL) throws {
+    public static func huge(_ sample: SampleSession, gigabytes: Int, at output: URL) async throws {
         var session = sample
         var groups = session.json["groupEntries"] as! [[String: any Sendable]]
         groups[0]["imageFileNames"] = ["huge.jpg"]
@@ -58,7 +60,7 @@ public enum HostileBundles {
                 f.seek(size, 1)  # a hole: zeros that take no disk
                 f.write(b"\\0" * 1024)  # the end-of-archive blocks
             """
-        try runProcess(
+        try await runProcess(
             "python3", ["-c", script, output.path, "\(Int64(gigabytes) << 30)"], stdin: Data(session.sessionBytes))
     }
 }

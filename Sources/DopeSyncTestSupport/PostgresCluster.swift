@@ -54,7 +54,7 @@ public final class PostgresCluster: Sendable {
     ///
     /// `installations` holds one folder per PostgreSQL version (Debian's layout); without one
     /// holding `initdb`, this throws an error that says to run `make deps`.
-    public static func start(installations: String = "/usr/lib/postgresql") throws -> PostgresCluster {
+    public static func start(installations: String = "/usr/lib/postgresql") async throws -> PostgresCluster {
         let programs = try PostgresPrograms.find(under: installations)
         let server = ClusterServer(folder: try makeTemporaryDirectory("dopesync-pg"), programs: programs)
         let watchdog: Spawned
@@ -69,7 +69,7 @@ public final class PostgresCluster: Sendable {
             try server.initialize()
             let port = try server.startOnUnusedPort()
             let cluster = PostgresCluster(server: server, watchdog: watchdog, port: port, password: randomPassword())
-            try cluster.psql(
+            try await cluster.psql(
                 """
                 CREATE ROLE \(role) LOGIN PASSWORD '\(cluster.password)';
                 CREATE DATABASE \(database) OWNER \(role);
@@ -86,13 +86,13 @@ public final class PostgresCluster: Sendable {
     /// ON_ERROR_STOP=1`) and returns what it printed: one line a row, `|` between columns, no
     /// command tags, without the last newline. The first failing statement throws.
     @discardableResult
-    public func psql(_ sql: String, database: String = PostgresCluster.database) throws -> String {
+    public func psql(_ sql: String, database: String = PostgresCluster.database) async throws -> String {
         let arguments = [
             "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", folder.path, "-p", String(port),
             "-U", "postgres", "-d", database, "-f", "-",
         ]
         do {
-            let output = try runProcess(psqlProgram, arguments, stdin: Data(sql.utf8))
+            let output = try await runProcess(psqlProgram, arguments, stdin: Data(sql.utf8))
             var text = output.stdout
             while text.hasSuffix("\n") { text.removeLast() }
             return text
@@ -135,11 +135,11 @@ public final class PostgresCluster: Sendable {
     /// Ends every session of `user` (a lost database connection, as the client sees it); returns
     /// how many. They are gone when this returns: `pg_terminate_backend` waits for each to end.
     @discardableResult
-    public func terminateConnections(of user: String) throws -> Int {
+    public func terminateConnections(of user: String) async throws -> Int {
         let name = "'" + user.replacingOccurrences(of: "'", with: "''") + "'"
         // In FILTER, not WHERE: WHERE's conditions may be evaluated in any order, and a terminate
         // evaluated before the user test would end other users' sessions.
-        let ended = try psql(
+        let ended = try await psql(
             """
             SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
             WHERE usename = \(name) AND pid <> pg_backend_pid()

@@ -17,15 +17,15 @@ public struct SharedDatabase: Sendable {
     }
 
     /// A new, empty database owned by the `dopesync` role.
-    public static func fresh(in cluster: PostgresCluster) throws -> SharedDatabase {
+    public static func fresh(in cluster: PostgresCluster) async throws -> SharedDatabase {
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
-        try cluster.psql("CREATE DATABASE \(name) OWNER \(PostgresCluster.role)", database: "postgres")
+        try await cluster.psql("CREATE DATABASE \(name) OWNER \(PostgresCluster.role)", database: "postgres")
         return SharedDatabase(cluster: cluster, name: String(name))
     }
 
     /// `sql` as the superuser in this database; what it printed (rows a line, `|` between columns).
     @discardableResult
-    public func psql(_ sql: String) throws -> String { try cluster.psql(sql, database: name) }
+    public func psql(_ sql: String) async throws -> String { try await cluster.psql(sql, database: name) }
 
     /// The options and environment of a run on `host`: the database, its lease, the password.
     public func runArguments(host: String, lease: String = "30s") -> (options: [String], environment: [String: String])

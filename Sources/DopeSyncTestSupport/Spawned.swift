@@ -6,12 +6,14 @@ import Synchronization
     import Glibc
 #endif
 
-/// A child process started with `posix_spawn`, its standard input and output on pipes.
+/// A child process started with `posix_spawn`, its standard input and output (and its standard
+/// error, if asked) on pipes: how the tests start every program, whether they talk to it as it
+/// runs or, through ``runProcess(_:_:in:environment:stdin:allowFailure:)``, run it to its end.
 ///
 /// Not Foundation's `Process`: its `waitUntilExit()` was seen hanging under the test runner after the child
-/// was killed. The child inherits its standard input, output and error and nothing else
-/// (``SpawnInheritance``), and every pipe end this side keeps is close-on-exec, so no child started
-/// at the same time by another test keeps a pipe open that a reader waits to see closed.
+/// was killed, and its pipes are not close-on-exec. The child inherits its standard input, output and
+/// error and nothing else (``SpawnInheritance``), and every pipe end this side keeps is close-on-exec, so
+/// no child started at the same time by another test keeps a pipe open that a reader waits to see closed.
 public final class Spawned: Sendable {
     /// Where the child's standard error goes.
     public enum ErrorOutput: Sendable {
@@ -133,16 +135,16 @@ public final class Spawned: Sendable {
         }
     }
 
-    /// `wait()` on a thread of its own: for a child that talks to the in-process dev server.
+    /// `wait()` on a thread of its own (see ``onOwnThread(_:)``).
     public func finished() async -> Int32 {
         await onOwnThread { self.wait() }
     }
 }
 
-/// Runs blocking work (waiting for a child process, reading its pipe) on a thread of its own, so
-/// it never holds one of the cooperative pool's threads. On a 2-core machine that pool has two,
-/// and the in-process dev server a child talks to needs them: two tests blocking at once there
-/// stall the server until the child's requests time out.
+/// Runs blocking work (waiting for a child process, reading or writing its pipes: all of
+/// `runProcess`'s waiting) on a thread of its own, so it never holds one of the cooperative pool's
+/// threads. On a 2-core machine that pool has two, and the in-process dev server a child talks to
+/// needs them: two tests blocking at once there stall the server until the child's requests time out.
 public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
         Thread { continuation.resume(returning: body()) }.start()

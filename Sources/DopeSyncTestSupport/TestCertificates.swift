@@ -13,14 +13,14 @@ public struct TestCertificates: Sendable {
     public let otherHostKeyPath: String
 
     /// Makes the CA and both server certificates under `folder` (which must exist).
-    public init(in folder: URL) throws {
+    public init(in folder: URL) async throws {
         func path(_ name: String) -> String { folder.appendingPathComponent(name).path }
         caCertificatePath = path("ca.pem")
         serverCertificatePath = path("server.pem")
         serverKeyPath = path("server-key.pem")
         otherHostCertificatePath = path("other.pem")
         otherHostKeyPath = path("other-key.pem")
-        try runProcess(
+        try await runProcess(
             "openssl",
             [
                 "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
@@ -28,25 +28,25 @@ public struct TestCertificates: Sendable {
                 "-subj", "/CN=dopesync test CA", "-addext", "basicConstraints=critical,CA:TRUE",
                 "-addext", "keyUsage=critical,keyCertSign,cRLSign",
             ])
-        try Self.issue(
+        try await Self.issue(
             subjectAltName: "IP:127.0.0.1,DNS:localhost", certificate: serverCertificatePath, key: serverKeyPath,
             folder: folder)
-        try Self.issue(
+        try await Self.issue(
             subjectAltName: "DNS:api.elsewhere.test", certificate: otherHostCertificatePath, key: otherHostKeyPath,
             folder: folder)
     }
 
-    private static func issue(subjectAltName: String, certificate: String, key: String, folder: URL) throws {
+    private static func issue(subjectAltName: String, certificate: String, key: String, folder: URL) async throws {
         let request = folder.appendingPathComponent("request.csr").path
         let extensions = folder.appendingPathComponent("extensions.cnf")
         try Data("subjectAltName=\(subjectAltName)\nextendedKeyUsage=serverAuth\n".utf8).write(to: extensions)
-        try runProcess(
+        try await runProcess(
             "openssl",
             [
                 "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
                 "-out", request, "-subj", "/CN=dopesync test server",
             ])
-        try runProcess(
+        try await runProcess(
             "openssl",
             [
                 "x509", "-req", "-in", request, "-CA", folder.appendingPathComponent("ca.pem").path,

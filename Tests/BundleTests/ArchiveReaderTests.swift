@@ -13,7 +13,7 @@ import Testing
         var name: String
         /// The code reading must stop with; nil when the file must read to its end.
         var code: BundleError.Code?
-        var make: @Sendable (_ directory: URL) throws -> URL
+        var make: @Sendable (_ directory: URL) async throws -> URL
 
         var testDescription: String { name }
     }
@@ -31,7 +31,7 @@ import Testing
     /// then kept to `keep(size)` bytes. In the plain tar, `a.bin`'s data runs from byte 512 to
     /// 3512 and `b.bin`'s header from 3584 to 4096.
     static func tar(_ flags: [String] = [], keep: @escaping @Sendable (Int) -> Int = { $0 })
-        -> @Sendable (URL) throws
+        -> @Sendable (URL) async throws
         -> URL
     {
         { directory in
@@ -39,14 +39,14 @@ import Testing
             try source.appendingPathComponent("a.bin").write(noise(count: 3000, seed: 1))
             try source.appendingPathComponent("b.bin").write(noise(count: 100_000, seed: 2))
             let output = directory.appendingPathComponent("bundle")
-            try runProcess("tar", flags + ["-cf", output.path, "a.bin", "b.bin"], in: source)
+            try await runProcess("tar", flags + ["-cf", output.path, "a.bin", "b.bin"], in: source)
             let bytes = try Data(contentsOf: output)
             try output.write(bytes.prefix(keep(bytes.count)))
             return output
         }
     }
 
-    static func file(_ bytes: [UInt8]) -> @Sendable (URL) throws -> URL {
+    static func file(_ bytes: [UInt8]) -> @Sendable (URL) async throws -> URL {
         { directory in
             let output = directory.appendingPathComponent("bundle")
             try output.write(bytes)
@@ -92,7 +92,7 @@ import Testing
     @Test("a truncated archive reads as truncated, a file of no archive format as not_an_archive", arguments: cases)
     func classification(_ testCase: Case) async throws {
         try await withTemporaryDirectory { directory in
-            let path = try testCase.make(directory).path
+            let path = try await testCase.make(directory).path
             let error = Self.readingError(path)
             #expect(error?.code == testCase.code, "\(error.map { "\($0)" } ?? "no error")")
             if let error { #expect(error.culprit == path) }

@@ -20,7 +20,7 @@ import Testing
             let source = directory.appendingPathComponent("mysession")
             try sample.writeLayout(to: source, manifest: true)
             let archive = directory.appendingPathComponent("bundle.archive")  // the name says nothing
-            try producer.archive(source, to: archive, layout: layout)
+            try await producer.archive(source, to: archive, layout: layout)
 
             let bundle = try BundleInspector().inspect(path: archive.path)
 
@@ -44,7 +44,7 @@ import Testing
             try source.appendingPathComponent("notes.txt").write(Array("hello".utf8))
             try source.appendingPathComponent("images/unused.bin").write([1, 2, 3])
             let archive = directory.appendingPathComponent("b.tgz")
-            try ArchiveProducer.gnuTarGzip.archive(source, to: archive)
+            try await ArchiveProducer.gnuTarGzip.archive(source, to: archive)
 
             let bundle = try BundleInspector().inspect(path: archive.path)
             #expect(bundle.ignoredFiles.sorted() == ["images/unused.bin", "notes.txt"])
@@ -65,9 +65,9 @@ import Testing
             )
             #expect(written == packed)
             let tarred = directory.appendingPathComponent("tarred.tgz")
-            try ArchiveProducer.gnuTarGzip.archive(source, to: tarred)
+            try await ArchiveProducer.gnuTarGzip.archive(source, to: tarred)
             let zipped = directory.appendingPathComponent("zipped.zip")
-            try ArchiveProducer.zipDeflate.archive(source, to: zipped)
+            try await ArchiveProducer.zipDeflate.archive(source, to: zipped)
 
             let bundles = try [packed, tarred.path, zipped.path].map { try BundleInspector().inspect(path: $0) }
             #expect(bundles[0].hasManifest)
@@ -130,7 +130,7 @@ import Testing
                 seed: 9, shape: SampleSession.Shape().withImages(groups: 3, perGroup: 2, bytes: 600_000))
             let (source, packed) = try Self.layoutAndPack(sample, in: directory, name: "s")
             let zipped = directory.appendingPathComponent("z.zip")
-            try ArchiveProducer.zipStored.archive(source, to: zipped)
+            try await ArchiveProducer.zipStored.archive(source, to: zipped)
 
             for path in [packed, zipped.path] {
                 let bundle = try BundleInspector().inspect(path: path)
@@ -167,7 +167,7 @@ import Testing
                             z.write(path, os.path.relpath(path, source))
                 """
             let zip = directory.appendingPathComponent("nameless.zip").path
-            try runProcess("python3", ["-c", script, source.path, zip])
+            try await runProcess("python3", ["-c", script, source.path, zip])
 
             let bundle = try BundleInspector().inspect(path: zip)
             #expect(Set(bundle.images.keys) == Set(sample.images.keys))
@@ -223,7 +223,7 @@ import Testing
             let smallSample = SampleSession(seed: 12, shape: small)
             let (smallSource, packed) = try Self.layoutAndPack(smallSample, in: directory, name: "small")
             let zipped = directory.appendingPathComponent("small.zip")
-            try ArchiveProducer.zipDeflate.archive(smallSource, to: zipped)
+            try await ArchiveProducer.zipDeflate.archive(smallSource, to: zipped)
 
             for path in [packed, zipped.path] {
                 let bundle = try BundleInspector().inspect(path: path)

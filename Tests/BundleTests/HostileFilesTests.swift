@@ -17,7 +17,7 @@ import Testing
         #expect(
             error.errors[0].message == "gzip data inside the gzip stream: a bundle has at most one compression filter")
 
-        let result = try runBuilt("dopesync", ["inspect", path])
+        let result = try await runBuilt("dopesync", ["inspect", path])
         #expect(result.status == 65)
         #expect(result.stdout.contains("[nested_compression]"), "\(result.stdout)")
         #expect(result.stdout.contains("one compression filter; 60 s + 1 s per 8 MiB of file"))  // the budget, printed
@@ -30,7 +30,8 @@ import Testing
         ])
     func compressedTwice(outer: String, outerName: String) async throws {
         try await withTemporaryDirectory { directory in
-            let bundle = try HostileBundles.nested(SampleSession(seed: 5), outer: outer, in: directory, name: "twice")
+            let bundle = try await HostileBundles.nested(
+                SampleSession(seed: 5), outer: outer, in: directory, name: "twice")
             let error = try #require(throws: BundleValidationError.self) {
                 try BundleInspector().inspect(path: bundle.path)
             }
@@ -46,7 +47,7 @@ import Testing
             let sample = SampleSession(seed: 6)
             try sample.writeLayout(to: source)
             let bundle = directory.appendingPathComponent("b.tgz")
-            try ArchiveProducer.gnuTarGzip.archive(source, to: bundle)
+            try await ArchiveProducer.gnuTarGzip.archive(source, to: bundle)
             var limits = BundleLimits()
             limits.readingSeconds = 0
             limits.readingBytesPerSecond = .max  // a budget of no time at all
@@ -64,7 +65,7 @@ import Testing
     func stopEndsReading() async throws {
         try await withTemporaryDirectory { directory in
             let bundle = directory.appendingPathComponent("huge.tar")
-            try HostileBundles.huge(SampleSession(seed: 8), gigabytes: 64, at: bundle)
+            try await HostileBundles.huge(SampleSession(seed: 8), gigabytes: 64, at: bundle)
             let stop = StopRequest()
             stop.request()
             let error = try #require(throws: BundleValidationError.self) {

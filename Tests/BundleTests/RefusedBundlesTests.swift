@@ -13,7 +13,7 @@ import Testing
         /// Text the culprit must contain (an entry path or a field path).
         var culprit: String
         var limits: BundleLimits = .default
-        var make: @Sendable (_ directory: URL) throws -> URL
+        var make: @Sendable (_ directory: URL) async throws -> URL
 
         var testDescription: String { name }
     }
@@ -23,7 +23,7 @@ import Testing
         _ producer: ArchiveProducer = .gnuTarGzip,
         seed: UInt64 = 5,
         edit: @escaping @Sendable (inout SampleSession, URL) throws -> Void = { _, _ in }
-    ) -> @Sendable (URL) throws -> URL {
+    ) -> @Sendable (URL) async throws -> URL {
         { directory in
             var sample = SampleSession(seed: seed)
             let source = directory.appendingPathComponent("s")
@@ -31,31 +31,32 @@ import Testing
             try edit(&sample, source)
             try source.appendingPathComponent("session.json").write(sample.sessionBytes)
             let output = directory.appendingPathComponent("bundle")
-            try producer.archive(source, to: output)
+            try await producer.archive(source, to: output)
             return output
         }
     }
 
     /// The sample's valid session and an image, plus `extra` entries, in a hostile tar.gz or zip.
-    static func hostile(_ extra: [HostileEntry], container: String = "tar") -> @Sendable (URL) throws -> URL {
+    static func hostile(_ extra: [HostileEntry], container: String = "tar") -> @Sendable (URL) async throws -> URL {
         { directory in
             var shape = SampleSession.Shape()
             shape.groups = 0
             let sample = SampleSession(seed: 3, shape: shape)
             let output = directory.appendingPathComponent("hostile")
-            try HostileArchive.write(
+            try await HostileArchive.write(
                 [.file("session.json", sample.sessionBytes)] + extra, to: output, container: container)
             return output
         }
     }
 
     /// bsdtar writing a format BUNDLE.md refuses, from a valid layout.
-    static func bsdtarFormat(_ format: String) -> @Sendable (URL) throws -> URL {
+    static func bsdtarFormat(_ format: String) -> @Sendable (URL) async throws -> URL {
         { directory in
             let source = directory.appendingPathComponent("s")
             try SampleSession(seed: 4).writeLayout(to: source)
             let output = directory.appendingPathComponent("bundle")
-            try runProcess("bsdtar", ["--format", format, "-cf", output.path, "session.json", "images"], in: source)
+            try await runProcess(
+                "bsdtar", ["--format", format, "-cf", output.path, "session.json", "images"], in: source)
             return output
         }
     }
@@ -79,13 +80,13 @@ import Testing
             return file
         },
         Case(name: "truncated tar.gz", code: .truncated, culprit: "bundle") { directory in
-            let whole = try bundle(seed: 6)(directory)
+            let whole = try await bundle(seed: 6)(directory)
             let bytes = try Data(contentsOf: whole)
             try whole.write(bytes.prefix(bytes.count / 2))
             return whole
         },
         Case(name: "damaged gzip stream", code: .damaged, culprit: "bundle") { directory in
-            let whole = try bundle(seed: 6)(directory)
+            let whole = try await bundle(seed: 6)(directory)
             var bytes = [UInt8](try Data(contentsOf: whole))
             for index in stride(from: 200, to: min(bytes.count - 8, 1200), by: 7) { bytes[index] ^= 0x5A }
             try whole.write(bytes)
@@ -95,7 +96,7 @@ import Testing
             directory in
             let file = directory.appendingPathComponent("session.json")
             try file.write(SampleSession(seed: 1).sessionBytes)
-            try runProcess("gzip", ["-k", file.path])
+            try await runProcess("gzip", ["-k", file.path])
             return directory.appendingPathComponent("session.json.gz")
         },
         Case(
@@ -157,20 +158,20 @@ import Testing
         // session.json missing or invalid.
         Case(name: "no session.json", code: .missingSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("bundle")
-            try HostileArchive.write(
+            try await HostileArchive.write(
                 [.file("other.json", SampleSession(seed: 1).sessionBytes), .file("images/a.jpg", [0xFF, 0xD8, 0xFF])],
                 to: output)
             return output
         },
         Case(name: "two top-level folders", code: .missingSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("bundle")
-            try HostileArchive.write(
+            try await HostileArchive.write(
                 [.file("a/session.json", SampleSession(seed: 1).sessionBytes), .file("b/x", [1])], to: output)
             return output
         },
         Case(name: "malformed JSON", code: .invalidSession, culprit: "session.json") { directory in
             let output = directory.appendingPathComponent("malformed")
-            try HostileArchive.write([.file("session.json", Array("{\"id\": ".utf8))], to: output)
+            try await HostileArchive.write([.file("session.json", Array("{\"id\": ".utf8))], to: output)
             return output
         },
         Case(
@@ -245,13 +246,14 @@ import Testing
     ]
 
     /// A valid bundle with a manifest, whose folder `edit` then changes behind the manifest's back.
-    static func manifestBundle(_ edit: @escaping @Sendable (URL) throws -> Void) -> @Sendable (URL) throws -> URL {
+    static func manifestBundle(_ edit: @escaping @Sendable (URL) throws -> Void) -> @Sendable (URL) async throws -> URL
+    {
         { directory in
             let source = directory.appendingPathComponent("s")
             try SampleSession(seed: 5).writeLayout(to: source, manifest: true)
             try edit(source)
             let output = directory.appendingPathComponent("bundle")
-            try ArchiveProducer.gnuTarGzip.archive(source, to: output)
+            try await ArchiveProducer.gnuTarGzip.archive(source, to: output)
             return output
         }
     }
@@ -259,7 +261,7 @@ import Testing
     @Test("each rule refuses its bundle, naming the culprit", arguments: cases)
     func eachRuleRefusesItsBundle(_ testCase: Case) async throws {
         try await withTemporaryDirectory { directory in
-            let archive = try testCase.make(directory)
+            let archive = try await testCase.make(directory)
             let error = try #require(throws: BundleValidationError.self) {
                 try BundleInspector(limits: testCase.limits).inspect(path: archive.path)
             }
@@ -283,7 +285,7 @@ import Testing
             sample.json["createdAt"] = "yesterday"
             // (Images are resolved only once session.json is valid, so none is reported missing here.)
             let output = directory.appendingPathComponent("bundle")
-            try HostileArchive.write(
+            try await HostileArchive.write(
                 [
                     .file("session.json", sample.sessionBytes),
                     .entry("images/x.jpg", .symlink, linkTarget: "/etc/shadow"), .file("../up", [0]),
@@ -305,7 +307,8 @@ import Testing
     func decompressionBombIsStoppedEarly() async throws {
         try await withTemporaryDirectory { directory in
             let bomb = directory.appendingPathComponent("bomb.tar.gz")
-            try HostileArchive.writeBomb(to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
+            try await HostileArchive.writeBomb(
+                to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
             let compressedSize = try FileManager.default.attributesOfItem(atPath: bomb.path)[.size] as! Int
             #expect(compressedSize < 2 << 20)
 

@@ -33,22 +33,20 @@ import Testing
     }
 
     /// A bundle of `sample` made by `producer`.
-    static func bundle(_ sample: SampleSession, by producer: ArchiveProducer, in directory: URL, name: String) throws
+    static func bundle(_ sample: SampleSession, by producer: ArchiveProducer, in directory: URL, name: String)
+        async throws
         -> URL
     {
         let source = directory.appendingPathComponent("src-\(name)")
         try sample.writeLayout(to: source, manifest: true)
         let archive = directory.appendingPathComponent(name)
-        try producer.archive(source, to: archive)
+        try await producer.archive(source, to: archive)
         return archive
     }
 
-    /// The built `dopesync` with `arguments`, under `env ENV…`, waited for on a thread of its own
-    /// (see `onOwnThread`: the cooperative pool's two threads belong to the tests' servers).
+    /// The built `dopesync` with `arguments`, under `env ENV…`.
     static func dopesync(_ arguments: [String], env: [String]) async throws -> ProcessOutput {
-        try await onOwnThread {
-            Result { try runProcess("env", env + [builtProduct("dopesync").path] + arguments, allowFailure: true) }
-        }.get()
+        try await runProcess("env", env + [builtProduct("dopesync").path] + arguments, allowFailure: true)
     }
 
     @Test(
@@ -58,7 +56,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 77).renamingImages(to: Self.names)
             // zip adds .zip to a bare name
-            let archive = try Self.bundle(sample, by: producer, in: directory, name: "bundle.archive")
+            let archive = try await Self.bundle(sample, by: producer, in: directory, name: "bundle.archive")
             for (label, env) in Self.environments {
                 let result = try await Self.dopesync(["inspect", "--json", archive.path], env: env)
                 #expect(result.status == 0, "\(producer) under \(label): \(result.stdout)\(result.stderr)")
@@ -84,7 +82,7 @@ import Testing
             for (index, producer) in Self.producers.enumerated() {
                 let sample = SampleSession(seed: 700 + UInt64(index)).renamingImages(to: Self.names)
                 samples.append(sample)
-                let archive = try Self.bundle(sample, by: producer, in: directory, name: "b\(index).archive")
+                let archive = try await Self.bundle(sample, by: producer, in: directory, name: "b\(index).archive")
                 try FileManager.default.moveItem(atPath: archive.path, toPath: spool.path(.incoming, "b\(index)"))
             }
             try await withDevServer { server in
@@ -130,7 +128,7 @@ import Testing
                 """
             let tar = directory.appendingPathComponent("latin1.tar").path
             let zip = directory.appendingPathComponent("flagged.zip").path
-            try runProcess("python3", ["-c", script, tar, zip])
+            try await runProcess("python3", ["-c", script, tar, zip])
 
             let tarResult = try await Self.dopesync(["inspect", tar], env: ["-i"])
             #expect(tarResult.status == 65)

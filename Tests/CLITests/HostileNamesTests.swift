@@ -29,7 +29,7 @@ import Testing
                 #expect(!output.split(separator: "\n").contains { $0.hasPrefix("2026-11-26T00:00:00+0000 critical") })
                 #expect(output.contains(#"evil\x0a2026-11-26T00:00:00+0000 critical dopesync: forged line\x1b[2J"#))
             }
-            let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(report.status == 0)
             #expect(!report.stdout.contains("\u{1B}") && report.stdout.contains(#"evil\x0a2026"#), "\(report.stdout)")
             let sidecarText = try String(contentsOfFile: spool.sidecarPath(forFailed: Self.forging), encoding: .utf8)
@@ -47,11 +47,11 @@ import Testing
                 #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .bundlesFailed)
             }
             #expect(try spool.names(.failed) == ["x.error", "x.error.error"])
-            let report = try runBuilt("dopesync", ["status", "--spool", spool.root, "--json"])
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root, "--json"])
             #expect(
                 report.stdout.contains(#""failed":1"#) || report.stdout.contains(#""failed" : 1"#), "\(report.stdout)")
             #expect(try spool.list(.failed).map(\.name) == ["x.error"])
-            let requeue = try runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            let requeue = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
             #expect(requeue.status == 0, "\(requeue.stderr)")
             #expect(try spool.names(.incoming) == ["x.error"] && spool.names(.failed).isEmpty)
         }
@@ -76,7 +76,7 @@ import Testing
             #expect(try spool.names(.failed).sorted() == [name, sidecarName].sorted())
             let sidecar = try #require(ErrorSidecar.read(from: spool.path(.failed, sidecarName)))
             #expect(sidecar.bundle == name && sidecar.reason.rawValue == "not_an_archive")
-            let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(report.stdout.contains("\(name)  not_an_archive"), "\(report.stdout)")
         }
     }
@@ -105,7 +105,7 @@ import Testing
     func fifoInFailedDoesNotHangStatus() async throws {
         try await withTemporarySpool { spool, _ in
             #expect(mkfifo(spool.path(.failed, "x.error"), 0o600) == 0)
-            let report = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root])
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(report.status == 0, "\(report.stderr)")
         }
     }

@@ -12,16 +12,16 @@ import Testing
             let source = directory.appendingPathComponent("s")
             try sample.writeLayout(to: source)
             let bundle = directory.appendingPathComponent("b.tgz")
-            try ArchiveProducer.gnuTarGzip.archive(source, to: bundle)
+            try await ArchiveProducer.gnuTarGzip.archive(source, to: bundle)
 
-            let result = try runBuilt("dopesync", ["inspect", bundle.path])
+            let result = try await runBuilt("dopesync", ["inspect", bundle.path])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains(sample.sessionID))
             #expect(result.stdout.contains("3 DOPE entries"))
             #expect(result.stdout.contains("group1-1.jpg  jpeg"))
             #expect(result.stdout.contains("10000 entries"))  // the limits in force
 
-            let json = try runBuilt("dopesync", ["inspect", "--json", bundle.path])
+            let json = try await runBuilt("dopesync", ["inspect", "--json", bundle.path])
             #expect(json.status == 0)
             let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
             #expect(document["valid"] as? Bool == true)
@@ -38,15 +38,15 @@ import Testing
             var sample = SampleSession(seed: 22)
             sample.json["humidity"] = 140
             let bundle = directory.appendingPathComponent("bad.tgz")
-            try HostileArchive.write(
+            try await HostileArchive.write(
                 [.file("session.json", sample.sessionBytes), .entry("evil", .symlink, linkTarget: "/")], to: bundle)
 
-            let result = try runBuilt("dopesync", ["inspect", bundle.path])
+            let result = try await runBuilt("dopesync", ["inspect", bundle.path])
             #expect(result.status == 65)
             #expect(result.stdout.contains("humidity: must be between 0 and 100 (was 140)"), "\(result.stdout)")
             #expect(result.stdout.contains("[link_entry] evil"))
 
-            let json = try runBuilt("dopesync", ["inspect", "--json", bundle.path])
+            let json = try await runBuilt("dopesync", ["inspect", "--json", bundle.path])
             #expect(json.status == 65)
             let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as! [String: Any]
             #expect(document["valid"] as? Bool == false)
@@ -56,8 +56,8 @@ import Testing
     }
 
     @Test("inspect of a file that does not exist: exit 65 naming it")
-    func inspectMissingFile() throws {
-        let result = try runBuilt("dopesync", ["inspect", "/nonexistent/bundle.tgz"])
+    func inspectMissingFile() async throws {
+        let result = try await runBuilt("dopesync", ["inspect", "/nonexistent/bundle.tgz"])
         #expect(result.status == 65)
         #expect(result.stdout.contains("/nonexistent/bundle.tgz"))
     }
@@ -70,7 +70,7 @@ import Testing
             let source = directory.appendingPathComponent("s")
             try sample.writeLayout(to: source)
             let output = directory.appendingPathComponent("out.tgz")
-            let result = try runBuilt(
+            let result = try await runBuilt(
                 "dopesync", ["pack", source.appendingPathComponent("session.json").path, "--output", output.path])
             #expect(result.status == 65)
             #expect(result.stderr.contains("rifleSetupId: must be > 0 (was 0)"), "\(result.stderr)")
@@ -85,22 +85,22 @@ import Testing
             let source = directory.appendingPathComponent("s")
             try sample.writeLayout(to: source)
             let output = directory.appendingPathComponent("out.tgz")
-            let pack = try runBuilt(
+            let pack = try await runBuilt(
                 "dopesync",
                 [
                     "pack", source.appendingPathComponent("session.json").path, "--images",
                     source.appendingPathComponent("images").path, "--output", output.path,
                 ])
             #expect(pack.status == 0, "\(pack.stderr)")
-            let inspect = try runBuilt("dopesync", ["inspect", output.path])
+            let inspect = try await runBuilt("dopesync", ["inspect", output.path])
             #expect(inspect.status == 0, "\(inspect.stdout)")
             #expect(inspect.stdout.contains("with manifest"))
         }
     }
 
     @Test("pack needs exactly one destination: exit 64")
-    func packNeedsOneDestination() throws {
-        let result = try runBuilt("dopesync", ["pack", "session.json"])
+    func packNeedsOneDestination() async throws {
+        let result = try await runBuilt("dopesync", ["pack", "session.json"])
         #expect(result.status == 64)
         #expect(result.stderr.contains("--output") && result.stderr.contains("--spool"))
     }
@@ -109,9 +109,10 @@ import Testing
     func bombWithBoundedMemory() async throws {
         try await withTemporaryDirectory { directory in
             let bomb = directory.appendingPathComponent("bomb.tgz")
-            try HostileArchive.writeBomb(to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
+            try await HostileArchive.writeBomb(
+                to: bomb, unpackedBytes: 1 << 30, session: SampleSession(seed: 2).sessionBytes)
             // GNU time reports the child's peak resident set in KiB.
-            let result = try runProcess(
+            let result = try await runProcess(
                 "/usr/bin/time", ["-f", "maxrss_kib=%M", builtProduct("dopesync").path, "inspect", bomb.path],
                 allowFailure: true)
             #expect(result.status == 65)

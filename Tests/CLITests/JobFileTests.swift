@@ -245,22 +245,22 @@ import Testing
     func exitCodesOfTheBinary() async throws {
         try await withTemporaryDirectory { directory in
             let job = try Self.write("api: http://127.0.0.1:9\nmax-tim: 5m\n", to: directory)
-            let typo = try runBuilt("dopesync", ["run", "--job", job], environment: ["DOPESYNC_API_TOKEN": "t"])
+            let typo = try await runBuilt("dopesync", ["run", "--job", job], environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(typo.status == 78)
             #expect(
                 typo.stderr.contains("\(job):2: max-tim: unknown key (did you mean max-time?) [unknown_key]"),
                 "\(typo.stderr)")
 
-            let status = try runBuilt("dopesync", ["status", "--job", job])
+            let status = try await runBuilt("dopesync", ["status", "--job", job])
             #expect(status.status == 78, "status refuses the same job file")
 
-            let environment = try runBuilt(
+            let environment = try await runBuilt(
                 "dopesync", ["run", "--api", "http://127.0.0.1:9"],
                 environment: ["DOPESYNC_API_TOKEN": "t", "DOPESYNC_CONCURRENCY": "lots"])
             #expect(environment.status == 78)
             #expect(environment.stderr.contains("DOPESYNC_CONCURRENCY"))
 
-            let option = try runBuilt(
+            let option = try await runBuilt(
                 "dopesync", ["run", "--api", "http://127.0.0.1:9", "--max-time", "forever"],
                 environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(option.status == 64)
@@ -282,7 +282,7 @@ import Testing
                     min-age: 0
                     metrics-file: \(metrics)
                     """, to: directory)
-                let result = try await runBuiltOffPool("dopesync", ["run", "--job", job])
+                let result = try await runBuilt("dopesync", ["run", "--job", job])
                 #expect(result.status == 0, "\(result.stderr)")
                 #expect(result.stdout.contains("2 done"))
                 #expect(!(result.stdout + result.stderr).contains(server.token), "the token must never be printed")
@@ -323,7 +323,7 @@ import Testing
                 // the new bundle back in incoming/ and counted in the backlog.
                 try pack(SampleSession(seed: 703), into: spool, scratch: directory)
                 let wrongToken = try Self.tokenFile(in: directory, "wrong")
-                let refused = try await runBuiltOffPool("dopesync", ["run", "--job", job, "--token-file", wrongToken])
+                let refused = try await runBuilt("dopesync", ["run", "--job", job, "--token-file", wrongToken])
                 #expect(refused.status == 77, "\(refused.stderr)")
                 let after = try String(contentsOfFile: metrics, encoding: .utf8)
                 #expect(after.contains("dopesync_last_run_exit_code 77\n"))

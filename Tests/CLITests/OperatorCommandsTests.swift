@@ -33,7 +33,7 @@ import Testing
             let (deadSummary, deadStatus) = await runWorker(spool, apiURL: deadURL, token: "t")
             #expect(deadSummary.deferred == 1)
 
-            let result = try runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            let result = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
             #expect(result.status == 0, "\(result.stderr)")
             let document = try Self.jsonObject(result.stdout)
             #expect(document["spool"] as? String == spool.root)
@@ -80,7 +80,7 @@ import Testing
                 #expect(lastRun[key] != nil, "lastRun.\(key)")
             }
 
-            let text = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            let text = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(text.status == 0)
             #expect(text.stdout.contains(spool.databasePath))
             #expect(text.stdout.contains("0 due now, 1 waiting for retry"))
@@ -88,7 +88,7 @@ import Testing
             #expect(text.stdout.contains("deferred 1"))
 
             // inspect: the done bundle's steps, all checkpointed, with server ids.
-            let inspect = try runBuilt(
+            let inspect = try await runBuilt(
                 "dopesync", ["inspect", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root])
             #expect(inspect.status == 0, "\(inspect.stderr)")
             #expect(
@@ -97,7 +97,7 @@ import Testing
                 "\(inspect.stdout)")
             #expect(inspect.stdout.contains("    session → server id"))
             let inspectJSON = try Self.jsonObject(
-                try runBuilt(
+                try await runBuilt(
                     "dopesync",
                     ["inspect", "--json", spool.path(.done, "\(good.sessionID).tar.gz"), "--spool", spool.root]
                 ).stdout)
@@ -132,8 +132,8 @@ import Testing
     }
 
     @Test("status of a spool that does not exist: exit 73")
-    func statusUnreadable() throws {
-        let result = try runBuilt("dopesync", ["status", "--spool", "/nonexistent/spool"])
+    func statusUnreadable() async throws {
+        let result = try await runBuilt("dopesync", ["status", "--spool", "/nonexistent/spool"])
         #expect(result.status == 73)
         #expect(result.stderr.contains("/nonexistent/spool"))
     }
@@ -149,7 +149,7 @@ import Testing
                 #expect(try spool.names(.failed) == [name, name + ".error"])
 
                 try await server.postJSON("/admin/references", ["ammunition": [9999]])
-                let requeue = try runBuilt("dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
+                let requeue = try await runBuilt("dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
                 #expect(requeue.status == 0, "\(requeue.stderr)")
                 #expect(requeue.stdout.contains("requeued failed/\(name) -> incoming/\(name)"), "\(requeue.stdout)")
                 #expect(requeue.stdout.contains("3 steps already done"), "\(requeue.stdout)")
@@ -185,7 +185,7 @@ import Testing
             _ = FileManager.default.createFile(
                 atPath: spool.path(.incoming, "a.tar.gz"), contents: Data("newer one".utf8))
 
-            let result = try runBuilt("dopesync", ["requeue", "a.tar.gz", "nope.tar.gz", "--spool", spool.root])
+            let result = try await runBuilt("dopesync", ["requeue", "a.tar.gz", "nope.tar.gz", "--spool", spool.root])
             #expect(result.status == 1)
             #expect(result.stderr.contains("nope.tar.gz"), "\(result.stderr)")
             #expect(result.stdout.contains("requeued failed/a.tar.gz -> incoming/a.1.tar.gz"), "\(result.stdout)")
@@ -194,9 +194,9 @@ import Testing
             #expect(try String(contentsOfFile: spool.path(.incoming, "a.1.tar.gz"), encoding: .utf8) == "failed one")
             #expect(try spool.names(.failed).isEmpty)
 
-            #expect(try runBuilt("dopesync", ["requeue", "--spool", spool.root]).status == 64)
-            #expect(try runBuilt("dopesync", ["requeue", "x", "--all", "--spool", spool.root]).status == 64)
-            let empty = try runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            #expect(try await runBuilt("dopesync", ["requeue", "--spool", spool.root]).status == 64)
+            #expect(try await runBuilt("dopesync", ["requeue", "x", "--all", "--spool", spool.root]).status == 64)
+            let empty = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
             #expect(empty.status == 0)
             #expect(empty.stdout.contains("nothing to requeue"))
         }
@@ -236,7 +236,7 @@ import Testing
             try store.recordClaim(name: "failed-old.tar.gz", owner: owner)
             try store.recordFailure(name: "failed-old.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(422)))
 
-            let result = try runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
+            let result = try await runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("deleted done/old-1.tar.gz (100 bytes)"))
             #expect(result.stdout.contains("pruned 3 bundles from done/, 300 bytes"), "\(result.stdout)")
@@ -249,10 +249,11 @@ import Testing
             #expect(try store.bundleState(name: "failed-old.tar.gz") != nil)
 
             // Without --older-than: prune-after, 30 days by default; nothing here is that old.
-            let byDefault = try runBuilt("dopesync", ["prune", "--spool", spool.root])
+            let byDefault = try await runBuilt("dopesync", ["prune", "--spool", spool.root])
             #expect(byDefault.status == 0 && byDefault.stdout.contains("pruned 0 bundles"), "\(byDefault.stdout)")
             #expect(try spool.names(.done) == ["new.tar.gz"])
-            #expect(try runBuilt("dopesync", ["prune", "--older-than", "soon", "--spool", spool.root]).status == 64)
+            #expect(
+                try await runBuilt("dopesync", ["prune", "--older-than", "soon", "--spool", spool.root]).status == 64)
         }
     }
 }

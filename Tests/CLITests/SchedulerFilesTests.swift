@@ -55,7 +55,7 @@ import Testing
                     .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
                 try text.write(to: directory.appendingPathComponent(unit), atomically: true, encoding: .utf8)
             }
-            let result = try runProcess(analyze, ["verify"] + Self.units, in: directory, allowFailure: true)
+            let result = try await runProcess(analyze, ["verify"] + Self.units, in: directory, allowFailure: true)
             #expect(result.status == 0, "\(result.stderr)")
             // Unknown keys are only warnings to systemd ("ignoring"): a typo in a sandboxing option
             // would silently switch it off, so any output fails the test.
@@ -108,7 +108,7 @@ import Testing
                 }
                 // The package's tmpfiles make the spool; dopesync never makes one it was not asked to.
                 try Spool(root: directory.appendingPathComponent("spool").path).create()
-                let result = try runBuilt(
+                let result = try await runBuilt(
                     "dopesync", arguments,
                     environment: [
                         "DOPESYNC_SPOOL": directory.appendingPathComponent("spool").path,
@@ -173,7 +173,7 @@ import Testing
                         }
                     #expect(["run", "prune"].contains(arguments.first), "\(arguments)")
                     // Off the cooperative pool: this process's dev server must go on answering meanwhile.
-                    let result = try await runBuiltOffPool("dopesync", arguments, environment: environment)
+                    let result = try await runBuilt("dopesync", arguments, environment: environment)
                     #expect(result.status == 0, "\(arguments): \(result.stderr)")
                 }
             }

@@ -5,12 +5,12 @@ import Testing
 
 /// A child the tests start (and the isolated reader the worker starts) inherits its standard
 /// input, output and error and nothing else. A fresh-clone CI run once hung for good: a pipe of
-/// one test's `runProcess` (Foundation's pipes are not close-on-exec) was inherited by the
-/// PostgreSQL cluster's watchdog, which another test started at that moment and which lives as
+/// one test's `runProcess` (then Foundation's `Process`, whose pipes are not close-on-exec) was
+/// inherited by the PostgreSQL cluster's watchdog, which another test started at that moment and which lives as
 /// long as the suite, so the read waiting for that pipe's end never returned.
 @Suite struct ChildProcessInheritanceTests {
     @Test func aChildStartedWhileAnotherPipeIsOpenDoesNotHoldThatPipe() throws {
-        let pipe = Pipe()  // as `runProcess` makes them: inheritable
+        let pipe = Pipe()  // as Foundation makes them (the token command's, in-process): inheritable
         let writeEnd = pipe.fileHandleForWriting.fileDescriptor
         #expect(fcntl(writeEnd, F_GETFD) & FD_CLOEXEC == 0, "the case this guards against: an inheritable end")
         let pipeInode = try #require(Self.target(of: "/proc/self/fd/\(writeEnd)"))
@@ -48,6 +48,36 @@ import Testing
         #expect(mask("SigBlk") == 0, "blocked in the child: \(String(mask("SigBlk") ?? 0, radix: 16))")
         // Signals 1 to 31 (bit n - 1 is signal n); glibc keeps its own real-time ones ignored.
         #expect((mask("SigIgn") ?? .max) & 0x7FFF_FFFF == 0, "ignored in the child")
+    }
+
+    /// `runProcess`: the child gets its input, its folder and its variables, and descriptors 0, 1
+    /// and 2 only; its output and errors come back apart, each read to its end while the other
+    /// fills (a megabyte each, far more than a pipe holds).
+    @Test func runProcessGivesInputFolderAndVariablesAndReadsBothStreamsToTheirEnds() async throws {
+        let folder = try TemporaryFolder("run-process")
+        let script = """
+            cat
+            echo "$(pwd -P) $GREETING" >&2
+            ls /proc/$$/fd | tr '\\n' ' ' >&2
+            head -c 1000000 /dev/zero | tr '\\0' e >&2
+            head -c 1000000 /dev/zero | tr '\\0' o
+            """
+        let result = try await runProcess(
+            "sh", ["-c", script], in: folder.url, environment: ["GREETING": "hello"], stdin: Data("input\n".utf8))
+        #expect(result.status == 0)
+        #expect(result.stdout == "input\n" + String(repeating: "o", count: 1_000_000))
+        let expectedErrors = "\(folder.url.resolvingSymlinksInPath().path) hello\n0 1 2 "
+        #expect(result.stderr == expectedErrors + String(repeating: "e", count: 1_000_000))
+    }
+
+    @Test func runProcessThrowsForAFailureUnlessAllowedAndSaysWhichSignal() async throws {
+        let failure = await #expect(throws: ProcessFailure.self) {
+            try await runProcess("sh", ["-c", "echo no >&2; exit 3"])
+        }
+        #expect(failure?.output.status == 3)
+        #expect(failure?.description == "`sh -c echo no >&2; exit 3` exited 3: no\n")
+        let killed = try await runProcess("sh", ["-c", "kill -KILL $$"], allowFailure: true)
+        #expect(killed.status == 128 + SIGKILL)
     }
 
     /// What a descriptor refers to (`pipe:[1234]`, a path).

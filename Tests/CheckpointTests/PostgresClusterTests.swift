@@ -13,14 +13,14 @@ import Testing
     static let isChild = environment["DOPESYNC_TEST_CHILD"] == "postgres-cluster"
 
     /// `SELECT current_user` over TCP as `dopesync`, with `password` (PGPASSWORD).
-    static func currentUserOverTCP(_ cluster: PostgresCluster, password: String) throws -> ProcessOutput {
-        try runProcess(
+    static func currentUserOverTCP(_ cluster: PostgresCluster, password: String) async throws -> ProcessOutput {
+        try await runProcess(
             cluster.psqlProgram, ["-X", "-A", "-t", "-c", "SELECT current_user", cluster.url],
             environment: ["PGPASSWORD": password], allowFailure: true)
     }
 
-    @Test(.enabled(if: !isChild)) func dopesyncLogsInOverTCPWithItsPasswordOnly() throws {
-        let cluster = try PostgresCluster.start()
+    @Test(.enabled(if: !isChild)) func dopesyncLogsInOverTCPWithItsPasswordOnly() async throws {
+        let cluster = try await PostgresCluster.start()
         defer { cluster.remove() }
         #expect(cluster.url == "postgresql://dopesync@127.0.0.1:\(cluster.port)/dopesync")
 
@@ -30,41 +30,44 @@ import Testing
         let written = try String(contentsOfFile: passwordFile, encoding: .utf8)
         #expect(written == cluster.password + "\n")
 
-        let right = try Self.currentUserOverTCP(cluster, password: cluster.password)
+        let right = try await Self.currentUserOverTCP(cluster, password: cluster.password)
         #expect(right.status == 0, "\(right.stderr)")
         #expect(right.stdout == "dopesync\n")
-        let wrong = try Self.currentUserOverTCP(cluster, password: cluster.password + "x")
+        let wrong = try await Self.currentUserOverTCP(cluster, password: cluster.password + "x")
         #expect(wrong.status != 0)
         #expect(wrong.stderr.contains("password authentication failed for user \"dopesync\""))
         // The password is kept as a SCRAM verifier, so the login above was a SCRAM exchange.
-        let stored = try cluster.psql("SELECT left(rolpassword, 14) FROM pg_authid WHERE rolname = 'dopesync'")
+        let stored = try await cluster.psql("SELECT left(rolpassword, 14) FROM pg_authid WHERE rolname = 'dopesync'")
         #expect(stored == "SCRAM-SHA-256$")
         #expect(
-            try cluster.psql("SELECT pg_catalog.pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'dopesync'")
+            try await cluster.psql(
+                "SELECT pg_catalog.pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'dopesync'")
                 == "dopesync")
     }
 
-    @Test(.enabled(if: !isChild)) func committedRowsSurviveAnImmediateRestartAndAStop() throws {
-        let cluster = try PostgresCluster.start()
+    @Test(.enabled(if: !isChild)) func committedRowsSurviveAnImmediateRestartAndAStop() async throws {
+        let cluster = try await PostgresCluster.start()
         defer { cluster.remove() }
-        try cluster.psql("CREATE TABLE checkpoints (step text PRIMARY KEY); INSERT INTO checkpoints VALUES ('dope:1');")
+        try await cluster.psql(
+            "CREATE TABLE checkpoints (step text PRIMARY KEY); INSERT INTO checkpoints VALUES ('dope:1');")
         let before = cluster.postmasterPID
 
         try cluster.restart(immediate: true)
         #expect(cluster.postmasterPID != before)
-        #expect(try cluster.psql("SELECT step FROM checkpoints") == "dope:1")
+        #expect(try await cluster.psql("SELECT step FROM checkpoints") == "dope:1")
 
-        try cluster.psql("INSERT INTO checkpoints VALUES ('dope:2')")
+        try await cluster.psql("INSERT INTO checkpoints VALUES ('dope:2')")
         try cluster.stop(immediate: true)
         #expect(cluster.postmasterPID == nil)
-        #expect(throws: PostgresClusterError.self) { try cluster.psql("SELECT 1") }
+        await #expect(throws: PostgresClusterError.self) { try await cluster.psql("SELECT 1") }
         try cluster.start()
-        #expect(try cluster.psql("SELECT string_agg(step, ',' ORDER BY step) FROM checkpoints") == "dope:1,dope:2")
-        #expect(try Self.currentUserOverTCP(cluster, password: cluster.password).stdout == "dopesync\n")
+        #expect(
+            try await cluster.psql("SELECT string_agg(step, ',' ORDER BY step) FROM checkpoints") == "dope:1,dope:2")
+        #expect(try await Self.currentUserOverTCP(cluster, password: cluster.password).stdout == "dopesync\n")
     }
 
-    @Test(.enabled(if: !isChild)) func terminatingAUsersConnectionsEndsItsSessions() throws {
-        let cluster = try PostgresCluster.start()
+    @Test(.enabled(if: !isChild)) func terminatingAUsersConnectionsEndsItsSessions() async throws {
+        let cluster = try await PostgresCluster.start()
         defer { cluster.remove() }
         var environment = ProcessInfo.processInfo.environment
         environment["PGPASSWORD"] = cluster.password
@@ -74,16 +77,16 @@ import Testing
         try session.send("SELECT 'connected';")
         #expect(session.output.readLine() == "connected")
 
-        #expect(try cluster.terminateConnections(of: "dopesync") == 1)
-        #expect(try cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'dopesync'") == "0")
+        #expect(try await cluster.terminateConnections(of: "dopesync") == 1)
+        #expect(try await cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'dopesync'") == "0")
         try session.send("SELECT 1;")
         try session.input.close()
         #expect(session.wait() == 2)  // psql's "connection to server was lost"
-        #expect(try cluster.terminateConnections(of: "dopesync") == 0)
+        #expect(try await cluster.terminateConnections(of: "dopesync") == 0)
     }
 
-    @Test(.enabled(if: !isChild)) func removeLeavesNoServerAndNoFolder() throws {
-        let cluster = try PostgresCluster.start()
+    @Test(.enabled(if: !isChild)) func removeLeavesNoServerAndNoFolder() async throws {
+        let cluster = try await PostgresCluster.start()
         let postmaster = try #require(cluster.postmasterPID)
         #expect(processIsRunning(postmaster))
 
@@ -96,9 +99,9 @@ import Testing
     /// A test process that dies without `remove()`: its cluster's watchdog stops the server and
     /// deletes the folder. The watchdog holds the child's standard error until it is done, so the
     /// child's output ends when the cleanup has.
-    @Test(.enabled(if: !isChild)) func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() throws {
+    @Test(.enabled(if: !isChild)) func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let child = try runProcess(
+        let child = try await runProcess(
             executable, ["--testing-library", "swift-testing", "--filter", "PostgresClusterTests/child"],
             environment: ["DOPESYNC_TEST_CHILD": "postgres-cluster"], allowFailure: true)
         let line = try #require(child.stdout.split(separator: "\n").first { $0.hasPrefix("cluster ") })
@@ -106,23 +109,23 @@ import Testing
         let folder = String(fields[1])
         let postmaster = try #require(pid_t(fields[2]))
 
-        #expect(child.status == SIGKILL, "\(child.stderr)")
+        #expect(child.status == 128 + SIGKILL, "\(child.stderr)")
         #expect(!processIsRunning(postmaster))
         #expect(!FileManager.default.fileExists(atPath: folder))
     }
 
     /// The child's side of the test above: starts a cluster, says where it is, and dies.
-    @Test(.enabled(if: isChild)) func child() throws {
-        let cluster = try PostgresCluster.start()
+    @Test(.enabled(if: isChild)) func child() async throws {
+        let cluster = try await PostgresCluster.start()
         let line = "cluster \(cluster.folder.path) \(try #require(cluster.postmasterPID))\n"
         try FileHandle.standardOutput.write(contentsOf: Data(line.utf8))  // unbuffered: the kill comes next
         kill(getpid(), SIGKILL)
     }
 
-    @Test(.enabled(if: !isChild)) func withoutPostgreSQLTheErrorSaysToRunMakeDeps() throws {
+    @Test(.enabled(if: !isChild)) func withoutPostgreSQLTheErrorSaysToRunMakeDeps() async throws {
         let folder = try TemporaryFolder("no-postgresql")
-        let error = #expect(throws: PostgresClusterError.self) {
-            try PostgresCluster.start(installations: folder.path)
+        let error = await #expect(throws: PostgresClusterError.self) {
+            try await PostgresCluster.start(installations: folder.path)
         }
         #expect(error?.description.contains("run `make deps`") == true)
     }

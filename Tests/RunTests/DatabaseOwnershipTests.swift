@@ -54,7 +54,7 @@ import Testing
                 #expect(try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.isEmpty)
             }
             // status only reads: it shows what the file says, and changes nothing.
-            let status = try runBuilt("dopesync", ["status", "--spool", spool.root])
+            let status = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(status.status == 0 && status.stdout.contains("read as it is on disk"), "\(status.stdout)")
             #expect(!FileManager.default.fileExists(atPath: spool.databasePath + "-wal"))
         }

@@ -23,7 +23,7 @@ import Testing
             try FileManager.default.copyItem(
                 at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
             for (outer, name) in [("gzip", "gzip-in-gzip"), ("xz", "gzip-in-xz")] {
-                let bundle = try HostileBundles.nested(
+                let bundle = try await HostileBundles.nested(
                     SampleSession(seed: 310), outer: outer, in: directory, name: name)
                 try FileManager.default.moveItem(atPath: bundle.path, toPath: spool.path(.incoming, name))
             }
@@ -52,7 +52,7 @@ import Testing
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
             try spool.create()
             // 64 GiB of zeros to hash: many minutes of reading, so only the stop can end it soon.
-            try HostileBundles.huge(
+            try await HostileBundles.huge(
                 SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try await withDevServer { server in
                 let run = try spawnRunLogging(spool, against: server)
@@ -78,7 +78,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             // The huge bundle first: it arrives first (a run takes bundles in the order they arrived).
             let spool = try makeSpool(in: directory, samples: [])
-            try HostileBundles.huge(
+            try await HostileBundles.huge(
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try pack(SampleSession(seed: 12), into: spool, scratch: directory)
             try await withDevServer { server in
@@ -101,7 +101,7 @@ import Testing
                 #expect(sidecar.contains("signal 9"))
 
                 // requeue gives it a fresh start: no reading counted against it.
-                let requeue = try runBuilt("dopesync", ["requeue", "--spool", spool.root, "huge.tar"])
+                let requeue = try await runBuilt("dopesync", ["requeue", "--spool", spool.root, "huge.tar"])
                 #expect(requeue.status == 0, "\(requeue.stderr)")
                 #expect(try CheckpointStore(spool: spool).beginReading(name: "huge.tar") == 0)
             }

@@ -16,10 +16,12 @@ import Testing
 @Suite struct HostileProducerTests {
     /// `sample` as an uncompressed GNU tar in `spool`'s `incoming/` (so its bytes can be found and
     /// rewritten in place), named `name`.
-    static func packUncompressed(_ sample: SampleSession, named name: String, into spool: Spool, scratch: URL) throws {
+    static func packUncompressed(_ sample: SampleSession, named name: String, into spool: Spool, scratch: URL)
+        async throws
+    {
         let source = scratch.appendingPathComponent("layout-\(name)")
         try sample.writeLayout(to: source)
-        try ArchiveProducer.gnuTar.archive(source, to: URL(fileURLWithPath: spool.path(.incoming, name)))
+        try await ArchiveProducer.gnuTar.archive(source, to: URL(fileURLWithPath: spool.path(.incoming, name)))
     }
 
     /// The boundary an image step of `sample` is framed with when its bytes give no reason to
@@ -88,7 +90,7 @@ import Testing
             let sample = SampleSession(seed: 2410).renamingImages(to: ["x.jpg\r\nX-Injected: yes"])
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
             try spool.create()
-            try Self.packUncompressed(sample, named: "injected.tar", into: spool, scratch: directory)
+            try await Self.packUncompressed(sample, named: "injected.tar", into: spool, scratch: directory)
             try await withDevServer { server in
                 let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
@@ -111,7 +113,7 @@ import Testing
             let edited = SampleSession(seed: 2420, shape: shape)
             let others = (1...2).map { SampleSession(seed: 2420 + UInt64($0)) }
             let spool = try makeSpool(in: directory, samples: others)
-            try Self.packUncompressed(edited, named: "edited.tar", into: spool, scratch: directory)
+            try await Self.packUncompressed(edited, named: "edited.tar", into: spool, scratch: directory)
             let (name, bytes) = edited.images.sorted { $0.key < $1.key }[0]
             let rewritten = Mutex(false)
             var configuration = DevServerConfiguration()
@@ -149,8 +151,9 @@ import Testing
             let sample = SampleSession(seed: 2430)
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
             try spool.create()
-            try Self.packUncompressed(sample, named: "b.tar", into: spool, scratch: directory)
-            try Self.packUncompressed(SampleSession(seed: 2431), named: "other.tar", into: spool, scratch: directory)
+            try await Self.packUncompressed(sample, named: "b.tar", into: spool, scratch: directory)
+            try await Self.packUncompressed(
+                SampleSession(seed: 2431), named: "other.tar", into: spool, scratch: directory)
             let entry = try #require(try spool.scan(minAge: .zero).first { $0.name == "b.tar" })
             let claimed = try #require(try spool.claim(entry))
             #expect(throws: Never.self) {
@@ -186,7 +189,7 @@ import Testing
             let swapped = SampleSession(seed: 2440, shape: shape)
             let others = (1...2).map { SampleSession(seed: 2440 + UInt64($0)) }
             let spool = try makeSpool(in: directory, samples: others)
-            try Self.packUncompressed(swapped, named: "swapped.tar", into: spool, scratch: directory)
+            try await Self.packUncompressed(swapped, named: "swapped.tar", into: spool, scratch: directory)
             let fifo = directory.appendingPathComponent("fifo").path
             #expect(mkfifo(fifo, 0o600) == 0)
             let done = Mutex(false)

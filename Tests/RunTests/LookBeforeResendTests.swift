@@ -37,7 +37,7 @@ import Testing
                     try await server.requestLog().filter { $0.path.hasPrefix("/api/") }.count - requests.count
                 #expect(listReads == ReferenceList.allCases.count)
                 #expect(summary.requests == gets.count + posts.count + listReads)
-                let report = try runBuilt("dopesync", ["status", "--spool", spool.root])
+                let report = try await runBuilt("dopesync", ["status", "--spool", spool.root])
                 #expect(
                     report.stdout.contains(
                         "the API answers lookups: nothing is sent twice, even if it ignores Idempotency-Key"),
@@ -125,7 +125,7 @@ import Testing
             configuration.lookups = false
             configuration.lookupsStatus = answer
             try await withDevServer(configuration) { server in
-                let result = try await runBuiltOffPool(
+                let result = try await runBuilt(
                     "dopesync",
                     [
                         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
@@ -139,7 +139,7 @@ import Testing
                 #expect(warnings.first?.contains("Idempotency-Key alone") == true)
                 let created = try await server.createdCounts()
                 #expect(created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount })
-                let status = try runBuilt("dopesync", ["status", "--spool", spool.root])
+                let status = try await runBuilt("dopesync", ["status", "--spool", spool.root])
                 #expect(
                     status.stdout.contains(
                         "the API has no lookups: nothing is sent twice only if it honours Idempotency-Key"),

@@ -37,7 +37,7 @@ import Testing
     @Test("HTTPS with a private CA given by --ca-file: every bundle uploaded, over HTTP/1.1 and over h2")
     func httpsWithPrivateCA() async throws {
         try await withTemporarySpool { spool, scratch in
-            let certificates = try TestCertificates(in: scratch)
+            let certificates = try await TestCertificates(in: scratch)
             for http2 in [false, true] {
                 let names = try packBundles(3, seed: http2 ? 7_200 : 7_100, into: spool, scratch: scratch)
                 try await withDevServer(tlsServer(certificates, http2: http2)) { server in
@@ -58,7 +58,7 @@ import Testing
     )
     func untrustedCertificateStopsTheRun() async throws {
         try await withTemporarySpool { spool, scratch in
-            let certificates = try TestCertificates(in: scratch)
+            let certificates = try await TestCertificates(in: scratch)
             let names = try packBundles(3, seed: 7_300, into: spool, scratch: scratch)
             try await withDevServer(tlsServer(certificates)) { server in
                 let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
@@ -77,7 +77,7 @@ import Testing
     @Test("A certificate from the trusted CA but for another host name: exit 76, the message says so")
     func wrongHostNameStopsTheRun() async throws {
         try await withTemporarySpool { spool, scratch in
-            let certificates = try TestCertificates(in: scratch)
+            let certificates = try await TestCertificates(in: scratch)
             try packBundles(1, seed: 7_400, into: spool, scratch: scratch)
             try await withDevServer(tlsServer(certificates, otherHost: true)) { server in
                 let (status, output) = try await runToEnd(
@@ -127,7 +127,7 @@ import Testing
         arguments: [false, true])
     func httpsThroughProxy(http2: Bool) async throws {
         try await withTemporarySpool { spool, scratch in
-            let certificates = try TestCertificates(in: scratch)
+            let certificates = try await TestCertificates(in: scratch)
             try packBundles(4, seed: http2 ? 7_650 : 7_600, into: spool, scratch: scratch)
             try await withDevServer(tlsServer(certificates, http2: http2)) { server in
                 try await CountingProxy.with { proxy in

@@ -114,7 +114,7 @@ import Testing
             try await withDevServer { server in
                 // Off the cooperative pool: this process's dev server must go on answering meanwhile.
                 func check(_ url: String, token: String? = nil, root: String? = nil) async throws -> ProcessOutput {
-                    try await runBuiltOffPool(
+                    try await runBuilt(
                         "dopesync", ["check", "--spool", root ?? spool.root, "--api", url],
                         environment: ["DOPESYNC_API_TOKEN": token ?? server.token, "PATH": "/usr/bin:/bin"])
                 }
@@ -134,7 +134,7 @@ import Testing
                 #expect(missing.status == 73 && missing.stdout.contains("does not exist"), "\(missing.stdout)")
                 #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nope").path))
             }
-            let dead = try runBuilt(
+            let dead = try await runBuilt(
                 "dopesync", ["check", "--spool", spool.root, "--api", "http://127.0.0.1:9"],
                 environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(dead.status == 75 && dead.stdout.contains("connection refused"), "\(dead.stdout)")
@@ -165,7 +165,7 @@ import Testing
                 let refused = try await runToEnd(spool, apiURL: server.baseURL, token: "wrong")
                 #expect(good.status == 0 && refused.status == 77)
             }
-            let report = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root, "--runs", "5"])
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root, "--runs", "5"])
             #expect(report.status == 0)
             let runs = report.stdout.split(separator: "\n").filter { $0.contains(" pid ") && $0.contains("exit ") }
             #expect(runs.count == 2, "\(report.stdout)")
@@ -212,9 +212,9 @@ import Testing
             }
             let job = directory.appendingPathComponent("floor.yaml").path
             try Data("spool: \(spool.root)\nmin-free-space: 100%\n".utf8).write(to: URL(fileURLWithPath: job))
-            let report = try await runBuiltOffPool("dopesync", ["status", "--job", job])
+            let report = try await runBuilt("dopesync", ["status", "--job", job])
             #expect(report.stdout.contains("BELOW THE FLOOR"), "\(report.stdout)")
-            let normal = try await runBuiltOffPool("dopesync", ["status", "--spool", spool.root])
+            let normal = try await runBuilt("dopesync", ["status", "--spool", spool.root])
             #expect(normal.stdout.contains("free space ") && !normal.stdout.contains("BELOW"), "\(normal.stdout)")
         }
     }

@@ -62,14 +62,14 @@ struct ProducerOwnedBundlesTests {
                 #expect(try spool.names(.incoming).count == samples.count)
                 // status agrees with run, as the worker's user, and as root, who owns nothing there
                 // and must leave nothing behind.
-                let asWorker = try runProcess(
+                let asWorker = try await runProcess(
                     "/usr/bin/setpriv",
                     [
                         "--reuid=\(Self.worker)", "--regid=\(Self.worker)", "--clear-groups", "--",
                         builtProduct("dopesync").path, "status", "--spool", spool.root,
                     ])
                 #expect(asWorker.stdout.contains("(0 due now, 3 waiting for retry)"), "\(asWorker.stdout)")
-                let asRoot = try runBuilt("dopesync", ["status", "--spool", spool.root])
+                let asRoot = try await runBuilt("dopesync", ["status", "--spool", spool.root])
                 #expect(asRoot.status == 0, "\(asRoot.stderr)")
                 // Root may read anything: the database as it is on disk, not its own.
                 #expect(asRoot.stdout.contains("(0 due now, 3 waiting for retry)"), "\(asRoot.stdout)")
@@ -83,14 +83,14 @@ struct ProducerOwnedBundlesTests {
 
                 // The worker's user cannot touch a producer's file: requeue makes it due instead.
                 let name = try spool.names(.incoming)[0]
-                let requeue = try runProcess(
+                let requeue = try await runProcess(
                     "/usr/bin/setpriv",
                     [
                         "--reuid=\(Self.worker)", "--regid=\(Self.worker)", "--clear-groups", "--",
                         builtProduct("dopesync").path, "requeue", name, "--spool", spool.root,
                     ])
                 #expect(requeue.stdout.contains("incoming/\(name) is due now"), "\(requeue.stdout)\(requeue.stderr)")
-                let after = try runBuilt("dopesync", ["status", "--spool", spool.root])
+                let after = try await runBuilt("dopesync", ["status", "--spool", spool.root])
                 // Due (just packed, it is still within status's default min-age of 5 s), no longer waiting.
                 #expect(after.stdout.contains("2 waiting for retry"), "\(after.stdout)")
                 #expect(!after.stdout.contains("\(name)  next attempt"), "\(after.stdout)")
@@ -113,7 +113,7 @@ struct ProducerOwnedBundlesTests {
             // Its WAL too, if the run left one (what it holds is read from a private copy).
             _ = chmod(spool.databasePath + "-wal", 0o644)
             let before = try FileManager.default.subpathsOfDirectory(atPath: spool.root).sorted()
-            let report = try runProcess(
+            let report = try await runProcess(
                 "/usr/bin/setpriv",
                 [
                     "--reuid=\(Self.worker)", "--regid=\(Self.worker)", "--clear-groups", "--",

@@ -28,13 +28,13 @@ import Testing
                 #expect(try await !server.requestLog().contains { $0.method == "POST" })
 
                 // inspect says the same from the lists the run kept, without asking the server.
-                let inspect = try await runBuiltOffPool(
+                let inspect = try await runBuilt(
                     "dopesync", ["inspect", spool.path(.failed, name), "--spool", spool.root])
                 #expect(inspect.stdout.contains("references   1 id not in the server's lists"), "\(inspect.stdout)")
                 #expect(inspect.stdout.contains("dope[2].ammunitionId  ammunition 9999"), "\(inspect.stdout)")
 
                 try await server.postJSON("/admin/references", ["ammunition": [9999]])
-                let requeue = try await runBuiltOffPool(
+                let requeue = try await runBuilt(
                     "dopesync", ["requeue", "failed/\(name)", "--spool", spool.root])
                 #expect(requeue.status == 0, "\(requeue.stderr)")
                 let (again, againStatus) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
@@ -133,7 +133,8 @@ import Testing
             let layout = directory.appendingPathComponent("humid")
             try sample.writeLayout(to: layout)
             let invalid = "humid.tar.gz"
-            try ArchiveProducer.gnuTarGzip.archive(layout, to: URL(fileURLWithPath: spool.path(.incoming, invalid)))
+            try await ArchiveProducer.gnuTarGzip.archive(
+                layout, to: URL(fileURLWithPath: spool.path(.incoming, invalid)))
             let garbage = "garbage.tar.gz"
             try Data("not an archive at all".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, garbage)))
             try await withDevServer { server in

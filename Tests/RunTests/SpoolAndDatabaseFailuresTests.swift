@@ -26,11 +26,8 @@ import Testing
                 "--reuid=65534", "--regid=65534", "--clear-groups", builtProduct("dopesync").path,
                 "run", "--spool", spool.root, "--api", "http://127.0.0.1:9", "--min-age", "0", "--progress", "never",
             ]
-            let result = try await onOwnThread {
-                Result {
-                    try runProcess("setpriv", arguments, environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true)
-                }
-            }.get()
+            let result = try await runProcess(
+                "setpriv", arguments, environment: ["DOPESYNC_API_TOKEN": "t"], allowFailure: true)
             chmod(spool.path(.incoming), 0o755)
             #expect(result.status == 73, "\(result.stderr)")
             #expect(result.stderr.contains("the spool cannot be read"))
@@ -56,7 +53,7 @@ import Testing
             }
             _ = store
             try await withDevServer { server in
-                let result = try await runBuiltOffPool(
+                let result = try await runBuilt(
                     "dopesync",
                     [
                         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",

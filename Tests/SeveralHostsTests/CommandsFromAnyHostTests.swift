@@ -9,7 +9,7 @@ import Testing
 @Suite struct CommandsFromAnyHostTests {
     @Test("status from another host shows each claim's host and its lease's time left, and each host's last run")
     func statusFromAnyHost() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
             try await withDevServer { server in
@@ -18,7 +18,7 @@ import Testing
                 // A claim held by a worker on host-c, as it would be mid-upload there.
                 let name = "held.tar.gz"
                 _ = FileManager.default.createFile(atPath: spool.path(.processing, name), contents: Data("x".utf8))
-                try database.psql(
+                try await database.psql(
                     """
                     INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
                     VALUES ('\(name)', 1, 'run-c', 'host-c', 77, extract(epoch FROM now()) - 5,
@@ -50,7 +50,7 @@ import Testing
         "requeue from another host resets a failed bundle's attempts in the shared database; prune forgets done bundles there"
     )
     func requeueAndPruneFromAnyHost() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let good = SampleSession(seed: 4701)
             let unknown = SampleSession(seed: 4702).naming(ammunitionId: 9999, inDopeEntry: 1)
@@ -60,7 +60,7 @@ import Testing
                 #expect(await run.finished() == 1)
                 let failed = try #require(try spool.names(.failed).first { !$0.hasSuffix(".error") })
                 #expect(
-                    try database.psql(
+                    try await database.psql(
                         "SELECT last_outcome, last_error_reason FROM dopesync.bundles WHERE name = '\(failed)'")
                         == "failed|unknown_reference")
                 let (_, environment) = database.runArguments(host: "host-b")
@@ -69,7 +69,8 @@ import Testing
                 #expect(requeue.status == 0, "\(requeue.stderr)")
                 #expect(try spool.names(.incoming) == [failed])
                 #expect(
-                    try database.psql("SELECT last_outcome, attempts FROM dopesync.bundles WHERE name = '\(failed)'")
+                    try await database.psql(
+                        "SELECT last_outcome, attempts FROM dopesync.bundles WHERE name = '\(failed)'")
                         == "requeued|0")
 
                 let prune = try await dopesync(
@@ -77,7 +78,8 @@ import Testing
                     environment: environment)
                 #expect(prune.status == 0, "\(prune.stderr)")
                 #expect(try spool.names(.done).isEmpty)
-                #expect(try database.psql("SELECT count(*) FROM dopesync.bundles WHERE last_outcome = 'done'") == "0")
+                #expect(
+                    try await database.psql("SELECT count(*) FROM dopesync.bundles WHERE last_outcome = 'done'") == "0")
                 let inspect = try await dopesync(
                     ["inspect", spool.path(.incoming, failed), "--database", database.url], environment: environment)
                 #expect(inspect.stdout.contains("9999"), "inspect names the id the kept lists lack: \(inspect.stdout)")

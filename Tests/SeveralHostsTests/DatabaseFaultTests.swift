@@ -41,9 +41,9 @@ import Testing
         "the database lost mid-run (restarted as a crash would, or its connections cut): the run stops claiming and settles; the next run finishes; every record once",
         arguments: Fault.allCases, keysHonouredOrIgnored)
     func lostMidRunLosesNothing(fault: Fault, keysHonoured: Bool) async throws {
-        let cluster = try await onOwnThread { Result { try PostgresCluster.start() } }.get()
+        let cluster = try await PostgresCluster.start()
         defer { cluster.remove() }
-        let database = try SharedDatabase.fresh(in: cluster)
+        let database = try await SharedDatabase.fresh(in: cluster)
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(4400 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
@@ -61,14 +61,11 @@ import Testing
                     spool, against: server, database: database, host: "host-a", lease: "2s",
                     ["--concurrency", "4"])
                 for await _ in struck { break }
-                try await onOwnThread {
-                    Result {
-                        switch fault {
-                        case .restartImmediately: try cluster.restart(immediate: true)
-                        case .terminateConnections: _ = try cluster.terminateConnections(of: PostgresCluster.role)
-                        }
-                    }
-                }.get()
+                switch fault {
+                case .restartImmediately:
+                    try await onOwnThread { Result { try cluster.restart(immediate: true) } }.get()
+                case .terminateConnections: try await cluster.terminateConnections(of: PostgresCluster.role)
+                }
                 let status = await run.finished()
                 #expect(
                     status == 0 || status == 75, "exit \(status): finished, or stopped as for an unreachable database")

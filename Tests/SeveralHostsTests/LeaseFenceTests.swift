@@ -27,29 +27,29 @@ import Testing
     }
 
     @Test func aHeldClaimIsNotTakenAndAnExpiredOneIsWithTheNextEpoch() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
             try await worker(ownerB, on: database) { b in
                 #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
                 #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerB))
                 #expect(try await !b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
-                #expect(try database.psql("SELECT epoch, host FROM dopesync.claims") == "1|host-a")
+                #expect(try await database.psql("SELECT epoch, host FROM dopesync.claims") == "1|host-a")
 
                 // A's lease runs out in the database, as when A is paused or cut off past it.
-                try database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
+                try await database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
                 #expect(try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
-                #expect(try database.psql("SELECT epoch, host FROM dopesync.claims") == "2|host-b")
+                #expect(try await database.psql("SELECT epoch, host FROM dopesync.claims") == "2|host-b")
             }
         }
     }
 
     @Test func aWorkerWhoseClaimWasTakenOverWritesNothingAndMayNotMoveTheBundle() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
             try await worker(ownerB, on: database) { b in
                 #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
                 _ = try await a.recordIntents(sessionID: "s1", [intent("session")])
-                try database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
+                try await database.psql("UPDATE dopesync.claims SET lease_expires_at = 0")
                 #expect(try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB))
 
                 // A's own clock still gives it time; the database's fence refuses it all the same.
@@ -62,29 +62,31 @@ import Testing
                 await #expect {
                     try await a.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
                 } throws: { ($0 as? CheckpointError)?.code == .leaseLost }
-                #expect(try database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key") == "session")
-                #expect(try database.psql("SELECT count(*) FROM dopesync.bundles WHERE last_outcome = 'done'") == "0")
+                #expect(try await database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key") == "session")
+                #expect(
+                    try await database.psql("SELECT count(*) FROM dopesync.bundles WHERE last_outcome = 'done'") == "0")
 
                 // B, which holds it now, writes and moves.
                 _ = try await b.recordIntents(sessionID: "s1", [intent("dope:1")])
                 #expect(await b.confirmClaim(of: "x.tar.gz"))
                 try await b.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
                 #expect(
-                    try database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key") == "dope:1\nsession")
-                #expect(try database.psql("SELECT run_id IS NULL FROM dopesync.claims") == "t")
+                    try await database.psql("SELECT step_key FROM dopesync.steps ORDER BY step_key")
+                        == "dope:1\nsession")
+                #expect(try await database.psql("SELECT run_id IS NULL FROM dopesync.claims") == "t")
             }
         }
     }
 
     @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.acquireClaim(of: "y.tar.gz", orphan: false, owner: ownerA))
             _ = try await a.recordIntents(sessionID: "sx", [intent("session", bundle: "x.tar.gz")])
             _ = try await a.recordIntents(sessionID: "sy", [intent("session", bundle: "y.tar.gz")])
             // Another worker took y over.
-            try database.psql(
+            try await database.psql(
                 "UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b' WHERE bundle_name = 'y.tar.gz'")
             let outcomes = try await withCheckedThrowingContinuation { continuation in
                 a.recordResults([
@@ -95,7 +97,7 @@ import Testing
             #expect((try? outcomes[0].get())?.serverID == 11)
             #expect { try outcomes[1].get() } throws: { ($0 as? CheckpointError)?.code == .leaseLost }
             #expect(
-                try database.psql("SELECT session_id, state FROM dopesync.steps ORDER BY session_id")
+                try await database.psql("SELECT session_id, state FROM dopesync.steps ORDER BY session_id")
                     == "sx|done\nsy|sent")
         }
     }
@@ -103,7 +105,7 @@ import Testing
     @Test func aReadingCutShortIsCountedABundleDoneUnderTheSameNameStartsAfreshAndALostClaimMarksNothing()
         async throws
     {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
@@ -116,7 +118,7 @@ import Testing
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
             #expect(
-                try database.psql(
+                try await database.psql(
                     """
                     SELECT coalesce(session_id, '-'), attempts, coalesce(last_outcome, '-'), steps_done,
                         coalesce(steps_total::text, '-'), reading_since IS NOT NULL
@@ -124,17 +126,17 @@ import Testing
                     """) == "-|0|-|0|-|t")
 
             // Taken over: the mark is refused and the row stays as it was.
-            try database.psql("UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b'")
+            try await database.psql("UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b'")
             await #expect {
                 try await a.beginReading(name: "x.tar.gz", now: Date())
             } throws: { ($0 as? CheckpointError)?.code == .leaseLost }
-            #expect(try database.psql("SELECT readings_cut_short FROM dopesync.bundles") == "0")
+            #expect(try await database.psql("SELECT readings_cut_short FROM dopesync.bundles") == "0")
             #expect(!a.holdsClaim(of: "x.tar.gz"))
         }
     }
 
     @Test func anUnreachableDatabaseAtTheStartIsUnreachableNotAWaitForEver() async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         var settings = database.settings()
         settings.port = 1  // nothing listens there
         await #expect {

@@ -15,7 +15,7 @@ import Testing
         "a run on SQLite killed mid-upload, migrate, then a run on PostgreSQL: only the steps not done are sent, each once",
         arguments: keysHonouredOrIgnored)
     func switchingOverResendsNothing(keysHonoured: Bool) async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(4600 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
@@ -37,7 +37,8 @@ import Testing
                 #expect(migrate.status == 0, "\(migrate.stderr)")
                 #expect(migrate.stdout.hasPrefix("migrated "))
                 #expect(
-                    try database.psql("SELECT count(*) FROM dopesync.steps WHERE state = 'done'") == "\(doneInTheFile)")
+                    try await database.psql("SELECT count(*) FROM dopesync.steps WHERE state = 'done'")
+                        == "\(doneInTheFile)")
                 // Twice copies nothing twice.
                 let again = try await dopesync(
                     ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)

@@ -22,29 +22,41 @@ import Testing
         var databaseAddress: String { "10.92.\(subnet).1" }
         var databaseLink: String { "dsp\(subnet)d" }
 
-        static func make() throws -> Namespace {
+        static func make() async throws -> Namespace {
             let subnet = Int.random(in: 10...250)
             let namespace = Namespace(name: "dopesync-test-\(subnet)-\(getpid())", subnet: subnet)
-            try ip(["netns", "add", namespace.name])
+            try await ip(["netns", "add", namespace.name])
             for (link, prefix) in [("dsp\(subnet)a", "10.91"), ("dsp\(subnet)d", "10.92")] {
-                try ip(["link", "add", link, "type", "veth", "peer", "name", link + "n"])
-                try ip(["link", "set", link + "n", "netns", namespace.name])
-                try ip(["addr", "add", "\(prefix).\(subnet).1/24", "dev", link])
-                try ip(["link", "set", link, "up"])
-                try ip(["-n", namespace.name, "addr", "add", "\(prefix).\(subnet).2/24", "dev", link + "n"])
-                try ip(["-n", namespace.name, "link", "set", link + "n", "up"])
+                try await ip(["link", "add", link, "type", "veth", "peer", "name", link + "n"])
+                try await ip(["link", "set", link + "n", "netns", namespace.name])
+                try await ip(["addr", "add", "\(prefix).\(subnet).1/24", "dev", link])
+                try await ip(["link", "set", link, "up"])
+                try await ip(["-n", namespace.name, "addr", "add", "\(prefix).\(subnet).2/24", "dev", link + "n"])
+                try await ip(["-n", namespace.name, "link", "set", link + "n", "up"])
             }
-            try ip(["-n", namespace.name, "link", "set", "lo", "up"])
+            try await ip(["-n", namespace.name, "link", "set", "lo", "up"])
             return namespace
         }
 
-        func remove() {
-            _ = try? Self.ip(["netns", "del", name])  // deletes the veth pairs with it
-            for link in ["dsp\(subnet)a", "dsp\(subnet)d"] { _ = try? Self.ip(["link", "del", link]) }
+        /// A namespace for `body`, deleted (with its links) when `body` returns or throws.
+        static func with(_ body: (Namespace) async throws -> Void) async throws {
+            let namespace = try await make()
+            do {
+                try await body(namespace)
+            } catch {
+                await namespace.remove()
+                throw error
+            }
+            await namespace.remove()
         }
 
-        static func ip(_ arguments: [String]) throws {
-            _ = try runProcess("/usr/sbin/ip", arguments)
+        func remove() async {
+            _ = try? await Self.ip(["netns", "del", name])  // deletes the veth pairs with it
+            for link in ["dsp\(subnet)a", "dsp\(subnet)d"] { _ = try? await Self.ip(["link", "del", link]) }
+        }
+
+        static func ip(_ arguments: [String]) async throws {
+            _ = try await runProcess("/usr/sbin/ip", arguments)
         }
     }
 
@@ -56,68 +68,70 @@ import Testing
             Issue.record("network namespaces need root, which the tests run as")
             return
         }
-        let namespace = try Namespace.make()
-        defer { namespace.remove() }
-        let cluster = try await onOwnThread { Result { try PostgresCluster.start() } }.get()
-        defer { cluster.remove() }
-        // The database also listens on the namespace's link, with passwords, as on a real network.
-        try cluster.psql("ALTER SYSTEM SET listen_addresses = '127.0.0.1,\(namespace.databaseAddress)'")
-        let hba = cluster.folder.appendingPathComponent("data/pg_hba.conf")
-        let rules = try String(contentsOf: hba, encoding: .utf8)
-        try (rules + "\nhost all all 10.92.\(namespace.subnet).0/24 scram-sha-256\n").write(
-            to: hba, atomically: false, encoding: .utf8)
-        try await onOwnThread { Result { try cluster.restart(immediate: false) } }.get()
-        let database = try SharedDatabase.fresh(in: cluster)
+        try await Namespace.with { namespace in
+            let cluster = try await PostgresCluster.start()
+            defer { cluster.remove() }
+            // The database also listens on the namespace's link, with passwords, as on a real network.
+            try await cluster.psql("ALTER SYSTEM SET listen_addresses = '127.0.0.1,\(namespace.databaseAddress)'")
+            let hba = cluster.folder.appendingPathComponent("data/pg_hba.conf")
+            let rules = try String(contentsOf: hba, encoding: .utf8)
+            try (rules + "\nhost all all 10.92.\(namespace.subnet).0/24 scram-sha-256\n").write(
+                to: hba, atomically: false, encoding: .utf8)
+            try await onOwnThread { Result { try cluster.restart(immediate: false) } }.get()
+            let database = try await SharedDatabase.fresh(in: cluster)
 
-        try await withTemporaryDirectory { directory in
-            let samples = (1...6).map { SampleSession(seed: UInt64(4800 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
-            let arrivals = Mutex<[ContinuousClock.Instant]>([])
-            let (struck, strike) = AsyncStream.makeStream(of: Void.self)
-            var configuration = DevServerConfiguration()
-            configuration.host = namespace.apiAddress
-            configuration.faults.latencyMilliseconds = 5...10
-            configuration.onRequest = { _, path in
-                guard !path.hasPrefix("/admin") else { return }
-                let count = arrivals.withLock { arrivals in
-                    arrivals.append(.now)
-                    return arrivals.count
+            try await withTemporaryDirectory { directory in
+                let samples = (1...6).map { SampleSession(seed: UInt64(4800 + $0), shape: .realistic) }
+                let spool = try makeSpool(in: directory, samples: samples)
+                let arrivals = Mutex<[ContinuousClock.Instant]>([])
+                let (struck, strike) = AsyncStream.makeStream(of: Void.self)
+                var configuration = DevServerConfiguration()
+                configuration.host = namespace.apiAddress
+                configuration.faults.latencyMilliseconds = 5...10
+                configuration.onRequest = { _, path in
+                    guard !path.hasPrefix("/admin") else { return }
+                    let count = arrivals.withLock { arrivals in
+                        arrivals.append(.now)
+                        return arrivals.count
+                    }
+                    if count == 60 { strike.yield() }
                 }
-                if count == 60 { strike.yield() }
-            }
-            try await withDevServer(configuration) { server in
-                let lease: Duration = .seconds(2)
-                let url =
-                    "postgresql://\(PostgresCluster.role)@\(namespace.databaseAddress):\(cluster.port)/\(database.name)"
-                var environment = ProcessInfo.processInfo.environment
-                environment["DOPESYNC_API_TOKEN"] = server.token
-                environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
-                environment["DOPESYNC_HOST"] = "host-a"
-                environment["DOPESYNC_DATABASE_PASSWORD"] = cluster.password
-                let partitioned = try Spawned(
-                    "/usr/sbin/ip",
-                    [
-                        "netns", "exec", namespace.name, builtProduct("dopesync").path, "run", "--spool", spool.root,
-                        "--api", server.baseURL, "--allow-insecure-http", "--min-age", "0", "--progress", "never",
-                        "--database", url, "--lease", "2s", "--concurrency", "3",
-                    ], environment: environment, errors: .silenced)
-                for await _ in struck { break }
-                let cut = ContinuousClock.now
-                try Namespace.ip(["link", "set", namespace.databaseLink, "down"])
-                let status = await partitioned.finished()
-                let exited = ContinuousClock.now
-                #expect(status == 75, "a worker that lost its database ends as for one unreachable")
-                // Its last renewal was asked before the cut: its leases ran out by `cut + lease`
-                // on its own clock. Nothing of it may arrive after that (a little for the wire).
-                let late = arrivals.withLock { $0.filter { $0 > cut + lease + .milliseconds(250) && $0 < exited } }
-                #expect(late.isEmpty, "\(late.count) requests arrived after the partitioned worker's leases ran out")
+                try await withDevServer(configuration) { server in
+                    let lease: Duration = .seconds(2)
+                    let url =
+                        "postgresql://\(PostgresCluster.role)@\(namespace.databaseAddress):\(cluster.port)/\(database.name)"
+                    var environment = ProcessInfo.processInfo.environment
+                    environment["DOPESYNC_API_TOKEN"] = server.token
+                    environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
+                    environment["DOPESYNC_HOST"] = "host-a"
+                    environment["DOPESYNC_DATABASE_PASSWORD"] = cluster.password
+                    let partitioned = try Spawned(
+                        "/usr/sbin/ip",
+                        [
+                            "netns", "exec", namespace.name, builtProduct("dopesync").path, "run", "--spool",
+                            spool.root,
+                            "--api", server.baseURL, "--allow-insecure-http", "--min-age", "0", "--progress", "never",
+                            "--database", url, "--lease", "2s", "--concurrency", "3",
+                        ], environment: environment, errors: .silenced)
+                    for await _ in struck { break }
+                    let cut = ContinuousClock.now
+                    try await Namespace.ip(["link", "set", namespace.databaseLink, "down"])
+                    let status = await partitioned.finished()
+                    let exited = ContinuousClock.now
+                    #expect(status == 75, "a worker that lost its database ends as for one unreachable")
+                    // Its last renewal was asked before the cut: its leases ran out by `cut + lease`
+                    // on its own clock. Nothing of it may arrive after that (a little for the wire).
+                    let late = arrivals.withLock { $0.filter { $0 > cut + lease + .milliseconds(250) && $0 < exited } }
+                    #expect(
+                        late.isEmpty, "\(late.count) requests arrived after the partitioned worker's leases ran out")
 
-                try Namespace.ip(["link", "set", namespace.databaseLink, "up"])
-                try await waitUntilEveryLeaseHasRunOut(database)
-                let other = try spawnSharedRun(
-                    spool, against: server, database: database, host: "host-b", ["--allow-insecure-http"])
-                #expect(await other.finished() == 0)
-                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+                    try await Namespace.ip(["link", "set", namespace.databaseLink, "up"])
+                    try await waitUntilEveryLeaseHasRunOut(database)
+                    let other = try spawnSharedRun(
+                        spool, against: server, database: database, host: "host-b", ["--allow-insecure-http"])
+                    #expect(await other.finished() == 0)
+                    try await expectAllSyncedOnce(samples, spool: spool, server: server)
+                }
             }
         }
     }

@@ -16,7 +16,7 @@ import Testing
         "three workers with their own host names drain one spool together: each bundle claimed once, every record once",
         arguments: keysHonouredOrIgnored)
     func threeHostsShareOneSpool(keysHonoured: Bool) async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...18).map { SampleSession(seed: UInt64(4000 + $0), shape: SampleSession.Shape()) }
             let spool = try makeSpool(in: directory, samples: samples)
@@ -28,15 +28,15 @@ import Testing
                     try spawnSharedRun(spool, against: server, database: database, host: host, ["--concurrency", "2"])
                 }
                 for worker in workers { #expect(await worker.finished() == 0) }
-                let runs = try database.psql(
+                let runs = try await database.psql(
                     "SELECT string_agg(host || ' ' || claimed || ' claimed ' || done || ' done ' || deferred || ' deferred', '; ') FROM dopesync.runs"
                 )
                 #expect(try spool.names(.incoming).isEmpty, "runs: \(runs)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 // Each bundle claimed by one run, and each run on its own host.
-                #expect(try database.psql("SELECT sum(claimed), sum(done) FROM dopesync.runs") == "18|18")
+                #expect(try await database.psql("SELECT sum(claimed), sum(done) FROM dopesync.runs") == "18|18")
                 #expect(
-                    try database.psql("SELECT string_agg(DISTINCT host, ',' ORDER BY host) FROM dopesync.runs")
+                    try await database.psql("SELECT string_agg(DISTINCT host, ',' ORDER BY host) FROM dopesync.runs")
                         == "host-a,host-b,host-c")
             }
         }
@@ -46,7 +46,7 @@ import Testing
         "a worker SIGKILLed mid-step: its claims run out and another host takes them over, resending nothing done",
         arguments: keysHonouredOrIgnored)
     func aKilledWorkersBundlesAreTakenOver(keysHonoured: Bool) async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(4100 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
@@ -76,7 +76,7 @@ import Testing
                 // had claimed but not yet moved may be taken over too, from incoming/.)
                 let quoted = orphans.map { "'\($0)'" }.joined(separator: ", ")
                 #expect(
-                    try database.psql(
+                    try await database.psql(
                         "SELECT count(*) FROM dopesync.claims WHERE bundle_name IN (\(quoted)) AND epoch = 2")
                         == "\(orphans.count)")
             }
@@ -87,7 +87,7 @@ import Testing
         "a worker stopped (SIGSTOP) past its lease and woken after another host finished its bundle sends and moves nothing",
         arguments: keysHonouredOrIgnored)
     func aWorkerWokenAfterItsLeaseSendsNothing(keysHonoured: Bool) async throws {
-        let database = try SharedCluster.freshDatabase()
+        let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             // Images big enough to be streamed from the archive: the pause may fall inside a body.
             let samples = [

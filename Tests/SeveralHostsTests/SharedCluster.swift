@@ -6,11 +6,13 @@ import Testing
 /// One PostgreSQL server for the suites that do not stop it, each test in a database of its own;
 /// the watchdog of ``PostgresCluster`` removes it when the test process ends.
 enum SharedCluster {
-    private static let started = Result { try PostgresCluster.start() }
+    /// Started by the first test that asks (a static's initializer cannot await: it starts the
+    /// task that does), awaited by every one.
+    private static let started = Task { try await PostgresCluster.start() }
 
     /// A new, empty database in the shared server.
-    static func freshDatabase() throws -> SharedDatabase {
-        try SharedDatabase.fresh(in: started.get())
+    static func freshDatabase() async throws -> SharedDatabase {
+        try await SharedDatabase.fresh(in: started.value)
     }
 }
 
@@ -35,28 +37,18 @@ func expectAllSyncedOnce(
 /// worker's own clock reaches first): one statement that waits inside the server, checking
 /// twenty times a second, so that a renewal committed meanwhile is seen.
 func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
-    try await onOwnThread {
-        Result {
-            try database.psql(
-                """
-                DO $$ BEGIN
-                  WHILE EXISTS (
-                    SELECT 1 FROM dopesync.claims
-                    WHERE run_id IS NOT NULL AND lease_expires_at > extract(epoch FROM clock_timestamp())
-                  ) LOOP PERFORM pg_sleep(0.05); END LOOP;
-                END $$
-                """)
-        }
-    }.get()
+    try await database.psql(
+        """
+        DO $$ BEGIN
+          WHILE EXISTS (
+            SELECT 1 FROM dopesync.claims
+            WHERE run_id IS NOT NULL AND lease_expires_at > extract(epoch FROM clock_timestamp())
+          ) LOOP PERFORM pg_sleep(0.05); END LOOP;
+        END $$
+        """)
 }
 
-/// The built `dopesync` with `arguments` and `environment`, waited for on a thread of its own.
+/// The built `dopesync` with `arguments`, and `environment` added to the test's.
 func dopesync(_ arguments: [String], environment: [String: String]) async throws -> ProcessOutput {
-    try await onOwnThread {
-        Result {
-            try runProcess(
-                builtProduct("dopesync").path, arguments,
-                environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, allowFailure: true)
-        }
-    }.get()
+    try await runBuilt("dopesync", arguments, environment: environment)
 }
