@@ -14,8 +14,9 @@ import Synchronization
 /// refuses root. `remove()`, or the end of the object, stops the server and deletes the folder; if
 /// this process dies first, a watchdog child process does it.
 ///
-/// Every call blocks (a start takes about a second): a test that also runs an in-process server
-/// makes these calls through `onOwnThread`, so they do not hold one of the cooperative pool's threads.
+/// Its calls are awaited (a start takes about a second): the programs run through `runProcess`,
+/// which holds no thread of the cooperative pool. Only `remove()` blocks, since `deinit` calls it:
+/// for as long as the watchdog takes to stop the server (a `pg_ctl stop -m immediate`).
 public final class PostgresCluster: Sendable {
     public static let role = "dopesync"
     public static let database = "dopesync"
@@ -66,8 +67,8 @@ public final class PostgresCluster: Sendable {
             throw error
         }
         do {
-            try server.initialize()
-            let port = try server.startOnUnusedPort()
+            try await server.initialize()
+            let port = try await server.startOnUnusedPort()
             let cluster = PostgresCluster(server: server, watchdog: watchdog, port: port, password: randomPassword())
             try await cluster.psql(
                 """
@@ -117,19 +118,19 @@ public final class PostgresCluster: Sendable {
 
     /// Stops the server (`pg_ctl stop -w`): `immediate` kills it as a crash would (the next start
     /// recovers from the WAL), otherwise its sessions are ended and it shuts down cleanly.
-    public func stop(immediate: Bool) throws {
-        try server.pgCtl(["stop", "-m", immediate ? "immediate" : "fast"])
+    public func stop(immediate: Bool) async throws {
+        try await server.pgCtl(["stop", "-m", immediate ? "immediate" : "fast"])
     }
 
     /// Starts the stopped server again, on the same port (`pg_ctl start -w`: it accepts connections
     /// when this returns).
-    public func start() throws {
-        try server.pgCtl(["start", "-l", server.log.path])
+    public func start() async throws {
+        try await server.pgCtl(["start", "-l", server.log.path])
     }
 
     /// `stop(immediate:)` then `start()`, in one `pg_ctl restart -w`.
-    public func restart(immediate: Bool) throws {
-        try server.pgCtl(["restart", "-m", immediate ? "immediate" : "fast", "-l", server.log.path])
+    public func restart(immediate: Bool) async throws {
+        try await server.pgCtl(["restart", "-m", immediate ? "immediate" : "fast", "-l", server.log.path])
     }
 
     /// Ends every session of `user` (a lost database connection, as the client sees it); returns
@@ -150,7 +151,8 @@ public final class PostgresCluster: Sendable {
     }
 
     /// Stops the server at once and deletes the folder: nothing of the cluster is left, no process
-    /// and no file. A second call does nothing.
+    /// and no file. A second call does nothing. The watchdog does both, asked as if this process
+    /// had died; this waits for it.
     public func remove() {
         let first = removed.withLock { removed in
             defer { removed = true }
@@ -187,8 +189,8 @@ private struct ClusterServer: Sendable {
     /// over the Unix socket (which only this folder's owner can reach) and a SCRAM password over TCP.
     /// `--no-sync` skips initdb's own final flush to disk (a fifth of its time), which only an
     /// operating system crash would miss; the server itself keeps fsync on.
-    func initialize() throws {
-        try programs.runServerProgram(
+    func initialize() async throws {
+        try await programs.runServerProgram(
             "initdb",
             [
                 "-D", data.path, "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
@@ -209,7 +211,7 @@ private struct ClusterServer: Sendable {
     /// Starts the server on a port found free by binding port 0 and letting it go. Another process
     /// (a suite starting its own cluster meanwhile) may take that port first, so a start that
     /// could not bind is tried again on another.
-    func startOnUnusedPort() throws -> Int {
+    func startOnUnusedPort() async throws -> Int {
         let throwawayConf = data.appendingPathComponent("throwaway.conf")
         var attempt = 1
         while true {
@@ -227,7 +229,7 @@ private struct ClusterServer: Sendable {
             try Data(settings.utf8).write(to: throwawayConf)
             try programs.handOver(throwawayConf.path)
             do {
-                try pgCtl(["start", "-l", log.path])
+                try await pgCtl(["start", "-l", log.path])
                 return port
             } catch let error as PostgresClusterError
                 where error.serverLog.contains("Address already in use") && attempt < Self.portAttempts
@@ -238,10 +240,10 @@ private struct ClusterServer: Sendable {
     }
 
     /// Runs `pg_ctl ARGUMENTS -D data -w`; a failure carries what the server logged meanwhile.
-    func pgCtl(_ arguments: [String]) throws {
+    func pgCtl(_ arguments: [String]) async throws {
         let logged = (try? FileManager.default.attributesOfItem(atPath: log.path)[.size] as? Int) ?? 0
         do {
-            try programs.runServerProgram("pg_ctl", arguments + ["-D", data.path, "-w"], in: folder)
+            try await programs.runServerProgram("pg_ctl", arguments + ["-D", data.path, "-w"], in: folder)
         } catch let failure as ProcessFailure {
             let contents = FileManager.default.contents(atPath: log.path) ?? Data()
             throw PostgresClusterError(
@@ -249,21 +251,16 @@ private struct ClusterServer: Sendable {
         }
     }
 
-    /// Stops the server if it runs (`pg_ctl stop -m immediate`), deletes the folder, and ends the
-    /// watchdog, which then finds nothing left to do.
+    /// Has the watchdog stop the server if it runs (`pg_ctl stop -m immediate`) and delete the
+    /// folder, by closing its input, and waits for it and for the server to end.
     func remove(watchdog: Spawned) {
-        if let postmaster = postmasterPID {
-            do {
-                try pgCtl(["stop", "-m", "immediate"])
-            } catch {
-                // A pid file left by a server that died may name another process by now.
-                if processName(postmaster) == "postgres" { kill(postmaster, SIGKILL) }
-            }
-            Self.waitUntilEnded(postmaster)
-        }
-        try? FileManager.default.removeItem(at: folder)
+        let postmaster = postmasterPID
         try? watchdog.input.close()
-        watchdog.wait()
+        let stopped = watchdog.wait() == 0
+        guard let postmaster else { return }
+        // A pid file left by a server that died may name another process by now.
+        if !stopped && processName(postmaster) == "postgres" { kill(postmaster, SIGKILL) }
+        Self.waitUntilEnded(postmaster)
     }
 
     /// `pg_ctl stop -w` returns once the postmaster has deleted its pid file, its last act before
@@ -273,11 +270,11 @@ private struct ClusterServer: Sendable {
         while processIsRunning(pid) && ContinuousClock.now < deadline { usleep(1_000) }
     }
 
-    /// A child that stops the server and deletes the folder once its standard input closes: when
-    /// `remove()` closes it (having done both), or when this process dies, however it dies. It
-    /// ignores the terminal's signals, which reach it with the test process on ^C. It keeps this
-    /// process's standard error, for its own errors and so that whoever reads this process's
-    /// output to its end also waits for its cleanup.
+    /// A child that stops the server (if its pid file is there) and deletes the folder once its
+    /// standard input closes: when `remove()` closes it, or when this process dies, however it
+    /// dies; it exits with `pg_ctl stop`'s status. It ignores the terminal's signals, which reach
+    /// it with the test process on ^C. It keeps this process's standard error, for its own errors
+    /// and so that whoever reads this process's output to its end also waits for its cleanup.
     func startWatchdog() throws -> Spawned {
         let script =
             PostgresPrograms.withoutInheritedDescriptors + """
@@ -287,11 +284,14 @@ private struct ClusterServer: Sendable {
                 folder=$1
                 shift
                 [ -d "$folder" ] || exit 0
-                "$@"
+                status=0
+                if [ -e "$folder/data/postmaster.pid" ]; then "$@" || status=$?; fi
                 rm -rf "$folder"
+                exit $status
                 """
         let stop = programs.serverCommand("pg_ctl", ["stop", "-D", data.path, "-m", "immediate", "-w"])
-        return try Spawned("/bin/bash", ["-c", script, "postgres-cluster-watchdog", folder.path] + stop)
+        // In the folder: the server's account may not be allowed into this process's working folder.
+        return try Spawned("/bin/bash", ["-c", script, "postgres-cluster-watchdog", folder.path] + stop, in: folder)
     }
 }
 

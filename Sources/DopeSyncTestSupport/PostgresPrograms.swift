@@ -66,29 +66,22 @@ struct PostgresPrograms: Sendable {
     }
 
     /// Runs the server's program `name` to its end, in `folder` (the server's account may not be
-    /// allowed into this process's working folder); its output is its standard output and error.
-    ///
-    /// Not through `runProcess`: the server that `pg_ctl start` leaves running would inherit the
-    /// socket Foundation's `Process` watches to learn that its child ended, and `waitUntilExit()`
-    /// would wait for the server. Started by `Spawned`, with every descriptor beyond the standard
-    /// three closed first (see `withoutInheritedDescriptors`), the server holds none of this
-    /// process's pipes.
+    /// allowed into this process's working folder), through bash and `withoutInheritedDescriptors`:
+    /// the server that `pg_ctl start` leaves running holds none of this process's pipes.
     @discardableResult
-    func runServerProgram(_ name: String, _ arguments: [String], in folder: URL) throws -> ProcessOutput {
+    func runServerProgram(_ name: String, _ arguments: [String], in folder: URL) async throws -> ProcessOutput {
         let command = serverCommand(name, arguments)
-        let script = Self.withoutInheritedDescriptors + "cd \"$1\" && shift && exec \"$@\" 2>&1\n"
-        let child = try Spawned("/bin/bash", ["-c", script, name, folder.path] + command)
-        try child.input.close()
-        let output = child.output.readDataToEndOfFile()
-        let result = ProcessOutput(status: child.wait(), stdout: String(decoding: output, as: UTF8.self), stderr: "")
-        guard result.status == 0 else { throw ProcessFailure(command: command, output: result) }
-        return result
+        let script = Self.withoutInheritedDescriptors + "exec \"$@\"\n"
+        let output = try await runProcess("/bin/bash", ["-c", script, name] + command, in: folder, allowFailure: true)
+        guard output.status == 0 else { throw ProcessFailure(command: command, output: output) }
+        return output
     }
 
     /// The start of a bash script that closes every descriptor it inherited beyond the standard
-    /// three: `Spawned` hands its child whatever this process has open without close-on-exec (the
-    /// pipes and sockets of another test's `Process`, started at the same moment), and a server
-    /// keeping one would keep that test waiting for it to close.
+    /// three, for the children that live as long as the suite (the server, the watchdog): a pipe
+    /// one of them kept would keep the test reading it waiting for its end. ``Spawned`` closes them
+    /// already where the C library has posix_spawn_file_actions_addclosefrom_np; where it has not,
+    /// one opened by another thread between its listing and the spawn slips through (``SpawnInheritance``).
     /// (No redirection on the loop: bash would keep the saved descriptor above 2, the loop would
     /// close it, and the redirection could not be undone.)
     static let withoutInheritedDescriptors = """

@@ -52,15 +52,15 @@ import Testing
             "CREATE TABLE checkpoints (step text PRIMARY KEY); INSERT INTO checkpoints VALUES ('dope:1');")
         let before = cluster.postmasterPID
 
-        try cluster.restart(immediate: true)
+        try await cluster.restart(immediate: true)
         #expect(cluster.postmasterPID != before)
         #expect(try await cluster.psql("SELECT step FROM checkpoints") == "dope:1")
 
         try await cluster.psql("INSERT INTO checkpoints VALUES ('dope:2')")
-        try cluster.stop(immediate: true)
+        try await cluster.stop(immediate: true)
         #expect(cluster.postmasterPID == nil)
         await #expect(throws: PostgresClusterError.self) { try await cluster.psql("SELECT 1") }
-        try cluster.start()
+        try await cluster.start()
         #expect(
             try await cluster.psql("SELECT string_agg(step, ',' ORDER BY step) FROM checkpoints") == "dope:1,dope:2")
         #expect(try await Self.currentUserOverTCP(cluster, password: cluster.password).stdout == "dopesync\n")

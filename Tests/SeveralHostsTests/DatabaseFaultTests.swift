@@ -62,8 +62,7 @@ import Testing
                     ["--concurrency", "4"])
                 for await _ in struck { break }
                 switch fault {
-                case .restartImmediately:
-                    try await onOwnThread { Result { try cluster.restart(immediate: true) } }.get()
+                case .restartImmediately: try await cluster.restart(immediate: true)
                 case .terminateConnections: try await cluster.terminateConnections(of: PostgresCluster.role)
                 }
                 let status = await run.finished()

@@ -77,7 +77,7 @@ import Testing
             let rules = try String(contentsOf: hba, encoding: .utf8)
             try (rules + "\nhost all all 10.92.\(namespace.subnet).0/24 scram-sha-256\n").write(
                 to: hba, atomically: false, encoding: .utf8)
-            try await onOwnThread { Result { try cluster.restart(immediate: false) } }.get()
+            try await cluster.restart(immediate: false)
             let database = try await SharedDatabase.fresh(in: cluster)
 
             try await withTemporaryDirectory { directory in
