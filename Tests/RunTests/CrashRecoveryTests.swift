@@ -74,6 +74,20 @@ import Testing
         return (server, String(line.dropFirst("listening on ".count)))
     }
 
+    /// ``startServer(port:database:)`` on a port below the kernel's ephemeral ports (32768 and
+    /// up), tried until one is free: no other test's server on port 0 can take it while this one is
+    /// down. One did, and the run went on against that server.
+    static func startServerBelowTheEphemeralPorts(database: String) async throws -> (server: Spawned, url: String) {
+        var attempt = 1
+        while true {
+            do {
+                return try await startServer(port: Int.random(in: 20_000..<32_768), database: database)
+            } catch let error as POSIXError where error.code == .EADDRINUSE && attempt < 20 {
+                attempt += 1
+            }
+        }
+    }
+
     @Test(
         "the API killed mid-run and back on the same port half a second later: the run rides it out, every record once")
     func apiRestartMidRun() async throws {
@@ -82,7 +96,7 @@ import Testing
             let samples = (1...10).map { SampleSession(seed: UInt64(870 + $0), shape: .realistic) }
             let spool = try makeSpool(in: directory, samples: samples)
             let database = directory.appendingPathComponent("server.sqlite").path
-            var (server, url) = try await Self.startServer(port: 0, database: database)
+            var (server, url) = try await Self.startServerBelowTheEphemeralPorts(database: database)
             let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })
 
             var options = RunOptions(spoolRoot: spool.root, apiURL: url, token: "t")
@@ -102,7 +116,7 @@ import Testing
             #expect(stillRunning, "the run was still going when the API went away")
             try await Task.sleep(for: .milliseconds(500))
             // As a supervisor restarting it would, try the port again while it is still taken (the
-            // killed process's sockets, or, on a machine running other tests, a moment's neighbour).
+            // killed process's sockets, or a moment's neighbour on a busy machine).
             var restarted: Spawned? = nil
             for attempt in 1...20 where restarted == nil {
                 do {
