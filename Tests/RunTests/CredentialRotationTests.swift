@@ -78,7 +78,7 @@ import Testing
 
     @Test(
         "a token command that keeps running, or leaves a child behind, after printing its token is not waited for",
-        .timeLimit(.minutes(1)))
+        .timeLimit(minutes: 1))
     func tokenCommandThatLingers() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2820)])
@@ -86,8 +86,9 @@ import Testing
             configuration.token = "the-token"
             try await withDevServer(configuration) { server in
                 // (Their standard error closed, so that nothing but the token command's own output
-                // could keep this test's pipe from the run open.)
-                for command in ["echo the-token; exec >&- 2>&-; sleep 75", "sleep 75 2>/dev/null & echo the-token"] {
+                // could keep this test's pipe from the run open.) Each sleeps longer than the
+                // test's time limit, even under a sanitizer: a run that waited for it cannot pass.
+                for command in ["echo the-token; exec >&- 2>&-; sleep 200", "sleep 200 2>/dev/null & echo the-token"] {
                     let (status, output) = try await runToEnd(
                         spool, apiURL: server.baseURL, token: "", ["--token-command", command])
                     #expect(status == 0, "\(command): \(output)")

@@ -15,7 +15,7 @@ import Testing
 @Suite struct HostileBundlesRunTests {
     @Test(
         "one run moves the self-reproducing gzip, gzip in gzip and xz in gzip to failed/ and syncs the others",
-        .timeLimit(.minutes(2)))
+        .timeLimit(minutes: 2))
     func hostileBundlesFailAndOthersSync() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
@@ -46,7 +46,7 @@ import Testing
 
     @Test(
         "SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
-        .timeLimit(.minutes(2)))
+        .timeLimit(minutes: 2))
     func sigtermDuringReading() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
@@ -73,7 +73,7 @@ import Testing
 
     @Test(
         "a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
-        .timeLimit(.minutes(3)))
+        .timeLimit(minutes: 3))
     func readerKillingBundleIsIsolatedThenFailed() async throws {
         try await withTemporaryDirectory { directory in
             // The huge bundle first: it arrives first (a run takes bundles in the order they arrived).
