@@ -18,7 +18,7 @@ extension PostgresCheckpoints {
             "recording the intent of \(intents.map(\.stepKey))",
             HotStatements.RecordIntents(fence: fence, sessionID: sessionID, time: now, intents: intents))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
-        var before: [String: PostgresRow] = [:]
+        var before: [String: PostgresRandomAccessRow] = [:]
         for row in rows {
             if let key: String = try Self.decode(row, "step_key") { before[key] = row }
         }
@@ -44,7 +44,7 @@ extension PostgresCheckpoints {
             "recording the results of \(results.count) steps",
             HotStatements.RecordResults(
                 runID: owner.runID, time: now, results: results, held: held.map { ($0.key, $0.value) }))
-        var found: [String: PostgresRow] = [:]
+        var found: [String: PostgresRandomAccessRow] = [:]
         for row in rows {
             let session: String = try Self.decode(row, "session_id")
             let key: String = try Self.decode(row, "step_key")

@@ -78,7 +78,7 @@ extension PostgresCheckpoints {
                 "UPDATE dopesync.bundles SET attempts = attempts + 1 WHERE name = \(name) RETURNING attempts, first_seen",
                 logger: self.logger
             ).collect()
-            guard let row = rows.first else {
+            guard let row = rows.first?.makeRandomAccess() else {
                 throw CheckpointError(code: .database, message: "bundle row \(name) vanished")
             }
             let attempts: Int = try Self.decode(row, "attempts")
@@ -102,7 +102,7 @@ extension PostgresCheckpoints {
             let rows = try await rows(
                 "recording \(name) done",
                 HotStatements.RecordDone(fence: fence, sessionID: sessionID, time: Date().timeIntervalSince1970))
-            guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw Self.leaseLost(name) }
+            guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
             return
         }
         try await recordEnd(name, finalName: finalName, "recording \(name) done") { connection in
@@ -199,8 +199,7 @@ extension PostgresCheckpoints {
         }
     }
 
-    static func bundleState(_ row: PostgresRow) throws(CheckpointError) -> BundleState {
-        let row = row.makeRandomAccess()
+    static func bundleState(_ row: PostgresRandomAccessRow) throws(CheckpointError) -> BundleState {
         var error: BundleFailure? = nil
         if let reason: String = try decode(row, "last_error_reason") {
             error = BundleFailure(

@@ -41,8 +41,8 @@ extension PostgresCheckpoints {
                 WHERE c.bundle_name = free.bundle_name
                 RETURNING c.epoch, free.previous_host, free.previous_run
                 """)
-            if let row = rows.first, let previousRun: String = try? row.column("previous_run") {
-                let previousHost: String? = try? row.column("previous_host")
+            if let row = rows.first, let previousRun: String = try? Self.decode(row, "previous_run") {
+                let previousHost: String? = try? Self.decode(row, "previous_host")
                 logger.warning(
                     "taking over a bundle whose claim ran out: its worker stopped renewing it",
                     metadata: [
@@ -182,16 +182,7 @@ extension PostgresCheckpoints {
             """, logger: logger)
     }
 
-    static func decode<T: PostgresDecodable>(_ row: PostgresRow, _ column: String) throws(CheckpointError) -> T {
-        do {
-            return try row.column(column)
-        } catch {
-            throw CheckpointError(code: .database, message: "column \(column): \(error)")
-        }
-    }
-
-    /// ``decode(_:_:)`` from a row made random-access once: a row read for many columns builds
-    /// its name index once, not once a column (status reads 14 columns of 100,000 rows).
+    /// The value of `column`, by name: a schema change shows as an error, not as a wrong column.
     static func decode<T: PostgresDecodable>(_ row: PostgresRandomAccessRow, _ column: String)
         throws(CheckpointError) -> T
     {
@@ -200,13 +191,6 @@ extension PostgresCheckpoints {
         } catch {
             throw CheckpointError(code: .database, message: "column \(column): \(error)")
         }
-    }
-}
-
-extension PostgresRow {
-    /// The value of `column`, by name: a schema change shows as an error, not as a wrong column.
-    func column<T: PostgresDecodable>(_ column: String) throws -> T {
-        try makeRandomAccess()[column].decode(T.self)
     }
 }
 

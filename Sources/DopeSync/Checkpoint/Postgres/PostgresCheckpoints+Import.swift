@@ -103,7 +103,8 @@ extension PostgresCheckpoints {
             WHERE session_id = \(step.sessionID) AND step_key = \(step.stepKey) AND state = 'done'
             """, logger: logger
         ).collect()
-        if let row = rows.first, let there: Int64 = try decode(row, "server_id"), there != serverID {
+        if let row = rows.first?.makeRandomAccess(), let there: Int64 = try decode(row, "server_id"), there != serverID
+        {
             throw CheckpointError.conflictingResult(
                 sessionID: step.sessionID, stepKey: step.stepKey, doneAs: there, reportedAs: serverID,
                 how: "in the file as")

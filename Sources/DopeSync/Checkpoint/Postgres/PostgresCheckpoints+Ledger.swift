@@ -25,7 +25,7 @@ extension PostgresCheckpoints: CheckpointLedger {
             FROM dopesync.claims WHERE run_id IS NOT NULL ORDER BY claimed_at, bundle_name
             """)
         var claims: [ClaimRecord] = []
-        for row in rows.map({ $0.makeRandomAccess() }) {
+        for row in rows {
             var claim = ClaimRecord(
                 bundleName: try Self.decode(row, "bundle_name"),
                 owner: ClaimOwner(
@@ -57,7 +57,7 @@ extension PostgresCheckpoints: CheckpointLedger {
 
     private func runs(_ query: PostgresQuery, newestFirst: Bool) async throws(CheckpointError) -> [RunRecord] {
         var runs: [RunRecord] = []
-        for row in try await rows("reading runs", query).map({ $0.makeRandomAccess() }) {
+        for row in try await rows("reading runs", query) {
             let finishedAt = (try Self.decode(row, "finished_at") as Double?).map(Date.init(timeIntervalSince1970:))
             // A finished run has every count (recordRunFinished writes them together).
             let summary: RunSummary? =
@@ -87,7 +87,7 @@ extension PostgresCheckpoints: CheckpointLedger {
             FROM dopesync.steps WHERE session_id = \(sessionID) ORDER BY sent_at, step_key
             """)
         var steps: [StepRecord] = []
-        for row in rows.map({ $0.makeRandomAccess() }) {
+        for row in rows {
             guard let state = StepRecord.State(rawValue: try Self.decode(row, "state")) else {
                 throw CheckpointError(code: .database, message: "steps.state is neither sent nor done")
             }

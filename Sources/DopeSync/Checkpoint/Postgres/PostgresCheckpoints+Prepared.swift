@@ -10,20 +10,20 @@ import PostgresNIO
 ///
 /// Each is a `PostgresPreparedStatement` with its parameters in the order of their `$n`. A
 /// fenced statement's first three parameters are always its fence's (``ClaimFence/sql(_:)``).
-protocol HotStatement: PostgresPreparedStatement where Row == PostgresRow {}
+protocol HotStatement: PostgresPreparedStatement where Row == PostgresRandomAccessRow {}
 
 extension HotStatement {
-    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRandomAccessRow { row.makeRandomAccess() }
 }
 
 extension PostgresCheckpoints {
     /// Runs a prepared statement with a time limit, its rows collected (see ``perform(_:timeout:_:)``).
     func rows<Statement: HotStatement>(
         _ doing: @autoclosure () -> String, timeout: Duration? = nil, _ statement: Statement
-    ) async throws(CheckpointError) -> [PostgresRow] {
+    ) async throws(CheckpointError) -> [PostgresRandomAccessRow] {
         let logger = self.logger
         return try await perform(doing(), timeout: timeout) { [client] in
-            var rows: [PostgresRow] = []
+            var rows: [PostgresRandomAccessRow] = []
             for try await row in try await client.execute(statement, logger: logger) { rows.append(row) }
             return rows
         }
@@ -49,8 +49,8 @@ extension ClaimFence {
 /// The hot statements themselves, each documented where it is used.
 enum HotStatements {
     /// A bundle never claimed: its claim row, epoch 1, unless another host deferred it past
-    /// `$7` (the worker's clock, as `IncomingQueue` reads it). Returns `epoch`; no row when the
-    /// bundle is known (then ``ClaimTaken`` is tried) or deferred.
+    /// `$6` (the worker's clock, as `IncomingQueue` reads it). Returns `epoch`; no row when the
+    /// bundle is known (then a takeover of a free or expired claim is tried) or deferred.
     struct ClaimNew: HotStatement {
         static let sql = """
             INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
@@ -227,14 +227,13 @@ enum HotStatements {
                     AND current.bundle_name IN (SELECT bundle_name FROM fence)
                 RETURNING s.bundle_name
             ), counted AS (
+                -- Run whether or not read, as every data-modifying CTE is.
                 UPDATE dopesync.bundles b SET steps_done = b.steps_done + n.steps, updated_at = $2
                 FROM (SELECT bundle_name, count(*) AS steps FROM done GROUP BY bundle_name) AS n
                 WHERE b.name = n.bundle_name
-                RETURNING b.name
             )
             SELECT current.session_id, current.step_key, current.state, current.server_id, current.content_digest,
-                current.done_at, current.bundle_name, current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced,
-                (SELECT count(*) FROM counted) AS counted
+                current.done_at, current.bundle_name, current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced
             FROM current
             """
         static let bindingDataTypes: [PostgresDataType] = [

@@ -15,7 +15,7 @@ extension PostgresCheckpoints {
             SELECT state, server_id, content_digest, done_at, request_fingerprint FROM dopesync.steps
             WHERE session_id = \(sessionID) AND step_key = \(intent.stepKey) FOR UPDATE
             """, logger: logger
-        ).collect().first
+        ).collect().first?.makeRandomAccess()
         if let existing {
             if try decode(existing, "state") as String == StepRecord.State.done.rawValue {
                 return .alreadyDone(try completedStep(existing))
@@ -96,7 +96,7 @@ extension PostgresCheckpoints {
                 SELECT state, server_id, content_digest, done_at, bundle_name FROM dopesync.steps
                 WHERE session_id = \(sessionID) AND step_key = \(stepKey) FOR UPDATE
                 """, logger: logger
-            ).collect().first
+            ).collect().first?.makeRandomAccess()
         else {
             throw CheckpointError.noIntent(sessionID: sessionID, stepKey: stepKey)
         }
@@ -124,22 +124,7 @@ extension PostgresCheckpoints {
             doneAt: Date(timeIntervalSince1970: now))
     }
 
-    static func completedSteps(_ connection: PostgresConnection, sessionID: String, logger: Logger) async throws
-        -> [String: CompletedStep]
-    {
-        var steps: [String: CompletedStep] = [:]
-        for row in try await connection.query(
-            """
-            SELECT step_key, server_id, content_digest, done_at FROM dopesync.steps
-            WHERE session_id = \(sessionID) AND state = 'done'
-            """, logger: logger
-        ).collect() {
-            steps[try decode(row, "step_key")] = try completedStep(row)
-        }
-        return steps
-    }
-
-    static func completedStep(_ row: PostgresRow) throws(CheckpointError) -> CompletedStep {
+    static func completedStep(_ row: PostgresRandomAccessRow) throws(CheckpointError) -> CompletedStep {
         CompletedStep(
             serverID: try decode(row, "server_id"), contentDigest: try decode(row, "content_digest"),
             doneAt: Date(timeIntervalSince1970: try decode(row, "done_at")))

@@ -177,13 +177,14 @@ public final class PostgresCheckpoints: Sendable {
         }
     }
 
-    /// One statement outside a transaction, its rows collected.
-    func rows(_ doing: @autoclosure () -> String, timeout: Duration? = nil, _ query: PostgresQuery)
-        async throws(CheckpointError) -> [PostgresRow]
+    /// One statement outside a transaction, its rows collected, each made random-access once (a
+    /// row read for several columns builds its name index once, not once a column).
+    func rows(_ doing: @autoclosure () -> String, _ query: PostgresQuery)
+        async throws(CheckpointError) -> [PostgresRandomAccessRow]
     {
         let logger = self.logger
-        return try await perform(doing(), timeout: timeout) { [client] in
-            try await client.query(query, logger: logger).collect()
+        return try await perform(doing()) { [client] in
+            try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
         }
     }
 
