@@ -61,36 +61,22 @@ public final class Spawned: Sendable {
             }
             let childEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 0 : 1] }
             let ownEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 1 : 0] }
-            var actions = posix_spawn_file_actions_t()
-            posix_spawn_file_actions_init(&actions)
-            defer { posix_spawn_file_actions_destroy(&actions) }
-            for (descriptor, end) in childEnds.enumerated() {
-                posix_spawn_file_actions_adddup2(&actions, end, Int32(descriptor))
+            // Nothing else is inherited (SpawnInheritance): a descriptor this process has open
+            // without close-on-exec (a Foundation `Pipe`'s, say) would stay open in this child, and
+            // in a server it starts (pg_ctl's postgres, the cluster's watchdog) for as long as the
+            // suite runs, and whoever reads that pipe would never see its end.
+            let spawned = SpawnInheritance.spawn(
+                command[0], command, environment: environment.map { "\($0.key)=\($0.value)" }
+            ) { actions in
+                for (descriptor, end) in childEnds.enumerated() {
+                    posix_spawn_file_actions_adddup2(&actions, end, Int32(descriptor))
+                }
+                if errorOutput == .silenced { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
+                if let directory, let addChdir = Self.addChdir { _ = addChdir(&actions, directory.path) }
             }
-            if errorOutput == .silenced { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
-            if let directory, let addChdir = Self.addChdir { _ = addChdir(&actions, directory.path) }
-            // Nothing else: a descriptor this process has open without close-on-exec (a Foundation
-            // `Pipe`'s, say) would stay open in this child, and in a server it starts (pg_ctl's
-            // postgres, the cluster's watchdog) for as long as the suite runs, and whoever reads
-            // that pipe would never see its end.
-            SpawnInheritance.closeAllButStandard(&actions)
-            let argv = command.map { strdup($0) } + [nil]
-            let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-            defer {
-                for pointer in argv + envp { free(pointer) }
-            }
-            var attributes = posix_spawnattr_t()
-            posix_spawnattr_init(&attributes)
-            defer { posix_spawnattr_destroy(&attributes) }
-            SpawnInheritance.startSignalsAfresh(&attributes)
-            var pid: pid_t = 0
-            let result = posix_spawn(&pid, command[0], &actions, &attributes, argv, envp)
             for descriptor in childEnds { close(descriptor) }
-            guard result == 0 else {
-                for descriptor in ownEnds { close(descriptor) }
-                return .failure(POSIXError(POSIXErrorCode(rawValue: result) ?? .EINVAL))
-            }
-            return .success((pid, ownEnds))
+            if case .failure = spawned { for descriptor in ownEnds { close(descriptor) } }
+            return spawned.map { ($0, ownEnds) }
         }
         let (pid, ends) = try spawned.get()
         let handles = ends.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }

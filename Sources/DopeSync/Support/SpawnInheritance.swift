@@ -13,6 +13,31 @@ import Foundation
 /// another thread waits for a pipe's end keeps that pipe open and the reader waits for ever.
 /// A flock's descriptor inherited would hold the lock as long as the child lives.
 public enum SpawnInheritance {
+    /// Starts `path` with `arguments` (argv[0] first) and `environment` (`NAME=value`): its
+    /// descriptors 0 to 2 as `streams` sets them, nothing else inherited, its signals afresh. The
+    /// child's pid, or `posix_spawn`'s error number.
+    public static func spawn(
+        _ path: String, _ arguments: [String], environment: [String],
+        streams: (inout posix_spawn_file_actions_t) -> Void
+    ) -> Result<pid_t, POSIXError> {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        streams(&actions)
+        closeAllButStandard(&actions)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        startSignalsAfresh(&attributes)
+        let argv = arguments.map { strdup($0) } + [nil]
+        let envp = environment.map { strdup($0) } + [nil]
+        defer { for pointer in argv + envp { free(pointer) } }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
+        guard result == 0 else { return .failure(POSIXError(POSIXErrorCode(rawValue: result) ?? .EINVAL)) }
+        return .success(pid)
+    }
+
     /// Adds to `actions` the closing of every descriptor from 3 up, in the child, after the
     /// actions added before it (so a `dup2` onto 0, 1 or 2 added first still happens).
     public static func closeAllButStandard(_ actions: inout posix_spawn_file_actions_t) {

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 
 #if canImport(Glibc)
@@ -29,26 +30,17 @@ struct IsolatedReading: Sendable {
     /// Runs `dopesync inspect BUNDLE` and waits for it at most `time`, polling every 20 ms: this
     /// is a rare path, and polling needs no thread of its own.
     func read(_ bundle: String, time: Duration, stop: StopRequest, logger: Logger) async -> Outcome {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        for descriptor: Int32 in [0, 1, 2] {
-            posix_spawn_file_actions_addopen(
-                &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
-        }
         // Nothing else of the worker's: a claim's flock inherited would be held while it reads.
-        SpawnInheritance.closeAllButStandard(&actions)
-        let arguments: [String] = [executable, "inspect", bundle]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { for pointer in argv { free(pointer) } }
-        let envp: [UnsafeMutablePointer<CChar>?] = [nil]
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        SpawnInheritance.startSignalsAfresh(&attributes)
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
-        guard spawned == 0 else { return .notStarted(errno: spawned) }
+        let spawned = SpawnInheritance.spawn(executable, [executable, "inspect", bundle], environment: []) {
+            for descriptor: Int32 in [0, 1, 2] {
+                posix_spawn_file_actions_addopen(&$0, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+            }
+        }
+        let pid: pid_t
+        switch spawned {
+        case .success(let started): pid = started
+        case .failure(let error): return .notStarted(errno: error.code.rawValue)
+        }
         logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(pid)"])
 
         let deadline = ContinuousClock.now + time
