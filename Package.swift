@@ -51,10 +51,17 @@ let package = Package(
         // LeakSanitizer's suppressions, built into every binary (only an ASan build reads them).
         .target(name: "CLeakSuppressions"),
 
+        // Where a call that may block its thread may run: never on an event loop (debug builds stop).
+        .target(
+            name: "ThreadRules",
+            dependencies: [.product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: strictness
+        ),
+
         // A small SQLite wrapper shared by the checkpoint store and the dev server's storage.
         .target(
             name: "SQLiteSupport",
-            dependencies: ["CSQLite", "CLeakSuppressions"],
+            dependencies: ["CSQLite", "CLeakSuppressions", "ThreadRules"],
             swiftSettings: strictness
         ),
 
@@ -64,6 +71,7 @@ let package = Package(
             dependencies: [
                 "CArchive",
                 "SQLiteSupport",
+                "ThreadRules",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

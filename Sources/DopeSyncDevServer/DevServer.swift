@@ -41,11 +41,19 @@ public enum DevServer {
             },
             logger: logger
         )
-        if handlingSignals {
-            try await application.runService()
-        } else {
-            try await application.run()
+        let served: Result<Void, any Error>
+        do {
+            if handlingSignals {
+                try await application.runService()
+            } else {
+                try await application.run()
+            }
+            served = .success(())
+        } catch {
+            served = .failure(error)
         }
+        await state.store.close()
+        try served.get()
     }
 
     /// HTTP/1.1 in the clear, HTTP/1.1 over TLS, or h2 and HTTP/1.1 over TLS (chosen by ALPN).

@@ -1,4 +1,5 @@
 import CSQLite
+import ThreadRules
 
 /// A connection lent to a closure by ``SQLiteDatabase/read(_:)`` or ``SQLiteDatabase/write(_:)``.
 ///
@@ -13,11 +14,13 @@ public struct SQLiteConnection {
     /// that fails leaves nothing committed, which is all a caller about to throw needs.
     func rollBackIfOpen() {
         guard sqlite3_get_autocommit(handle) == 0 else { return }
+        BlockingCalls.check("SQLite: ROLLBACK")
         _ = sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
     }
 
     /// Runs one or more statements that take no parameters and return no rows (DDL, PRAGMAs).
     public func execute(_ sql: String) throws(SQLiteError) {
+        BlockingCalls.check("SQLite: \(sql)")
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if code != SQLITE_OK {
@@ -46,6 +49,7 @@ public struct SQLiteConnection {
         _ arguments: [any SQLiteBindable] = [],
         _ body: (SQLiteRow) throws(SQLiteError) -> Void
     ) throws(SQLiteError) {
+        BlockingCalls.check("SQLite: \(sql)")
         // Reuse a prepared statement when the database keeps them: parsing and planning cost more
         // than running the short statements of a checkpoint. Taken out of the cache while in use,
         // so a nested query with the same text prepares its own.

@@ -1,5 +1,6 @@
 import CSQLite
 import Synchronization
+import ThreadRules
 
 /// One SQLite database file, used from any task; a connection is lent to one closure at a time.
 public final class SQLiteDatabase: Sendable {
@@ -7,7 +8,8 @@ public final class SQLiteDatabase: Sendable {
     // Safety: the handle and its statements are only used inside `lock`, so no two threads use them at once.
     private nonisolated(unsafe) let handle: OpaquePointer
     private nonisolated(unsafe) let statements: PreparedStatements?
-    private let lock = Mutex<Void>(())
+    /// Whether ``close()`` has run; held while the connection is lent.
+    private let lock = Mutex<Bool>(false)
     private let writeLock: WriteLock?
     private let busyTimeoutMilliseconds: Int32
 
@@ -55,6 +57,7 @@ public final class SQLiteDatabase: Sendable {
     private static func openHandle(path: String, options: SQLiteOptions, readOnly: Bool) throws(SQLiteError)
         -> OpaquePointer
     {
+        BlockingCalls.check("SQLite: opening \(path)")
         var handle: OpaquePointer?
         let flags =
             (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
@@ -108,11 +111,22 @@ public final class SQLiteDatabase: Sendable {
     }()
 
     deinit {
-        closeHandle()
+        close()
+    }
+
+    /// Closes the connection now, on this thread (a close may checkpoint the WAL, so an owner that
+    /// must not block closes it where it may). Later uses throw; a second close does nothing.
+    public func close() {
+        lock.withLock { closed in
+            guard !closed else { return }
+            closed = true
+            closeHandle()
+        }
     }
 
     private func closeHandle() {
-        lock.withLock { _ in statements?.finalizeAll() }
+        BlockingCalls.check("SQLite: closing \(path)")
+        statements?.finalizeAll()
         guard let writeLock else {
             sqlite3_close_v2(handle)
             return
@@ -151,12 +165,13 @@ public final class SQLiteDatabase: Sendable {
 
     /// ``write(_:)``, but only if nothing would make this thread wait: the connection is free, the
     /// cross-process write lock is free, and SQLite's own lock is free. Returns nil, having done
-    /// nothing, when any of them is taken. For a caller that must not block its thread (an event
-    /// loop) and has somewhere else to do the write when it would wait.
+    /// nothing, when any of them is taken. For a caller that keeps its thread moving (a task on
+    /// the cooperative pool) and has somewhere else to do the write when it would wait.
     public func writeIfAvailable<T>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
         var outcome: Result<T, any Error>?? = nil
-        lock.withLockIfAvailable { _ in
+        lock.withLockIfAvailable { closed in
             outcome = { () -> Result<T, any Error>? in
+                if closed { return .failure(closedError) }
                 if let writeLock, !writeLock.tryAcquire() { return nil }
                 defer { writeLock?.release() }
                 let connection = SQLiteConnection(handle: handle, statements: statements)
@@ -196,11 +211,15 @@ public final class SQLiteDatabase: Sendable {
     private func withConnection<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         // The result stays on this task; only the lock is shared.
         var outcome: Result<T, any Error>?
-        lock.withLock { _ in
-            outcome = Result { try body(SQLiteConnection(handle: handle, statements: statements)) }
+        lock.withLock { closed in
+            outcome =
+                closed
+                ? .failure(closedError) : Result { try body(SQLiteConnection(handle: handle, statements: statements)) }
         }
         return try outcome!.get()
     }
+
+    private var closedError: SQLiteError { SQLiteError(code: .misuse, message: "\(path) was closed") }
 }
 
 extension String {

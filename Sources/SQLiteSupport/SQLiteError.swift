@@ -19,6 +19,7 @@ public struct SQLiteResultCode: RawRepresentable, Hashable, Sendable, CustomStri
     public static let cantOpen = SQLiteResultCode(rawValue: SQLITE_CANTOPEN)
     public static let constraint = SQLiteResultCode(rawValue: SQLITE_CONSTRAINT)
     public static let mismatch = SQLiteResultCode(rawValue: SQLITE_MISMATCH)
+    public static let misuse = SQLiteResultCode(rawValue: SQLITE_MISUSE)
     public static let notADatabase = SQLiteResultCode(rawValue: SQLITE_NOTADB)
     public static let row = SQLiteResultCode(rawValue: SQLITE_ROW)
     public static let done = SQLiteResultCode(rawValue: SQLITE_DONE)

@@ -3,6 +3,7 @@ import DopeSync
 import DopeSyncTestSupport
 import Foundation
 import Logging
+import NIOPosix
 
 /// `dopesync-bench make-bundles`: realistic bundles (about 50 requests, a few images each) packed
 /// into a spool's incoming/, as clients would drop them.
@@ -18,6 +19,13 @@ struct MakeBundles: AsyncParsableCommand {
     @Option(help: "Groups per bundle.") var groups = 4
 
     func run() async throws {
+        // Packing calls libarchive: on NIO's blocking pool, never an event loop (`BlockingCalls`).
+        let requests = try await NIOThreadPool.singleton.runIfActive { [self] in try pack() }
+        print("packed \(count) bundles, \(requests) requests in all (\(requests / max(count, 1)) a bundle)")
+    }
+
+    /// Packs the bundles; returns how many requests they hold in all.
+    private func pack() throws -> Int {
         try Spool(root: spool).create()
         let scratch = try makeTemporaryDirectory("make-bundles")
         defer { try? FileManager.default.removeItem(at: scratch) }  // scratch in /tmp: a leftover harms nothing
@@ -34,7 +42,7 @@ struct MakeBundles: AsyncParsableCommand {
             try FileManager.default.removeItem(at: source)
             requests += sample.expectedRequestCount
         }
-        print("packed \(count) bundles, \(requests) requests in all (\(requests / max(count, 1)) a bundle)")
+        return requests
     }
 }
 
@@ -53,20 +61,8 @@ struct RawCapacity: AsyncParsableCommand {
 
     func run() async throws {
         let folder = Spool(root: spool).path(.incoming)
-        let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { !$0.hasPrefix(".") }.sorted()
-        // Prepare everything first: plans and image bytes in memory.
-        var work: [(UploadPlan, [String: [UInt8]])] = []
-        for name in names {
-            let bundle = try BundleInspector().inspect(path: folder + "/" + name)
-            let reader = BundleEntryReader(bundle: bundle)
-            var images: [String: [UInt8]] = [:]
-            for image in bundle.images.values {
-                var bytes: [UInt8] = []
-                try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
-                images[image.fileName] = bytes
-            }
-            work.append((try UploadPlan(session: bundle.session, images: bundle.images), images))
-        }
+        // Prepare everything first, off the event loops (libarchive): plans and image bytes in memory.
+        let work = try await NIOThreadPool.singleton.runIfActive { try Self.prepare(folder) }
         let queue = WorkQueue(work)
         let started = ContinuousClock.now
         let cpuBefore = processCPUSeconds()
@@ -114,4 +110,24 @@ func processCPUSeconds() -> Double {
     getrusage(RUSAGE_SELF.rawValue, &usage)
     func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+extension RawCapacity {
+    /// Every bundle of `folder`'s plan and image bytes.
+    static func prepare(_ folder: String) throws -> [(UploadPlan, [String: [UInt8]])] {
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { !$0.hasPrefix(".") }.sorted()
+        var work: [(UploadPlan, [String: [UInt8]])] = []
+        for name in names {
+            let bundle = try BundleInspector().inspect(path: folder + "/" + name)
+            let reader = BundleEntryReader(bundle: bundle)
+            var images: [String: [UInt8]] = [:]
+            for image in bundle.images.values {
+                var bytes: [UInt8] = []
+                try reader.withImageChunks(image) { bytes.append(contentsOf: $0) }
+                images[image.fileName] = bytes
+            }
+            work.append((try UploadPlan(session: bundle.session, images: bundle.images), images))
+        }
+        return work
+    }
 }

@@ -15,9 +15,24 @@ struct DopeSyncCommand: AsyncParsableCommand {
         ]
     )
 
+    /// `run` on NIO's event loops as Swift's global executor: a bundle's task resumes on the loop
+    /// where its answer arrived, without a hop to another thread (ARCHITECTURE.md, "Threads"). The
+    /// other commands are a few calls into SQLite or libarchive on the cooperative pool, where a
+    /// blocking call may run (`BlockingCalls`).
     static func main() async {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        await main(nil)
+        do {
+            var command = try parseAsRoot()
+            if command is Run {
+                NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+            }
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
     }
 }
 

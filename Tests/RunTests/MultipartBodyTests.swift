@@ -27,7 +27,9 @@ import Testing
             }
             let framing = MultipartFraming(
                 idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
-            let body = MultipartBody(framing: framing, chunks: try BundleEntryReader(bundle: bundle).openImage(image))
+            let images = ArchiveImages(bundle: bundle)
+            try await images.open(image)
+            let body = MultipartBody(framing: framing, image: image, images: images)
 
             var sent: [UInt8] = []
             for try await buffer in body { sent += buffer.readableBytesView }
@@ -60,8 +62,10 @@ import Testing
                 idempotencyKey: step.idempotencyKey, groupID: groupID, role: role, image: image)
             // Held for the head and the first chunk of the image; then the lease is gone.
             let asked = Mutex(0)
+            let images = ArchiveImages(bundle: bundle)
+            try await images.open(image)
             let body = MultipartBody(
-                framing: framing, chunks: try BundleEntryReader(bundle: bundle).openImage(image),
+                framing: framing, image: image, images: images,
                 claimHeld: {
                     asked.withLock {
                         $0 += 1

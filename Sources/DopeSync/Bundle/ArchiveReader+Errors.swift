@@ -1,4 +1,5 @@
 import CArchive
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -72,6 +73,7 @@ extension ArchiveReader {
     /// one block here. Returns what is wrong with it, if that can be said.
     private static func probeInside(path: String, expected: FileIdentity?, filter: Int32, name: String) -> BundleError?
     {
+        BlockingCalls.check("libarchive: probing \(path)")
         // A file that cannot be opened now: the first open's error already said why.
         guard let descriptor = try? ClaimedFile.openRegularFile(path, expected: expected) else { return nil }
         // The input owns the descriptor from here, so it is closed whether or not libarchive starts.

@@ -1,4 +1,5 @@
 import CArchive
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -42,6 +43,7 @@ final class ArchiveReader {
     private let outerFilter: CompressionMagic?
 
     fileprivate init(path: String, expected: FileIdentity?, budget: ReadBudget, blockSize: Int) throws(BundleError) {
+        BlockingCalls.check("libarchive: opening \(path)")
         let descriptor = try ClaimedFile.openRegularFile(path, expected: expected)
         let input = ArchiveInput(descriptor: descriptor, blockSize: blockSize, budget: budget, path: path)
         var prefix = [UInt8](repeating: 0, count: CompressionMagic.sniffLength)
@@ -90,6 +92,7 @@ final class ArchiveReader {
 
     /// The next entry's header, or nil at the end of the archive.
     func nextHeader() throws(BundleError) -> ArchiveEntryHeader? {
+        BlockingCalls.check("libarchive: reading an entry of \(path)")
         try checkBudget()
         var entry: OpaquePointer?
         let status = withUTF8Names { archive_read_next_header(archive, &entry) }
@@ -110,6 +113,7 @@ final class ArchiveReader {
 
     /// Reads up to `buffer.count` bytes of the current entry's data; 0 at its end.
     func readData(into buffer: UnsafeMutableRawBufferPointer) throws(BundleError) -> Int {
+        BlockingCalls.check("libarchive: reading data of \(path)")
         try checkBudget()
         let count = archive_read_data(archive, buffer.baseAddress, buffer.count)
         if count < 0 { throw unreadable(during: "reading entry data") }

@@ -1,4 +1,5 @@
 import CArchive
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -13,6 +14,7 @@ final class ArchiveWriter {
     private let culprit: String
 
     fileprivate init(fileDescriptor: Int32, culprit: String) throws(BundleError) {
+        BlockingCalls.check("libarchive: writing \(culprit)")
         guard let archive = archive_write_new() else {
             throw BundleError(.io, culprit: culprit, message: "libarchive could not allocate a writer")
         }
@@ -41,6 +43,7 @@ final class ArchiveWriter {
         modificationTime: Int,
         _ produce: (_ write: (UnsafeRawBufferPointer) throws(BundleError) -> Void) throws -> Void
     ) throws {
+        BlockingCalls.check("libarchive: adding \(path) to \(culprit)")
         guard let entry = archive_entry_new() else {
             throw BundleError(.io, culprit: path, message: "libarchive could not allocate an entry")
         }

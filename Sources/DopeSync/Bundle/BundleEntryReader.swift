@@ -58,12 +58,12 @@ public final class BundleEntryReader {
         }
 
         /// The next chunk, or nil once the image is complete and verified.
-        public mutating func next() throws -> [UInt8]? {
+        public mutating func next() throws(BundleError) -> [UInt8]? {
             if finished { return nil }
             // Read straight into uninitialised storage: no zero-fill of a chunk per read.
-            var readError: (any Error)?
+            var readError: BundleError?
             let chunk = [UInt8](unsafeUninitializedCapacity: chunkSize) { buffer, initialized in
-                do {
+                do throws(BundleError) {
                     initialized = try reader.readData(into: UnsafeMutableRawBufferPointer(buffer))
                 } catch {
                     readError = error

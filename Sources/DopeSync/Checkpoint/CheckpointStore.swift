@@ -144,6 +144,10 @@ public final class CheckpointStore: Sendable {
             busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now)
     }
 
+    /// Closes the database now, on this thread (a close may checkpoint the WAL under the write
+    /// lock); later calls fail. A store closes itself when released otherwise.
+    public func close() { database.close() }
+
     /// The names of the migrations applied to this database, in the order they were applied.
     public func appliedMigrations() throws(CheckpointError) -> [String] {
         try Self.perform(path: path, doing: "reading migrations") { try SQLiteMigrator.appliedNames(database) }

@@ -1,5 +1,6 @@
 import NIOPosix
 import Synchronization
+import ThreadRules
 
 /// A run's one way to its ``CheckpointStore``: every call runs on a thread of the writer's own,
 /// one at a time, in the order asked.
@@ -31,8 +32,29 @@ public final class CheckpointWriter: Sendable {
     public static func with<Value, Failure: Error>(
         _ store: CheckpointStore, _ body: (CheckpointWriter) async throws(Failure) -> Value
     ) async throws(Failure) -> Value {
+        try await onThreadOfItsOwn { thread async throws(Failure) in try await with(store, on: thread, body) }
+    }
+
+    /// Runs `body` with a one-thread pool, stopped when `body` returns.
+    private static func onThreadOfItsOwn<Value, Failure: Error>(
+        _ body: (NIOThreadPool) async throws(Failure) -> Value
+    ) async throws(Failure) -> Value {
         let thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
+        let result: Result<Value, Failure>
+        do {
+            result = .success(try await body(thread))
+        } catch {
+            result = .failure(error)
+        }
+        // It fails only if already shut down, which nothing else does: nothing to report.
+        try? await thread.shutdownGracefully()
+        return try result.get()
+    }
+
+    private static func with<Value, Failure: Error>(
+        _ store: CheckpointStore, on thread: NIOThreadPool, _ body: (CheckpointWriter) async throws(Failure) -> Value
+    ) async throws(Failure) -> Value {
         let result: Result<Value, Failure>
         let writer = CheckpointWriter(store: store, thread: thread)
         do {
@@ -43,9 +65,27 @@ public final class CheckpointWriter: Sendable {
         while writer.outstanding.load(ordering: .acquiring) > 0 {
             _ = try? await writer.perform { _ in }  // runs after everything queued before it
         }
-        // It fails only if already shut down, which nothing else does: nothing to report.
-        try? await thread.shutdownGracefully()
         return try result.get()
+    }
+
+    /// Opens a store on the writer's own thread (`open` may wait for another process's lock and
+    /// migrate), runs `body` with a writer over it, and closes the store on that thread when `body`
+    /// and the calls it asked for are done: no part of the store's life is on the caller's thread,
+    /// an event loop in `dopesync run`. Throws what `open` threw, having run nothing.
+    public static func with<Value>(
+        opening open: @escaping @Sendable () throws(CheckpointError) -> CheckpointStore,
+        _ body: (CheckpointWriter) async -> Value
+    ) async throws(CheckpointError) -> Value {
+        try await onThreadOfItsOwn { thread async throws(CheckpointError) in
+            let opened: Result<CheckpointStore, CheckpointError> =
+                (try? await thread.runIfActive { Result { () throws(CheckpointError) in try open() } })
+                ?? .failure(stopped)
+            let store = try opened.get()
+            let value = await with(store, on: thread, body)
+            // After every call queued, those queued by others included (`with(_:on:_:)` drains them).
+            _ = try? await thread.runIfActive { store.close() }
+            return value
+        }
     }
 
     /// Runs `body` on the writer's thread and returns what it returned or threw.
@@ -86,21 +126,26 @@ public final class CheckpointWriter: Sendable {
     }
 
     /// Records a step's intents (``CheckpointStore/recordIntents(sessionID:_:now:)``): on the
-    /// calling thread when the database can take them without waiting (the usual case: tens of
-    /// microseconds), else on the writer's thread. This choice is made here alone.
+    /// calling thread when it may block (``BlockingCalls/allowedHere``: not an event loop) and the
+    /// database can take them without waiting (the usual case: tens of microseconds), else on the
+    /// writer's thread. This choice is made here alone.
     public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
         -> [StepIntentOutcome]
     {
-        if let here = try store.recordIntentsIfAvailable(sessionID: sessionID, intents) { return here }
+        if BlockingCalls.allowedHere, let here = try store.recordIntentsIfAvailable(sessionID: sessionID, intents) {
+            return here
+        }
         return try await perform { try $0.recordIntents(sessionID: sessionID, intents) }
     }
 
-    /// Commits step results on the calling thread if nothing would make it wait; nil, having done
-    /// nothing, otherwise (then the caller queues them with ``submit(_:)``). For the group commit.
+    /// Commits step results on the calling thread if it may block and nothing would make it wait;
+    /// nil, having done nothing, otherwise (then the caller queues them with ``submit(_:)``). For
+    /// the group commit.
     public func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
         -> [Result<CompletedStep, CheckpointError>]?
     {
-        try store.recordResultsIfAvailable(results)
+        guard BlockingCalls.allowedHere else { return nil }
+        return try store.recordResultsIfAvailable(results)
     }
 
     static let stopped = CheckpointError(code: .database, message: "the checkpoint writer has stopped")

@@ -122,7 +122,7 @@ public struct APIClient: Sendable {
     /// `claimHeld` is asked between the chunks of an image streamed from the archive: once it
     /// says no, the body stops and the request fails as a transport would.
     public func send(
-        _ step: UploadStep, path: String, images: BundleEntryReader?,
+        _ step: UploadStep, path: String, images: ArchiveImages?,
         claimHeld: @escaping @Sendable () -> Bool = { true }
     ) async -> (StepResponse, bytesSent: Int64) {
         await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images, claimHeld: claimHeld)
@@ -135,7 +135,7 @@ public struct APIClient: Sendable {
     }
 
     private func send(
-        _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: BundleEntryReader?,
+        _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: ArchiveImages?,
         claimHeld: @escaping @Sendable () -> Bool
     ) async -> (StepResponse, bytesSent: Int64) {
         var request = makeRequest(step, path: path)
@@ -161,8 +161,8 @@ public struct APIClient: Sendable {
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                let parts = MultipartBody(
-                    framing: framing, chunks: try archive.openImage(image), claimHeld: claimHeld)
+                try await archive.open(image)
+                let parts = MultipartBody(framing: framing, image: image, images: archive, claimHeld: claimHeld)
                 request.body =
                     if let rateLimit {
                         .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))

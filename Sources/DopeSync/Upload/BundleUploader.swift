@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import ThreadRules
 
 /// How one bundle's work ended.
 public enum UploadOutcome: Sendable, Equatable {
@@ -103,7 +104,7 @@ struct BundleUploader: Sendable {
             return await disposition.giveBack(claimed, logger: logger)
         }
         return await upload(
-            claimed, plan: plan, images: BundleEntryReader(bundle: bundle), completed: completed, logger: logger)
+            claimed, plan: plan, images: ArchiveImages(bundle: bundle), completed: completed, logger: logger)
     }
 
     /// Where a bundle went instead of being uploaded.
@@ -140,7 +141,7 @@ struct BundleUploader: Sendable {
     /// each action is done here and its outcome fed back as the next event; nothing else changes
     /// the state.
     private func upload(
-        _ claimed: ClaimedBundle, plan: UploadPlan, images: BundleEntryReader, completed: [String: CompletedStep],
+        _ claimed: ClaimedBundle, plan: UploadPlan, images: ArchiveImages, completed: [String: CompletedStep],
         logger: Logger
     ) async -> UploadOutcome {
         var state = BundleUploadState(
@@ -343,11 +344,11 @@ struct BundleUploader: Sendable {
         }
     }
 
-    /// Reads the whole bundle through and validates it. A big one goes to NIO's blocking-work thread
-    /// pool: it takes up to a second or two, and the threads running the uploads are NIO's event
-    /// loops in `dopesync` (Swift's global executor there), which must keep the other bundles'
-    /// connections moving. A small one is read where it is: sending every bundle to the pool and
-    /// back cost the run about a tenth more CPU in all, in thread switches.
+    /// Reads the whole bundle through and validates it, on NIO's blocking-work thread pool when
+    /// called on an event loop (Swift's global executor in `dopesync run`), whose other bundles'
+    /// connections must keep moving, or when the bundle is big (up to a second or two). A small one
+    /// is read where it is when that thread may block (``BlockingCalls/allowedHere``): sending every
+    /// bundle to the pool and back cost the run about a tenth more CPU in all, in thread switches.
     static func inspect(
         _ path: String, identity: FileIdentity?, size: Int64, limits: BundleLimits, stop: StopRequest
     ) async -> Result<ValidatedBundle, BundleValidationError> {
@@ -356,7 +357,7 @@ struct BundleUploader: Sendable {
                 try BundleInspector(limits: limits).inspect(path: path, expected: identity, stop: stop)
             }
         }
-        guard size >= inspectedOffTheLoopFrom else { return inspect() }
+        if size < inspectedOffTheLoopFrom && BlockingCalls.allowedHere { return inspect() }
         return await BlockingPool.run(inspect)
     }
 

@@ -46,19 +46,20 @@ struct MultipartFraming: Sendable {
 }
 
 /// The multipart body of an image step: the framing's head, the image streamed chunk by chunk
-/// from the archive, the tail. Memory holds one chunk, never the image.
+/// from the archive (``ArchiveImages``, which reads each chunk off the event loops), the tail.
+/// Memory holds one chunk, never the image.
 ///
-/// One use only, by construction: its chunks come from an archive reader positioned at the
-/// image, which a second pass could not rewind, and whose bytes would then fail the SHA-256 check
-/// and be blamed on the bundle. So the first ``makeAsyncIterator()`` gets the image, and any later
-/// one an iterator that throws ``UsedTwice`` (a transport failure: the step is tried again, and
-/// every try opens the image anew, ``APIClient``'s `send`). AsyncHTTPClient asks for a Sendable
-/// sequence; with one iterator ever, the reader under it is used by one task only, hence
-/// `@unchecked Sendable`.
-struct MultipartBody: AsyncSequence, @unchecked Sendable {
+/// One use only: its chunks come from an archive reader positioned at the image, which a second
+/// pass could not rewind, and whose bytes would then fail the SHA-256 check and be blamed on the
+/// bundle. So the first ``makeAsyncIterator()`` gets the image, and any later one (a copy's
+/// included) an iterator that throws ``UsedTwice``: a transport failure, after which the step is
+/// tried again with the image opened anew (``APIClient``'s `send`).
+struct MultipartBody: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let framing: MultipartFraming
-    let chunks: BundleEntryReader.ImageChunks
+    let image: BundleImage
+    /// Positioned at `image` (``ArchiveImages/open(_:)``).
+    let images: ArchiveImages
     /// Whether the bundle's claim still allows sending: asked before every chunk, so a worker
     /// paused past its lease abandons the body instead of completing it when it wakes.
     let claimHeld: @Sendable () -> Bool
@@ -66,11 +67,12 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     private let iterated = OnceFlag()
 
     init(
-        framing: MultipartFraming, chunks: BundleEntryReader.ImageChunks,
+        framing: MultipartFraming, image: BundleImage, images: ArchiveImages,
         claimHeld: @escaping @Sendable () -> Bool = { true }
     ) {
         self.framing = framing
-        self.chunks = chunks
+        self.image = image
+        self.images = images
         self.claimHeld = claimHeld
     }
 
@@ -92,29 +94,27 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     struct AsyncIterator: AsyncIteratorProtocol {
         enum Part { case head, image, end, usedTwice }
         var part = Part.head
-        let framing: MultipartFraming
-        var chunks: BundleEntryReader.ImageChunks
+        let body: MultipartBody
         var search: StreamingSearch
-        let claimHeld: @Sendable () -> Bool
 
         mutating func next() async throws -> ByteBuffer? {
-            if part != .end && part != .usedTwice && !claimHeld() { throw ClaimLost() }
+            if part != .end && part != .usedTwice && !body.claimHeld() { throw ClaimLost() }
             switch part {
             case .head:
                 part = .image
-                return ByteBuffer(bytes: framing.head)
+                return ByteBuffer(bytes: body.framing.head)
             case .image:
-                if let chunk = try chunks.next() {
+                if let chunk = try await body.images.nextChunk() {
                     search.update(chunk)
                     if search.found {
                         throw BundleError(
-                            .changedAfterValidation, culprit: chunks.image.entryPath,
-                            message: MultipartBody.holdsBoundary(chunks.image))
+                            .changedAfterValidation, culprit: body.image.entryPath,
+                            message: MultipartBody.holdsBoundary(body.image))
                     }
                     return ByteBuffer(bytes: chunk)
                 }
                 part = .end
-                return ByteBuffer(bytes: framing.tail)
+                return ByteBuffer(bytes: body.framing.tail)
             case .end:
                 return nil
             case .usedTwice:
@@ -124,10 +124,8 @@ struct MultipartBody: AsyncSequence, @unchecked Sendable {
     }
 
     func makeAsyncIterator() -> AsyncIterator {
-        let first = iterated.take()
-        return AsyncIterator(
-            part: first ? .head : .usedTwice, framing: framing, chunks: chunks,
-            search: StreamingSearch(framing.delimiter), claimHeld: claimHeld)
+        AsyncIterator(
+            part: iterated.take() ? .head : .usedTwice, body: self, search: StreamingSearch(framing.delimiter))
     }
 
     static func holdsBoundary(_ image: BundleImage) -> String {

@@ -69,6 +69,12 @@ actor DevServerStore {
         try Self.deleteKeys(database, createdBefore: Self.now() - Int64(retentionSeconds))
     }
 
+    /// Closes the database here, on the actor's executor: released with the last reference, it
+    /// would close on whatever thread dropped it, an event loop of the server's among them.
+    func close() {
+        database.close()
+    }
+
     static func now() -> Int64 {
         var time = timespec()
         clock_gettime(CLOCK_REALTIME, &time)
@@ -92,7 +98,7 @@ actor DevServerStore {
     }
 
     private static func deleteKeys(_ database: SQLiteDatabase, createdBefore cutoff: Int64) throws {
-        try database.write { connection in
+        _ = try database.write { connection in
             try connection.query("DELETE FROM idempotency_keys WHERE created_at < ?", [cutoff])
         }
     }
