@@ -1,0 +1,135 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One run of a token command (`token-command`): `/bin/sh -c COMMAND` under `timeout(1)` where
+/// there is one, so a command that outlives its time is killed with what it started. It starts as
+/// every child of the worker does (``SpawnInheritance``: descriptors 0 to 2 only, signals afresh),
+/// with its output in a pipe of its own and its standard error on ours (the log). Blocking: call it
+/// where a thread may wait (NIO's blocking pool in a run).
+struct TokenCommand {
+    let command: String
+    let seconds: Int
+
+    private var shown: String { DisplayText.escaped(command) }
+
+    /// The first line of the command's output, trimmed; throws, naming the command, when it fails,
+    /// times out or prints nothing. Once the line is read, the command is told to end (SIGTERM)
+    /// and waited for a few seconds at most: what it still does is not the run's business.
+    func run() throws(TokenCommandError) -> String {
+        let (pid, output) = try start()
+        defer { close(output) }
+        let limit = ContinuousClock.now + .seconds(seconds + 3)
+        switch Self.firstLine(of: output, until: limit) {
+        case .timedOut:
+            Self.end(pid)
+            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
+        case .line(let line) where !line.isEmpty:
+            Self.end(pid)
+            guard Credential.isUsableToken(line) else {
+                throw TokenCommandError(message: Credential.unusableToken("the token command `\(shown)`"))
+            }
+            return line
+        case .line, .ended:
+            // No token: the output ended (or its first line was empty); the status says why.
+            guard let status = Self.reap(pid, until: limit) else {
+                Self.end(pid)
+                throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
+            }
+            let (signal, exit) = (status & 0x7f, (status >> 8) & 0xff)
+            let why =
+                signal != 0
+                ? "was killed by signal \(signal)"
+                : exit == 124 ? "timed out after \(seconds) s" : exit != 0 ? "failed (exit \(exit))" : nil
+            guard let why else { throw TokenCommandError(message: "the token command `\(shown)` printed no token") }
+            throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
+        }
+    }
+
+    /// Starts the command; its pid and the read end of its output.
+    private func start() throws(TokenCommandError) -> (pid_t, Int32) {
+        var pipe: [Int32] = [-1, -1]
+        guard Glibc.pipe(&pipe) == 0 else {
+            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(POSIXError.current)")
+        }
+        // Close-on-exec at once (Swift's Glibc has no pipe2): only this child gets it, as its fd 1.
+        for end in pipe { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        let timeout = "/usr/bin/timeout"
+        let (path, arguments) =
+            access(timeout, X_OK) == 0
+            ? (timeout, ["timeout", "--kill-after=2", "\(seconds)", "/bin/sh", "-c", command])
+            : ("/bin/sh", ["sh", "-c", command])
+        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+        let spawned = SpawnInheritance.spawn(path, arguments, environment: environment) { actions in
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+            posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+        }
+        close(pipe[1])
+        switch spawned {
+        case .success(let pid):
+            return (pid, pipe[0])
+        case .failure(let error):
+            close(pipe[0])
+            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
+        }
+    }
+
+    enum FirstLine: Equatable {
+        case line(String)
+        case ended
+        case timedOut
+    }
+
+    /// Reads `output` up to its first line break, its end, or 64 KiB, until `limit`.
+    static func firstLine(of output: Int32, until limit: ContinuousClock.Instant) -> FirstLine {
+        var collected: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        func line(_ bytes: some Collection<UInt8>) -> FirstLine {
+            .line(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces))
+        }
+        while true {
+            if let newline = collected.firstIndex(of: UInt8(ascii: "\n")) { return line(collected[..<newline]) }
+            if collected.count > 64 * 1024 { return line(collected) }
+            let left = limit - ContinuousClock.now
+            guard left > .zero else { return .timedOut }
+            var ready = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+            let polled = poll(&ready, 1, Int32(min((left / .milliseconds(1)).rounded(.up), 60_000)))
+            if polled < 0 && errno != EINTR { return collected.isEmpty ? .ended : line(collected) }
+            guard polled > 0 else { continue }
+            let count = read(output, &buffer, buffer.count)
+            if count < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+            guard count > 0 else { return collected.isEmpty ? .ended : line(collected) }
+            collected += buffer[..<count]
+        }
+    }
+
+    /// Asks `pid` to end (SIGTERM: `timeout` passes it on), then reaps it, killing it after 3 s.
+    private static func end(_ pid: pid_t) {
+        kill(pid, SIGTERM)
+        if reap(pid, until: .now + .seconds(3)) == nil {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        }
+    }
+
+    /// The raw wait status of `pid` once it ends, or nil at `limit`. Checked every 10 ms: a token
+    /// is read again once in a while, and this wait needs no thread or descriptor of its own.
+    private static func reap(_ pid: pid_t, until limit: ContinuousClock.Instant) -> Int32? {
+        var status: Int32 = 0
+        while true {
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid { return status }
+            if reaped < 0 && errno != EINTR { return nil }
+            if ContinuousClock.now >= limit { return nil }
+            usleep(10_000)
+        }
+    }
+}
+
+extension POSIXError {
+    /// The error `errno` holds now.
+    static var current: POSIXError { POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+}

@@ -1,0 +1,57 @@
+import DopeSyncTestSupport
+import Testing
+
+@testable import DopeSync
+
+/// ``TokenCommand``: a real `/bin/sh` under `timeout(1)`, each way a command can end.
+@Suite struct TokenCommandTests {
+    /// The command's token, or the message of its error.
+    static func outcome(_ command: String, seconds: Int = 5) async -> Result<String, TokenCommandError> {
+        await onOwnThread {
+            Result { () throws(TokenCommandError) in try TokenCommand(command: command, seconds: seconds).run() }
+        }
+    }
+
+    @Test("the first line is the token, trimmed, with or without its line break; the rest is not read")
+    func firstLine() async throws {
+        #expect(try await Self.outcome("echo ' tok-1 '; echo second").get() == "tok-1")
+        #expect(try await Self.outcome("printf tok-2").get() == "tok-2")
+    }
+
+    @Test("a command that prints no token says why, naming the command: no output, its exit status, its signal")
+    func noToken() async {
+        let cases = [
+            ("true", "the token command `true` printed no token"),
+            ("echo; exit 0", "the token command `echo; exit 0` printed no token"),
+            ("exit 3", "the token command `exit 3` failed (exit 3); its messages are above"),
+            ("kill -9 $$", "the token command `kill -9 $$` was killed by signal 9; its messages are above"),
+        ]
+        for (command, message) in cases {
+            let outcome = await Self.outcome(command)
+            guard case .failure(let error) = outcome else {
+                Issue.record("\(command) gave a token")
+                continue
+            }
+            #expect(error.message == message)
+        }
+    }
+
+    @Test("a command that outlives its time is ended by timeout(1) and named")
+    func timesOut() async {
+        guard case .failure(let error) = await Self.outcome("sleep 30", seconds: 1) else {
+            Issue.record("a sleeping command gave a token")
+            return
+        }
+        #expect(error.message == "the token command `sleep 30` timed out after 1 s; its messages are above")
+    }
+
+    @Test("a token an HTTP header cannot carry is refused, and not shown")
+    func unusable() async {
+        guard case .failure(let error) = await Self.outcome("printf 'ab\\001cd\\n'") else {
+            Issue.record("a control character went into a token")
+            return
+        }
+        #expect(error.message.contains("characters an HTTP header cannot carry"))
+        #expect(!error.message.contains("ab\u{1}cd"))
+    }
+}
