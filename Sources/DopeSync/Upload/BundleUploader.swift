@@ -174,10 +174,7 @@ struct BundleUploader: Sendable {
                     return await abandon(claimed, settling: pendingResult, logger: logger)
                 }
                 tokenSent = client.credential.current
-                let (answer, bytes) = await client.send(
-                    step, path: path, images: images,
-                    claimHeld: { [checkpoints, name = claimed.name] in checkpoints.holdsClaim(of: name) })
-                counters.request(bytes: bytes)
+                let answer = await send(step, path: path, images: images, of: claimed.name)
                 action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
@@ -188,12 +185,7 @@ struct BundleUploader: Sendable {
                     await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
                     stopping: counters.shouldStop)
             case .handInResult(let result, let found):
-                counters.stepAnswered()
-                pendingResult = results.submit(result)
-                if found {
-                    logger.info("found on the server, not sent again", metadata: ["step": "\(result.stepKey)"])
-                }
-                logger.debug("step done", metadata: ["step": "\(result.stepKey)", "server.id": "\(result.serverID)"])
+                pendingResult = handIn(result, found: found, logger: logger)
                 action = state.resultHandedIn(stopping: counters.shouldStop)
             case .settleResult:
                 guard let ticket = pendingResult else { preconditionFailure("a result to settle was handed in") }
@@ -206,6 +198,22 @@ struct BundleUploader: Sendable {
                     claimed, finish, sessionID: plan.sessionID, steps: plan.steps.count, logger: logger)
             }
         }
+    }
+
+    /// Sends one step, its image (if any) streamed from the archive while the bundle's claim holds.
+    private func send(_ step: UploadStep, path: String, images: ArchiveImages, of name: String) async -> StepResponse {
+        let (answer, bytes) = await client.send(
+            step, path: path, images: images, claimHeld: { [checkpoints] in checkpoints.holdsClaim(of: name) })
+        counters.request(bytes: bytes)
+        return answer
+    }
+
+    /// Hands a step's result to the group commit, which commits it while the next step is sent.
+    private func handIn(_ result: CheckpointStore.StepResult, found: Bool, logger: Logger) -> GroupCommit.Ticket {
+        counters.stepAnswered()
+        if found { logger.info("found on the server, not sent again", metadata: ["step": "\(result.stepKey)"]) }
+        logger.debug("step done", metadata: ["step": "\(result.stepKey)", "server.id": "\(result.serverID)"])
+        return results.submit(result)
     }
 
     /// Leaves a bundle whose claim ran out, after the result already handed in has committed

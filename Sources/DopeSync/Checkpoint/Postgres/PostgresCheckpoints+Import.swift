@@ -23,72 +23,81 @@ extension PostgresCheckpoints {
         referenceLists: [ReferenceList: CachedReferenceList]
     ) async throws(CheckpointError) -> ImportCounts {
         try await transaction("importing \(steps.count) steps and \(bundles.count) bundles") { connection in
+            let logger = self.logger
+            /// Whether `query` (an `INSERT … RETURNING 1`) added its row.
+            func added(_ query: PostgresQuery) async throws -> Bool {
+                try await !connection.query(query, logger: logger).collect().isEmpty
+            }
             var counts = ImportCounts()
             for step in steps {
-                let inserted = try await connection.query(
-                    """
-                    INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint,
-                        content_digest, state, server_id, sent_at, done_at, bundle_name)
-                    VALUES (\(step.sessionID), \(step.stepKey), \(step.idempotencyKey), \(step.requestFingerprint),
-                        \(step.contentDigest), \(step.state.rawValue), \(step.serverID), \(step.sentAt.timeIntervalSince1970),
-                        \(step.doneAt?.timeIntervalSince1970), \(step.bundleName))
-                    ON CONFLICT (session_id, step_key) DO UPDATE SET state = 'done', server_id = excluded.server_id,
-                        done_at = excluded.done_at
-                    WHERE dopesync.steps.state = 'sent' AND excluded.state = 'done'
-                    RETURNING 1
-                    """, logger: self.logger
-                ).collect()
-                if inserted.isEmpty {
-                    try await Self.checkSameResult(step, on: connection, logger: self.logger)
-                    counts.alreadyThere += 1
-                } else {
+                if try await added(Self.insertion(of: step)) {
                     counts.steps += 1
+                } else {
+                    try await Self.checkSameResult(step, on: connection, logger: logger)
+                    counts.alreadyThere += 1
                 }
             }
             for bundle in bundles {
-                let error = bundle.lastError
-                let inserted = try await connection.query(
-                    """
-                    INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at,
-                        last_error_reason, last_error_step, last_error_http_status, last_error_message, last_error_field,
-                        last_outcome, updated_at, steps_done, steps_total)
-                    VALUES (\(bundle.name), \(bundle.sessionID), \(bundle.attempts), \(bundle.firstSeen.timeIntervalSince1970),
-                        \(bundle.nextAttemptAt?.timeIntervalSince1970), \(error?.reason.rawValue), \(error?.step),
-                        \(error?.httpStatus), \(error?.message), \(error?.field), \(bundle.lastOutcome?.rawValue),
-                        \(bundle.updatedAt.timeIntervalSince1970), \(bundle.stepsDone), \(bundle.stepsTotal))
-                    ON CONFLICT (name) DO NOTHING RETURNING 1
-                    """, logger: self.logger
-                ).collect()
-                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.bundles += 1 }
+                if try await added(Self.insertion(of: bundle)) { counts.bundles += 1 } else { counts.alreadyThere += 1 }
             }
             for run in runs {
-                let summary = run.summary
-                let inserted = try await connection.query(
-                    """
-                    INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, claimed, done, deferred,
-                        failed, requests, bytes, seconds, exit_code, api_lookups)
-                    VALUES (\(run.runID), \(run.host), \(Int(run.pid)), \(run.startedAt.timeIntervalSince1970),
-                        \(run.finishedAt?.timeIntervalSince1970), \(summary?.claimed), \(summary?.done),
-                        \(summary?.deferred), \(summary?.failed), \(summary?.requests), \(summary?.bytes),
-                        \(summary?.seconds), \(summary.map { Int($0.exitCode) }), \(run.apiLookups))
-                    ON CONFLICT (run_id) DO NOTHING RETURNING 1
-                    """, logger: self.logger
-                ).collect()
-                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.runs += 1 }
+                if try await added(Self.insertion(of: run)) { counts.runs += 1 } else { counts.alreadyThere += 1 }
             }
             let now = Date().timeIntervalSince1970
             for (list, cached) in referenceLists {
-                let inserted = try await connection.query(
-                    """
+                let insertion: PostgresQuery = """
                     INSERT INTO dopesync.reference_lists (name, etag, body, read_at)
                     VALUES (\(list.rawValue), \(cached.etag), \(ByteBuffer(bytes: cached.body)), \(now))
                     ON CONFLICT (name) DO NOTHING RETURNING 1
-                    """, logger: self.logger
-                ).collect()
-                if inserted.isEmpty { counts.alreadyThere += 1 } else { counts.referenceLists += 1 }
+                    """
+                if try await added(insertion) { counts.referenceLists += 1 } else { counts.alreadyThere += 1 }
             }
             return counts
         }
+    }
+
+    /// A step's row, unless one is there; a step only sent there and done in the file becomes done.
+    private static func insertion(of step: StepRecord) -> PostgresQuery {
+        """
+        INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint,
+            content_digest, state, server_id, sent_at, done_at, bundle_name)
+        VALUES (\(step.sessionID), \(step.stepKey), \(step.idempotencyKey), \(step.requestFingerprint),
+            \(step.contentDigest), \(step.state.rawValue), \(step.serverID), \(step.sentAt.timeIntervalSince1970),
+            \(step.doneAt?.timeIntervalSince1970), \(step.bundleName))
+        ON CONFLICT (session_id, step_key) DO UPDATE SET state = 'done', server_id = excluded.server_id,
+            done_at = excluded.done_at
+        WHERE dopesync.steps.state = 'sent' AND excluded.state = 'done'
+        RETURNING 1
+        """
+    }
+
+    /// A bundle's row, unless one is there.
+    private static func insertion(of bundle: BundleState) -> PostgresQuery {
+        let error = bundle.lastError
+        return """
+            INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at,
+                last_error_reason, last_error_step, last_error_http_status, last_error_message, last_error_field,
+                last_outcome, updated_at, steps_done, steps_total)
+            VALUES (\(bundle.name), \(bundle.sessionID), \(bundle.attempts), \(bundle.firstSeen.timeIntervalSince1970),
+                \(bundle.nextAttemptAt?.timeIntervalSince1970), \(error?.reason.rawValue), \(error?.step),
+                \(error?.httpStatus), \(error?.message), \(error?.field), \(bundle.lastOutcome?.rawValue),
+                \(bundle.updatedAt.timeIntervalSince1970), \(bundle.stepsDone), \(bundle.stepsTotal))
+            ON CONFLICT (name) DO NOTHING RETURNING 1
+            """
+    }
+
+    /// A run's row, unless one is there.
+    private static func insertion(of run: RunRecord) -> PostgresQuery {
+        let summary = run.summary
+        return """
+            INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, claimed, done, deferred,
+                failed, requests, bytes, seconds, exit_code, api_lookups)
+            VALUES (\(run.runID), \(run.host), \(Int(run.pid)), \(run.startedAt.timeIntervalSince1970),
+                \(run.finishedAt?.timeIntervalSince1970), \(summary?.claimed), \(summary?.done),
+                \(summary?.deferred), \(summary?.failed), \(summary?.requests), \(summary?.bytes),
+                \(summary?.seconds), \(summary.map { Int($0.exitCode) }), \(run.apiLookups))
+            ON CONFLICT (run_id) DO NOTHING RETURNING 1
+            """
     }
 
     /// A step the database holds already must say what the file says of it, if both say it is

@@ -240,34 +240,44 @@ public final class PostgresCheckpoints: Sendable {
         }
         if let state = error.serverInfo?[.sqlState] {
             let message = error.serverInfo?[.message] ?? "\(error.code)"
-            switch state {
-            case "28P01", "28000":
-                return CheckpointError(
-                    code: .refused,
-                    message:
-                        "PostgreSQL at \(settings.url) refused user \(settings.user): \(message) (the password comes from database-password-file: or DOPESYNC_DATABASE_PASSWORD)"
-                )
-            case "3D000":
-                return CheckpointError(code: .refused, message: "PostgreSQL at \(settings.url): \(message)")
-            case "53100":
-                return CheckpointError(
-                    code: .diskFull, message: "PostgreSQL at \(settings.url) is out of disk: \(message)")
-            case "25006":
-                // A replica after a failover, or default_transaction_read_only: nothing can be checkpointed.
-                return CheckpointError(
-                    code: .readOnly, message: "PostgreSQL at \(settings.url) is read-only: \(message)")
-            case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
-                // Connection exceptions, an administrator's shutdown or restart, too many connections.
-                return CheckpointError(
-                    code: .unreachable, message: "PostgreSQL at \(settings.url) while \(doing): \(message)")
-            default:
-                return CheckpointError(
-                    code: .database,
-                    message: "PostgreSQL at \(settings.url) failed while \(doing): \(message) [SQLSTATE \(state)]")
-            }
+            return checkpointError(sqlState: state, message: message, settings: settings, doing: doing)
         }
         return CheckpointError(
             code: .unreachable, message: "lost PostgreSQL at \(settings.url) while \(doing): \(error.code)")
+    }
+
+    /// What the server's SQLSTATE says, for the operator: a refusal, a full disk, a read-only
+    /// server, an outage, or a failure of the statement itself.
+    private static func checkpointError(
+        sqlState state: String, message: String, settings: DatabaseSettings, doing: String
+    )
+        -> CheckpointError
+    {
+        switch state {
+        case "28P01", "28000":
+            return CheckpointError(
+                code: .refused,
+                message:
+                    "PostgreSQL at \(settings.url) refused user \(settings.user): \(message) (the password comes from database-password-file: or DOPESYNC_DATABASE_PASSWORD)"
+            )
+        case "3D000":
+            return CheckpointError(code: .refused, message: "PostgreSQL at \(settings.url): \(message)")
+        case "53100":
+            return CheckpointError(
+                code: .diskFull, message: "PostgreSQL at \(settings.url) is out of disk: \(message)")
+        case "25006":
+            // A replica after a failover, or default_transaction_read_only: nothing can be checkpointed.
+            return CheckpointError(
+                code: .readOnly, message: "PostgreSQL at \(settings.url) is read-only: \(message)")
+        case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
+            // Connection exceptions, an administrator's shutdown or restart, too many connections.
+            return CheckpointError(
+                code: .unreachable, message: "PostgreSQL at \(settings.url) while \(doing): \(message)")
+        default:
+            return CheckpointError(
+                code: .database,
+                message: "PostgreSQL at \(settings.url) failed while \(doing): \(message) [SQLSTATE \(state)]")
+        }
     }
 
     // MARK: - The queue of writes nobody waits for
