@@ -236,18 +236,18 @@ public struct APIClient: Sendable {
     /// status, the URL asked (credentials masked) and where it pointed.
     static func misdirection(_ response: HTTPClientResponse, url: String) -> String? {
         let status = Int(response.status.code)
-        let shown = MaskedURL.string(url)
         if (300..<400).contains(status) {
             let location = response.headers.first(name: "Location").map { " to \(MaskedURL.string($0))" } ?? ""
-            return "the API answered \(status), a redirect\(location), for \(shown): redirects are never followed; "
-                + "point --api (api: in the job file) at the API itself"
+            return "the API answered \(status), a redirect\(location), for \(MaskedURL.string(url)): redirects are "
+                + "never followed; point --api (api: in the job file) at the API itself"
         }
         // HTML says "not the API" only where the API's own answer was due: a success, or "no such
         // route". A proxy's HTML 502 or 413 is an outage or a refusal, judged by its status.
-        let type = response.headers.first(name: "Content-Type")?.lowercased() ?? ""
+        // (Read on every answer: the message is built only for a misdirected one.)
         let apiAnswerDue = (200..<300).contains(status) || status == 404 || status == 405
-        if apiAnswerDue && (type.hasPrefix("text/html") || type.hasPrefix("application/xhtml")) {
-            return "the API answered \(status) with an HTML page for \(shown), where JSON is due: "
+        guard apiAnswerDue, let type = response.headers.first(name: "Content-Type")?.lowercased() else { return nil }
+        if type.hasPrefix("text/html") || type.hasPrefix("application/xhtml") {
+            return "the API answered \(status) with an HTML page for \(MaskedURL.string(url)), where JSON is due: "
                 + "this URL does not lead to the API (a proxy's or web server's page?)"
         }
         return nil
