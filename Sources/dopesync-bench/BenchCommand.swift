@@ -1,5 +1,6 @@
 import ArgumentParser
 import DopeSync
+import Foundation
 import NIOCore
 import NIOPosix
 
@@ -11,8 +12,12 @@ struct BenchCommand: AsyncParsableCommand {
         subcommands: [DevServerLoad.self, MakeBundles.self, RawCapacity.self]
     )
 
+    /// On the executor `dopesync run` uses (`DOPESYNC_EXECUTOR=cooperative` as it does), so the raw
+    /// client is measured as the worker is.
     static func main() async {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        if ProcessInfo.processInfo.environment["DOPESYNC_EXECUTOR"] != "cooperative" {
+            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        }
         await main(nil)
     }
 }
