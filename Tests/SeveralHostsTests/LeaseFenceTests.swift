@@ -14,10 +14,11 @@ import Testing
 
     /// A worker's store on `database`, as `owner`, for the length of `body`.
     func worker(
-        _ owner: ClaimOwner, on database: SharedDatabase, _ body: (PostgresCheckpoints) async throws -> Void
+        _ owner: ClaimOwner, on database: SharedDatabase, lease: Duration = .seconds(30),
+        _ body: (PostgresCheckpoints) async throws -> Void
     ) async throws {
         try await PostgresCheckpoints.with(
-            database.settings(), owner: owner, statementTimeout: Self.patience, logger: quietLogger, body)
+            database.settings(lease: lease), owner: owner, statementTimeout: Self.patience, logger: quietLogger, body)
     }
 
     func intent(_ key: String, bundle: String = "x.tar.gz") -> CheckpointStore.StepIntent {
@@ -45,7 +46,9 @@ import Testing
 
     @Test func aWorkerWhoseClaimWasTakenOverWritesNothingAndMayNotMoveTheBundle() async throws {
         let database = try await SharedCluster.freshDatabase()
-        try await worker(ownerA, on: database) { a in
+        // A lease no renewal falls within: a renewal after the takeover would end A's claim on its
+        // own (under a sanitizer's load the steps below took seconds), and the fence is the point.
+        try await worker(ownerA, on: database, lease: .seconds(3600)) { a in
             try await worker(ownerB, on: database) { b in
                 #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
                 _ = try await a.recordIntents(sessionID: "s1", [intent("session")])
