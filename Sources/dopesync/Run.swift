@@ -2,6 +2,7 @@ import ArgumentParser
 import DopeSync
 import Foundation
 import Logging
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -76,9 +77,15 @@ struct Run: AsyncParsableCommand {
                 (.logFormat, logFormat), (.logLevel, logLevel), (.metricsFile, metricsFile), (.maxRate, maxRate),
                 (.minFreeSpace, minFreeSpace), (.database, place.database), (.lease, lease),
             ] + connection.typed
-        let settings = try resolveSettings(
-            commandLine: typed.reduce(into: [:]) { options, pair in if let value = pair.1 { options[pair.0] = value } },
-            job: place.job, purpose: .run)
+        let commandLine: [RunSetting: String] = typed.reduce(into: [:]) { options, pair in
+            if let value = pair.1 { options[pair.0] = value }
+        }
+        // Reading the job and token files, or running the token command, may block: not on the
+        // event loop this command starts on.
+        let job = place.job
+        let settings = try await NIOThreadPool.singleton.runIfActive {
+            try resolveSettings(commandLine: commandLine, job: job, purpose: .run)
+        }
 
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in

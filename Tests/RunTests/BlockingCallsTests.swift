@@ -12,28 +12,31 @@ import Testing
 /// loops, makes none. The tests build and spawn debug builds, so every `dopesync run` of the suite
 /// holds to it; this suite shows the check is live, then runs every kind of work once.
 @Suite struct BlockingCallsTests {
-    @Test("a SQLite call on an event loop stops a debug build, naming the call")
-    func sqliteOnALoopStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            try await MultiThreadedEventLoopGroup.singleton.any().submit {
-                _ = try SQLiteDatabase(path: ":memory:")
-            }.get()
+    #if DEBUG  // the check stops debug builds only
+        @Test("a SQLite call on an event loop stops a debug build, naming the call")
+        func sqliteOnALoopStops() async {
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                try await MultiThreadedEventLoopGroup.singleton.any().submit {
+                    _ = try SQLiteDatabase(path: ":memory:")
+                }.get()
+            }
+            let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+            #expect(errors.contains("SQLite: opening :memory: on an event loop thread"), "\(errors)")
         }
-        let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-        #expect(errors.contains("SQLite: opening :memory: on an event loop thread"), "\(errors)")
-    }
 
-    @Test("a libarchive call on an event loop stops a debug build, naming the call")
-    func libarchiveOnALoopStops() async {
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            try await MultiThreadedEventLoopGroup.singleton.any().submit {
-                _ = try? ArchiveReader.opening(path: "/nonexistent/bundle.tar.gz", expected: nil)
-            }.get()
+        @Test("a libarchive call on an event loop stops a debug build, naming the call")
+        func libarchiveOnALoopStops() async {
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                try await MultiThreadedEventLoopGroup.singleton.any().submit {
+                    _ = try? ArchiveReader.opening(path: "/nonexistent/bundle.tar.gz", expected: nil)
+                }.get()
+            }
+            let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+            #expect(
+                errors.contains("libarchive: opening /nonexistent/bundle.tar.gz on an event loop thread"), "\(errors)")
         }
-        let errors = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-        #expect(
-            errors.contains("libarchive: opening /nonexistent/bundle.tar.gz on an event loop thread"), "\(errors)")
-    }
+
+    #endif
 
     @Test(
         "a whole `dopesync run` on NIO's event loops calls neither SQLite nor libarchive there: store, validation, images, checkpoints",

@@ -16,6 +16,7 @@ import Testing
     func firstLine() async throws {
         #expect(try await Self.outcome("echo ' tok-1 '; echo second").get() == "tok-1")
         #expect(try await Self.outcome("printf tok-2").get() == "tok-2")
+        #expect(try await Self.outcome("printf 'tok-3\\r\\n'").get() == "tok-3", "a CRLF line end")
     }
 
     @Test("a command that prints no token says why, naming the command: no output, its exit status, its signal")

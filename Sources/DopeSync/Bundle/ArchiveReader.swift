@@ -87,6 +87,7 @@ final class ArchiveReader {
     }
 
     deinit {
+        BlockingCalls.check("libarchive: closing \(path)")
         archive_read_free(archive)
     }
 

@@ -77,13 +77,10 @@ public final class CheckpointWriter: Sendable {
         _ body: (CheckpointWriter) async -> Value
     ) async throws(CheckpointError) -> Value {
         try await onThreadOfItsOwn { thread async throws(CheckpointError) in
-            let opened: Result<CheckpointStore, CheckpointError> =
-                (try? await thread.runIfActive { Result { () throws(CheckpointError) in try open() } })
-                ?? .failure(stopped)
-            let store = try opened.get()
+            let store = try await thread.runToCompletion { Result { () throws(CheckpointError) in try open() } }.get()
             let value = await with(store, on: thread, body)
             // After every call queued, those queued by others included (`with(_:on:_:)` drains them).
-            _ = try? await thread.runIfActive { store.close() }
+            await thread.runToCompletion { store.close() }
             return value
         }
     }

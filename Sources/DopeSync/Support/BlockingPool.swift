@@ -4,10 +4,10 @@ import NIOPosix
 /// child process runs, so that no event loop (the global executor in `dopesync`) waits for it.
 enum BlockingPool {
     /// Runs `body` on the pool and returns its value.
+    /// Not cancellable: `runIfActive` would give up on a cancelled task, and the work would then
+    /// have to run where the caller is, an event loop perhaps.
     static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
-        // The pool refuses work only once shut down, which the process-wide one never is, or when
-        // the task is cancelled before it starts (uploads are not cancelled): then run it here.
-        (try? await NIOThreadPool.singleton.runIfActive(body)) ?? body()
+        await NIOThreadPool.singleton.runToCompletion(body)
     }
 
     /// A spool move (rename, sidecar, folder syncs) on the pool.
@@ -15,5 +15,16 @@ enum BlockingPool {
         async throws(SpoolError) -> Value
     {
         try await run { Result { () throws(SpoolError) in try move() } }.get()
+    }
+}
+
+extension NIOThreadPool {
+    /// Runs `body` on one of the pool's threads and returns its value, whether or not the calling
+    /// task is cancelled meanwhile. A pool already shut down (which the process-wide one never is)
+    /// runs it on the thread that hands it back.
+    func runToCompletion<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
+        await withCheckedContinuation { continuation in
+            submit { _ in continuation.resume(returning: body()) }
+        }
     }
 }

@@ -161,8 +161,9 @@ public struct APIClient: Sendable {
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
-                try await archive.open(image)
-                let parts = MultipartBody(framing: framing, image: image, images: archive, claimHeld: claimHeld)
+                let reading = try await archive.open(image)
+                let parts = MultipartBody(
+                    framing: framing, image: image, images: archive, reading: reading, claimHeld: claimHeld)
                 request.body =
                     if let rateLimit {
                         .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))

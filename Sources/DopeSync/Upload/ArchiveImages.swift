@@ -11,12 +11,17 @@ import ThreadRules
 /// the loop only awaits them (``BlockingCalls``); elsewhere they run in place.
 ///
 /// Sendable for what it is: one reader, used by one bundle's upload, one call at a time, the lock
-/// making that a fact rather than a promise.
+/// making that a fact rather than a promise. Each ``open(_:)`` starts a new reading, and a chunk is
+/// asked for by reading: the body of an earlier try, still running after its request ended, gets
+/// ``Superseded`` instead of a chunk of the next try's image.
 public final class ArchiveImages: Sendable {
     private struct State {
-        var reader: BundleEntryReader
+        /// Nil once closed.
+        var reader: BundleEntryReader?
         /// The image being read: from its ``open(_:)`` to its last chunk.
         var current: BundleEntryReader.ImageChunks?
+        /// Which ``open(_:)`` `current` came from.
+        var reading = 0
     }
     private let state: Mutex<State>
 
@@ -24,31 +29,56 @@ public final class ArchiveImages: Sendable {
         state = Mutex(State(reader: BundleEntryReader(bundle: bundle, chunkSize: chunkSize)))
     }
 
-    /// How many times the archive was opened so far (images asked for out of archive order).
-    var openCount: Int { state.withLock { $0.reader.openCount } }
+    /// A chunk asked for by a reading that a later ``open(_:)`` or ``close()`` ended: the request
+    /// it was for fails as a transport would, and the step's next try reads the image anew.
+    struct Superseded: Error, CustomStringConvertible {
+        var description: String { "an earlier try's image body asked for more after the image was opened again" }
+    }
 
-    /// Positions the archive at `image`, ready for its chunks; a failure is the bundle's (it
-    /// changed since validation) or the disk's.
-    func open(_ image: BundleImage) async throws(BundleError) {
-        try await Self.whereMayBlock { [self] () -> Result<Void, BundleError> in
-            self.state.withLock { state in
-                Result { () throws(BundleError) in state.current = try state.reader.openImage(image) }
+    /// Positions the archive at `image`, ready for its chunks, and returns the reading they belong
+    /// to; a failure is the bundle's (it changed since validation) or the disk's.
+    func open(_ image: BundleImage) async throws(BundleError) -> Int {
+        try await Self.whereMayBlock { [self] () -> Result<Int, BundleError> in
+            state.withLock { state in
+                state.reading += 1
+                state.current = nil
+                return Result { () throws(BundleError) in
+                    guard let reader = state.reader else {
+                        throw BundleError(.io, culprit: image.entryPath, message: "the bundle's images were closed")
+                    }
+                    state.current = try reader.openImage(image)
+                    return state.reading
+                }
             }
         }.get()
     }
 
-    /// The opened image's next chunk, or nil once it is complete and matches validation (size and
-    /// SHA-256); nil also when no image is open.
-    func nextChunk() async throws(BundleError) -> [UInt8]? {
-        try await Self.whereMayBlock { [self] () -> Result<[UInt8]?, BundleError> in
-            self.state.withLock { state in
-                Result { () throws(BundleError) in
+    /// The next chunk of `reading`'s image, or nil once it is complete and matches validation
+    /// (size and SHA-256); throws ``Superseded`` for a reading that is over, a ``BundleError`` for
+    /// bytes that changed or cannot be read.
+    func nextChunk(of reading: Int) async throws -> [UInt8]? {
+        try await Self.whereMayBlock { [self] () -> Result<[UInt8]?, any Error> in
+            state.withLock { state in
+                guard state.reading == reading else { return .failure(Superseded()) }
+                return Result { () throws(BundleError) in
                     let chunk = try state.current?.next()
                     if chunk == nil { state.current = nil }
                     return chunk
-                }
+                }.mapError { $0 }
             }
         }.get()
+    }
+
+    /// Closes the archive (libarchive frees it, its descriptor closes), on a thread that may block;
+    /// any reading still going gets ``Superseded``.
+    func close() async {
+        await Self.whereMayBlock { [self] in
+            state.withLock { state in
+                state.reading += 1
+                state.current = nil
+                state.reader = nil
+            }
+        }
     }
 
     /// `body` where it is when this thread may block, else on NIO's blocking pool.

@@ -103,8 +103,10 @@ struct BundleUploader: Sendable {
             disposition.checkpointFailed(error, logger: logger)
             return await disposition.giveBack(claimed, logger: logger)
         }
-        return await upload(
-            claimed, plan: plan, images: ArchiveImages(bundle: bundle), completed: completed, logger: logger)
+        let images = ArchiveImages(bundle: bundle)
+        let outcome = await upload(claimed, plan: plan, images: images, completed: completed, logger: logger)
+        await images.close()  // off the loop, where it is on one
+        return outcome
     }
 
     /// Where a bundle went instead of being uploaded.
@@ -293,8 +295,8 @@ struct BundleUploader: Sendable {
         }
     }
 
-    /// From this size on, a bundle is validated on NIO's blocking-work thread pool
-    /// (``inspect(_:size:limits:)``). Compressed size: what it unpacks to is only known by reading
+    /// From this size on, a bundle is validated on NIO's blocking-work thread pool wherever it is
+    /// read (on an event loop every bundle is). Compressed size: what it unpacks to is only known by reading
     /// it, but ``BundleLimits`` caps the ratio at 100:1, so below this a bundle unpacks to at most
     /// about 100 MiB (a tenth of a second to read and hash), and a realistic one (photos, which do
     /// not compress) to about its own size, well under 10 ms.

@@ -58,8 +58,9 @@ struct MultipartBody: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let framing: MultipartFraming
     let image: BundleImage
-    /// Positioned at `image` (``ArchiveImages/open(_:)``).
+    /// Positioned at `image` by ``ArchiveImages/open(_:)``, which returned `reading`.
     let images: ArchiveImages
+    let reading: Int
     /// Whether the bundle's claim still allows sending: asked before every chunk, so a worker
     /// paused past its lease abandons the body instead of completing it when it wakes.
     let claimHeld: @Sendable () -> Bool
@@ -67,12 +68,13 @@ struct MultipartBody: AsyncSequence, Sendable {
     private let iterated = OnceFlag()
 
     init(
-        framing: MultipartFraming, image: BundleImage, images: ArchiveImages,
+        framing: MultipartFraming, image: BundleImage, images: ArchiveImages, reading: Int,
         claimHeld: @escaping @Sendable () -> Bool = { true }
     ) {
         self.framing = framing
         self.image = image
         self.images = images
+        self.reading = reading
         self.claimHeld = claimHeld
     }
 
@@ -104,7 +106,7 @@ struct MultipartBody: AsyncSequence, Sendable {
                 part = .image
                 return ByteBuffer(bytes: body.framing.head)
             case .image:
-                if let chunk = try await body.images.nextChunk() {
+                if let chunk = try await body.images.nextChunk(of: body.reading) {
                     search.update(chunk)
                     if search.found {
                         throw BundleError(

@@ -34,7 +34,11 @@ struct TokenCommand {
             return line
         case .line, .ended:
             // No token: the output ended (or its first line was empty); the status says why.
-            guard let status = Self.reap(pid, until: limit) else {
+            let status: Int32
+            switch Self.reap(pid, until: limit) {
+            case .ended(let ended): status = ended
+            case .gone: status = 0  // reaped by someone else: its status is lost, its output said it all
+            case .running:
                 Self.end(pid)
                 throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
             }
@@ -87,7 +91,8 @@ struct TokenCommand {
         var collected: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         func line(_ bytes: some Collection<UInt8>) -> FirstLine {
-            .line(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces))
+            // A CR of a CRLF line end goes too.
+            .line(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
         }
         while true {
             if let newline = collected.firstIndex(of: UInt8(ascii: "\n")) { return line(collected[..<newline]) }
@@ -108,22 +113,31 @@ struct TokenCommand {
     /// Asks `pid` to end (SIGTERM: `timeout` passes it on), then reaps it, killing it after 3 s.
     private static func end(_ pid: pid_t) {
         kill(pid, SIGTERM)
-        if reap(pid, until: .now + .seconds(3)) == nil {
+        if case .running = reap(pid, until: .now + .seconds(3)) {
             kill(pid, SIGKILL)
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         }
     }
 
-    /// The raw wait status of `pid` once it ends, or nil at `limit`. Checked every 10 ms: a token
-    /// is read again once in a while, and this wait needs no thread or descriptor of its own.
-    private static func reap(_ pid: pid_t, until limit: ContinuousClock.Instant) -> Int32? {
+    enum Reaped: Equatable {
+        /// Its raw wait status.
+        case ended(Int32)
+        /// Still running at the limit.
+        case running
+        /// Not this process's child any more (reaped elsewhere): nothing to wait for, or to kill.
+        case gone
+    }
+
+    /// Waits for `pid` to end, until `limit`. Checked every 10 ms: a token is read again once in a
+    /// while, and this wait needs no thread or descriptor of its own.
+    private static func reap(_ pid: pid_t, until limit: ContinuousClock.Instant) -> Reaped {
         var status: Int32 = 0
         while true {
             let reaped = waitpid(pid, &status, WNOHANG)
-            if reaped == pid { return status }
-            if reaped < 0 && errno != EINTR { return nil }
-            if ContinuousClock.now >= limit { return nil }
+            if reaped == pid { return .ended(status) }
+            if reaped < 0 && errno != EINTR { return .gone }
+            if ContinuousClock.now >= limit { return .running }
             usleep(10_000)
         }
     }
