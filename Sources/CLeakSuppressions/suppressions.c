@@ -12,7 +12,15 @@
 //   the case tag. The pattern matches the mangled name (`..._makePerpetualStartedC0...`), which
 //   is what LSan's symbolizer shows. What the queue holds is reported as indirect leaks of it
 //   and suppressed with it.
+//
+// print_suppressions=0: LSan otherwise lists the suppressions it used on standard error at exit,
+// and a `dopesync run` that used NIO's blocking pool (every run: its settings are read there) would
+// add that list to what an operator, or a test, reads.
 #include "CLeakSuppressions.h"
+
+const char *__lsan_default_options(void) {
+    return "print_suppressions=0";
+}
 
 const char *__lsan_default_suppressions(void) {
     return "leak:formWeakReference\n"
