@@ -1,4 +1,5 @@
 import NIOPosix
+import ThreadRules
 
 /// NIO's process-wide blocking-work pool: where a call that may wait for the disk, a lock or a
 /// child process runs, so that no event loop (the global executor in `dopesync`) waits for it.
@@ -8,6 +9,12 @@ enum BlockingPool {
     /// have to run where the caller is, an event loop perhaps.
     static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
         await NIOThreadPool.singleton.runToCompletion(body)
+    }
+
+    /// `body` where it is when this thread may block (``BlockingCalls/allowedHere``: not an event
+    /// loop), else on the pool: short work that a hop would cost more than it takes.
+    static func runWhereMayBlock<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
+        BlockingCalls.allowedHere ? body() : await run(body)
     }
 
     /// A spool move (rename, sidecar, folder syncs) on the pool.

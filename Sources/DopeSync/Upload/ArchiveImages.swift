@@ -1,5 +1,4 @@
 import Synchronization
-import ThreadRules
 
 /// A bundle's images during its upload: the archive reader (``BundleEntryReader``) behind a lock,
 /// every call into it on a thread that may block.
@@ -38,7 +37,7 @@ public final class ArchiveImages: Sendable {
     /// Positions the archive at `image`, ready for its chunks, and returns the reading they belong
     /// to; a failure is the bundle's (it changed since validation) or the disk's.
     func open(_ image: BundleImage) async throws(BundleError) -> Int {
-        try await Self.whereMayBlock { [self] () -> Result<Int, BundleError> in
+        try await BlockingPool.runWhereMayBlock { [self] () -> Result<Int, BundleError> in
             state.withLock { state in
                 state.reading += 1
                 state.current = nil
@@ -57,13 +56,11 @@ public final class ArchiveImages: Sendable {
     /// (size and SHA-256); throws ``Superseded`` for a reading that is over, a ``BundleError`` for
     /// bytes that changed or cannot be read.
     func nextChunk(of reading: Int) async throws -> [UInt8]? {
-        try await Self.whereMayBlock { [self] () -> Result<[UInt8]?, any Error> in
+        try await BlockingPool.runWhereMayBlock { [self] () -> Result<[UInt8]?, any Error> in
             state.withLock { state in
                 guard state.reading == reading else { return .failure(Superseded()) }
                 return Result { () throws(BundleError) in
-                    let chunk = try state.current?.next()
-                    if chunk == nil { state.current = nil }
-                    return chunk
+                    try state.current?.next()
                 }.mapError { $0 }
             }
         }.get()
@@ -72,17 +69,12 @@ public final class ArchiveImages: Sendable {
     /// Closes the archive (libarchive frees it, its descriptor closes), on a thread that may block;
     /// any reading still going gets ``Superseded``.
     func close() async {
-        await Self.whereMayBlock { [self] in
+        await BlockingPool.runWhereMayBlock { [self] in
             state.withLock { state in
                 state.reading += 1
                 state.current = nil
                 state.reader = nil
             }
         }
-    }
-
-    /// `body` where it is when this thread may block, else on NIO's blocking pool.
-    private static func whereMayBlock<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
-        BlockingCalls.allowedHere ? body() : await BlockingPool.run(body)
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import ThreadRules
 
 /// How one bundle's work ended.
 public enum UploadOutcome: Sendable, Equatable {
@@ -367,8 +366,8 @@ struct BundleUploader: Sendable {
                 try BundleInspector(limits: limits).inspect(path: path, expected: identity, stop: stop)
             }
         }
-        if size < inspectedOffTheLoopFrom && BlockingCalls.allowedHere { return inspect() }
-        return await BlockingPool.run(inspect)
+        return size < inspectedOffTheLoopFrom
+            ? await BlockingPool.runWhereMayBlock(inspect) : await BlockingPool.run(inspect)
     }
 
 }

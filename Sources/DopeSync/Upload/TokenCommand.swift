@@ -56,7 +56,8 @@ struct TokenCommand {
     private func start() throws(TokenCommandError) -> (pid_t, Int32) {
         var pipe: [Int32] = [-1, -1]
         guard Glibc.pipe(&pipe) == 0 else {
-            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(POSIXError.current)")
+            throw TokenCommandError(
+                message: "the token command `\(shown)` could not be started: \(String(cString: strerror(errno)))")
         }
         // Close-on-exec at once (Swift's Glibc has no pipe2): only this child gets it, as its fd 1.
         for end in pipe { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
@@ -141,9 +142,4 @@ struct TokenCommand {
             usleep(10_000)
         }
     }
-}
-
-extension POSIXError {
-    /// The error `errno` holds now.
-    static var current: POSIXError { POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
 }
