@@ -1,8 +1,5 @@
 import ArgumentParser
 import DopeSync
-import Foundation
-import NIOCore
-import NIOPosix
 
 @main
 struct BenchCommand: AsyncParsableCommand {
@@ -12,12 +9,9 @@ struct BenchCommand: AsyncParsableCommand {
         subcommands: [DevServerLoad.self, MakeBundles.self, RawCapacity.self]
     )
 
-    /// On the executor `dopesync run` uses (`DOPESYNC_EXECUTOR=cooperative` as it does), so the raw
-    /// client is measured as the worker is.
+    /// On the executor `dopesync run` uses, so the raw client is measured as the worker is.
     static func main() async {
-        if ProcessInfo.processInfo.environment["DOPESYNC_EXECUTOR"] != "cooperative" {
-            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        }
+        UploadExecutor.install()
         await main(nil)
     }
 }

@@ -1,8 +1,6 @@
 import ArgumentParser
 import DopeSync
 import Foundation
-import NIOCore
-import NIOPosix
 
 @main
 struct DopeSyncCommand: AsyncParsableCommand {
@@ -15,18 +13,13 @@ struct DopeSyncCommand: AsyncParsableCommand {
         ]
     )
 
-    /// `run` on NIO's event loops as Swift's global executor: a bundle's task resumes on the loop
-    /// where its answer arrived, without a hop to another thread (ARCHITECTURE.md, "Threads"). The
-    /// other commands are a few calls into SQLite or libarchive on the cooperative pool, where a
-    /// blocking call may run (`BlockingCalls`). `DOPESYNC_EXECUTOR=cooperative` leaves `run` there
-    /// too, for measuring the choice again (BENCHMARKS.md, "2026-11-26 The executor once nothing
-    /// blocks a loop"); the library is correct under either.
+    /// `run` on the upload executor (``UploadExecutor``: NIO's event loops). The other commands are
+    /// a few calls into SQLite or libarchive on the cooperative pool, where a blocking call may run
+    /// (`BlockingCalls`).
     static func main() async {
         do {
             var command = try parseAsRoot()
-            if command is Run && ProcessInfo.processInfo.environment["DOPESYNC_EXECUTOR"] != "cooperative" {
-                NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-            }
+            if command is Run { UploadExecutor.install() }
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()
             } else {
