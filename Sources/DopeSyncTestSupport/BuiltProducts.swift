@@ -3,8 +3,7 @@ import Foundation
 /// The folder holding the executables this package built: the same folder as the test runner
 /// (`.build/debug/` or wherever `--scratch-path` put it).
 public func builtProduct(_ name: String) -> URL {
-    let runner = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    var folder = runner.deletingLastPathComponent()
+    var folder = testRunner.deletingLastPathComponent()
     // On Linux the test runner is `…/debug/dopesyncPackageTests.xctest`; on Darwin it is a bundle.
     while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS"
         || folder.lastPathComponent == "Contents"
@@ -13,6 +12,9 @@ public func builtProduct(_ name: String) -> URL {
     }
     return folder.appendingPathComponent(name)
 }
+
+/// The test runner itself (`…/debug/dopesyncPackageTests.xctest` on Linux), for a child run of it.
+public var testRunner: URL { URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath() }
 
 /// Runs a built executable of this package and returns its exit status and output.
 @discardableResult

@@ -24,9 +24,8 @@ import Testing
     #if DEBUG  // the check stops debug builds only
         @Test("a SQLite or libarchive call on an event loop stops a debug build, naming the call", arguments: probes)
         func aBlockingCallOnALoopStops(probe: String, message: String) async throws {
-            let runner = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
             let child = try await runProcess(
-                runner, ["--testing-library", "swift-testing", "--filter", "BlockingCallsProbe"],
+                testRunner.path, ["--testing-library", "swift-testing", "--filter", "BlockingCallsProbe"],
                 environment: [BlockingCallsProbe.variable: probe, "SWIFT_BACKTRACE": "enable=no"], allowFailure: true)
             #expect(child.status != 0, "the child went on past the call")
             #expect(child.stderr.contains(message) || child.stdout.contains(message), "\(child.stderr)")
