@@ -36,26 +36,24 @@ struct IsolatedReading: Sendable {
                 posix_spawn_file_actions_addopen(&$0, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
             }
         }
-        let pid: pid_t
+        let child: ChildProcess
         switch spawned {
-        case .success(let started): pid = started
+        case .success(let pid): child = ChildProcess(pid: pid)
         case .failure(let error): return .notStarted(errno: error.code.rawValue)
         }
-        logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(pid)"])
+        logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(child.pid)"])
 
         let deadline = ContinuousClock.now + time
         while true {
-            var status: Int32 = 0
-            let reaped = waitpid(pid, &status, WNOHANG)
-            if reaped == pid {
-                let signal = status & 0x7f
-                return signal == 0 ? .survived(exitStatus: (status >> 8) & 0xff) : .killed(signal: signal)
+            switch child.state() {
+            case .ended(.exited(let status)): return .survived(exitStatus: status)
+            case .ended(.killed(let signal)): return .killed(signal: signal)
+            case .gone(let error): return .notStarted(errno: error)
+            case .running: break
             }
-            if reaped < 0 && errno != EINTR { return .notStarted(errno: errno) }
             let ending: Outcome? = stop.isRequested ? .stopped : ContinuousClock.now >= deadline ? .timedOut : nil
             if let ending {
-                kill(pid, SIGKILL)
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                child.killAndReap()
                 return ending
             }
             // Cancellation is not how a run stops (the StopRequest is): keep waiting for the child.

@@ -19,41 +19,38 @@ struct TokenCommand {
     /// times out or prints nothing. Once the line is read, the command is told to end (SIGTERM)
     /// and waited for a few seconds at most: what it still does is not the run's business.
     func run() throws(TokenCommandError) -> String {
-        let (pid, output) = try start()
+        let (child, output) = try start()
         defer { close(output) }
         let limit = ContinuousClock.now + .seconds(seconds + 3)
         switch Self.firstLine(of: output, until: limit) {
         case .timedOut:
-            Self.end(pid)
+            Self.end(child)
             throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
         case .line(let line) where !line.isEmpty:
-            Self.end(pid)
+            Self.end(child)
             guard Credential.isUsableToken(line) else {
                 throw TokenCommandError(message: Credential.unusableToken("the token command `\(shown)`"))
             }
             return line
         case .line, .ended:
-            // No token: the output ended (or its first line was empty); the status says why.
-            let status: Int32
-            switch Self.reap(pid, until: limit) {
-            case .ended(let ended): status = ended
-            case .gone: status = 0  // reaped by someone else: its status is lost, its output said it all
+            // No token: the output ended (or its first line was empty); how the command ended says why.
+            let why: String
+            switch Self.wait(for: child, until: limit) {
             case .running:
-                Self.end(pid)
+                Self.end(child)
                 throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
+            case .ended(.killed(let signal)): why = "was killed by signal \(signal)"
+            case .ended(.exited(status: 124)): why = "timed out after \(seconds) s"
+            case .ended(.exited(let status)) where status != 0: why = "failed (exit \(status))"
+            case .ended, .gone:  // exit 0, or reaped elsewhere: its output said it all
+                throw TokenCommandError(message: "the token command `\(shown)` printed no token")
             }
-            let (signal, exit) = (status & 0x7f, (status >> 8) & 0xff)
-            let why =
-                signal != 0
-                ? "was killed by signal \(signal)"
-                : exit == 124 ? "timed out after \(seconds) s" : exit != 0 ? "failed (exit \(exit))" : nil
-            guard let why else { throw TokenCommandError(message: "the token command `\(shown)` printed no token") }
             throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
         }
     }
 
-    /// Starts the command; its pid and the read end of its output.
-    private func start() throws(TokenCommandError) -> (pid_t, Int32) {
+    /// Starts the command; the child and the read end of its output.
+    private func start() throws(TokenCommandError) -> (ChildProcess, Int32) {
         var pipe: [Int32] = [-1, -1]
         guard Glibc.pipe(&pipe) == 0 else {
             throw TokenCommandError(
@@ -74,7 +71,7 @@ struct TokenCommand {
         close(pipe[1])
         switch spawned {
         case .success(let pid):
-            return (pid, pipe[0])
+            return (ChildProcess(pid: pid), pipe[0])
         case .failure(let error):
             close(pipe[0])
             throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
@@ -111,34 +108,18 @@ struct TokenCommand {
         }
     }
 
-    /// Asks `pid` to end (SIGTERM: `timeout` passes it on), then reaps it, killing it after 3 s.
-    private static func end(_ pid: pid_t) {
-        kill(pid, SIGTERM)
-        if case .running = reap(pid, until: .now + .seconds(3)) {
-            kill(pid, SIGKILL)
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        }
+    /// Asks `child` to end (SIGTERM: `timeout` passes it on) and reaps it, killing it after 3 s.
+    private static func end(_ child: ChildProcess) {
+        kill(child.pid, SIGTERM)
+        if wait(for: child, until: .now + .seconds(3)) == .running { child.killAndReap() }
     }
 
-    enum Reaped: Equatable {
-        /// Its raw wait status.
-        case ended(Int32)
-        /// Still running at the limit.
-        case running
-        /// Not this process's child any more (reaped elsewhere): nothing to wait for, or to kill.
-        case gone
-    }
-
-    /// Waits for `pid` to end, until `limit`. Checked every 10 ms: a token is read again once in a
+    /// How `child` is at its end or at `limit`, asked every 10 ms: a token is read again once in a
     /// while, and this wait needs no thread or descriptor of its own.
-    private static func reap(_ pid: pid_t, until limit: ContinuousClock.Instant) -> Reaped {
-        var status: Int32 = 0
+    private static func wait(for child: ChildProcess, until limit: ContinuousClock.Instant) -> ChildProcess.State {
         while true {
-            let reaped = waitpid(pid, &status, WNOHANG)
-            if reaped == pid { return .ended(status) }
-            if reaped < 0 && errno != EINTR { return .gone }
-            if ContinuousClock.now >= limit { return .running }
+            let state = child.state()
+            if state != .running || ContinuousClock.now >= limit { return state }
             usleep(10_000)
         }
     }
