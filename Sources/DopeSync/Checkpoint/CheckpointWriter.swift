@@ -72,12 +72,12 @@ public final class CheckpointWriter: Sendable {
     /// migrate), runs `body` with a writer over it, and closes the store on that thread when `body`
     /// and the calls it asked for are done: no part of the store's life is on the caller's thread,
     /// an event loop in `dopesync run`. Throws what `open` threw, having run nothing.
-    public static func with<Value>(
-        opening open: @escaping @Sendable () throws(CheckpointError) -> CheckpointStore,
+    public static func with<Value, OpenFailure: Error>(
+        opening open: @escaping @Sendable () throws(OpenFailure) -> CheckpointStore,
         _ body: (CheckpointWriter) async -> Value
-    ) async throws(CheckpointError) -> Value {
-        try await onThreadOfItsOwn { thread async throws(CheckpointError) in
-            let store = try await thread.runToCompletion { Result { () throws(CheckpointError) in try open() } }.get()
+    ) async throws(OpenFailure) -> Value {
+        try await onThreadOfItsOwn { thread async throws(OpenFailure) in
+            let store = try await thread.runToCompletion { Result { () throws(OpenFailure) in try open() } }.get()
             let value = await with(store, on: thread, body)
             // After every call queued, those queued by others included (`with(_:on:_:)` drains them).
             await thread.runToCompletion { store.close() }

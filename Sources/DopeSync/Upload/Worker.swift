@@ -20,23 +20,14 @@ public struct Worker: Sendable {
         if let database = options.database {
             return await runSharing(database, spool: spool, runID: runID, started: started)
         }
-        do {
-            try spool.checkBeforeWriting(mayCreate: options.createSpool, allowRoot: options.allowRoot)
-            try spool.create()
-        } catch  where error.code == .runningAsRoot {
-            // Nothing written at all: a metrics file made by root would be root's too.
-            logger.critical(
-                "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
-        } catch {
-            logger.critical(
-                "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return endedBeforeStarting(spool, started: started)
-        }
+        let (mayCreate, allowRoot) = (options.createSpool, options.allowRoot)
         let busyTimeout = Int32(min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max)))
-        // The store is opened, used and closed on the writer's own thread, never an event loop's.
-        let open = { @Sendable () throws(CheckpointError) in
-            try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
+        // The spool is checked, and the store opened, used and closed, on the writer's own thread,
+        // never an event loop's.
+        let open = { @Sendable () throws -> CheckpointStore in
+            try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
+            try spool.create()
+            return try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
         }
         do {
             return try await CheckpointWriter.with(opening: open) { checkpoints in
@@ -45,6 +36,10 @@ public struct Worker: Sendable {
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            // As root, nothing written at all: a metrics file made by root would be root's too.
+            guard (error as? SpoolError)?.code != .runningAsRoot else {
+                return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
+            }
             return endedBeforeStarting(spool, started: started)
         }
     }
