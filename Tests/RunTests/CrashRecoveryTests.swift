@@ -1,8 +1,8 @@
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
+import Logging
 import SQLiteSupport
-import Synchronization
 import Testing
 
 @testable import DopeSync
@@ -59,12 +59,13 @@ import Testing
         }
     }
 
-    /// A real `dopesync-devserver` process on `port` (0: a free one), its records in `database`.
+    /// A real `dopesync-devserver` process on `port` (0: a free one), its records in `database`; it
+    /// logs a line for each request on its standard error, piped (read it, or it fills up).
     static func startServer(port: Int, database: String) async throws -> (server: Spawned, url: String) {
         let server = try Spawned(
             builtProduct("dopesync-devserver").path,
-            ["--port", "\(port)", "--db", database, "--token", "t", "--latency-ms", "10-20", "--log-level", "error"],
-            errors: .silenced)
+            ["--port", "\(port)", "--db", database, "--token", "t", "--latency-ms", "10-20", "--log-level", "info"],
+            errors: .piped)
         let line = await onOwnThread { server.output.readLine() } ?? ""
         guard line.hasPrefix("listening on ") else {
             server.kill(SIGKILL)
@@ -72,6 +73,23 @@ import Testing
             throw POSIXError(.EADDRINUSE)  // the only way it fails to print the line here
         }
         return (server, String(line.dropFirst("listening on ".count)))
+    }
+
+    /// How many requests `server` has logged, as each arrives (read on a thread of its own to the
+    /// end of its standard error).
+    static func requestLines(of server: Spawned) -> AsyncStream<Int> {
+        let (counts, continuation) = AsyncStream.makeStream(of: Int.self)
+        Thread { [errors = server.errors] in
+            var count = 0
+            while let line = errors?.readLine() {
+                if line.contains(" request ") || line.hasSuffix(" request") {
+                    count += 1
+                    continuation.yield(count)
+                }
+            }
+            continuation.finish()
+        }.start()
+        return counts
     }
 
     /// ``startServer(port:database:)`` on a port below the kernel's ephemeral ports (32768 and
@@ -89,7 +107,8 @@ import Testing
     }
 
     @Test(
-        "the API killed mid-run and back on the same port half a second later: the run rides it out, every record once")
+        "the API killed mid-run and back on the same port once the run has met the outage: the run rides it out, every record once"
+    )
     func apiRestartMidRun() async throws {
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at 10-20 ms, two at a time: the run lasts about 4 s.
@@ -102,30 +121,26 @@ import Testing
             var options = RunOptions(spoolRoot: spool.root, apiURL: url, token: "t")
             options.minAge = .zero
             options.concurrency = 2
-            let finished = Atomic<Bool>(false)
-            let run = Task {
-                let result = await Worker(options: options, logger: quietLogger).run()
-                finished.store(true, ordering: .relaxed)
-                return result
+            let (retries, retried) = AsyncStream.makeStream(of: Void.self)
+            let logger = Logger(label: "dopesync.test") { _ in
+                MessageHandler { if $0 == "retrying a step" { retried.yield() } }
             }
-            // The scenario's own timing: a deploy restarts the API half a second into the run.
-            try await Task.sleep(for: .milliseconds(500))
+            let run = Task { await Worker(options: options, logger: logger).run() }
+            // A deploy restarts the API early in the run: killed at its 40th request (of about 500)...
+            let requests = Self.requestLines(of: server)
+            for await count in requests where count == 40 { break }
             server.kill(SIGKILL)
             _ = await server.finished()
-            let stillRunning = !finished.load(ordering: .relaxed)
-            #expect(stillRunning, "the run was still going when the API went away")
-            try await Task.sleep(for: .milliseconds(500))
-            // As a supervisor restarting it would, try the port again while it is still taken (the
-            // killed process's sockets, or a moment's neighbour on a busy machine).
+            // ... and back on the same port once the run has met the outage (a step to try again).
+            for await _ in retries { break }
             var restarted: Spawned? = nil
             for attempt in 1...20 where restarted == nil {
                 do {
                     (restarted, _) = try await Self.startServer(port: port, database: database)
-                } catch let error as POSIXError where error.code == .EADDRINUSE && attempt < 20 {
-                    try await Task.sleep(for: .milliseconds(100))
-                }
+                } catch let error as POSIXError where error.code == .EADDRINUSE && attempt < 20 {}  // a neighbour's
             }
             server = try #require(restarted)
+            _ = Self.requestLines(of: server)  // read, so that its log never fills the pipe
 
             let (summary, status) = await run.value
             #expect(status == .success, "\(summary.line)")
@@ -153,4 +168,21 @@ import Testing
             #expect(records.allSatisfy { $0.count == $0.distinct }, "zero duplicates: \(records)")
         }
     }
+}
+
+/// A log handler that hands each message's text to `heard`: for a test that waits for what the
+/// run says.
+struct MessageHandler: LogHandler {
+    let heard: @Sendable (String) -> Void
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+
+    init(_ heard: @escaping @Sendable (String) -> Void) { self.heard = heard }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) { heard(event.message.description) }
 }
