@@ -17,6 +17,7 @@ import Testing
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
     static let allMigrations = [
         "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups", "v5-reference-lists",
+        "v6-bundles-steps-done-counted",
     ]
 
     /// A step's checkpoint rewrites a row or two: the store asks for small pages, so each commit's
@@ -54,6 +55,36 @@ import Testing
             runID: "new", summary: RunSummary(claimed: 1, done: 1), healthy: true,
             finishedAt: Date(timeIntervalSince1970: 20))
         #expect(try store.lastHealthyRunFinishedAt() == Date(timeIntervalSince1970: 20))
+    }
+
+    /// Before v6 a bundle's steps done were a column each result updated; since, they are counted
+    /// from its session's steps when read. A database from before loses the column, not the count.
+    @Test func aVersion5DatabaseCountsABundlesStepsDoneFromItsSession() throws {
+        let path = folder.sub("v5.sqlite")
+        let v5 = try SQLiteDatabase(path: path)
+        try CheckpointMigrator.migrate(v5, migrations: Array(checkpointMigrations.prefix(5)), now: 0)
+        try v5.write { connection in
+            try connection.execute(
+                """
+                INSERT INTO bundles (name, session_id, first_seen, updated_at, steps_done, steps_total)
+                    VALUES ('b.tar.gz', 'S', 1, 1, 7, 3);
+                INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state,
+                    server_id, sent_at, done_at, bundle_name) VALUES
+                    ('S', 'session', 'k1', 'f', 'd', 'done', 1, 1, 1, 'b.tar.gz'),
+                    ('S', 'dope/0', 'k2', 'f', 'd', 'done', 2, 1, 1, 'b.tar.gz'),
+                    ('S', 'dope/1', 'k3', 'f', 'd', 'sent', NULL, 1, NULL, 'b.tar.gz'),
+                    ('T', 'session', 'k4', 'f', 'd', 'done', 3, 1, 1, 'other.tar.gz');
+                """)
+        }
+        v5.close()
+        let store = try CheckpointStore(path: path)
+        let columns = try SQLiteDatabase(path: path).read { connection in
+            try connection.query("PRAGMA table_info(bundles)").map { row -> String in try row["name"] }
+        }
+        #expect(!columns.contains("steps_done"))
+        #expect(try store.bundleState(name: "b.tar.gz")?.stepsDone == 2)
+        try store.recordResult(sessionID: "S", stepKey: "dope/1", serverID: 4)
+        #expect(try store.bundleState(name: "b.tar.gz")?.stepsDone == 3)
     }
 
     @Test func freshDatabaseGetsEveryMigrationOnceAndReopensWithoutChange() throws {

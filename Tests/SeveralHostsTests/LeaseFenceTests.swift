@@ -123,10 +123,10 @@ import Testing
             #expect(
                 try await database.psql(
                     """
-                    SELECT coalesce(session_id, '-'), attempts, coalesce(last_outcome, '-'), steps_done,
+                    SELECT coalesce(session_id, '-'), attempts, coalesce(last_outcome, '-'),
                         coalesce(steps_total::text, '-'), reading_since IS NOT NULL
                     FROM dopesync.bundles
-                    """) == "-|0|-|0|-|t")
+                    """) == "-|0|-|-|t")
 
             // Taken over: the mark is refused and the row stays as it was.
             try await database.psql("UPDATE dopesync.claims SET epoch = epoch + 1, run_id = 'run-b'")

@@ -170,7 +170,7 @@ public struct BundleState: Sendable, Hashable {
     public let lastError: BundleFailure?
     public let lastOutcome: BundleOutcome?
     public let updatedAt: Date
-    /// Steps this bundle's claims completed, counted in the same transaction as each result.
+    /// Steps of this bundle's session done, counted when the row is read: what a resumed upload skips.
     public let stepsDone: Int
     /// Steps in the bundle's plan, when the run loop recorded it.
     public let stepsTotal: Int?

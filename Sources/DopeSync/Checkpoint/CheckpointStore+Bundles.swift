@@ -226,7 +226,14 @@ extension CheckpointStore {
 
     /// When each bundle in done/ was recorded done, by name: the clock `prune` goes by.
     public func doneTimes() throws(CheckpointError) -> [String: Date] {
-        Dictionary(try bundles(withOutcome: .done).map { ($0.name, $0.updatedAt) }, uniquingKeysWith: { a, _ in a })
+        try read("reading done times") { connection in
+            var times: [String: Date] = [:]
+            try connection.forEachRow("SELECT name, updated_at FROM bundles WHERE last_outcome = 'done'") {
+                row throws(SQLiteError) in
+                times[try row["name"]] = Date(timeIntervalSince1970: try row["updated_at"])
+            }
+            return times
+        }
     }
 
     /// Claims recorded and not yet ended, oldest first. A claim of a run that died stays until the bundle
@@ -279,9 +286,13 @@ extension CheckpointStore {
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
     }
 
+    /// A bundle's row, with its steps done counted from the steps of its session (by the
+    /// primary key's prefix): what a resumed upload skips.
     static let bundleColumns = """
         SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_done, steps_total
+               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
+               (SELECT count(*) FROM steps WHERE steps.session_id = bundles.session_id AND steps.state = 'done')
+                   AS steps_done
         FROM bundles
         """
 

@@ -103,8 +103,8 @@ extension CheckpointStore {
         }
     }
 
-    /// Records a step's server id, in one transaction with what follows from it: the step becomes `done`,
-    /// and the bundle that sent it counts one more step done.
+    /// Records a step's server id: the step becomes `done` (and counts toward its bundle's
+    /// ``BundleState/stepsDone``, which is counted when read).
     ///
     /// Recording the same server id again is a no-op. A different id for a step already done throws
     /// ``CheckpointError/Code/conflictingResult``: the record may now exist twice on the server and a person
@@ -174,7 +174,7 @@ extension CheckpointStore {
     ) throws -> CompletedStep {
         guard
             let row = try connection.queryFirst(
-                "SELECT state, server_id, content_digest, done_at, bundle_name FROM steps WHERE session_id = ? AND step_key = ?",
+                "SELECT state, server_id, content_digest, done_at FROM steps WHERE session_id = ? AND step_key = ?",
                 [sessionID, stepKey])
         else {
             throw CheckpointError.noIntent(sessionID: sessionID, stepKey: stepKey)
@@ -191,12 +191,9 @@ extension CheckpointStore {
         try connection.query(
             "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
             [serverID, now.timeIntervalSince1970, sessionID, stepKey])
-        if let bundleName: String = try row["bundle_name"] {
-            // The session id is the claim's (recordClaim, once the bundle is validated), not repeated per step.
-            try connection.query(
-                "UPDATE bundles SET steps_done = steps_done + 1, updated_at = ? WHERE name = ?",
-                [now.timeIntervalSince1970, bundleName])
-        }
+        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns``).
+        // A counter kept here cost a statement and a page of the WAL per step, for one line of
+        // `requeue` (BENCHMARKS.md, 2026-11-26).
         return CompletedStep(serverID: serverID, contentDigest: try row["content_digest"], doneAt: now)
     }
 

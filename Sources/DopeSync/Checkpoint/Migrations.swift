@@ -98,6 +98,13 @@ let checkpointMigrations: [SQLiteMigration] = [
                 read_at REAL NOT NULL
             );
             """),
+    // A bundle's steps done are counted from its session's steps when read, not kept in a column
+    // that every step's result had to update.
+    SQLiteMigration(
+        name: "v6-bundles-steps-done-counted",
+        sql: """
+            ALTER TABLE bundles DROP COLUMN steps_done;
+            """),
 ]
 
 enum CheckpointMigrator {

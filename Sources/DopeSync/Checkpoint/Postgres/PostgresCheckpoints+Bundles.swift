@@ -5,9 +5,13 @@ import Synchronization
 
 /// The `bundles` table: each bundle's attempts, outcome and last error, written under its claim.
 extension PostgresCheckpoints {
+    /// A bundle's row, with its steps done counted from the steps of its session (by the
+    /// primary key's prefix): what a resumed upload skips.
     static let bundleColumns = """
         SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_done, steps_total
+               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
+               (SELECT count(*) FROM dopesync.steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')
+                   AS steps_done
         FROM dopesync.bundles
         """
 

@@ -77,11 +77,11 @@ extension PostgresCheckpoints {
         return """
             INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at,
                 last_error_reason, last_error_step, last_error_http_status, last_error_message, last_error_field,
-                last_outcome, updated_at, steps_done, steps_total)
+                last_outcome, updated_at, steps_total)
             VALUES (\(bundle.name), \(bundle.sessionID), \(bundle.attempts), \(bundle.firstSeen.timeIntervalSince1970),
                 \(bundle.nextAttemptAt?.timeIntervalSince1970), \(error?.reason.rawValue), \(error?.step),
                 \(error?.httpStatus), \(error?.message), \(error?.field), \(bundle.lastOutcome?.rawValue),
-                \(bundle.updatedAt.timeIntervalSince1970), \(bundle.stepsDone), \(bundle.stepsTotal))
+                \(bundle.updatedAt.timeIntervalSince1970), \(bundle.stepsTotal))
             ON CONFLICT (name) DO NOTHING RETURNING 1
             """
     }

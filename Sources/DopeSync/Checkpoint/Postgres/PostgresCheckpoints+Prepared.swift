@@ -108,8 +108,7 @@ enum HotStatements {
                 ("session_id", "NULL"), ("attempts", "0"), ("first_seen", "excluded.first_seen"),
                 ("next_attempt_at", "NULL"), ("last_error_reason", "NULL"), ("last_error_step", "NULL"),
                 ("last_error_http_status", "NULL"), ("last_error_message", "NULL"), ("last_error_field", "NULL"),
-                ("last_outcome", "NULL"), ("updated_at", "excluded.updated_at"), ("steps_done", "0"),
-                ("steps_total", "NULL"),
+                ("last_outcome", "NULL"), ("updated_at", "excluded.updated_at"), ("steps_total", "NULL"),
             ]
             return fresh.map {
                 "\($0.column) = CASE WHEN b.last_outcome = 'done' THEN \($0.value) ELSE b.\($0.column) END"
@@ -225,12 +224,6 @@ enum HotStatements {
                 FROM current
                 WHERE s.session_id = current.session_id AND s.step_key = current.step_key AND current.state = 'sent'
                     AND current.bundle_name IN (SELECT bundle_name FROM fence)
-                RETURNING s.bundle_name
-            ), counted AS (
-                -- Run whether or not read, as every data-modifying CTE is.
-                UPDATE dopesync.bundles b SET steps_done = b.steps_done + n.steps, updated_at = $2
-                FROM (SELECT bundle_name, count(*) AS steps FROM done GROUP BY bundle_name) AS n
-                WHERE b.name = n.bundle_name
             )
             SELECT current.session_id, current.step_key, current.state, current.server_id, current.content_digest,
                 current.done_at, current.bundle_name, current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced

@@ -93,7 +93,7 @@ extension PostgresCheckpoints {
         guard
             let row = try await connection.query(
                 """
-                SELECT state, server_id, content_digest, done_at, bundle_name FROM dopesync.steps
+                SELECT state, server_id, content_digest, done_at FROM dopesync.steps
                 WHERE session_id = \(sessionID) AND step_key = \(stepKey) FOR UPDATE
                 """, logger: logger
             ).collect().first?.makeRandomAccess()
@@ -114,11 +114,7 @@ extension PostgresCheckpoints {
             UPDATE dopesync.steps SET state = 'done', server_id = \(serverID), done_at = \(now)
             WHERE session_id = \(sessionID) AND step_key = \(stepKey)
             """, logger: logger)
-        if let bundleName: String = try decode(row, "bundle_name") {
-            _ = try await connection.query(
-                "UPDATE dopesync.bundles SET steps_done = steps_done + 1, updated_at = \(now) WHERE name = \(bundleName)",
-                logger: logger)
-        }
+        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns``).
         return CompletedStep(
             serverID: serverID, contentDigest: try decode(row, "content_digest"),
             doneAt: Date(timeIntervalSince1970: now))

@@ -99,7 +99,12 @@ enum PostgresSchema {
                     read_at double precision NOT NULL
                 )
                 """,
-            ])
+            ]),
+        // A bundle's steps done are counted from its session's steps when read, not kept in a
+        // column that every step's result had to update (as in the SQLite file, v6).
+        Migration(
+            name: "v2-bundles-steps-done-counted",
+            sql: ["ALTER TABLE dopesync.bundles DROP COLUMN steps_done"]),
     ]
 
     /// An arbitrary constant for `pg_advisory_xact_lock`: "dopesync" in ASCII.
