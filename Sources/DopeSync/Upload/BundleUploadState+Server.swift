@@ -46,9 +46,9 @@ extension BundleUploadState {
             case .differs(let id, let field, let server, let bundle):
                 return .differs(Self.changedOnServer(step, id: id, field: field, server: server, bundle: bundle))
             case .present(let id):
-                guard let path = step.path(serverIDs: ids) else { continue }  // a child whose parent is not there
+                guard step.path(serverIDs: ids) != nil else { continue }  // a child whose parent is not there
                 ids[step.key] = id
-                found.append(FoundStep(intent: intent(of: step, path: path), serverID: id))
+                found.append(FoundStep(intent: intent(of: step), serverID: id))
             }
         }
         return found.isEmpty ? .nothing : .found(found)

@@ -370,22 +370,22 @@ struct BundleUploadState {
         return .finish(finish)
     }
 
-    /// The intent a step is sent under; its fingerprint names the exact request.
-    func intent(of step: UploadStep, path: String) -> CheckpointStore.StepIntent {
+    /// The intent a step is sent under. Its fingerprint names the request: the method, the path
+    /// with its parents named by step key (their ids are in their own checkpoints), and the
+    /// digest of what it says.
+    func intent(of step: UploadStep) -> CheckpointStore.StepIntent {
         CheckpointStore.StepIntent(
             stepKey: step.key, idempotencyKey: step.idempotencyKey,
-            requestFingerprint: "POST \(path) \(step.contentDigest)", contentDigest: step.contentDigest,
-            bundleName: bundleName)
+            requestFingerprint: "POST \(step.pathNamingParents) \(step.contentDigest)",
+            contentDigest: step.contentDigest, bundleName: bundleName)
     }
 
-    /// The intents of the step at `index` and of the steps after it whose requests are known now
-    /// (the server ids their paths need are known), at most ``BundleUploader/intentsAhead``.
+    /// The intents of the step at `index` and of the steps after it not done, at most
+    /// ``BundleUploader/intentsAhead``: a bundle of 50 steps commits its intents twice, whether
+    /// or not the parents of those steps are created yet.
     private func intentsToRecord(from index: Int) -> [CheckpointStore.StepIntent] {
-        var intents: [CheckpointStore.StepIntent] = []
-        for step in plan.steps[index...] where completed[step.key] == nil {
-            guard intents.count < BundleUploader.intentsAhead, let path = step.path(serverIDs: serverIDs) else { break }
-            intents.append(intent(of: step, path: path))
-        }
-        return intents
+        Array(
+            plan.steps[index...].lazy.filter { completed[$0.key] == nil }.prefix(BundleUploader.intentsAhead)
+                .map(intent(of:)))
     }
 }

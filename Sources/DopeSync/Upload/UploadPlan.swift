@@ -45,14 +45,27 @@ public struct UploadStep: Sendable, Equatable {
     /// The request path, given the server ids already known by step key; nil while a parent
     /// the path needs has no server id yet.
     public func path(serverIDs: [String: Int64]) -> String? {
-        let parentID = parentStepKey.flatMap { serverIDs[$0] }
+        path { serverIDs[$0].map(String.init) }
+    }
+
+    /// The request path with each server id it needs named by the step that creates it
+    /// (`/api/groups/{group:g1}/images`): known before any of those ids is, and the same in every
+    /// run. What a step's intent records, so the intents of steps whose parents are not created
+    /// yet are committed with the others, ahead.
+    public var pathNamingParents: String {
+        path { "{\($0)}" }!
+    }
+
+    /// The path, with `id` giving each server id it needs by step key (nil: not known yet).
+    private func path(_ id: (String) -> String?) -> String? {
+        let parentID = parentStepKey.flatMap(id)
         switch (kind, parentID) {
         case (.session, _): return "/api/sessions"
         case (.dope, let id?): return "/api/sessions/\(id)/dope"
         case (.chrono, let id?): return "/api/sessions/\(id)/chrono"
         case (.group, let id?): return "/api/sessions/\(id)/groups"
         case (.reading, let chronoID?):
-            guard let sessionID = serverIDs["session"] else { return nil }
+            guard let sessionID = id("session") else { return nil }
             return "/api/sessions/\(sessionID)/chrono/\(chronoID)/readings"
         case (.measurement, let id?): return "/api/groups/\(id)/measurement"
         case (.image, let id?): return "/api/groups/\(id)/images"
