@@ -225,6 +225,10 @@ public struct Worker: Sendable {
                     }
                     progressGroup.cancelAll()
                 }
+                let (transactions, committed) = results.committed
+                logger.debug(
+                    "step results committed",
+                    metadata: ["results": "\(committed)", "transactions": "\(transactions)"])
             }
             return nil
         }
