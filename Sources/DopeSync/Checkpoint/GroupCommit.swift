@@ -4,10 +4,10 @@ import Synchronization
 /// and returns what to do. It never touches the database or a thread, so its rules are tested on
 /// their own (`GroupCommitTests`); ``GroupCommit`` carries the decisions out.
 ///
-/// Every bundle in flight hands in its step's result (``submit(_:)``) and, before it hands in the
-/// next one or moves the bundle, waits until that result is committed (``settle(_:waiter:)``). So
-/// each bundle has at most one result not yet committed, the bound a commit of its own per step
-/// (running while the next step is on the wire) had too. Results share a transaction:
+/// Every bundle in flight hands in its steps' results (``submit(_:)``) and, before it has more
+/// than ``BundleUploadState/unsettledResults`` of them outstanding and before it moves the bundle,
+/// waits until the oldest is committed (``settle(_:waiter:)``). So each bundle has at most that
+/// many results not yet committed, each for at most the maximum delay. Results share a transaction:
 /// - once `batchSize` of them wait (the run's concurrency: one from each bundle in flight), they
 ///   commit in the background, before anybody needs them;
 /// - no result waits longer than the maximum delay for others to fill a batch: the first one to

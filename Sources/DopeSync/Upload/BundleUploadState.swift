@@ -18,9 +18,9 @@
 /// - a step's answer decides: created (its result is handed to the group commit), refused for
 ///   good (fail), refused credentials (read again once, then give back), retryable (backed off and
 ///   tried again up to the policy's attempts, then defer, or give back when the run is stopping);
-/// - at most one result is handed in and not yet committed: it is settled before the next
-///   answer is acted on and before the bundle goes anywhere; a result that cannot be committed
-///   gives the bundle back.
+/// - at most ``unsettledResults`` results are handed in and not yet settled (known committed):
+///   the oldest is settled before another answer is acted on, and every one before the bundle
+///   goes anywhere; a result that cannot be committed gives the bundle back.
 struct BundleUploadState {
     /// What the uploader does next.
     enum Action: Equatable {
@@ -45,7 +45,8 @@ struct BundleUploadState {
         /// Hand this result to the group commit, then ``resultHandedIn(stopping:)``. `found`: the
         /// step was found on the server instead of being sent.
         case handInResult(CheckpointStore.StepResult, found: Bool)
-        /// Wait until the result handed in last is committed, then ``settled(committed:stopping:)``.
+        /// Wait until the oldest result handed in and not settled is committed, then
+        /// ``settled(committed:stopping:)``.
         case settleResult
         /// The bundle's work is over.
         case finish(Finish)
@@ -171,7 +172,13 @@ struct BundleUploadState {
     /// read serves the first look of each of them.
     var treeBefore: ServerTree? = nil
     var tries: Tries? = nil
-    private var resultPending = false
+    /// Results handed in and not yet settled.
+    private(set) var resultsPending = 0
+    /// How many of a bundle's results may be handed in and not yet settled: with two, a bundle
+    /// rarely waits for a commit (its oldest result had two requests' time to commit, in a batch
+    /// with the other bundles'), and the batches are fuller. A result waits for its commit at most
+    /// the group commit's maximum delay either way (``GroupCommit``); a crash loses at most the
+    /// results of the last few milliseconds, which the keys and the look on the server cover.
     private(set) var index = 0
     var phase = Phase.stepping
 
@@ -228,25 +235,25 @@ struct BundleUploadState {
         }
     }
 
+    static let unsettledResults = 2
+
     /// The created step's result was handed to the group commit.
     mutating func resultHandedIn(stopping: Bool) -> Action {
         precondition(phase == .handingIn, "resultHandedIn only after handInResult")
-        resultPending = true
+        resultsPending += 1
         index += 1
         phase = .stepping
         return advance(stopping: stopping)
     }
 
-    /// The result handed in last is committed (`committed`), or could not be.
+    /// The oldest result not settled is committed (`committed`), or could not be.
     mutating func settled(committed: Bool, stopping: Bool) -> Action {
         guard case .settling(let then) = phase else { preconditionFailure("settled only after settleResult") }
-        resultPending = false
+        resultsPending -= 1
         // The server has that step; the deterministic key makes sending it again later harmless.
-        guard committed else { return finish(.giveBack(.checkpointFailed)) }
-        switch then {
-        case .finish(let finish): return self.finish(finish)
-        case .act(let resolution): return act(on: resolution, stopping: stopping)
-        }
+        // The results after it are settled too before the bundle goes back.
+        guard committed else { return settleThen(.finish(.giveBack(.checkpointFailed))) }
+        return settleThen(then, stopping: stopping)
     }
 
     // MARK: Rules
@@ -298,10 +305,10 @@ struct BundleUploadState {
         switch resolution {
         case .response(let answer, let stopped): (response, cutShort) = (answer, stopped)
         case .found(let id): (response, cutShort) = (.created(id: id, replayed: true), false)
-        case .differs(let failure): return finish(.fail(failure, stepAnswered: true))
+        case .differs(let failure): return settleThen(.finish(.fail(failure, stepAnswered: true)))
         }
         guard case .created(let id, _) = response else {
-            return finish(Self.finish(step, after: response, cutShort: cutShort))
+            return settleThen(.finish(Self.finish(step, after: response, cutShort: cutShort)))
         }
         serverIDs[step.key] = id
         phase = .handingIn
@@ -353,9 +360,15 @@ struct BundleUploadState {
         }
     }
 
-    /// Settles the pending result first, if there is one, then goes on with `then`.
+    /// Settles the oldest pending result first if `then` must wait for it (a finish waits for
+    /// every one, another answer for room under ``unsettledResults``), then goes on with `then`.
     mutating func settleThen(_ then: AfterSettle, stopping: Bool = false) -> Action {
-        guard resultPending else {
+        let mustSettle =
+            switch then {
+            case .finish: resultsPending > 0
+            case .act: resultsPending >= Self.unsettledResults
+            }
+        guard mustSettle else {
             switch then {
             case .finish(let finish): return self.finish(finish)
             case .act(let resolution): return act(on: resolution, stopping: stopping)

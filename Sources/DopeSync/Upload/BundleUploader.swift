@@ -148,8 +148,9 @@ struct BundleUploader: Sendable {
         var state = BundleUploadState(
             plan: plan, bundleName: claimed.name, completed: completed, checksReferences: references != nil,
             looksOnServer: lookup != nil, attemptsPerStep: retry.attempts)
-        // The result handed to the group commit last (it commits while the next step is sent).
-        var pendingResult: GroupCommit.Ticket? = nil
+        // The results handed to the group commit and not yet settled, oldest first (they commit
+        // while the next steps are sent; ``BundleUploadState/unsettledResults`` at most).
+        var pendingResults: [GroupCommit.Ticket] = []
         // The token the last request carried: a refusal of it may be answered by a fresh one.
         var tokenSent = client.credential.current
         var action = state.start(stopping: counters.shouldStop)
@@ -162,7 +163,7 @@ struct BundleUploader: Sendable {
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
                 guard checkpoints.holdsClaim(of: claimed.name) else {
-                    return await abandon(claimed, settling: pendingResult, logger: logger)
+                    return await abandon(claimed, settling: pendingResults, logger: logger)
                 }
                 tokenSent = client.credential.current
                 action = state.looked(await look(target, logger: logger), stopping: counters.shouldStop)
@@ -172,7 +173,7 @@ struct BundleUploader: Sendable {
                 // Before every request: a claim whose lease ran out (a paused process, a lost
                 // database) sends nothing more; another worker may hold the bundle now.
                 guard checkpoints.holdsClaim(of: claimed.name) else {
-                    return await abandon(claimed, settling: pendingResult, logger: logger)
+                    return await abandon(claimed, settling: pendingResults, logger: logger)
                 }
                 tokenSent = client.credential.current
                 let answer = await send(step, path: path, images: images, of: claimed.name)
@@ -186,11 +187,11 @@ struct BundleUploader: Sendable {
                     await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
                     stopping: counters.shouldStop)
             case .handInResult(let result, let found):
-                pendingResult = handIn(result, found: found, logger: logger)
+                pendingResults.append(handIn(result, found: found, logger: logger))
                 action = state.resultHandedIn(stopping: counters.shouldStop)
             case .settleResult:
-                guard let ticket = pendingResult else { preconditionFailure("a result to settle was handed in") }
-                pendingResult = nil
+                guard !pendingResults.isEmpty else { preconditionFailure("a result to settle was handed in") }
+                let ticket = pendingResults.removeFirst()
                 let error = await results.settle(ticket)
                 if let error { disposition.checkpointFailed(error, logger: logger) }
                 action = state.settled(committed: error == nil, stopping: counters.shouldStop)
@@ -217,12 +218,12 @@ struct BundleUploader: Sendable {
         return results.submit(result)
     }
 
-    /// Leaves a bundle whose claim ran out, after the result already handed in has committed
+    /// Leaves a bundle whose claim ran out, after the results already handed in have committed
     /// or been refused: a record the server created is checkpointed if the store still takes it.
-    private func abandon(_ claimed: ClaimedBundle, settling pending: GroupCommit.Ticket?, logger: Logger) async
+    private func abandon(_ claimed: ClaimedBundle, settling pending: [GroupCommit.Ticket], logger: Logger) async
         -> UploadOutcome
     {
-        if let pending { _ = await results.settle(pending) }
+        for ticket in pending { _ = await results.settle(ticket) }
         return disposition.abandon(claimed, logger: logger)
     }
 
