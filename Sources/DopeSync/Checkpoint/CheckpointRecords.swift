@@ -123,11 +123,13 @@ public struct ClaimOwner: Sendable, Hashable {
     }
 
     /// The name this host goes by in claims and runs: `DOPESYNC_HOST` when set (hosts whose
-    /// names are alike, containers), else the machine's host name.
-    public static var hostName: String {
-        if let name = ProcessInfo.processInfo.environment["DOPESYNC_HOST"], !name.isEmpty { return name }
+    /// names are alike, containers), else the machine's host name. Read once per process:
+    /// Foundation's `hostName` may ask the resolver (a blocking call, once on an event loop for
+    /// every claim), and copying the environment each time cost more than the claim's commit.
+    public static let hostName: String = {
+        if let name = getenv("DOPESYNC_HOST").map({ String(cString: $0) }), !name.isEmpty { return name }
         return ProcessInfo.processInfo.hostName
-    }
+    }()
 }
 
 /// A claim recorded in the database. A claim whose run died stays until the bundle is taken back;
