@@ -8,7 +8,7 @@ import Synchronization
 /// than ``BundleUploadState/unsettledResults`` of them outstanding and before it moves the bundle,
 /// waits until the oldest is committed (``settle(_:waiter:)``). So each bundle has at most that
 /// many results not yet committed, each for at most the maximum delay. Results share a transaction:
-/// - once `batchSize` of them wait (the run's concurrency: one from each bundle in flight), they
+/// - once `batchSize` of them wait (as many as the bundles in flight may leave unsettled), they
 ///   commit in the background, before anybody needs them;
 /// - no result waits longer than the maximum delay for others to fill a batch: the first one to
 ///   wait starts a timer (``SubmitAction/startTimer``), and when it fires (``timerFired()``)
@@ -159,7 +159,7 @@ public final class GroupCommit: Sendable {
     private let timerStarts: AsyncStream<Void>.Continuation
 
     /// - Parameters:
-    ///   - batchSize: results that commit together as soon as they wait (the run's concurrency).
+    ///   - batchSize: results that commit together as soon as they wait.
     ///   - maximumDelay: the longest a result waits for others before it commits anyway.
     ///   - onCommitted: called on the writer's thread after each transaction, with its number of results.
     private init(

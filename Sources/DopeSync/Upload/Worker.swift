@@ -208,7 +208,10 @@ public struct Worker: Sendable {
                 }
                 return status == .success ? nil : status
             }
-            await GroupCommit.with(storage: checkpoints, batchSize: options.concurrency) { results in
+            // A batch commits, without anyone waiting for it, once as many results wait as the
+            // bundles in flight may hold unsettled.
+            let batchSize = max(options.concurrency, 1) * BundleUploadState.unsettledResults
+            await GroupCommit.with(storage: checkpoints, batchSize: batchSize) { results in
                 let slot = UploadSlot(
                     arrivals: work.arrivals, queue: queue, spool: spool, checkpoints: checkpoints,
                     orphansNeedTheirLock: options.database == nil,
