@@ -40,9 +40,10 @@ public struct SharedDatabase: Sendable {
 /// `dopesync run` on `spool` as host `host` of several sharing `database` (see ``spawnRun(_:against:_:environment:)``).
 public func spawnSharedRun(
     _ spool: Spool, against server: RunningDevServer, database: SharedDatabase, host: String, lease: String = "30s",
-    logging: Bool = false, _ extra: [String] = []
+    logging: Bool = false, _ extra: [String] = [], environment more: [String: String] = [:]
 ) throws -> Spawned {
-    let (options, environment) = database.runArguments(host: host, lease: lease)
+    let (options, shared) = database.runArguments(host: host, lease: lease)
+    let environment = shared.merging(more) { $1 }
     return logging
         ? try spawnRunLogging(spool, against: server, options + extra, environment: environment)
         : try spawnRun(spool, against: server, options + extra, environment: environment)

@@ -57,9 +57,13 @@ import Testing
                 if seen.add(1, ordering: .relaxed).newValue == 90 { strike.yield() }
             }
             try await withDevServer(configuration) { server in
+                // A pool that lost its server may not end when cancelled (vapor/postgres-nio#599):
+                // the run leaves it behind after 5 s and exits, by design. Under `make sanitize`
+                // LeakSanitizer then reports the abandoned pool's memory at exit, and its exit
+                // status would hide the run's; AddressSanitizer's other checks stay on.
                 let run = try spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "2s",
-                    ["--concurrency", "4"])
+                    ["--concurrency", "4"], environment: ["ASAN_OPTIONS": "detect_leaks=0"])
                 for await _ in struck { break }
                 switch fault {
                 case .restartImmediately: try await cluster.restart(immediate: true)
