@@ -63,8 +63,8 @@ WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $FAILED
 INSERT INTO bundles (name, first_seen, last_error_reason, last_outcome, updated_at)
 SELECT printf('failed-%05d.tar.gz', i), unixepoch(), 'http_422', 'failed', unixepoch() FROM n;
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99999)
-INSERT INTO bundles (name, first_seen, last_outcome, updated_at, steps_done)
-SELECT printf('old-%06d.tar.gz', i), unixepoch() - 86400, 'done', unixepoch() - 86400, 20 FROM n;
+INSERT INTO bundles (name, first_seen, last_outcome, updated_at)
+SELECT printf('old-%06d.tar.gz', i), unixepoch() - 86400, 'done', unixepoch() - 86400 FROM n;
 SQL
 fi
 
@@ -133,29 +133,31 @@ SET synchronous_commit = off;
 CREATE TEMPORARY TABLE t AS SELECT extract(epoch FROM now())::double precision AS now;
 -- The tenth of incoming/ waiting for retry, part way through their steps.
 INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at, last_error_reason,
-    last_error_step, last_error_message, last_outcome, updated_at, steps_done, steps_total)
+    last_error_step, last_error_message, last_outcome, updated_at, steps_total)
 SELECT format('bundle-%s.tar.gz', lpad(i::text, 6, '0')), format('S-in-%s', i), 1 + i % 5, t.now - 3600,
-    t.now + 600 + i, 'unreachable', 'dope:7', 'connection refused', 'deferred', t.now, :steps / 2, :steps
+    t.now + 600 + i, 'unreachable', 'dope:7', 'connection refused', 'deferred', t.now, :steps
 FROM generate_series(0, :incoming - 1, 10) AS i, t;
 -- failed/, with why.
 INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, last_error_reason, last_error_step,
-    last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_done, steps_total)
+    last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total)
 SELECT format('failed-%s.tar.gz', lpad(i::text, 5, '0')), format('S-f-%s', i), 1, t.now - 7200, 'http_422', 'dope:3',
-    422, 'ammunitionId: unknown_reference (was 9999)', 'dope[2].ammunitionId', 'failed', t.now - 60, 2, :steps
+    422, 'ammunitionId: unknown_reference (was 9999)', 'dope[2].ammunitionId', 'failed', t.now - 60, :steps
 FROM generate_series(0, :failed - 1) AS i, t;
 -- 100,000 bundles long done, over the last 90 days.
-INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, last_outcome, updated_at, steps_done, steps_total)
+INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, last_outcome, updated_at, steps_total)
 SELECT format('old-%s.tar.gz', lpad(i::text, 6, '0')), format('S-old-%s', i), 1, t.now - 86400 - i * 77.76, 'done',
-    t.now - 86400 - i * 77.76 + 30, :steps, :steps
+    t.now - 86400 - i * 77.76 + 30, :steps
 FROM generate_series(0, 99999) AS i, t;
--- Each bundle's steps done so far, as a run records them (keys and digests of the real lengths).
+-- Each bundle's steps done so far (half of a deferred one's, two of a failed one's, all of a done
+-- one's), as a run records them (keys and digests of the real lengths).
 INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state,
     server_id, sent_at, done_at, bundle_name)
 SELECT b.session_id, CASE WHEN s = 0 THEN 'session' ELSE format('dope:%s', s) END,
     'dopesync-v1-' || md5(b.session_id || s) || md5(s || b.session_id), md5(b.name || s) || md5(s || b.name),
     md5(b.session_id || s || 'c') || md5('c' || s || b.session_id), 'done', 1000000 + s,
     b.updated_at - 30 + s, b.updated_at - 29.9 + s, b.name
-FROM dopesync.bundles AS b, generate_series(0, b.steps_done - 1) AS s;
+FROM dopesync.bundles AS b,
+    generate_series(0, CASE b.last_outcome WHEN 'deferred' THEN :steps / 2 WHEN 'failed' THEN 2 ELSE :steps END - 1) AS s;
 -- Every bundle known was claimed once or more; none of those claims is held now.
 INSERT INTO dopesync.claims (bundle_name, epoch, run_id, host, pid, claimed_at, renewed_at, lease_expires_at)
 SELECT name, attempts, NULL, format('host-%s', chr(97 + abs(hashtext(name)) % 3)), 4242, updated_at - 30, updated_at - 5, NULL
