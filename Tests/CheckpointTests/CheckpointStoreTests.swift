@@ -83,6 +83,7 @@ import Testing
         }
         #expect(!columns.contains("steps_done"))
         #expect(try store.bundleState(name: "b.tar.gz")?.stepsDone == 2)
+        #expect(try store.bundles().allSatisfy { $0.stepsDone == nil }, "counted for one bundle's read, not in lists")
         try store.recordResult(sessionID: "S", stepKey: "dope/1", serverID: 4)
         #expect(try store.bundleState(name: "b.tar.gz")?.stepsDone == 3)
     }

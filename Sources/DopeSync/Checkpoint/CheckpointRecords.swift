@@ -172,8 +172,9 @@ public struct BundleState: Sendable, Hashable {
     public let lastError: BundleFailure?
     public let lastOutcome: BundleOutcome?
     public let updatedAt: Date
-    /// Steps of this bundle's session done, counted when the row is read: what a resumed upload skips.
-    public let stepsDone: Int
+    /// Steps of this bundle's session done, counted when one bundle's row is read (nil in lists):
+    /// what a resumed upload skips.
+    public let stepsDone: Int?
     /// Steps in the bundle's plan, when the run loop recorded it.
     public let stepsTotal: Int?
 }

@@ -188,7 +188,9 @@ extension CheckpointStore {
     /// The retry bookkeeping of one bundle, if known.
     public func bundleState(name: String) throws(CheckpointError) -> BundleState? {
         try read("reading bundle \(name)") { connection in
-            try connection.queryFirst("\(Self.bundleColumns) WHERE name = ?", [name]).map { try Self.bundleState($0) }
+            try connection.queryFirst("\(Self.bundleColumns(countingStepsDone: true)) WHERE name = ?", [name]).map {
+                try Self.bundleState($0)
+            }
         }
     }
 
@@ -198,10 +200,10 @@ extension CheckpointStore {
             var states: [BundleState] = []
             if let outcome {
                 try connection.forEachRow(
-                    "\(Self.bundleColumns) WHERE last_outcome = ? ORDER BY name", [outcome.rawValue]
+                    "\(Self.bundleColumns()) WHERE last_outcome = ? ORDER BY name", [outcome.rawValue]
                 ) { row throws(SQLiteError) in states.append(try Self.bundleState(row)) }
             } else {
-                try connection.forEachRow("\(Self.bundleColumns) ORDER BY name") { row throws(SQLiteError) in
+                try connection.forEachRow("\(Self.bundleColumns()) ORDER BY name") { row throws(SQLiteError) in
                     states.append(try Self.bundleState(row))
                 }
             }
@@ -215,7 +217,7 @@ extension CheckpointStore {
         try read("reading bundles in flight") { connection in
             var states: [String: BundleState] = [:]
             try connection.forEachRow(
-                "\(Self.bundleColumns) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')"
+                "\(Self.bundleColumns()) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')"
             ) { row throws(SQLiteError) in
                 let state = try Self.bundleState(row)
                 states[state.name] = state
@@ -286,15 +288,21 @@ extension CheckpointStore {
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
     }
 
-    /// A bundle's row, with its steps done counted from the steps of its session (by the
-    /// primary key's prefix): what a resumed upload skips.
-    static let bundleColumns = """
-        SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
-               (SELECT count(*) FROM steps WHERE steps.session_id = bundles.session_id AND steps.state = 'done')
-                   AS steps_done
-        FROM bundles
-        """
+    /// Bundles' rows. `countingStepsDone`: with each one's steps done counted from its session's
+    /// steps (by the primary key's prefix), what a resumed upload skips; else `steps_done` is
+    /// NULL. Counted only for one bundle's read: a list of thousands would count each.
+    static func bundleColumns(countingStepsDone: Bool = false) -> String {
+        let stepsDone =
+            countingStepsDone
+            ? "(SELECT count(*) FROM steps WHERE steps.session_id = bundles.session_id AND steps.state = 'done')"
+            : "NULL"
+        return """
+            SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
+                   last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
+                   \(stepsDone) AS steps_done
+            FROM bundles
+            """
+    }
 
     static func bundleState(_ row: SQLiteRow) throws(SQLiteError) -> BundleState {
         var error: BundleFailure? = nil

@@ -119,7 +119,7 @@ public enum RequeueCommand {
     ) async {
         do {
             // Reset first, under the name the row has now: once moved, a run may claim it at any moment.
-            let steps = try await ledger?.bundleState(name: name)?.stepsDone
+            let steps = try await ledger?.bundleState(name: name)?.stepsDone ?? nil
             _ = try await ledger?.resetAttempts(name: name, now: now)
             let final = try spool.requeueFailed(name, now: now)
             if final != name { try await ledger?.renamed(from: name, to: final, now: now) }

@@ -5,20 +5,26 @@ import Synchronization
 
 /// The `bundles` table: each bundle's attempts, outcome and last error, written under its claim.
 extension PostgresCheckpoints {
-    /// A bundle's row, with its steps done counted from the steps of its session (by the
-    /// primary key's prefix): what a resumed upload skips.
-    static let bundleColumns = """
-        SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-               last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
-               (SELECT count(*) FROM dopesync.steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')
-                   AS steps_done
-        FROM dopesync.bundles
-        """
+    /// Bundles' rows. `countingStepsDone`: with each one's steps done counted from its session's
+    /// steps (by the primary key's prefix), what a resumed upload skips; else `steps_done` is
+    /// NULL. Counted only for one bundle's read: a list of thousands would count each.
+    static func bundleColumns(countingStepsDone: Bool = false) -> String {
+        let stepsDone =
+            countingStepsDone
+            ? "(SELECT count(*) FROM dopesync.steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')"
+            : "NULL::bigint"
+        return """
+            SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
+                   last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
+                   \(stepsDone) AS steps_done
+            FROM dopesync.bundles
+            """
+    }
 
     public func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState] {
         let rows = try await rows(
             "reading bundles in flight",
-            "\(unescaped: Self.bundleColumns) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')")
+            "\(unescaped: Self.bundleColumns()) WHERE last_outcome IS NULL OR last_outcome NOT IN ('done', 'failed')")
         var states: [String: BundleState] = [:]
         for row in rows {
             let state = try Self.bundleState(row)
@@ -38,7 +44,9 @@ extension PostgresCheckpoints {
     }
 
     public func bundleState(name: String) async throws(CheckpointError) -> BundleState? {
-        try await rows("reading bundle \(name)", "\(unescaped: Self.bundleColumns) WHERE name = \(name)").first.map {
+        try await rows(
+            "reading bundle \(name)", "\(unescaped: Self.bundleColumns(countingStepsDone: true)) WHERE name = \(name)"
+        ).first.map {
             row throws(CheckpointError) in try Self.bundleState(row)
         }
     }

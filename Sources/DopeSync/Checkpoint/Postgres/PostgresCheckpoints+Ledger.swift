@@ -6,9 +6,9 @@ extension PostgresCheckpoints: CheckpointLedger {
     public func bundles(withOutcome outcome: BundleOutcome?) async throws(CheckpointError) -> [BundleState] {
         let query: PostgresQuery =
             if let outcome {
-                "\(unescaped: Self.bundleColumns) WHERE last_outcome = \(outcome.rawValue) ORDER BY name"
+                "\(unescaped: Self.bundleColumns()) WHERE last_outcome = \(outcome.rawValue) ORDER BY name"
             } else {
-                "\(unescaped: Self.bundleColumns) ORDER BY name"
+                "\(unescaped: Self.bundleColumns()) ORDER BY name"
             }
         var states: [BundleState] = []
         for row in try await rows("reading bundles", query) { states.append(try Self.bundleState(row)) }

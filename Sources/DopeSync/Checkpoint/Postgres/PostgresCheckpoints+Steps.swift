@@ -114,7 +114,7 @@ extension PostgresCheckpoints {
             UPDATE dopesync.steps SET state = 'done', server_id = \(serverID), done_at = \(now)
             WHERE session_id = \(sessionID) AND step_key = \(stepKey)
             """, logger: logger)
-        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns``).
+        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns(countingStepsDone:)``).
         return CompletedStep(
             serverID: serverID, contentDigest: try decode(row, "content_digest"),
             doneAt: Date(timeIntervalSince1970: now))
