@@ -240,3 +240,22 @@ public struct RunSummary: Sendable, Hashable, Codable {
         self.exitCode = exitCode
     }
 }
+
+extension BundleState {
+    /// The `SELECT` of bundles' rows in either store, the tables in `schema` (`""` for SQLite,
+    /// `"dopesync."` for PostgreSQL). `countingStepsDone`: with each one's steps done counted from
+    /// its session's steps (by the primary key's prefix), what a resumed upload skips; else
+    /// `steps_done` is NULL. Counted only for one bundle's read: a list of thousands would count each.
+    static func selectSQL(schema: String, countingStepsDone: Bool) -> String {
+        let stepsDone =
+            countingStepsDone
+            ? "(SELECT count(*) FROM \(schema)steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')"
+            : "CAST(NULL AS bigint)"
+        return """
+            SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
+                   last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
+                   \(stepsDone) AS steps_done
+            FROM \(schema)bundles
+            """
+    }
+}

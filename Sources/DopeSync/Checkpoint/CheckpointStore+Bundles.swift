@@ -288,20 +288,9 @@ extension CheckpointStore {
         try connection.query("DELETE FROM claims WHERE bundle_name = ?", [name])
     }
 
-    /// Bundles' rows. `countingStepsDone`: with each one's steps done counted from its session's
-    /// steps (by the primary key's prefix), what a resumed upload skips; else `steps_done` is
-    /// NULL. Counted only for one bundle's read: a list of thousands would count each.
+    /// Bundles' rows (``BundleState/selectSQL(schema:countingStepsDone:)``).
     static func bundleColumns(countingStepsDone: Bool = false) -> String {
-        let stepsDone =
-            countingStepsDone
-            ? "(SELECT count(*) FROM steps WHERE steps.session_id = bundles.session_id AND steps.state = 'done')"
-            : "NULL"
-        return """
-            SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
-                   last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
-                   \(stepsDone) AS steps_done
-            FROM bundles
-            """
+        BundleState.selectSQL(schema: "", countingStepsDone: countingStepsDone)
     }
 
     static func bundleState(_ row: SQLiteRow) throws(SQLiteError) -> BundleState {
