@@ -191,7 +191,8 @@ extension CheckpointStore {
         try connection.query(
             "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
             [serverID, now.timeIntervalSince1970, sessionID, stepKey])
-        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns(countingStepsDone:)``).
+        // The bundle's row is not touched: its steps done are counted when one bundle is read
+        // (``BundleState/selectSQL(schema:countingStepsDone:)``).
         // A counter kept here cost a statement and a page of the WAL per step, for one line of
         // `requeue` (BENCHMARKS.md, 2026-11-26).
         return CompletedStep(serverID: serverID, contentDigest: try row["content_digest"], doneAt: now)

@@ -174,11 +174,6 @@ struct BundleUploadState {
     var tries: Tries? = nil
     /// Results handed in and not yet settled.
     private(set) var resultsPending = 0
-    /// How many of a bundle's results may be handed in and not yet settled: with two, a bundle
-    /// rarely waits for a commit (its oldest result had two requests' time to commit, in a batch
-    /// with the other bundles'), and the batches are fuller. A result waits for its commit at most
-    /// the group commit's maximum delay either way (``GroupCommit``); a crash loses at most the
-    /// results of the last few milliseconds, which the keys and the look on the server cover.
     private(set) var index = 0
     var phase = Phase.stepping
 
@@ -235,6 +230,11 @@ struct BundleUploadState {
         }
     }
 
+    /// How many of a bundle's results may be handed in and not yet settled: with two, a bundle
+    /// rarely waits for a commit (its oldest result had two requests' time to commit, in a batch
+    /// with the other bundles'), and the batches are fuller. A result waits for its commit at most
+    /// the group commit's maximum delay either way (``GroupCommit``); a crash loses at most the
+    /// results of the last few milliseconds, which the keys and the look on the server cover.
     static let unsettledResults = 2
 
     /// The created step's result was handed to the group commit.

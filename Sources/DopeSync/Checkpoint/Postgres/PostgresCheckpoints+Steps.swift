@@ -114,7 +114,8 @@ extension PostgresCheckpoints {
             UPDATE dopesync.steps SET state = 'done', server_id = \(serverID), done_at = \(now)
             WHERE session_id = \(sessionID) AND step_key = \(stepKey)
             """, logger: logger)
-        // The bundle's row is not touched: its steps done are counted when read (``bundleColumns(countingStepsDone:)``).
+        // The bundle's row is not touched: its steps done are counted when one bundle is read
+        // (``BundleState/selectSQL(schema:countingStepsDone:)``).
         return CompletedStep(
             serverID: serverID, contentDigest: try decode(row, "content_digest"),
             doneAt: Date(timeIntervalSince1970: now))
