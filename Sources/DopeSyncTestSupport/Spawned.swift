@@ -138,16 +138,8 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
 }
 
 extension Spawned {
-    /// The child's output, line by line as it comes, read on a thread of its own to its end (so a
-    /// test that stops listening never makes the child block on a full pipe).
-    public func lines() -> AsyncStream<String> {
-        let (lines, continuation) = AsyncStream.makeStream(of: String.self)
-        Thread { [output] in
-            while let line = output.readLine() { continuation.yield(line) }
-            continuation.finish()
-        }.start()
-        return lines
-    }
+    /// The child's output, line by line as it comes (``FileHandle/lines()``).
+    public func lines() -> AsyncStream<String> { output.lines() }
 
     /// The first line of the output that holds every one of `parts`; nil if the output ends first.
     public func firstLine(containing parts: String...) async -> String? {
@@ -157,6 +149,17 @@ extension Spawned {
 }
 
 extension FileHandle {
+    /// What this pipe carries, line by line as it comes, read on a thread of its own to its end
+    /// (so a test that stops listening never makes the child block on a full pipe).
+    public func lines() -> AsyncStream<String> {
+        let (lines, continuation) = AsyncStream.makeStream(of: String.self)
+        Thread { [self] in
+            while let line = readLine() { continuation.yield(line) }
+            continuation.finish()
+        }.start()
+        return lines
+    }
+
     /// Reads one line (without its newline), byte by byte: enough for a child's readiness signal.
     public func readLine() -> String? {
         var bytes: [UInt8] = []

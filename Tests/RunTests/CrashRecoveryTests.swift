@@ -75,23 +75,6 @@ import Testing
         return (server, String(line.dropFirst("listening on ".count)))
     }
 
-    /// How many requests `server` has logged, as each arrives (read on a thread of its own to the
-    /// end of its standard error).
-    static func requestLines(of server: Spawned) -> AsyncStream<Int> {
-        let (counts, continuation) = AsyncStream.makeStream(of: Int.self)
-        Thread { [errors = server.errors] in
-            var count = 0
-            while let line = errors?.readLine() {
-                if line.contains(" request ") || line.hasSuffix(" request") {
-                    count += 1
-                    continuation.yield(count)
-                }
-            }
-            continuation.finish()
-        }.start()
-        return counts
-    }
-
     /// ``startServer(port:database:)`` on a port below the kernel's ephemeral ports (32768 and
     /// up), tried until one is free: no other test's server on port 0 can take it while this one is
     /// down. One did, and the run went on against that server.
@@ -127,8 +110,12 @@ import Testing
             }
             let run = Task { await Worker(options: options, logger: logger).run() }
             // A deploy restarts the API early in the run: killed at its 40th request (of about 500)...
-            let requests = Self.requestLines(of: server)
-            for await count in requests where count == 40 { break }
+            let serverLog = try #require(server.errors).lines()
+            var requests = 0
+            for await line in serverLog where line.contains(" request ") || line.hasSuffix(" request") {
+                requests += 1
+                if requests == 40 { break }
+            }
             server.kill(SIGKILL)
             _ = await server.finished()
             // ... and back on the same port once the run has met the outage (a step to try again).
@@ -140,7 +127,7 @@ import Testing
                 } catch let error as POSIXError where error.code == .EADDRINUSE && attempt < 20 {}  // a neighbour's
             }
             server = try #require(restarted)
-            _ = Self.requestLines(of: server)  // read, so that its log never fills the pipe
+            _ = server.errors?.lines()  // read, so that its log never fills the pipe
 
             let (summary, status) = await run.value
             #expect(status == .success, "\(summary.line)")
