@@ -67,14 +67,19 @@ public final class ArchiveImages: Sendable {
     }
 
     /// Closes the archive (libarchive frees it, its descriptor closes), on a thread that may block;
-    /// any reading still going gets ``Superseded``.
+    /// any reading still going gets ``Superseded``. A bundle whose images all came from memory
+    /// never opened it: then there is nothing to free and no trip to the blocking pool.
     func close() async {
-        await BlockingPool.runWhereMayBlock { [self] in
-            state.withLock { state in
-                state.reading += 1
-                state.current = nil
-                state.reader = nil
-            }
+        let opened = state.withLock { ($0.reader?.openCount ?? 0) > 0 }
+        guard opened else { return closeNow() }
+        await BlockingPool.runWhereMayBlock { [self] in closeNow() }
+    }
+
+    private func closeNow() {
+        state.withLock { state in
+            state.reading += 1
+            state.current = nil
+            state.reader = nil
         }
     }
 }
