@@ -37,6 +37,18 @@ import Testing
         }
     }
 
+    @Test("what a command leaves running in the background is ended once its token is read")
+    func backgroundHelperIsEnded() async throws {
+        let helper = "sleep 217.25"  // a command line no other test runs
+        // The token comes from the helper, once the shell and timeout(1) have ended: only the group
+        // still reaches it. (Its standard error is not this runner's: left running by a regression,
+        // it would hold swift-test's pipe open, and the suite would wait for it.)
+        let command = "(sleep 0.2; echo tok-4; exec \(helper) 2>/dev/null) &"
+        #expect(try await Self.outcome(command).get() == "tok-4")
+        let left = try await runProcess("pgrep", ["-f", "^\(helper)$"], allowFailure: true)
+        #expect(left.status == 1, "still running: \(left.stdout)")
+    }
+
     @Test("a command that outlives its time is ended by timeout(1) and named")
     func timesOut() async {
         guard case .failure(let error) = await Self.outcome("sleep 30", seconds: 1) else {

@@ -14,10 +14,12 @@ import Foundation
 /// A flock's descriptor inherited would hold the lock as long as the child lives.
 public enum SpawnInheritance {
     /// Starts `path` with `arguments` (argv[0] first) and `environment` (`NAME=value`): its
-    /// descriptors 0 to 2 as `streams` sets them, nothing else inherited, its signals afresh. The
-    /// child's pid, or `posix_spawn`'s error number.
+    /// descriptors 0 to 2 as `streams` sets them, nothing else inherited, its signals afresh. With
+    /// `ownProcessGroup`, the child leads a process group of its own (its pid), which a signal can
+    /// reach as a whole: the child and whatever it starts and leaves behind. The child's pid, or
+    /// `posix_spawn`'s error number.
     public static func spawn(
-        _ path: String, _ arguments: [String], environment: [String],
+        _ path: String, _ arguments: [String], environment: [String], ownProcessGroup: Bool = false,
         streams: (inout posix_spawn_file_actions_t) -> Void
     ) -> Result<pid_t, POSIXError> {
         var actions = posix_spawn_file_actions_t()
@@ -29,6 +31,12 @@ public enum SpawnInheritance {
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
         startSignalsAfresh(&attributes)
+        if ownProcessGroup {
+            posix_spawnattr_setpgroup(&attributes, 0)
+            var flags: Int16 = 0
+            posix_spawnattr_getflags(&attributes, &flags)
+            posix_spawnattr_setflags(&attributes, flags | Int16(POSIX_SPAWN_SETPGROUP))
+        }
         let argv = arguments.map { strdup($0) } + [nil]
         let envp = environment.map { strdup($0) } + [nil]
         defer { for pointer in argv + envp { free(pointer) } }

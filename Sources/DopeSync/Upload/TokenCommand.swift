@@ -7,8 +7,8 @@ import Foundation
 /// One run of a token command (`token-command`): `/bin/sh -c COMMAND` under `timeout(1)` where
 /// there is one, so a command that outlives its time is killed with what it started. It starts as
 /// every child of the worker does (``SpawnInheritance``: descriptors 0 to 2 only, signals afresh),
-/// with its output in a pipe of its own and its standard error on ours (the log). Blocking: call it
-/// where a thread may wait (NIO's blocking pool in a run).
+/// in a process group of its own, with its output in a pipe of its own and its standard error on
+/// ours (the log). Blocking: call it where a thread may wait (NIO's blocking pool in a run).
 struct TokenCommand {
     let command: String
     let seconds: Int
@@ -16,8 +16,9 @@ struct TokenCommand {
     private var shown: String { DisplayText.escaped(command) }
 
     /// The first line of the command's output, trimmed; throws, naming the command, when it fails,
-    /// times out or prints nothing. Once the line is read, the command is told to end (SIGTERM)
-    /// and waited for a few seconds at most: what it still does is not the run's business.
+    /// times out or prints nothing. Once the line is read, the command and what it left running
+    /// are told to end (SIGTERM) and waited for a few seconds at most: what they still do is not
+    /// the run's business.
     func run() throws(TokenCommandError) -> String {
         let (child, output) = try start()
         defer { close(output) }
@@ -64,7 +65,8 @@ struct TokenCommand {
             ? (timeout, ["timeout", "--kill-after=2", "\(seconds)", "/bin/sh", "-c", command])
             : ("/bin/sh", ["sh", "-c", command])
         let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
-        let spawned = SpawnInheritance.spawn(path, arguments, environment: environment) { actions in
+        let spawned = SpawnInheritance.spawn(path, arguments, environment: environment, ownProcessGroup: true) {
+            actions in
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
             posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
         }
@@ -108,10 +110,18 @@ struct TokenCommand {
         }
     }
 
-    /// Asks `child` to end (SIGTERM: `timeout` passes it on) and reaps it, killing it after 3 s.
+    /// Asks `child`'s process group to end (SIGTERM): the command, and what it left running in the
+    /// background, which outlives it (`helper & echo TOKEN`: the shell and `timeout` are gone at
+    /// once, the helper would run on for ever). Reaps the command and waits for the rest, 3 s at
+    /// most; then kills what is left.
     private static func end(_ child: ChildProcess) {
-        kill(child.pid, SIGTERM)
-        if wait(for: child, until: .now + .seconds(3)) == .running { child.killAndReap() }
+        let group = -child.pid
+        kill(group, SIGTERM)
+        let limit = ContinuousClock.now + .seconds(3)
+        if wait(for: child, until: limit) == .running { child.killAndReap() }
+        // The group's id stays taken while a member lives, so this reaches no other process.
+        while kill(group, 0) == 0 && ContinuousClock.now < limit { usleep(10_000) }
+        if kill(group, 0) == 0 { kill(group, SIGKILL) }
     }
 
     /// How `child` is at its end or at `limit`, asked every 10 ms: a token is read again once in a
