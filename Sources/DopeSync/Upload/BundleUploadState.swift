@@ -318,48 +318,6 @@ struct BundleUploadState {
             found: resolution == .found(id))
     }
 
-    /// Where the bundle goes after `step`'s last answer, when it did not create the record.
-    static func finish(_ step: UploadStep, after response: StepResponse, cutShort: Bool) -> Finish {
-        switch response {
-        case .created:
-            preconditionFailure("a created step goes on")
-        case .rejected(404, _, let message, _) where step.kind == .session:
-            // The session collection itself is not there: the URL is wrong, not the bundle. (A 404
-            // under a record the worker created is the bundle's, below.)
-            return .giveBack(
-                .apiMisdirected(
-                    message: "the session collection answered 404 (\(message)): the API URL does not lead to the API"))
-        case .misdirected(let message):
-            return .giveBack(.apiMisdirected(message: message))
-        case .rejected(let status, _, let message, let field):
-            // The API names its request's field; the sidecar names the bundle's (`dope[2].ammunitionId`).
-            let failure = BundleFailure(
-                reason: .http(status), step: step.key, httpStatus: status,
-                field: field.map { "\(step.recordPath).\($0)" }, message: message)
-            return .fail(failure, stepAnswered: true)
-        case .imageUnreadable(let message):
-            return .fail(
-                BundleFailure(reason: .changedAfterValidation, step: step.key, message: message), stepAnswered: false)
-        case .unauthorized(let status, let message):
-            return .giveBack(.credentialsRefused(status: status, message: message))
-        case .notTrusted(let message):
-            return .giveBack(.apiNotTrusted(message: message))
-        case .retryable(let status, _, let message):
-            // Retries cut short because the run is stopping: not this bundle's attempt.
-            if cutShort { return .giveBack(.stopping) }
-            // A 2xx here did not confirm the create (no id, or another clientId): not the API's
-            // refusal either, so it has a reason of its own.
-            let reason: FailureReason =
-                switch status {
-                case nil: .unreachable
-                case let status? where (200..<300).contains(status): .unconfirmedCreate
-                case let status?: .http(status)
-                }
-            let failure = BundleFailure(reason: reason, step: step.key, httpStatus: status, message: message)
-            return .deferBundle(failure, answered: status != nil)
-        }
-    }
-
     /// Settles the oldest pending result first if `then` must wait for it (a finish waits for
     /// every one, another answer for room under ``unsettledResults``), then goes on with `then`.
     mutating func settleThen(_ then: AfterSettle, stopping: Bool = false) -> Action {
