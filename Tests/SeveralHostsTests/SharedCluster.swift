@@ -34,16 +34,18 @@ func expectAllSyncedOnce(
 }
 
 /// Blocks until no claim is held with time left on the database's clock (the deadline each
-/// worker's own clock reaches first): one statement that waits inside the server, checking
-/// twenty times a second, so that a renewal committed meanwhile is seen.
+/// worker's own clock reaches first): one statement that sleeps inside the server until the
+/// latest lease's deadline, and again until the new one if a renewal moved it meanwhile.
 func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
     try await database.psql(
         """
-        DO $$ BEGIN
-          WHILE EXISTS (
-            SELECT 1 FROM dopesync.claims
-            WHERE run_id IS NOT NULL AND lease_expires_at > extract(epoch FROM clock_timestamp())
-          ) LOOP PERFORM pg_sleep(0.05); END LOOP;
+        DO $$ DECLARE time_left double precision; BEGIN
+          LOOP
+            SELECT max(lease_expires_at) - extract(epoch FROM clock_timestamp()) INTO time_left
+              FROM dopesync.claims WHERE run_id IS NOT NULL;
+            EXIT WHEN time_left IS NULL OR time_left <= 0;
+            PERFORM pg_sleep(time_left);
+          END LOOP;
         END $$
         """)
 }
