@@ -220,6 +220,7 @@ enum HotStatements {
                 WHERE c.run_id = $1 AND c.bundle_name IN (SELECT bundle_name FROM current)
                 FOR SHARE OF c
             ), done AS (
+                -- Runs although nothing reads it, as every data-modifying CTE does.
                 UPDATE dopesync.steps s SET state = 'done', server_id = current.new_id, done_at = $2
                 FROM current
                 WHERE s.session_id = current.session_id AND s.step_key = current.step_key AND current.state = 'sent'
