@@ -10,6 +10,7 @@ struct DopeSyncCommand: AsyncParsableCommand {
         version: DopeSyncInfo.version,
         subcommands: [
             Run.self, Check.self, Status.self, Inspect.self, Requeue.self, Pack.self, Prune.self, Migrate.self,
+            API.self,
         ]
     )
 

@@ -21,7 +21,9 @@ import Testing
             let bad = SampleSession(seed: 602).naming(ammunitionId: 9999, inDopeEntry: 2)
             try pack(good, into: spool, scratch: directory)
             let badName = try pack(bad, into: spool, scratch: directory)
+            nonisolated(unsafe) var firstURL = ""
             try await withDevServer(.withoutReferenceLists) { server in
+                firstURL = server.baseURL
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .bundlesFailed)
                 #expect(summary.done == 1 && summary.failed == 1)
@@ -30,6 +32,9 @@ import Testing
             let later = SampleSession(seed: 603)
             let laterName = try pack(later, into: spool, scratch: directory)
             let deadURL = try await withDevServer { $0.baseURL }
+            // The same API at an address where it is down now (as `dopesync api --same-as` records).
+            try CheckpointStore(spool: spool).recordAPIAddress(
+                APIAddress.normalized(deadURL), api: APIAddress.normalized(firstURL), adoptUnbound: false)
             let (deadSummary, deadStatus) = await runWorker(spool, apiURL: deadURL, token: "t")
             #expect(deadSummary.deferred == 1)
 

@@ -17,7 +17,7 @@ import Testing
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
     static let allMigrations = [
         "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups", "v5-reference-lists",
-        "v6-bundles-steps-done-counted",
+        "v6-bundles-steps-done-counted", "v7-bindings",
     ]
 
     /// A step's checkpoint rewrites a row or two: the store asks for small pages, so each commit's

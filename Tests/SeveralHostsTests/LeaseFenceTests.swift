@@ -86,7 +86,9 @@ import Testing
         try await worker(ownerA, on: database) { a in
             #expect(try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA))
             #expect(try await a.acquireClaim(of: "y.tar.gz", orphan: false, owner: ownerA))
-            _ = try await a.recordClaim(name: "x.tar.gz", sessionID: "sx", owner: ownerA, totalSteps: 2, now: Date())
+            _ = try await a.recordClaim(
+                name: "x.tar.gz", sessionID: "sx", owner: ownerA, producer: Producer(uid: 0), api: "http://api:80",
+                totalSteps: 2, now: Date())
             _ = try await a.recordIntents(sessionID: "sx", [intent("session", bundle: "x.tar.gz")])
             _ = try await a.recordIntents(sessionID: "sy", [intent("session", bundle: "y.tar.gz")])
             // Another worker took y over.
@@ -118,7 +120,9 @@ import Testing
             #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 0)
             // The reading never ended (the process died while reading): the next one counts it.
             #expect(try await a.beginReading(name: "x.tar.gz", now: Date()) == 1)
-            _ = try await a.recordClaim(name: "x.tar.gz", sessionID: "s1", owner: ownerA, totalSteps: 3, now: Date())
+            _ = try await a.recordClaim(
+                name: "x.tar.gz", sessionID: "s1", owner: ownerA, producer: Producer(uid: 0), api: "http://api:80",
+                totalSteps: 3, now: Date())
             try await a.recordDone(name: "x.tar.gz", sessionID: "s1", finalName: "x.tar.gz")
 
             // Another file under the same name: nothing of the first one's row is its.

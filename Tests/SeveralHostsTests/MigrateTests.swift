@@ -39,10 +39,16 @@ import Testing
                 #expect(
                     try await database.psql("SELECT count(*) FROM dopesync.steps WHERE state = 'done'")
                         == "\(doneInTheFile)")
-                // Twice copies nothing twice.
+                // Twice copies nothing twice: the spool is bound to the database now, its file retired.
                 let again = try await dopesync(
                     ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
-                #expect(again.status == 0 && again.stdout.contains(": 0 steps, 0 bundles, 0 runs"))
+                #expect(again.status == 0 && again.stdout.contains("nothing to migrate"), "\(again.stdout)")
+                // The file can no longer be used by mistake: a run without database: refuses it.
+                let sqliteRun = try await dopesync(
+                    ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"],
+                    environment: environment.merging(["DOPESYNC_API_TOKEN": server.token]) { $1 })
+                #expect(sqliteRun.status == 78, "\(sqliteRun.stderr)")
+                #expect(sqliteRun.stderr.contains("dopesync.store says"), "\(sqliteRun.stderr)")
 
                 let postsBefore = try await server.requestLog().filter { $0.method == "POST" }.count
                 let shared = try spawnSharedRun(spool, against: server, database: database, host: "host-a")

@@ -80,6 +80,8 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringC
     public static let unknownReference = FailureReason(rawValue: "unknown_reference")
     /// No HTTP answer at all after the retries (refused, reset, timed out).
     public static let unreachable = FailureReason(rawValue: "unreachable")
+    /// The bundle names a session that another producer (another file owner) sent first.
+    public static let sessionOfAnotherProducer = FailureReason(rawValue: "session_of_another_producer")
 }
 
 /// Why a bundle was deferred or failed: stored in the database and written to `failed/NAME.error`.
@@ -102,6 +104,18 @@ public struct BundleFailure: Sendable, Hashable {
         self.httpStatus = httpStatus
         self.field = field
         self.message = message
+    }
+
+    /// A bundle of `bundle`'s naming `sessionID`, which `first` sent first: refused before anything
+    /// of it is sent, naming both owners.
+    public static func sessionOfAnotherProducer(_ sessionID: String, first: Producer, bundle: Producer)
+        -> BundleFailure
+    {
+        BundleFailure(
+            reason: .sessionOfAnotherProducer, field: "session.id",
+            message: "session \(sessionID) was first sent by \(first), and this bundle belongs to \(bundle): a session "
+                + "belongs to the producer that first sent it, so nothing of this bundle was sent. If \(bundle) is meant "
+                + "to add to that session, \(first.name) must drop the bundle; otherwise give the session a new id")
     }
 }
 

@@ -15,6 +15,11 @@ public protocol CheckpointStorage: Sendable {
     /// `processing/`): false when another worker holds it (then the bundle is left alone).
     /// `orphan`: the bundle is in `processing/`, left by a worker whose claim may have run out.
     func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool
+    /// Whether this worker's claim of `name` took over a lease that ran out: then, and only then,
+    /// a lock still held on the file in `processing/` is a paused worker's of this store, and is
+    /// no reason to leave it. A lock with no expired lease behind it is a claim made outside the
+    /// store (another store's run, an older dopesync): never taken over.
+    func tookOverExpiredLease(of name: String) -> Bool
     /// Whether this worker may still send requests for `name` and move it, by its own monotonic
     /// clock. Checked before every request and between the chunks of a body: cheap, no I/O.
     func holdsClaim(of name: String) -> Bool
@@ -43,10 +48,13 @@ public protocol CheckpointStorage: Sendable {
     func bundleState(name: String) async throws(CheckpointError) -> BundleState?
     /// Marks `name` as being read; how many earlier readings never ended.
     func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int
-    /// Records the claim with the bundle's session and number of steps, and returns the
-    /// session's steps already done, by step key.
-    func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
-        async throws(CheckpointError) -> [String: CompletedStep]
+    /// Records the claim with the bundle's session and number of steps, binds the session to
+    /// `producer` and `api` (``SessionBinding/decide(existing:producer:api:)``), and returns the
+    /// session's steps already done against `api`, by step key, or the producer it belongs to.
+    func recordClaim(
+        name: String, sessionID: String, owner: ClaimOwner, producer: Producer, api: String, totalSteps: Int,
+        now: Date
+    ) async throws(CheckpointError) -> SessionClaim
     func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)
         async throws(CheckpointError) -> Deferral
     /// The bundle is in `done/` as `finalName`; its claim ends.
@@ -72,6 +80,15 @@ public protocol CheckpointStorage: Sendable {
     func recordResults(
         _ results: [CheckpointStore.StepResult],
         then: @escaping @Sendable (Result<[Result<CompletedStep, CheckpointError>], CheckpointError>) -> Void)
+
+    // MARK: APIs
+
+    /// The APIs the store knows, for the run's ``APIBinding``; `countingSessions`: with each one's
+    /// sessions (a look at every session).
+    func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook
+    /// Records that `url` is the API `api`, giving it the sessions from before APIs were recorded
+    /// when `adoptUnbound`.
+    func recordAPIAddress(_ url: String, api: String, adoptUnbound: Bool) async throws(CheckpointError)
 
     // MARK: Reference lists
 

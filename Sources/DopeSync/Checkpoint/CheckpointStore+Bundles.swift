@@ -14,19 +14,46 @@ extension CheckpointStore {
         name: String, sessionID: String? = nil, owner: ClaimOwner, totalSteps: Int? = nil, now: Date = Date()
     ) throws(CheckpointError) {
         try write("recording the claim of \(name)") { connection in
-            let t = now.timeIntervalSince1970
-            try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
-            try connection.query(
-                """
-                INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
-                ON CONFLICT (name) DO UPDATE SET
-                    session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
-                    steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL
-                """, [name, sessionID, t, t, totalSteps])
-            try connection.query(
-                "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
-                [name, owner.runID, owner.host, Int(owner.pid), t])
+            try Self.recordClaim(
+                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
         }
+    }
+
+    /// Records the claim, as above, and binds its session to this bundle's producer and this API
+    /// (``SessionBinding/decide(existing:producer:api:)``) in the same transaction: the session's
+    /// steps done against this API, or the producer that owns it.
+    public func recordClaim(
+        name: String, sessionID: String, owner: ClaimOwner, producer: Producer, api: String, totalSteps: Int,
+        now: Date = Date()
+    ) throws(CheckpointError) -> SessionClaim {
+        try write("recording the claim of \(name)") { connection in
+            try Self.recordClaim(
+                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+            if case .anotherProducer(let first) = try Self.bindSession(
+                connection, sessionID, producer: producer, api: api, now: now)
+            {
+                return .anotherProducer(first)
+            }
+            return .resume(try Self.completedSteps(connection, sessionID: sessionID))
+        }
+    }
+
+    private static func recordClaim(
+        _ connection: SQLiteConnection, name: String, sessionID: String?, owner: ClaimOwner, totalSteps: Int?,
+        now: Date
+    ) throws(SQLiteError) {
+        let t = now.timeIntervalSince1970
+        try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
+        try connection.query(
+            """
+            INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
+            ON CONFLICT (name) DO UPDATE SET
+                session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
+                steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL
+            """, [name, sessionID, t, t, totalSteps])
+        try connection.query(
+            "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
+            [name, owner.runID, owner.host, Int(owner.pid), t])
     }
 
     /// Marks the bundle `name` as being read (validated) and returns how many earlier readings of

@@ -225,16 +225,20 @@ extension CheckpointStore {
     /// The steps of a session that are done, by step key: the planner skips these, and compares each
     /// content digest with the bundle's to detect `changed_after_upload`.
     public func completedSteps(sessionID: String) throws(CheckpointError) -> [String: CompletedStep] {
-        try read("reading the steps of session \(sessionID)") { connection in
-            var steps: [String: CompletedStep] = [:]
-            try connection.forEachRow(
-                "SELECT step_key, server_id, content_digest, done_at FROM steps WHERE session_id = ? AND state = 'done'",
-                [sessionID]
-            ) { row throws(SQLiteError) in
-                steps[try row["step_key"]] = try CompletedStep(row)
-            }
-            return steps
+        try read("reading the steps of session \(sessionID)") { try Self.completedSteps($0, sessionID: sessionID) }
+    }
+
+    static func completedSteps(_ connection: SQLiteConnection, sessionID: String) throws(SQLiteError) -> [String:
+        CompletedStep]
+    {
+        var steps: [String: CompletedStep] = [:]
+        try connection.forEachRow(
+            "SELECT step_key, server_id, content_digest, done_at FROM steps WHERE session_id = ? AND state = 'done'",
+            [sessionID]
+        ) { row throws(SQLiteError) in
+            steps[try row["step_key"]] = try CompletedStep(row)
         }
+        return steps
     }
 
     /// Every step the database knows for a session, sent or done, in the order they were first sent

@@ -10,6 +10,9 @@ extension CheckpointWriter: CheckpointStorage {
         true
     }
 
+    /// One host holds no leases: a claim never takes over a lock.
+    public func tookOverExpiredLease(of name: String) -> Bool { false }
+
     public func holdsClaim(of name: String) -> Bool { true }
 
     public func confirmClaim(of name: String) async -> Bool { true }
@@ -50,14 +53,25 @@ extension CheckpointWriter: CheckpointStorage {
         try await perform { try $0.beginReading(name: name, now: now) }
     }
 
-    public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
-        async throws(CheckpointError) -> [String: CompletedStep]
-    {
-        // One trip to the writer for both: the claim and what the session has done.
+    public func recordClaim(
+        name: String, sessionID: String, owner: ClaimOwner, producer: Producer, api: String, totalSteps: Int,
+        now: Date
+    ) async throws(CheckpointError) -> SessionClaim {
+        // One trip to the writer and one transaction: the claim, the session's binding and what
+        // the session has done.
         try await perform {
-            try $0.recordClaim(name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
-            return try $0.completedSteps(sessionID: sessionID)
+            try $0.recordClaim(
+                name: name, sessionID: sessionID, owner: owner, producer: producer, api: api, totalSteps: totalSteps,
+                now: now)
         }
+    }
+
+    public func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook {
+        try await perform { try $0.apiBook(countingSessions: countingSessions) }
+    }
+
+    public func recordAPIAddress(_ url: String, api: String, adoptUnbound: Bool) async throws(CheckpointError) {
+        try await perform { try $0.recordAPIAddress(url, api: api, adoptUnbound: adoptUnbound) }
     }
 
     public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)

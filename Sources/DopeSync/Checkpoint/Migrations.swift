@@ -105,6 +105,29 @@ let checkpointMigrations: [SQLiteMigration] = [
         sql: """
             ALTER TABLE bundles DROP COLUMN steps_done;
             """),
+    // What the checkpoints are bound to. `store_meta`: this store's own id, which a spool's
+    // binding file names (`SpoolBinding`), and, once `migrate` moved the spool to PostgreSQL,
+    // where to (`moved_to`: the file is then refused). `sessions`: each session's API (the one
+    // its steps were recorded against) and its producer (the owner of the bundle that first sent
+    // it); sessions from before are listed with neither, for the next run and bundle to adopt.
+    // `api_addresses`: each API base URL a run used, and which API it is (itself, or an earlier
+    // URL of the same API, as the operator said with `dopesync api --same-as`).
+    SQLiteMigration(
+        name: "v7-bindings",
+        sql: """
+            CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            INSERT INTO store_meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));
+            CREATE TABLE sessions (
+                session_id TEXT PRIMARY KEY,
+                api        TEXT,
+                owner_uid  INTEGER,
+                owner_name TEXT,
+                first_seen REAL
+            );
+            INSERT INTO sessions (session_id) SELECT DISTINCT session_id FROM steps;
+            CREATE INDEX sessions_by_api ON sessions (api);
+            CREATE TABLE api_addresses (url TEXT PRIMARY KEY, api TEXT NOT NULL, recorded_at REAL NOT NULL);
+            """),
 ]
 
 enum CheckpointMigrator {

@@ -39,7 +39,35 @@ public enum CheckCommand {
         for line in checkSpool(Spool(root: settings.spool), floor: settings.minFreeSpace) {
             record(line, failing: .cannotCreate)
         }
+        let (storeLine, storeStatus) = await checkStore(Spool(root: settings.spool), database: settings.database)
+        record(storeLine, failing: storeStatus)
         return CommandOutcome(output: lines.map(\.description).joined(separator: "\n"), status: status)
+    }
+
+    /// The store: the one the spool is bound to (``SpoolBinding``), or, for a spool bound to none
+    /// yet, the one its first run binds it to.
+    static func checkStore(_ spool: Spool, database: DatabaseSettings?) async -> (Line, ExitStatus) {
+        let bound = try? SpoolBinding.read(spool)
+        guard let database else {
+            if let refused = sqliteRefusal(spool) {
+                return (Line(ok: false, what: "store", detail: refused.diagnostics ?? ""), refused.status)
+            }
+            let state =
+                bound == nil
+                ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
+            return (Line(ok: true, what: "store", detail: "\(StoreIdentity.sqlite(spool)): \(state)"), .success)
+        }
+        let outcome = await withSharedLedger(database, spool: spool) { store in
+            let identity = try? await store.storeIdentity()
+            let state =
+                bound == nil
+                ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
+            return CommandOutcome(output: "\(identity.map { "\($0)" } ?? database.url): \(state)", status: .success)
+        }
+        guard outcome.status == .success else {
+            return (Line(ok: false, what: "store", detail: outcome.diagnostics ?? outcome.output), outcome.status)
+        }
+        return (Line(ok: true, what: "store", detail: outcome.output), .success)
     }
 
     /// Is the URL the API's, and does it take the token?

@@ -5,15 +5,34 @@ import Foundation
 /// database several hosts will share, so that a spool switched over resends nothing.
 ///
 /// Run it with no `dopesync run` on the spool (a claim in progress is refused), then give every
-/// host `database:`. The file is left as it was; running it twice copies nothing twice.
-/// Exit 0; 73 when the file cannot be read or a run holds a claim; 75 when the database cannot
-/// be reached; 78 when it refuses the user or password.
+/// host `database:`. It is the one way to move a spool to another store: it binds the spool to
+/// the database (``SpoolBinding``) and marks the SQLite file as moved, so that no command uses it
+/// again by mistake; running it twice copies nothing twice. Exit 0; 73 when the file cannot be
+/// read or a run holds a claim; 75 when the database cannot be reached; 78 when it refuses the
+/// user or password, or the spool is bound to another database (without `--rebind`).
 public enum MigrateCommand {
-    public static func run(spoolRoot: String, to database: DatabaseSettings) async -> CommandOutcome {
+    /// `rebind`: the spool is bound to another PostgreSQL database, lost for good, and this one
+    /// replaces it (nothing can be copied from it; the lookups find what is on the server).
+    public static func run(spoolRoot: String, to database: DatabaseSettings, rebind: Bool = false) async
+        -> CommandOutcome
+    {
         let spool = Spool(root: spoolRoot)
+        let bound: StoreIdentity?
+        do {
+            bound = try SpoolBinding.read(spool)
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+        }
+        if bound?.kind == .postgresql {
+            return await withSharedLedger(database) { store in
+                await rebindToDatabase(spool, bound: bound!, store: store, rebind: rebind)
+            }
+        }
         guard FileManager.default.fileExists(atPath: spool.databasePath) else {
-            return CommandOutcome(
-                output: "nothing to migrate: \(spool.databasePath) does not exist", status: .success)
+            return await withSharedLedger(database) { store in
+                await bindToDatabase(
+                    spool, store: store, copied: "nothing to migrate: \(spool.databasePath) does not exist")
+            }
         }
         let exported: Exported
         do {
@@ -33,18 +52,68 @@ public enum MigrateCommand {
             do throws(CheckpointError) {
                 let counts = try await store.importCheckpoints(
                     steps: exported.steps, bundles: exported.bundles, runs: exported.runs,
-                    referenceLists: exported.referenceLists)
-                return CommandOutcome(
-                    output:
-                        "migrated \(spool.databasePath) to \(database.url): \(counts.steps) steps, \(counts.bundles) bundles, "
-                        + "\(counts.runs) runs, \(counts.referenceLists) reference lists; \(counts.alreadyThere) rows were there already "
-                        + "and were kept. Give every host `database: \(database.url)` now.",
-                    status: .success)
+                    referenceLists: exported.referenceLists, sessions: exported.sessions,
+                    apiAddresses: exported.apiBook.addresses)
+                return await bindToDatabase(
+                    spool, store: store,
+                    copied: "migrated \(spool.databasePath) to \(database.url): \(counts.steps) steps, "
+                        + "\(counts.bundles) bundles, \(counts.runs) runs, \(counts.referenceLists) reference lists; "
+                        + "\(counts.alreadyThere) rows were there already and were kept")
             } catch {
                 let status: ExitStatus = error.isUnreachable ? .temporaryFailure : .cannotCreate
                 return CommandOutcome(output: "", diagnostics: "nothing was migrated: \(error)", status: status)
             }
         }
+    }
+
+    /// Binds the spool to the database and retires its SQLite file, which no command uses again.
+    private static func bindToDatabase(_ spool: Spool, store: PostgresCheckpoints, copied: String) async
+        -> CommandOutcome
+    {
+        do {
+            let identity = try await store.storeIdentity()
+            if FileManager.default.fileExists(atPath: spool.databasePath) {
+                try CheckpointStore(spool: spool).markMoved(to: identity.name)
+            }
+            try SpoolBinding.rebind(spool, to: identity)
+            return CommandOutcome(
+                output: "\(copied). The spool is bound to \(identity) now (\(SpoolBinding.path(spool))); "
+                    + "\(spool.databasePath) is no longer used. Give every host `database: \(identity.name)` now.",
+                status: .success)
+        } catch let error as SpoolBindingError {
+            return CommandOutcome(output: copied, diagnostics: "\(error)", status: error.exitStatus)
+        } catch {
+            return CommandOutcome(
+                output: copied, diagnostics: "the spool could not be bound to the database: \(error)",
+                status: .cannotCreate)
+        }
+    }
+
+    /// A spool bound to a PostgreSQL database already: this one (nothing to do), or another,
+    /// which only `--rebind` replaces.
+    private static func rebindToDatabase(
+        _ spool: Spool, bound: StoreIdentity, store: PostgresCheckpoints, rebind: Bool
+    ) async -> CommandOutcome {
+        let identity: StoreIdentity
+        do {
+            identity = try await store.storeIdentity()
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "\(error)", status: .temporaryFailure)
+        }
+        if bound.isSame(as: identity) {
+            return CommandOutcome(
+                output: "nothing to migrate: the spool's checkpoints are in \(identity) already", status: .success)
+        }
+        guard rebind else {
+            return CommandOutcome(
+                output: "",
+                diagnostics: "the spool is bound to \(bound), not to \(identity): a database cannot be copied into "
+                    + "another by dopesync. Only if \(bound.name) is lost for good and \(identity.name) replaces it, run "
+                    + "this again with --rebind: what the lost database recorded is then an unknown outcome, looked up "
+                    + "on the server before anything is sent",
+                status: .configuration)
+        }
+        return await bindToDatabase(spool, store: store, copied: "the spool was bound to \(bound)")
     }
 
     /// What the file holds, read in one go.
@@ -53,6 +122,8 @@ public enum MigrateCommand {
         var bundles: [BundleState]
         var runs: [RunRecord]
         var referenceLists: [ReferenceList: CachedReferenceList]
+        var sessions: [String: SessionBinding]
+        var apiBook: APIBook
         /// Bundles in `processing/` whose flock a live run holds.
         var claimsHeld: [String]
 
@@ -62,6 +133,8 @@ public enum MigrateCommand {
             bundles = try store.bundles(withOutcome: nil)
             runs = try store.recentRuns(limit: Int.max)
             referenceLists = try store.referenceLists()
+            sessions = try store.sessionBindings()
+            apiBook = try store.apiBook()
             claimsHeld = try spool.processingEntries().filter { spool.isClaimHeld($0) == true }.map(\.name)
         }
     }

@@ -37,12 +37,13 @@ public enum PruneCommand {
     ) async -> CommandOutcome {
         let spool = Spool(root: spoolRoot)
         if let database {
-            return await withSharedLedger(database) { ledger in
+            return await withSharedLedger(database, spool: spool) { ledger in
                 await prune(spool, olderThan: olderThan, now: now, doneAt: (try? await ledger.doneTimes()) ?? [:]) {
                     deleted throws(CheckpointError) in try await ledger.forget(names: deleted)
                 }
             }
         }
+        if let refused = sqliteRefusal(spool) { return refused }
         return await prune(spool, olderThan: olderThan, now: now, doneAt: Self.doneTimes(spool)) {
             deleted throws(CheckpointError) in
             guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }

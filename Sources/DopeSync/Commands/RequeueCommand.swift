@@ -33,10 +33,11 @@ public enum RequeueCommand {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
         if let database {
-            return await withSharedLedger(database) { ledger in
+            return await withSharedLedger(database, spool: spool) { ledger in
                 await requeue(selection, among: failedBundles, spool: spool, ledger: ledger, now: now)
             }
         }
+        if let refused = sqliteRefusal(spool) { return refused }
         var store: CheckpointStore?
         let selected = select(selection, among: failedBundles)
         // Nothing named: nothing to open (a status-like call must not need the database).

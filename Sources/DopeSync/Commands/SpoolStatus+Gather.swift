@@ -11,6 +11,7 @@ extension SpoolStatus {
     ) async throws -> SpoolStatus {
         if let database {
             return try await PostgresCheckpoints.with(database, logger: commandLogger) { store in
+                try SpoolBinding.check(spool, store: try await store.storeIdentity(), bindIfUnbound: false)
                 var status = try await gather(
                     spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
                     place: Place(database: database.url, exists: true))

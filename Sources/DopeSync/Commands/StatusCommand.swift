@@ -13,10 +13,13 @@ public enum StatusCommand {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
+            if database == nil, let refused = sqliteRefusal(Spool(root: root)) { return refused }
             var report = try await SpoolStatus.gather(
                 spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database)
             report.space = FileSystemSpace(of: root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
+        } catch let error as SpoolBindingError {
+            return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         } catch let error as CheckpointError where error.isUnreachable {

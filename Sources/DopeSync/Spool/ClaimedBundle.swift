@@ -31,6 +31,8 @@ public final class ClaimedBundle: Sendable {
     public let identity: FileIdentity
     /// The calls its moves are made of: the system's, or a test's faults.
     let renameCalls: SpoolFiles.RenameCalls
+    /// The file's owner, as the spool's file system reports it: the producer its session is bound to.
+    public let ownerUID: UInt32
 
     private struct State {
         var descriptor: Int32?
@@ -48,6 +50,8 @@ public final class ClaimedBundle: Sendable {
         self.size = size
         self.modified = modified
         self.isOrphan = isOrphan
+        var info = stat()
+        self.ownerUID = fstat(descriptor, &info) == 0 ? UInt32(info.st_uid) : UInt32(geteuid())
         self.state = Mutex(State(descriptor: descriptor))
     }
 

@@ -56,6 +56,9 @@ struct BundleUploader: Sendable {
     let lookup: ServerLookup?
     /// The server's reference lists, checked before a bundle's first request; nil: not checked.
     var references: ReferenceCatalog? = nil
+    /// The API the run's checkpoints are recorded against (``APIBinding``): a session's steps done
+    /// against another are not done here.
+    var api: String
     let logger: Logger
 
     func process(_ claimed: ClaimedBundle) async -> UploadOutcome {
@@ -94,10 +97,24 @@ struct BundleUploader: Sendable {
         // The claim and the session's checkpoints in one trip to the writer, with one way out if
         // either fails: the bundle goes back uncounted.
         let completed: [String: CompletedStep]
+        let producer = Producer(uid: claimed.ownerUID)
         do {
             let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
-            completed = try await checkpoints.recordClaim(
-                name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+            switch try await checkpoints.recordClaim(
+                name: name, sessionID: sessionID, owner: owner, producer: producer, api: api, totalSteps: totalSteps,
+                now: now)
+            {
+            case .resume(let steps):
+                completed = steps
+            case .anotherProducer(let first):
+                logger.error(
+                    "the bundle names a session another producer sent first: nothing of it is sent",
+                    metadata: ["bundle.owner": "\(producer)", "session.owner": "\(first)"])
+                return await disposition.fail(
+                    claimed, sessionID: sessionID,
+                    failure: .sessionOfAnotherProducer(sessionID, first: first, bundle: producer),
+                    logger: logger)
+            }
         } catch {
             disposition.checkpointFailed(error, logger: logger)
             return await disposition.giveBack(claimed, logger: logger)

@@ -12,10 +12,6 @@ struct UploadSlot: Sendable {
     let spool: Spool
     /// Where a claim is taken first: a lease in a shared database; nothing more on one host.
     let checkpoints: any CheckpointStorage
-    /// Whether a bundle left in `processing/` is taken back only with its flock free (one host).
-    /// With leases, the expired lease is what frees it: a lock a paused worker on this host still
-    /// holds must not keep it from the worker that takes it over.
-    let orphansNeedTheirLock: Bool
     let uploader: BundleUploader
     let counters: RunCounters
     /// No claim once this clock reads this instant (`--max-time`).
@@ -79,7 +75,8 @@ struct UploadSlot: Sendable {
         do {
             let claimed =
                 orphan
-                ? try spool.claimOrphan(entry, lockRequired: orphansNeedTheirLock) : try spool.claim(entry)
+                ? try spool.claimOrphan(entry, lockRequired: !checkpoints.tookOverExpiredLease(of: entry.name))
+                : try spool.claim(entry)
             if claimed == nil { await checkpoints.releaseClaim(of: entry.name) }
             return claimed
         } catch {

@@ -27,12 +27,26 @@ public struct Worker: Sendable {
         let open = { @Sendable () throws -> CheckpointStore in
             try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
             try spool.create()
-            return try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
+            // A spool bound to PostgreSQL: its SQLite file is not even made.
+            let sqlite = StoreIdentity.sqlite(spool)
+            try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)
+            let store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
+            if let movedTo = try store.movedTo() {
+                throw SpoolBinding.mismatch(
+                    spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: sqlite)
+            }
+            try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: true)
+            return store
         }
         do {
             return try await CheckpointWriter.with(opening: open) { checkpoints in
                 await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
             }
+        } catch let error as SpoolBindingError {
+            logger.critical(
+                "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
+                metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+            return endedBeforeStarting(spool, started: started, status: error.exitStatus)
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
@@ -62,7 +76,15 @@ public struct Worker: Sendable {
             return try await PostgresCheckpoints.with(
                 database, owner: ClaimOwner.current(runID: runID), logger: logger
             ) { checkpoints in
-                await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
+                do throws(SpoolBindingError) {
+                    try await bind(spool, to: checkpoints)
+                } catch {
+                    logger.critical(
+                        "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
+                        metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+                    return endedBeforeStarting(spool, started: started, status: error.exitStatus)
+                }
+                return await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
             }
         } catch {
             let status: ExitStatus
@@ -78,6 +100,29 @@ public struct Worker: Sendable {
             summary.seconds = (ContinuousClock.now - started) / .seconds(1)
             return (summary, status)
         }
+    }
+
+    /// Checks that the spool is bound to this database, and binds a spool bound to none, unless
+    /// its SQLite file holds checkpoints this database lacks: those must be migrated first, or
+    /// every step they record would be sent again.
+    private func bind(_ spool: Spool, to checkpoints: PostgresCheckpoints) async throws(SpoolBindingError) {
+        let store: StoreIdentity
+        do {
+            store = try await checkpoints.storeIdentity()
+            if try SpoolBinding.read(spool) == nil, FileManager.default.fileExists(atPath: spool.databasePath),
+                try await !checkpoints.holdsSteps(),
+                let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
+                (try? file.allSteps())?.isEmpty == false
+            {
+                throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store)
+            }
+        } catch let error as SpoolBindingError {
+            throw error
+        } catch {
+            throw SpoolBindingError(
+                code: .unreadable, message: "cannot read the store's id: \(error)", path: SpoolBinding.path(spool))
+        }
+        try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
     }
 
     /// The spool's file system is below `min-free-space`: the run claims nothing (exit 73), and says
@@ -107,8 +152,10 @@ public struct Worker: Sendable {
     /// The end of a run that could not use its spool or database (exit 73): nothing was claimed.
     /// The metrics file is written all the same, where the disk allows, so that it does not go on
     /// showing the run before; the last success time is taken from it, the database being unusable.
-    private func endedBeforeStarting(_ spool: Spool, started: ContinuousClock.Instant) -> (RunSummary, ExitStatus) {
-        var summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
+    private func endedBeforeStarting(
+        _ spool: Spool, started: ContinuousClock.Instant, status: ExitStatus = .cannotCreate
+    ) -> (RunSummary, ExitStatus) {
+        var summary = RunSummary(exitCode: status.rawValue)
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         if let metricsFile = options.metricsFile {
             let now = Date()
@@ -125,7 +172,7 @@ public struct Worker: Sendable {
                     "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
             }
         }
-        return (summary, .cannotCreate)
+        return (summary, status)
     }
 
     private func run(
@@ -200,6 +247,11 @@ public struct Worker: Sendable {
             baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
             connections: options.concurrency, network: options.network
         ) { client -> ExitStatus? in
+            let api: String
+            switch await bindAPI(client, checkpoints: checkpoints) {
+            case .success(let bound): api = bound
+            case .failure(let refused): return refused.status
+            }
             if idle && options.probeWhenIdle {
                 let (lines, status) = await CheckCommand.probe(client)
                 for line in lines where !line.ok {
@@ -214,9 +266,9 @@ public struct Worker: Sendable {
             await GroupCommit.with(storage: checkpoints, batchSize: batchSize) { results in
                 let slot = UploadSlot(
                     arrivals: work.arrivals, queue: queue, spool: spool, checkpoints: checkpoints,
-                    orphansNeedTheirLock: options.database == nil,
                     uploader: makeUploader(
-                        client, results: results, checkpoints: checkpoints, counters: counters, lookups: lookups),
+                        client, api: api, results: results, checkpoints: checkpoints, counters: counters,
+                        lookups: lookups),
                     counters: counters, deadline: options.maxTime.map { (options.clock, started + $0) },
                     maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
                 await withTaskGroup(of: Void.self) { progressGroup in
@@ -239,11 +291,68 @@ public struct Worker: Sendable {
         return clientResult ?? nil
     }
 
+    /// Why a run claims nothing: the API's binding refused it.
+    private struct Refused: Error {
+        let status: ExitStatus
+    }
+
+    /// Which API this run's checkpoints are recorded against (``APIBinding``). A URL new to a
+    /// store that holds other APIs' checkpoints is taken only where the API can look records up:
+    /// else the run claims nothing (78) until the operator says which API it is (`dopesync api`).
+    private func bindAPI(_ client: APIClient, checkpoints: any CheckpointStorage) async -> Result<String, Refused> {
+        let url = APIAddress.normalized(options.apiURL)
+        do throws(CheckpointError) {
+            var book = try await checkpoints.apiBook(countingSessions: false)
+            if book.addresses[url] == nil { book = try await checkpoints.apiBook(countingSessions: true) }
+            switch APIBinding.decide(url: url, book: book) {
+            case .known(let api):
+                if api != url {
+                    logger.info("the API is at a new address", metadata: ["api": "\(api)", "address": "\(url)"])
+                }
+                return .success(api)
+            case .record(let api):
+                try await checkpoints.recordAPIAddress(url, api: api, adoptUnbound: true)
+                return .success(api)
+            case .needsLookups(let others):
+                let answer =
+                    options.lookBeforeResending
+                    ? await client.get("/api/sessions?clientId=\(UUID().uuidString.lowercased())")
+                    : .notFound(status: 0)
+                switch answer {
+                case .found:
+                    logger.notice(
+                        "checkpoints recorded against another API: each of their steps is looked up on this one before anything is sent",
+                        metadata: ["api": "\(url)", "other.apis": "\(others.joined(separator: ", "))"])
+                    try await checkpoints.recordAPIAddress(url, api: url, adoptUnbound: true)
+                    return .success(url)
+                case .notFound:
+                    logger.critical(
+                        "\(APIBinding.refusal(url: url, others: others, book: book, spoolRoot: options.spoolRoot))")
+                    return .failure(Refused(status: .configuration))
+                case .failed:
+                    let (lines, status) = await CheckCommand.probe(client)
+                    for line in lines where !line.ok {
+                        logger.error("the API check failed", metadata: ["check": "\(line)"])
+                    }
+                    logger.critical(
+                        "cannot tell whether the API can look records up, which its checkpoints from another API need: the run claims nothing",
+                        metadata: ["api": "\(url)"])
+                    return .failure(Refused(status: status == .success ? .temporaryFailure : status))
+                }
+            }
+        } catch {
+            logger.critical(
+                "the checkpoint store cannot say which API its checkpoints belong to: the run claims nothing",
+                metadata: ["error": "\(error)"])
+            return .failure(Refused(status: error.isUnreachable ? .temporaryFailure : .cannotCreate))
+        }
+    }
+
     /// One uploader for all the run's bundles, with what they share: the group commit, the
     /// lookups' support, the reference lists.
     private func makeUploader(
-        _ client: APIClient, results: GroupCommit, checkpoints: any CheckpointStorage, counters: RunCounters,
-        lookups: LookupSupport
+        _ client: APIClient, api: String, results: GroupCommit, checkpoints: any CheckpointStorage,
+        counters: RunCounters, lookups: LookupSupport
     ) -> BundleUploader {
         var uploader = BundleUploader(
             checkpoints: checkpoints, results: results,
@@ -251,7 +360,7 @@ public struct Worker: Sendable {
             counters: counters, isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
             lookup: options.lookBeforeResending
                 ? ServerLookup(client: client, support: lookups, counters: counters, logger: logger) : nil,
-            logger: logger)
+            api: api, logger: logger)
         if options.checkReferencesFirst {
             uploader.references = ReferenceCatalog(
                 client: client, checkpoints: checkpoints, retry: options.retry, counters: counters, logger: logger)

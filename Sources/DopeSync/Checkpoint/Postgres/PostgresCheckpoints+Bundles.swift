@@ -51,22 +51,33 @@ extension PostgresCheckpoints {
         return try Self.decode(row, "readings_cut_short")
     }
 
-    /// One statement: the fence, the bundle's row, and the session's steps already done.
-    public func recordClaim(name: String, sessionID: String, owner: ClaimOwner, totalSteps: Int, now: Date)
-        async throws(CheckpointError) -> [String: CompletedStep]
-    {
+    /// One statement: the fence, the bundle's row, a new session bound to this producer and API,
+    /// and the session's steps already done. A session known before whose binding is not this
+    /// bundle's takes a transaction of its own (``bindSession(_:sessionID:producer:api:now:)``).
+    public func recordClaim(
+        name: String, sessionID: String, owner: ClaimOwner, producer: Producer, api: String, totalSteps: Int,
+        now: Date
+    ) async throws(CheckpointError) -> SessionClaim {
         let fence = try fence(name)
         let rows = try await rows(
             "recording the claim of \(name)",
             HotStatements.RecordClaim(
-                fence: fence, sessionID: sessionID, time: now.timeIntervalSince1970, totalSteps: Int32(totalSteps)))
+                fence: fence, sessionID: sessionID, time: now.timeIntervalSince1970, totalSteps: Int32(totalSteps),
+                api: api, producer: producer))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
+        let isNew: Bool = try Self.decode(first, "session_new")
+        let known: Bool = try Self.decode(first, "session_known")
+        if !isNew {
+            let existing = known ? try Self.sessionBinding(first) : nil
+            guard known, SessionBinding.decide(existing: existing, producer: producer, api: api) == .continuation
+            else { return try await bindSession(name, sessionID: sessionID, producer: producer, api: api, now: now) }
+        }
         var steps: [String: CompletedStep] = [:]
         for row in rows {
             guard let key: String = try Self.decode(row, "step_key") else { continue }
             steps[key] = try Self.completedStep(row)
         }
-        return steps
+        return .resume(steps)
     }
 
     public func recordDeferral(name: String, sessionID: String?, error: BundleFailure, policy: DeferralPolicy)

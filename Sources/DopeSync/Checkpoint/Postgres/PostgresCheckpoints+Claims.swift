@@ -42,6 +42,7 @@ extension PostgresCheckpoints {
                 RETURNING c.epoch, free.previous_host, free.previous_run
                 """)
             if let row = rows.first, let previousRun: String = try? Self.decode(row, "previous_run") {
+                takenOver.withLock { _ = $0.insert(name) }
                 let previousHost: String? = try? Self.decode(row, "previous_host")
                 logger.warning(
                     "taking over a bundle whose claim ran out: its worker stopped renewing it",
@@ -55,6 +56,10 @@ extension PostgresCheckpoints {
         let epoch: Int64 = try Self.decode(row, "epoch")
         leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
         return true
+    }
+
+    public func tookOverExpiredLease(of name: String) -> Bool {
+        takenOver.withLock { $0.contains(name) }
     }
 
     public func holdsClaim(of name: String) -> Bool {
@@ -74,6 +79,7 @@ extension PostgresCheckpoints {
 
     public func releaseClaim(of name: String) async {
         // A lease known lost is another worker's now: nothing to let go.
+        takenOver.withLock { _ = $0.remove(name) }
         let held = leaseBook.withLock { book in
             defer { book.released(name) }
             return book.leases[name].flatMap { $0.lost ? nil : $0.epoch }

@@ -20,7 +20,8 @@ extension PostgresCheckpoints {
     /// A step done there under another server id is refused, naming it, before anything is written.
     public func importCheckpoints(
         steps: [StepRecord], bundles: [BundleState], runs: [RunRecord],
-        referenceLists: [ReferenceList: CachedReferenceList]
+        referenceLists: [ReferenceList: CachedReferenceList], sessions: [String: SessionBinding] = [:],
+        apiAddresses: [String: String] = [:]
     ) async throws(CheckpointError) -> ImportCounts {
         try await transaction("importing \(steps.count) steps and \(bundles.count) bundles") { connection in
             let logger = self.logger
@@ -44,6 +45,27 @@ extension PostgresCheckpoints {
                 if try await added(Self.insertion(of: run)) { counts.runs += 1 } else { counts.alreadyThere += 1 }
             }
             let now = Date().timeIntervalSince1970
+            // Each session's API and producer; a row the database already has keeps what it says,
+            // and what it lacks (a session from before bindings) is filled in.
+            for (sessionID, binding) in sessions {
+                let uid = binding.owner.map { Int64($0.uid) }
+                _ = try await connection.query(
+                    """
+                    INSERT INTO dopesync.sessions (session_id, api, owner_uid, owner_name, first_seen)
+                    VALUES (\(sessionID), \(binding.api), \(uid), \(binding.owner?.name), \(now))
+                    ON CONFLICT (session_id) DO UPDATE SET api = COALESCE(dopesync.sessions.api, excluded.api),
+                        owner_name = CASE WHEN dopesync.sessions.owner_uid IS NULL THEN excluded.owner_name
+                            ELSE dopesync.sessions.owner_name END,
+                        owner_uid = COALESCE(dopesync.sessions.owner_uid, excluded.owner_uid)
+                    """, logger: logger)
+            }
+            for (url, api) in apiAddresses {
+                _ = try await connection.query(
+                    """
+                    INSERT INTO dopesync.api_addresses (url, api, recorded_at) VALUES (\(url), \(api), \(now))
+                    ON CONFLICT (url) DO NOTHING
+                    """, logger: logger)
+            }
             for (list, cached) in referenceLists {
                 let insertion: PostgresQuery = """
                     INSERT INTO dopesync.reference_lists (name, etag, body, read_at)

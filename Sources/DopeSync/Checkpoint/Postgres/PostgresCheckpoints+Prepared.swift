@@ -117,9 +117,10 @@ enum HotStatements {
         }
     }
 
-    /// The claim record (``PostgresCheckpoints/recordClaim(name:sessionID:owner:totalSteps:now:)``):
-    /// `$4` the session, `$5` the time, `$6` the plan's steps. Returns `fenced` and the session's
-    /// steps already done.
+    /// The claim record (``PostgresCheckpoints/recordClaim(name:sessionID:owner:producer:api:totalSteps:now:)``):
+    /// `$4` the session, `$5` the time, `$6` the plan's steps, `$7`–`$9` the API and the producer
+    /// (uid, name) a new session is bound to. Returns `fenced`, whether the session was new (and
+    /// is now bound to them), its binding as it was, and its steps already done.
     struct RecordClaim: HotStatement {
         static let sql = """
             WITH fence AS (\(ClaimFence.sql(.share))), claimed AS (
@@ -129,22 +130,37 @@ enum HotStatements {
                     session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
                     steps_total = excluded.steps_total, reading_since = NULL
                 RETURNING name
+            ), new_session AS (
+                INSERT INTO dopesync.sessions (session_id, api, owner_uid, owner_name, first_seen)
+                SELECT $4, $7, $8, $9, $5 WHERE EXISTS (SELECT 1 FROM fence)
+                ON CONFLICT (session_id) DO NOTHING
+                RETURNING session_id
             )
-            SELECT EXISTS (SELECT 1 FROM fence) AS fenced, s.step_key, s.server_id, s.content_digest, s.done_at
+            SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM new_session) AS session_new,
+                b.session_id IS NOT NULL AS session_known, b.api, b.owner_uid, b.owner_name,
+                s.step_key, s.server_id, s.content_digest, s.done_at
             FROM (VALUES (1)) AS one
+            LEFT JOIN dopesync.sessions b ON b.session_id = $4
             LEFT JOIN dopesync.steps s ON s.session_id = $4 AND s.state = 'done'
             """
-        static let bindingDataTypes: [PostgresDataType] = [.text, .int8, .text, .text, .float8, .int4]
+        static let bindingDataTypes: [PostgresDataType] = [
+            .text, .int8, .text, .text, .float8, .int4, .text, .int8, .text,
+        ]
         let fence: ClaimFence
         let sessionID: String
         let time: Double
         let totalSteps: Int32
+        let api: String
+        let producer: Producer
 
         func makeBindings() -> PostgresBindings {
             var bindings = fence.bindings
             bindings.append(sessionID)
             bindings.append(time)
             bindings.append(totalSteps)
+            bindings.append(api)
+            bindings.append(Int64(producer.uid))
+            bindings.append(producer.name)
             return bindings
         }
     }

@@ -28,6 +28,9 @@ public final class PostgresCheckpoints: Sendable {
     /// Who takes claims through this store (nil: a command that takes none).
     let owner: ClaimOwner?
     let leaseBook: Mutex<LeaseBook>
+    /// The bundles this worker claimed by taking over a lease that ran out (their worker stopped
+    /// renewing): only those may be taken from `processing/` while a lock on them is held.
+    let takenOver = Mutex(Set<String>())
     let logger: Logger
     /// The longest one statement or transaction may take before the database counts as unreachable.
     let statementTimeout: Duration

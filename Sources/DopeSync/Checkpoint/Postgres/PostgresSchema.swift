@@ -105,6 +105,30 @@ enum PostgresSchema {
         Migration(
             name: "v2-bundles-steps-done-counted",
             sql: ["ALTER TABLE dopesync.bundles DROP COLUMN steps_done"]),
+        // What the checkpoints are bound to, as in the SQLite file (v7): the store's own id, each
+        // session's API and producer, each API base URL a run used.
+        Migration(
+            name: "v3-bindings",
+            sql: [
+                "CREATE TABLE dopesync.store_meta (key text PRIMARY KEY, value text NOT NULL)",
+                "INSERT INTO dopesync.store_meta (key, value) VALUES ('store_id', replace(gen_random_uuid()::text, '-', ''))",
+                """
+                CREATE TABLE dopesync.sessions (
+                    session_id text PRIMARY KEY,
+                    api        text,
+                    owner_uid  bigint,
+                    owner_name text,
+                    first_seen double precision
+                )
+                """,
+                "INSERT INTO dopesync.sessions (session_id) SELECT DISTINCT session_id FROM dopesync.steps",
+                "CREATE INDEX sessions_by_api ON dopesync.sessions (api)",
+                """
+                CREATE TABLE dopesync.api_addresses (
+                    url text PRIMARY KEY, api text NOT NULL, recorded_at double precision NOT NULL
+                )
+                """,
+            ]),
     ]
 
     /// An arbitrary constant for `pg_advisory_xact_lock`: "dopesync" in ASCII.
