@@ -1,0 +1,63 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A spool has one store: a host whose job file forgot `database:` (so it would keep its
+/// checkpoints in the spool's SQLite file) and a host on PostgreSQL, on one spool at once against
+/// an API that ignores keys, once sent records twice. Now the second to start refuses.
+@Suite struct OneStoreASpoolTests {
+    enum First: String, CustomTestStringConvertible, CaseIterable {
+        case sqlite, postgresql
+        var testDescription: String { "\(rawValue) first" }
+    }
+
+    /// `dopesync run` on SQLite or on the shared database, logging into its output.
+    static func start(
+        _ store: First, _ spool: Spool, server: RunningDevServer, database: SharedDatabase
+    ) throws -> Spawned {
+        let run =
+            store == .sqlite
+            ? try spawnRunLogging(spool, against: server, ["--concurrency", "2"])
+            : try spawnSharedRun(
+                spool, against: server, database: database, host: "host-pg", logging: true, ["--concurrency", "2"])
+        return run
+    }
+
+    @Test(
+        "a SQLite host and a PostgreSQL host on one spool, keys ignored: the second refuses with 78, nothing is sent twice",
+        arguments: First.allCases)
+    func theSecondStoreRefuses(first: First) async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...8).map { SampleSession(seed: UInt64(4800 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 3...8
+            configuration.ignoreIdempotencyKeys = true
+            try await withDevServer(configuration) { server in
+                // Its output is read to its end by `firstLine`'s reader, never left to fill a pipe.
+                let firstRun = try Self.start(first, spool, server: server, database: database)
+                // The first holds a bundle: the spool is bound by then.
+                #expect(await firstRun.firstLine(containing: "reading the bundle") != nil)
+                let second: First = first == .sqlite ? .postgresql : .sqlite
+                let secondRun = try Self.start(second, spool, server: server, database: database)
+                let refusal = String(
+                    decoding: await onOwnThread { secondRun.output.readDataToEndOfFile() }, as: UTF8.self)
+                #expect(await secondRun.finished() == 78, "\(refusal)")
+                #expect(refusal.contains("dopesync.store says"), "\(refusal)")
+                #expect(
+                    refusal.contains("the SQLite file") && refusal.contains("the PostgreSQL database"), "\(refusal)")
+                #expect(!refusal.contains("reading the bundle"), "the refused run claimed something: \(refusal)")
+
+                #expect(await firstRun.finished() == 0)
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+            }
+        }
+    }
+}
