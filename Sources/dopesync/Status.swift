@@ -1,5 +1,6 @@
 import ArgumentParser
 import DopeSync
+import Foundation
 
 struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -20,11 +21,29 @@ struct Status: AsyncParsableCommand {
     @Option(help: "Also list the last N runs from the checkpoint database, newest first.")
     var runs: Int = 0
 
+    @Option(
+        help: ArgumentHelp(
+            "The API runs are given (default: --job's `api:`, $DOPESYNC_API_URL): bundles whose checkpoints were "
+                + "recorded against another API are named."))
+    var api: String?
+
     func run() async throws {
         let settings = try spool.settings()
         try finish(
             await StatusCommand.run(
                 spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
-                runs: runs, database: settings.database))
+                runs: runs, database: settings.database, apiURL: api ?? configuredAPI()))
+    }
+}
+
+extension Status {
+    /// The API a run with these settings would use, where they name one; nil otherwise (status
+    /// needs no token, so a job file without one still shows the spool).
+    func configuredAPI() -> String? {
+        var typed: [RunSetting: String] = [:]
+        typed[.spool] = spool.spool
+        let settings = try? RunConfiguration.resolve(
+            commandLine: typed, environment: ProcessInfo.processInfo.environment, jobFile: spool.job, purpose: .run)
+        return settings.map(\.apiURL) ?? ProcessInfo.processInfo.environment["DOPESYNC_API_URL"]
     }
 }

@@ -89,8 +89,15 @@ import Testing
         try await withTemporaryDirectory { directory in
             let (spool, samples, partial) = try await Self.stagedSpool(in: directory)
             let stagingAPI = try CheckpointStore(spool: spool).apiBook().addresses.values.first
-            try await Self.dropAgainAndRequeue(spool, partial: partial)
             try await withDevServer(Self.production(lookups: false)) { production in
+                // status, told the API runs now use, names the failed bundle's other API.
+                let shown = await StatusCommand.run(spoolRoot: spool.root, json: false, apiURL: production.baseURL)
+                #expect(
+                    shown.output.contains("\(partial)  http_422")
+                        && shown.output.contains(
+                            "its checkpoints are \(stagingAPI ?? "?")'s, not the configured API's"),
+                    "\(shown.output)")
+                try await Self.dropAgainAndRequeue(spool, partial: partial)
                 let (refused, output) = try await runToEnd(
                     spool, apiURL: production.baseURL, token: production.token)
                 #expect(refused == 78, "\(output)")

@@ -15,6 +15,9 @@ public protocol CheckpointLedger: Sendable {
     func bundleState(name: String) async throws(CheckpointError) -> BundleState?
     func steps(sessionID: String) async throws(CheckpointError) -> [StepRecord]
     func cachedReferenceIDs() async throws(CheckpointError) -> ReferenceIDs
+    /// Each session's API and producer (`status`: the API of a bundle's checkpoints).
+    func sessionBindings() async throws(CheckpointError) -> [String: SessionBinding]
+    func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook
 
     /// `requeue`: a fresh attempt count; false when the store does not know the bundle.
     func resetAttempts(name: String, now: Date) async throws(CheckpointError) -> Bool

@@ -7,14 +7,14 @@ extension SpoolStatus {
     /// listed, ``CheckpointError`` when the shared database cannot be read.
     public static func gather(
         spool: Spool, minAge: Duration = .seconds(5), runs: Int = 0, now: Date = Date(),
-        database: DatabaseSettings? = nil
+        database: DatabaseSettings? = nil, apiURL: String? = nil
     ) async throws -> SpoolStatus {
         if let database {
             return try await PostgresCheckpoints.with(database, logger: commandLogger) { store in
                 try SpoolBinding.check(spool, store: try await store.storeIdentity(), bindIfUnbound: false)
                 var status = try await gather(
                     spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
-                    place: Place(database: database.url, exists: true))
+                    place: Place(database: database.url, exists: true), apiURL: apiURL)
                 status.lastRunOfEachHost = try await store.lastFinishedRunOfEachHost().compactMap(LastRun.init)
                 return status
             }
@@ -38,7 +38,8 @@ extension SpoolStatus {
         return try await gather(
             spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
             place: Place(
-                database: spool.databasePath, exists: databaseExists, snapshot: snapshot, unreadable: unreadable))
+                database: spool.databasePath, exists: databaseExists, snapshot: snapshot, unreadable: unreadable),
+            apiURL: apiURL)
     }
 
     /// Where the checkpoints were read, and how.
@@ -54,6 +55,28 @@ extension SpoolStatus {
         var logger = Logger(label: "dopesync")
         logger.logLevel = .error
         return logger
+    }
+
+    private static func gather(
+        spool: Spool, ledger: (any CheckpointLedger)?, minAge: Duration, runs: Int, now: Date, place: Place,
+        apiURL: String?
+    ) async throws -> SpoolStatus {
+        var status = try await gather(spool: spool, ledger: ledger, minAge: minAge, runs: runs, now: now, place: place)
+        guard let ledger, let apiURL else { return status }
+        // Each listed bundle whose session's checkpoints were recorded against another API.
+        let url = APIAddress.normalized(apiURL)
+        let configured = try await ledger.apiBook(countingSessions: false).addresses[url] ?? url
+        let bindings = try await ledger.sessionBindings()
+        func other(_ sessionID: String?) -> String? {
+            guard let api = sessionID.flatMap({ bindings[$0]?.api }), api != configured else { return nil }
+            return api
+        }
+        for index in status.failed.indices { status.failed[index].checkpointsAPI = other(status.failed[index].session) }
+        let inFlight = try await ledger.bundlesInFlight()
+        for index in status.waiting.indices {
+            status.waiting[index].checkpointsAPI = other(inFlight[status.waiting[index].name]?.sessionID)
+        }
+        return status
     }
 
     private static func gather(

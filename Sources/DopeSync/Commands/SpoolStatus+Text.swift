@@ -60,6 +60,7 @@ extension SpoolStatus {
                 "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"
             if let attempts = bundle.attempts { line += ", \(attempts) attempt\(attempts == 1 ? "" : "s")" }
             if let error = bundle.lastError { line += ", last error: \(Self.describe(error))" }
+            if let api = bundle.checkpointsAPI { line += "; its checkpoints are \(api)'s, not the configured API's" }
             return line
         }
         lines += Self.section(
@@ -74,6 +75,7 @@ extension SpoolStatus {
                 line += "no reason known (no sidecar, no checkpoint row)"
             }
             if let failedAt = bundle.failedAt { line += ", failed \(Self.time(failedAt))" }
+            if let api = bundle.checkpointsAPI { line += "; its checkpoints are \(api)'s, not the configured API's" }
             return line
         }
         lines += Self.section("claims in progress (\(claims.count)):", claims) { claim in

@@ -31,6 +31,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var attempts: Int?
         public var nextAttemptAt: Date
         public var lastError: LastError?
+        /// The API its session's checkpoints were recorded against, when not the configured one.
+        public var checkpointsAPI: String? = nil
     }
     public struct Failed: Sendable, Codable, Equatable {
         public var name: String
@@ -45,6 +47,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var message: String?
         public var attempts: Int?
         public var hasSidecar: Bool
+        /// The API its session's checkpoints were recorded against, when not the configured one.
+        public var checkpointsAPI: String? = nil
     }
     public struct Claim: Sendable, Codable, Equatable {
         public var name: String

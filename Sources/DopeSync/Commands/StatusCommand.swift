@@ -8,14 +8,14 @@ import Foundation
 public enum StatusCommand {
     public static func run(
         spoolRoot: String, json: Bool, minAge: Duration = .seconds(5), minFreeSpace: FreeSpaceFloor = .default,
-        runs: Int = 0, now: Date = Date(), database: DatabaseSettings? = nil
+        runs: Int = 0, now: Date = Date(), database: DatabaseSettings? = nil, apiURL: String? = nil
     ) async -> CommandOutcome {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
             if database == nil, let refused = sqliteRefusal(Spool(root: root)) { return refused }
             var report = try await SpoolStatus.gather(
-                spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database)
+                spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database, apiURL: apiURL)
             report.space = FileSystemSpace(of: root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolBindingError {
