@@ -60,4 +60,32 @@ import Testing
             }
         }
     }
+
+    @Test("a bundle in processing/ whose lock a process outside the store holds, with no lease: never taken over")
+    func aLockWithoutALeaseIsNeverTakenOver() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...2).map { SampleSession(seed: UInt64(4820 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            // A claim made outside the store (an older dopesync, a run given the SQLite file): the
+            // bundle renamed into processing/ and its flock held, no lease in the database.
+            let held = "\(samples[0].sessionID).tar.gz"
+            #expect(rename(spool.path(.incoming, held), spool.path(.processing, held)) == 0)
+            let holder = try Spawned(
+                "/usr/bin/flock", [spool.path(.processing, held), "/bin/sh", "-c", "echo locked; exec cat"])
+            #expect(holder.output.readLine() == "locked")
+            try await withDevServer { server in
+                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 0)
+                #expect(try spool.names(.processing) == [held])
+                #expect(try spool.names(.done) == ["\(samples[1].sessionID).tar.gz"])
+                // Its claimer gone (the lock free), the next run takes it back and finishes it.
+                try holder.input.close()
+                #expect(await holder.finished() == 0)
+                let again = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await again.finished() == 0)
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+            }
+        }
+    }
 }
