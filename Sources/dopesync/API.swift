@@ -38,15 +38,14 @@ struct API: AsyncParsableCommand {
         var typed: [RunSetting: String] = [:]
         typed[.spool] = place.spool
         typed[.database] = place.database
+        typed[.api] = api
         let settings = try resolveSettings(commandLine: typed, job: place.job, purpose: .spoolOnly)
-        var url = api
-        if url == nil {
-            typed[.api] = nil
-            url = try resolveSettings(commandLine: typed, job: place.job, purpose: .run).apiURL
+        guard !settings.apiURL.isEmpty else {
+            throw ValidationError("which API? give --api URL, or --job with `api:` (or DOPESYNC_API_URL)")
         }
         let answer: APICommand.Answer = sameAs.map { .sameAs($0) } ?? (anotherServer ? .anotherServer : .list)
         try finish(
             await APICommand.run(
-                spoolRoot: settings.spool, database: settings.database, apiURL: url ?? "", answer: answer))
+                spoolRoot: settings.spool, database: settings.database, apiURL: settings.apiURL, answer: answer))
     }
 }

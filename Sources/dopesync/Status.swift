@@ -32,18 +32,7 @@ struct Status: AsyncParsableCommand {
         try finish(
             await StatusCommand.run(
                 spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
-                runs: runs, database: settings.database, apiURL: api ?? configuredAPI()))
-    }
-}
-
-extension Status {
-    /// The API a run with these settings would use, where they name one; nil otherwise (status
-    /// needs no token, so a job file without one still shows the spool).
-    func configuredAPI() -> String? {
-        var typed: [RunSetting: String] = [:]
-        typed[.spool] = spool.spool
-        let settings = try? RunConfiguration.resolve(
-            commandLine: typed, environment: ProcessInfo.processInfo.environment, jobFile: spool.job, purpose: .run)
-        return settings.map(\.apiURL) ?? ProcessInfo.processInfo.environment["DOPESYNC_API_URL"]
+                runs: runs, database: settings.database,
+                apiURL: api ?? (settings.apiURL.isEmpty ? nil : settings.apiURL)))
     }
 }

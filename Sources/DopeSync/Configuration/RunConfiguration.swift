@@ -69,6 +69,10 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         try configuration.resolveDatabase(&settings, environment: environment)
         if purpose == .run {
             try configuration.resolveAPISettings(&settings, environment: environment, jobFile: jobFile)
+        } else if let api = try? settings.parsed(.api, expected: "an http:// or https:// URL", Self.apiURL) {
+            // Named for what the other commands show (the API a bundle's checkpoints belong to),
+            // never used to send anything: no check of the scheme, no credential read.
+            configuration.apiURL = api
         }
         configuration.sources.merge(settings.sources) { own, _ in own }
         return configuration
