@@ -19,10 +19,13 @@ import Testing
     static let probes = [
         ("sqlite", "SQLite: opening :memory: on an event loop thread"),
         ("libarchive", "libarchive: opening /nonexistent/bundle.tar.gz on an event loop thread"),
+        ("spool", "spool: listing /nonexistent/incoming on an event loop thread"),
     ]
 
     #if DEBUG  // the check stops debug builds only
-        @Test("a SQLite or libarchive call on an event loop stops a debug build, naming the call", arguments: probes)
+        @Test(
+            "a SQLite, libarchive or spool call on an event loop stops a debug build, naming the call",
+            arguments: probes)
         func aBlockingCallOnALoopStops(probe: String, message: String) async throws {
             let child = try await runProcess(
                 testRunner.path, ["--testing-library", "swift-testing", "--filter", "BlockingCallsProbe"],
@@ -78,6 +81,7 @@ import Testing
         try await MultiThreadedEventLoopGroup.singleton.any().submit {
             switch probe {
             case "sqlite": _ = try SQLiteDatabase(path: ":memory:")
+            case "spool": _ = try? Spool(root: "/nonexistent").list(.incoming)
             default: _ = try? ArchiveReader.opening(path: "/nonexistent/bundle.tar.gz", expected: nil)
             }
         }.get()

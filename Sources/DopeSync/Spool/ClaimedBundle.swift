@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -276,6 +277,7 @@ extension Spool {
     private static func openAndLock(_ path: String, lockRequired: Bool = true) throws(SpoolError) -> (
         Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
     )? {
+        BlockingCalls.check("spool: claiming \(path)")
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
         // must not inherit (and keep alive) our lock.
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)

@@ -1,4 +1,5 @@
 import Foundation
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -58,6 +59,7 @@ public struct FileSystemSpace: Sendable, Hashable {
 
     /// Nil when the folder cannot be asked (it does not exist): nothing to judge.
     public init?(of folder: String) {
+        BlockingCalls.check("spool: statvfs of \(folder)")
         var info = statvfs()
         guard statvfs(folder, &info) == 0 else { return nil }
         free = Int64(info.f_bavail) * Int64(info.f_frsize)

@@ -1,4 +1,5 @@
 import Foundation
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -191,6 +192,7 @@ extension Spool {
     /// whose own name ends in `.error` is a bundle like any other.
     public func list(_ folder: Folder) throws(SpoolError) -> [SpoolEntry] {
         let directoryPath = path(folder)
+        BlockingCalls.check("spool: listing \(directoryPath)")
         guard let directory = opendir(directoryPath) else {
             throw SpoolError(code: .scanFailed, message: "cannot list spool folder", path: directoryPath, errno: errno)
         }

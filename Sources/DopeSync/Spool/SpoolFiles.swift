@@ -1,4 +1,5 @@
 import Foundation
+import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -67,6 +68,7 @@ enum SpoolFiles {
     static func renameNoReplace(
         _ source: String, _ target: String, of file: FileIdentity? = nil, calls: RenameCalls = .system
     ) -> Int32 {
+        BlockingCalls.check("spool: moving \(source)")
         guard let file = file ?? identity(ofPath: source) else { return ENOENT }
         let error = calls.renameNoReplace(source, target)
         if error == 0 { return 0 }

@@ -17,11 +17,11 @@ enum BlockingPool {
         BlockingCalls.allowedHere ? body() : await run(body)
     }
 
-    /// A spool move (rename, sidecar, folder syncs) on the pool.
+    /// A spool move (rename, sidecar, folder syncs), on the spool's own threads (``SpoolCalls``).
     static func spoolMove<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value)
         async throws(SpoolError) -> Value
     {
-        try await run { Result { () throws(SpoolError) in try move() } }.get()
+        try await SpoolCalls.run(move)
     }
 }
 

@@ -67,7 +67,8 @@ public final class Credential: Sendable {
         case .fixed:
             fresh = nil
         case .file(let path):
-            fresh = try? Self.readTokenFile(path)
+            // Off the loop: the file may be on a mount that stalls.
+            fresh = await SpoolCalls.run { try? Self.readTokenFile(path) }
         case .command(let command):
             do {
                 fresh = try await BlockingPool.run { Result { try Self.runTokenCommand(command) } }.get()

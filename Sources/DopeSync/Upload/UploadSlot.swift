@@ -25,7 +25,11 @@ struct UploadSlot: Sendable {
     func run() async {
         while !counters.shouldStop {
             if let deadline, deadline.clock() >= deadline.at { return }
-            if minFreeSpace != .bytes(0), let space = FileSystemSpace(of: spool.root), space.isBelow(minFreeSpace) {
+            if minFreeSpace != .bytes(0),
+                let space = await SpoolCalls.run({ [root = spool.root] in
+                    FileSystemSpace(of: root)
+                }), space.isBelow(minFreeSpace)
+            {
                 if counters.report(\.belowFreeSpaceFloor) {
                     logger.critical(
                         "the spool's file system fell below its free-space floor: the run stops claiming and gives back (exit 73)",
@@ -62,7 +66,8 @@ struct UploadSlot: Sendable {
     private func claim(_ entry: SpoolEntry) async -> ClaimedBundle? {
         let orphan = entry.folder == .processing
         // Gone since the scan (another host took it, or it is done): no claim to ask the store for.
-        guard FileManager.default.fileExists(atPath: spool.path(entry.folder, entry.name)) else { return nil }
+        let path = spool.path(entry.folder, entry.name)
+        guard await SpoolCalls.run({ FileManager.default.fileExists(atPath: path) }) else { return nil }
         do {
             guard
                 try await checkpoints.acquireClaim(
@@ -73,10 +78,10 @@ struct UploadSlot: Sendable {
             return nil
         }
         do {
-            let claimed =
-                orphan
-                ? try spool.claimOrphan(entry, lockRequired: !checkpoints.tookOverExpiredLease(of: entry.name))
-                : try spool.claim(entry)
+            let (spool, lockRequired) = (spool, !checkpoints.tookOverExpiredLease(of: entry.name))
+            let claimed = try await SpoolCalls.run { () throws(SpoolError) in
+                orphan ? try spool.claimOrphan(entry, lockRequired: lockRequired) : try spool.claim(entry)
+            }
             if claimed == nil { await checkpoints.releaseClaim(of: entry.name) }
             return claimed
         } catch {

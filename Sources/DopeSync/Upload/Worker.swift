@@ -46,7 +46,7 @@ public struct Worker: Sendable {
             logger.critical(
                 "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
                 metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return endedBeforeStarting(spool, started: started, status: error.exitStatus)
+            return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
@@ -54,7 +54,7 @@ public struct Worker: Sendable {
             guard (error as? SpoolError)?.code != .runningAsRoot else {
                 return (RunSummary(exitCode: ExitStatus.cannotCreate.rawValue), .cannotCreate)
             }
-            return endedBeforeStarting(spool, started: started)
+            return await endedBeforeStarting(spool, started: started)
         }
     }
 
@@ -65,12 +65,15 @@ public struct Worker: Sendable {
         async -> (RunSummary, ExitStatus)
     {
         do {
-            try spool.checkBeforeWriting(mayCreate: options.createSpool, allowRoot: options.allowRoot)
-            try spool.create()
+            let (mayCreate, allowRoot) = (options.createSpool, options.allowRoot)
+            try await SpoolCalls.run { () throws(SpoolError) in
+                try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
+                try spool.create()
+            }
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return endedBeforeStarting(spool, started: started)
+            return await endedBeforeStarting(spool, started: started)
         }
         do {
             return try await PostgresCheckpoints.with(
@@ -82,7 +85,7 @@ public struct Worker: Sendable {
                     logger.critical(
                         "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
                         metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-                    return endedBeforeStarting(spool, started: started, status: error.exitStatus)
+                    return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
                 }
                 return await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
             }
@@ -107,14 +110,19 @@ public struct Worker: Sendable {
     /// every step they record would be sent again.
     private func bind(_ spool: Spool, to checkpoints: PostgresCheckpoints) async throws(SpoolBindingError) {
         let store: StoreIdentity
+        let unmigrated: Bool
         do {
             store = try await checkpoints.storeIdentity()
-            if try SpoolBinding.read(spool) == nil, FileManager.default.fileExists(atPath: spool.databasePath),
-                try await !checkpoints.holdsSteps(),
-                let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
-                (try? file.allSteps())?.isEmpty == false
-            {
-                throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store)
+            let unboundWithFile = try await SpoolCalls.run { () throws(SpoolBindingError) in
+                try SpoolBinding.read(spool) == nil && FileManager.default.fileExists(atPath: spool.databasePath)
+            }
+            if unboundWithFile, try await !checkpoints.holdsSteps() {
+                unmigrated = await SpoolCalls.run {
+                    let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
+                    return (try? file?.allSteps())??.isEmpty == false
+                }
+            } else {
+                unmigrated = false
             }
         } catch let error as SpoolBindingError {
             throw error
@@ -122,7 +130,10 @@ public struct Worker: Sendable {
             throw SpoolBindingError(
                 code: .unreadable, message: "cannot read the store's id: \(error)", path: SpoolBinding.path(spool))
         }
-        try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
+        if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
+        try await SpoolCalls.run { () throws(SpoolBindingError) in
+            try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
+        }
     }
 
     /// The spool's file system is below `min-free-space`: the run claims nothing (exit 73), and says
@@ -131,7 +142,7 @@ public struct Worker: Sendable {
         _ space: FileSystemSpace, spool: Spool, checkpoints: any CheckpointStorage, counters: RunCounters
     ) async {
         guard counters.report(\.belowFreeSpaceFloor) else { return }
-        let done = (try? spool.list(.done)) ?? []
+        let done = await SpoolCalls.run { (try? spool.list(.done)) ?? [] }
         let doneAt =
             (try? await checkpoints.doneTimes()) ?? [:]
         let old = PruneCommand.prunable(
@@ -154,20 +165,21 @@ public struct Worker: Sendable {
     /// showing the run before; the last success time is taken from it, the database being unusable.
     private func endedBeforeStarting(
         _ spool: Spool, started: ContinuousClock.Instant, status: ExitStatus = .cannotCreate
-    ) -> (RunSummary, ExitStatus) {
+    ) async -> (RunSummary, ExitStatus) {
         var summary = RunSummary(exitCode: status.rawValue)
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         if let metricsFile = options.metricsFile {
-            let now = Date()
-            let backlog =
-                (try? SpoolBacklog.list(spool, inFlight: [:], now: now))
-                ?? SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
-            let metrics = RunMetrics(
-                finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
-                backlog: backlog)
-            do {
-                try metrics.write(to: metricsFile)
-            } catch {
+            let written = await SpoolCalls.run { [summary] () -> Result<Void, any Error> in
+                let now = Date()
+                let backlog =
+                    (try? SpoolBacklog.list(spool, inFlight: [:], now: now))
+                    ?? SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
+                let metrics = RunMetrics(
+                    finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
+                    backlog: backlog)
+                return Result { try metrics.write(to: metricsFile) }
+            }
+            if case .failure(let error) = written {
                 logger.error(
                     "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
             }
@@ -197,10 +209,10 @@ public struct Worker: Sendable {
                 logger.critical(
                     "the checkpoint database cannot be written: the run claims nothing (exit 73)",
                     metadata: ["error": "\(error)"])
-                return endedBeforeStarting(spool, started: started)
+                return await endedBeforeStarting(spool, started: started)
             }
         }
-        if let space = FileSystemSpace(of: spool.root), space.isBelow(options.minFreeSpace) {
+        if let space = await SpoolCalls.run({ FileSystemSpace(of: spool.root) }), space.isBelow(options.minFreeSpace) {
             await reportBelowFloor(space, spool: spool, checkpoints: checkpoints, counters: counters)
         }
         let work: DueWork
@@ -381,7 +393,9 @@ public struct Worker: Sendable {
         if options.metricsFile != nil {
             do {
                 let inFlight = try await checkpoints.bundlesInFlight()
-                backlog = Result { try RunMetrics.backlog(of: spool, inFlight: inFlight, now: now) }
+                backlog = await SpoolCalls.run {
+                    Result { try RunMetrics.backlog(of: spool, inFlight: inFlight, now: now) }
+                }
             } catch {
                 backlog = .failure(error)
             }
@@ -404,7 +418,7 @@ public struct Worker: Sendable {
             var metrics = RunMetrics(
                 finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
             metrics.syncSeconds = syncSeconds
-            try metrics.write(to: metricsFile)
+            try await SpoolCalls.run { [metrics] () throws(any Error) in try metrics.write(to: metricsFile) }
         } catch {
             logger.error(
                 "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
@@ -423,8 +437,9 @@ struct DueWork {
     var bundles: [SpoolEntry] { orphans + incoming.due }
 
     static func list(_ spool: Spool, checkpoints: any CheckpointStorage, minAge: Duration) async throws -> DueWork {
-        let orphans = try spool.processingEntries()
-        let listing = try spool.list(.incoming)
+        let (orphans, listing) = try await SpoolCalls.run { () throws(SpoolError) in
+            (try spool.processingEntries(), try spool.list(.incoming))
+        }
         let states = try await checkpoints.bundlesInFlight()
         let incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: minAge)
         var arrivals: [String: Date] = [:]
