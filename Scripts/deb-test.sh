@@ -3,22 +3,29 @@
 # operator would, removes and purges them, and leaves the machine as it found it. Needs root
 # (re-runs itself with sudo otherwise). Not part of `make test`: it needs the release build.
 #
-#   1. dpkg -i both packages (apt-get install -f for missing dependencies): the user dopesync, a
-#      member of the group dopesync-producers; the spool root 0750 dopesync:dopesync-producers,
-#      tmp/ and incoming/ 3770 dopesync:dopesync-producers, processing/, done/ and failed/ 0750
-#      dopesync:dopesync; the job file 0640 root:dopesync (a dpkg-statoverride); the units
-#      dopesync.service, dopesync.timer, dopesync.path, dopesync-prune.service and
-#      dopesync-prune.timer installed, none enabled; postinst's line `check the setup with:
-#      runuser -u dopesync -- dopesync check --job /etc/dopesync/production.yaml`;
+#   1. dpkg -i both packages (apt-get install -f for missing dependencies, acl among them): the
+#      user dopesync, a member of the group dopesync-producers; the spool root 0750
+#      dopesync:dopesync-producers, tmp/ and incoming/ 3730 dopesync:dopesync-producers with the
+#      default ACL user::rwx, user:dopesync:r--, group::---, mask::r--, other::--- (getfacl),
+#      processing/, done/ and failed/ 0750 dopesync:dopesync; the job file 0640 root:dopesync
+#      (a dpkg-statoverride); the units dopesync.service, dopesync.timer, dopesync.path,
+#      dopesync-prune.service and dopesync-prune.timer installed, none enabled; postinst's line
+#      `check the setup with: runuser -u dopesync -- dopesync check --job
+#      /etc/dopesync/production.yaml`;
 #   2. ldd of the installed binaries: no Swift library;
 #   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the five
 #      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
 #      FILES, EXIT STATUS); /usr/share/doc/dopesync/ holds README.md and every docs/*.md in docs/;
-#   4. two producers, users in group dopesync-producers: as the first (runuser), a bundle packed
-#      by the installed dopesync is written into tmp/ (umask 027: 0640, group dopesync-producers
+#   4. two producers, users in group dopesync-producers, each with umask 022: as the first
+#      (runuser), a bundle packed by the installed dopesync is written into tmp/ (0640 and the ACL
+#      user::rw-, user:dopesync:r--, group::---, mask::r--, other::---, group dopesync-producers
 #      from the setgid folder) and renamed into incoming/; it cannot create a file in the spool
-#      root, processing/, done/ or failed/, nor remove, rename, replace or write the second
-#      producer's file in incoming/ (the sticky bit), which the second producer then removes;
+#      root, processing/, done/ or failed/. The second producer writes its own bundle into tmp/
+#      and renames it into incoming/: the first cannot list tmp/ or incoming/ (ls, find), nor
+#      read that bundle by its name in either (cat, tar xzOf ... session.json: the reported
+#      attack), not even after its owner's chmod 0644, nor remove, rename, replace or write it
+#      (the sticky bit); the first reads its own, user dopesync reads both; the second then
+#      renames its bundle back into tmp/, where it waits for step 5;
 #   5. the installed service's ExecStart run as the unit runs it (user dopesync, its working
 #      folder, umask and LimitCORE, an empty environment, the token as a credential file, the
 #      API URL in DOPESYNC_API_URL as a drop-in's Environment= would pass it), against the
@@ -32,12 +39,14 @@
 #      token-file:) exit 0, every line `ok`; with --token-file naming a wrong token exit 77; with
 #      --api the URL plus /api exit 78; the job file then gets its shipped content back;
 #      before the check, what dopesync.path does (systemd is not PID 1 here, so no path unit can
-#      fire: the run it would start is started by hand): a second bundle renamed into incoming/ the
-#      moment it was written, and the service's ExecStart run at once, which leaves it there as
-#      not yet due (the job file's min-age, 30s); then the same bundle, written more than min-age
-#      before, renamed in and the ExecStart run at once: it is in done/ when the run ends, and the
-#      time from the rename to done/ is shown; dopesync-prune.service's ExecStart run as that unit
-#      runs it (user dopesync, no token, no API): exit 0, nothing younger than 30 days deleted;
+#      fire: the run it would start is started by hand): the second producer's bundle, written
+#      anew and renamed into incoming/ the moment it was written, and the service's ExecStart
+#      run at once, which leaves it there as not yet due (the job file's min-age, 30s); then the
+#      same bundle, written more than min-age before, renamed in and the ExecStart run at once:
+#      it is in done/ when the run ends, and the time from the rename to done/ is shown (done/
+#      then holds both producers' bundles, still their files); dopesync-prune.service's
+#      ExecStart run as that unit runs it (user dopesync, no token, no API): exit 0, nothing
+#      younger than 30 days deleted;
 #      the operator's `systemctl enable dopesync.timer` (offline: the links alone) enables
 #      dopesync.path and dopesync-prune.timer with it (its Also=);
 #   6. upgrades fix what is wrong: an upgrade to a repacked version whose job file changed is
@@ -46,13 +55,23 @@
 #      its files root's), the job file edited and made 0644 root:root, and dopesync taken out of
 #      dopesync-producers: installing the package again gives every owner, mode and membership
 #      back, keeps the edit, and tells the operator to move the producers to the new group (and
-#      postinst suggests the check again, after the upgrade as after the installation);
+#      postinst suggests the check again, after the upgrade as after the installation); then the
+#      spool as the previous package left it (tmp/ and incoming/ 3770 without ACL, the second
+#      producer's bundles waiting in tmp/, incoming/, processing/ and failed/, 0640 group
+#      dopesync-producers, which the first producer lists and reads: the attack, shown first),
+#      with a hard link to a file not a producer's and a producer's symlink among them:
+#      installing again makes the folders 3730 with the default ACL, gives each waiting bundle
+#      the ACL a new one gets (user dopesync reads it, the first producer cannot list the
+#      folders nor read it), leaves the hard link's file and the symlink alone (with a warning
+#      for the link), and tells the operator; the same again through postinst's fallback, run
+#      with a PATH that lacks systemd-tmpfiles and systemd-sysusers (mkdir, perl and setfacl;
+#      usermod puts dopesync back into dopesync-producers);
 #   7. dpkg -r: the spool, its bundle and the checkpoint database are still there;
 #   8. dpkg --purge: the spool is still there, and postrm says so; the statoverride is gone, and
 #      so are the links that enabled the timer, the path unit and the prune timer;
 #   9. clean-up: the spool, /etc/dopesync, the producers, the user dopesync, the groups
-#      dopesync and dopesync-producers, and any package apt-get installed for the test are
-#      removed again.
+#      dopesync and dopesync-producers, and any package apt-get installed for the test (acl,
+#      where it was missing) are removed again.
 #
 # systemd is usually not PID 1 where this runs (containers, CI): nothing here needs it to be.
 # It refuses to run where dopesync is installed or /var/spool/dopesync or /etc/dopesync exist.
@@ -208,7 +227,14 @@ getent passwd dopesync | grep -q ':/var/spool/dopesync:/usr/sbin/nologin$' ||
   fail "no system user dopesync with home $SPOOL and shell nologin: $(getent passwd dopesync)"
 say "user: $(getent passwd dopesync)"
 
-# The owners, modes and memberships the package promises; run again after the upgrades below.
+# acl_of [getfacl's -a or -d] PATH...: PATH's ACL entries (getfacl's lines, joined with commas).
+acl_of() { getfacl -cp "$@" 2> /dev/null | grep -v '^$' | paste -sd, -; }
+# tmp/'s and incoming/'s own ACL (their mode, 3730: nothing more), and their default ACL, which
+# every file created in them gets (a file created with mode 0666 or 0644: FILE_ACL, shown 0640).
+FOLDER_ACL="user::rwx,group::-wx,other::---"
+FOLDER_DEFAULT_ACL="user::rwx,user:dopesync:r--,group::---,mask::r--,other::---"
+FILE_ACL="user::rw-,user:dopesync:r--,group::---,mask::r--,other::---"
+# The owners, modes, ACLs and memberships the package promises; run again after the upgrades below.
 check_layout() {
   local d got want
   getent group dopesync-producers > /dev/null || fail "no group dopesync-producers"
@@ -219,11 +245,17 @@ check_layout() {
   for d in "" /tmp /incoming /processing /done /failed; do
     case "$d" in
     "") want="750 dopesync:dopesync-producers" ;;
-    /tmp | /incoming) want="3770 dopesync:dopesync-producers" ;;
+    /tmp | /incoming) want="3730 dopesync:dopesync-producers" ;;
     *) want="750 dopesync:dopesync" ;;
     esac
     got=$(stat -c '%a %U:%G' "$SPOOL$d")
     [ "$got" = "$want" ] || fail "$SPOOL$d is $got, not $want"
+  done
+  for d in /tmp /incoming; do
+    got=$(acl_of -a "$SPOOL$d")
+    [ "$got" = "$FOLDER_ACL" ] || fail "$SPOOL$d's ACL is $got, not $FOLDER_ACL"
+    got=$(acl_of -d "$SPOOL$d")
+    [ "$got" = "$FOLDER_DEFAULT_ACL" ] || fail "$SPOOL$d's default ACL is ${got:-none}, not $FOLDER_DEFAULT_ACL"
   done
   got=$(stat -c '%a %U:%G' "$JOB")
   [ "$got" = "640 root:dopesync" ] || fail "$JOB is $got, not 640 root:dopesync"
@@ -237,7 +269,9 @@ check_layout() {
 }
 check_layout
 say "groups: $(getent group dopesync-producers) (user dopesync is a member); $(getent group dopesync)"
-say "spool: $SPOOL 0750 dopesync:dopesync-producers; tmp/, incoming/ 3770 dopesync:dopesync-producers; processing/, done/, failed/ 0750 dopesync:dopesync"
+say "spool: $SPOOL 0750 dopesync:dopesync-producers; tmp/, incoming/ 3730 dopesync:dopesync-producers, default ACL $FOLDER_DEFAULT_ACL; processing/, done/, failed/ 0750 dopesync:dopesync"
+dpkg-query -W -f='${Depends}\n' dopesync | grep -Eq '(^|, )acl(,|$| )' || fail "the package does not depend on acl"
+say "acl (setfacl, getfacl): $(dpkg-query -W -f='${Version}' acl), a dependency of the package"
 say "job file: $(stat -c '%a %U:%G' "$JOB") $JOB (dpkg-statoverride: $(dpkg-statoverride --list "$JOB"))"
 ALL_UNITS=(dopesync.service dopesync.timer dopesync.path dopesync-prune.service dopesync-prune.timer)
 for unit in "${ALL_UNITS[@]}"; do [ -f "$UNITS/$unit" ] || fail "$UNITS/$unit is not installed"; done
@@ -324,8 +358,9 @@ for u in "$PRODUCER" "$OTHER_PRODUCER"; do
   useradd --system --user-group --groups dopesync-producers --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin "$u"
 done
-# as_producer USER COMMAND...: the command as USER, with the umask a producer is told to use.
-as_producer() { local user=$1; shift; runuser -u "$user" -- sh -c 'umask 027 && exec "$@"' sh "$@"; }
+# as_producer USER COMMAND...: the command as USER, with the umask most users have, 022: the
+# folders' default ACL, not the umask, keeps the other producers out.
+as_producer() { local user=$1; shift; runuser -u "$user" -- sh -c 'umask 022 && exec "$@"' sh "$@"; }
 # refused WHAT COMMAND...: the command must fail (its error is shown), else the test fails.
 refused() {
   local what=$1 out; shift
@@ -342,10 +377,12 @@ BUNDLE=$(basename "$SAMPLE").tar.gz
 as_producer "$PRODUCER" cp "$WORK/bundle.tar.gz" "$SPOOL/tmp/$BUNDLE"
 got=$(stat -c '%a %U:%G' "$SPOOL/tmp/$BUNDLE")
 [ "$got" = "640 $PRODUCER:dopesync-producers" ] ||
-  fail "tmp/$BUNDLE is $got, not 640 $PRODUCER:dopesync-producers (setgid folder, umask 027)"
+  fail "tmp/$BUNDLE is $got, not 640 $PRODUCER:dopesync-producers (setgid folder; the default ACL's mask)"
+got=$(acl_of "$SPOOL/tmp/$BUNDLE")
+[ "$got" = "$FILE_ACL" ] || fail "tmp/$BUNDLE's ACL is $got, not $FILE_ACL"
 as_producer "$PRODUCER" mv "$SPOOL/tmp/$BUNDLE" "$SPOOL/incoming/$BUNDLE"
 [ -f "$SPOOL/incoming/$BUNDLE" ] && [ ! -e "$SPOOL/tmp/$BUNDLE" ] || fail "the rename into incoming/ did not happen"
-say "incoming/$BUNDLE ($(stat -c '%a %U:%G' "$SPOOL/incoming/$BUNDLE")), written into tmp/ and renamed"
+say "incoming/$BUNDLE ($(stat -c '%a %U:%G' "$SPOOL/incoming/$BUNDLE"), ACL $(acl_of "$SPOOL/incoming/$BUNDLE")), written into tmp/ and renamed"
 as_producer "$PRODUCER" ls "$SPOOL" > /dev/null || fail "a producer cannot list the spool root"
 
 step "What a producer may not do"
@@ -356,21 +393,50 @@ done
 refused "create a folder in the spool root" as_producer "$PRODUCER" mkdir "$SPOOL/producer-was-here"
 refused "rename a bundle out of incoming/ into the spool root" \
   as_producer "$PRODUCER" mv "$SPOOL/incoming/$BUNDLE" "$SPOOL/$BUNDLE"
-# Another producer's file in incoming/ (a name the worker skips: it ends in .part).
-OTHERS=other-producer.part
-as_producer "$OTHER_PRODUCER" sh -c 'echo theirs > "$1" && mv "$1" "$2"' sh "$SPOOL/tmp/$OTHERS" "$SPOOL/incoming/$OTHERS"
-[ "$(stat -c %U "$SPOOL/incoming/$OTHERS")" = "$OTHER_PRODUCER" ] || fail "incoming/$OTHERS is not $OTHER_PRODUCER's"
-refused "remove another producer's file in incoming/" as_producer "$PRODUCER" rm -f "$SPOOL/incoming/$OTHERS"
+
+step "What a producer may not do with another producer's bundle, in tmp/ and incoming/"
+# $OTHER_PRODUCER's own bundle (another session), created in tmp/ and renamed into incoming/ as
+# the rules say. $PRODUCER knows its name (as the reported attack did: alice2.tar.gz) but may not
+# list either folder, nor read, change, rename or remove the bundle in either.
+SECOND=$(basename "$SECOND_SAMPLE").tar.gz
+cp -r "$SECOND_SAMPLE" "$WORK/sample2"
+chmod -R a+rX "$WORK/sample2"
+/usr/bin/dopesync pack "$WORK/sample2/session.json" --output "$WORK/bundle2.tar.gz" > /dev/null
+as_producer "$OTHER_PRODUCER" cp "$WORK/bundle2.tar.gz" "$SPOOL/tmp/$SECOND"
+[ "$(acl_of "$SPOOL/tmp/$SECOND")" = "$FILE_ACL" ] || fail "tmp/$SECOND's ACL is $(acl_of "$SPOOL/tmp/$SECOND")"
+refused "list tmp/" as_producer "$PRODUCER" ls "$SPOOL/tmp"
+refused "read $OTHER_PRODUCER's tmp/$SECOND" as_producer "$PRODUCER" cat "$SPOOL/tmp/$SECOND"
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
+refused "list incoming/" as_producer "$PRODUCER" ls "$SPOOL/incoming"
+refused "list incoming/ (find)" as_producer "$PRODUCER" find "$SPOOL/incoming" -mindepth 1
+refused "read $OTHER_PRODUCER's incoming/$SECOND" as_producer "$PRODUCER" cat "$SPOOL/incoming/$SECOND"
+refused "read session.json out of $OTHER_PRODUCER's incoming/$SECOND (the reported attack)" \
+  as_producer "$PRODUCER" tar xzOf "$SPOOL/incoming/$SECOND" session.json
+# Its owner opening it to others changes nothing: every producer is in its group, which may do
+# nothing with it (the group entry, not other's, is the one that applies to them).
+as_producer "$OTHER_PRODUCER" chmod 0644 "$SPOOL/incoming/$SECOND"
+refused "read $OTHER_PRODUCER's incoming/$SECOND after its owner's chmod 0644" \
+  as_producer "$PRODUCER" cat "$SPOOL/incoming/$SECOND"
+as_producer "$OTHER_PRODUCER" chmod 0640 "$SPOOL/incoming/$SECOND"
+refused "remove another producer's file in incoming/" as_producer "$PRODUCER" rm -f "$SPOOL/incoming/$SECOND"
 refused "rename another producer's file in incoming/" \
-  as_producer "$PRODUCER" mv "$SPOOL/incoming/$OTHERS" "$SPOOL/tmp/stolen.part"
+  as_producer "$PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/stolen.tar.gz"
 refused "replace another producer's file in incoming/ by a rename" \
-  as_producer "$PRODUCER" sh -c 'echo mine > "$1" && mv -f "$1" "$2"' sh "$SPOOL/tmp/mine.part" "$SPOOL/incoming/$OTHERS"
+  as_producer "$PRODUCER" sh -c 'echo mine > "$1" && mv -f "$1" "$2"' sh "$SPOOL/tmp/mine.part" "$SPOOL/incoming/$SECOND"
 as_producer "$PRODUCER" rm -f "$SPOOL/tmp/mine.part"
 refused "write into another producer's file in incoming/" \
-  as_producer "$PRODUCER" sh -c 'echo mine >> "$1"' sh "$SPOOL/incoming/$OTHERS"
-[ "$(cat "$SPOOL/incoming/$OTHERS")" = theirs ] || fail "incoming/$OTHERS was changed"
-as_producer "$OTHER_PRODUCER" rm "$SPOOL/incoming/$OTHERS" || fail "a producer cannot remove its own file in incoming/"
-say "$OTHER_PRODUCER removed its own incoming/$OTHERS"
+  as_producer "$PRODUCER" sh -c 'echo mine >> "$1"' sh "$SPOOL/incoming/$SECOND"
+cmp -s "$SPOOL/incoming/$SECOND" "$WORK/bundle2.tar.gz" || fail "incoming/$SECOND was changed"
+as_producer "$PRODUCER" cat "$SPOOL/incoming/$BUNDLE" > /dev/null || fail "$PRODUCER cannot read its own incoming/$BUNDLE"
+for f in "incoming/$BUNDLE" "incoming/$SECOND"; do
+  runuser -u dopesync -- cat "$SPOOL/$f" > /dev/null || fail "user dopesync cannot read $f"
+done
+say "$PRODUCER reads its own incoming/$BUNDLE; user dopesync reads both"
+# Its owner may take it back (its own file: the sticky bit allows it); it waits in tmp/, which no
+# run reads, until the steps below that follow what dopesync.path does.
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/$SECOND" ||
+  fail "a producer cannot rename its own file out of incoming/"
+say "$OTHER_PRODUCER renamed its own incoming/$SECOND back into tmp/"
 # The job file's min-age is 30s: a bundle dropped two minutes ago is due.
 touch -d '2 minutes ago' "$SPOOL/incoming/$BUNDLE"
 
@@ -411,6 +477,7 @@ grep -q 'run finished: 1 claimed, 0 done, 1 deferred, 0 failed' "$WORK/run.log" 
 [ -f "$SPOOL/incoming/$BUNDLE" ] || fail "the deferred $BUNDLE is not back in incoming/"
 got=$(stat -c '%a %U:%G' "$SPOOL/incoming/$BUNDLE")
 [ "$got" = "640 $PRODUCER:dopesync-producers" ] || fail "the deferred incoming/$BUNDLE is $got, not the producer's file"
+[ "$(acl_of "$SPOOL/incoming/$BUNDLE")" = "$FILE_ACL" ] || fail "the deferred incoming/$BUNDLE's ACL is $(acl_of "$SPOOL/incoming/$BUNDLE")"
 say "exit $RUN_STATUS; incoming/$BUNDLE ($got) waits for its next attempt"
 
 step "The operator retries it now (touch), against a working API"
@@ -441,14 +508,10 @@ fi
 # systemd is not PID 1 here: no path unit can watch incoming/ and start the service. What it would
 # do at a producer's rename (start dopesync.service at once; see the comments in dopesync.path) is
 # done by hand: the service's ExecStart, run as the unit runs it right after the rename.
-SECOND=$(basename "$SECOND_SAMPLE").tar.gz
-cp -r "$SECOND_SAMPLE" "$WORK/sample2"
-chmod -R a+rX "$WORK/sample2"
-/usr/bin/dopesync pack "$WORK/sample2/session.json" --output "$WORK/bundle2.tar.gz" > /dev/null
-
+# The bundle is $OTHER_PRODUCER's, waiting in tmp/ since step 4.
 step "A bundle renamed into incoming/ the moment it was written, and a run at once (as dopesync.path starts it)"
-as_producer "$PRODUCER" cp "$WORK/bundle2.tar.gz" "$SPOOL/tmp/$SECOND"
-as_producer "$PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
+as_producer "$OTHER_PRODUCER" cp "$WORK/bundle2.tar.gz" "$SPOOL/tmp/$SECOND"   # written anew: its mtime is now
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
 run_as_unit
 [ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
 grep -q 'run finished: 0 claimed, 0 done, 0 deferred, 0 failed, 1 not yet due (modified within min-age)' "$WORK/run.log" ||
@@ -459,15 +522,18 @@ say "exit 0; incoming/$SECOND is left for a later run: its mtime is newer than t
 step "The same bundle, written more than min-age before its rename, and a run at once"
 # The producer takes its file back into tmp/ (the sticky bit lets it rename its own) and dates it
 # as written two minutes ago; the time runs from the rename to the end of the run.
-as_producer "$PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/$SECOND"
-as_producer "$PRODUCER" touch -d '2 minutes ago' "$SPOOL/tmp/$SECOND"
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/$SECOND"
+as_producer "$OTHER_PRODUCER" touch -d '2 minutes ago' "$SPOOL/tmp/$SECOND"
 renamed=$(date +%s%N)
-as_producer "$PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
 run_as_unit
 finished=$(date +%s%N)
 [ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
 grep -q 'run finished: 1 claimed, 1 done, 0 deferred, 0 failed' "$WORK/run.log" || fail "no 'run finished: 1 claimed, 1 done' line"
 [ -f "$SPOOL/done/$SECOND" ] || fail "$SECOND is not in done/"
+got="$(stat -c %U "$SPOOL/done/$BUNDLE") $(stat -c %U "$SPOOL/done/$SECOND")"
+[ "$got" = "$PRODUCER $OTHER_PRODUCER" ] || fail "done/$BUNDLE and done/$SECOND are $got's, not $PRODUCER's and $OTHER_PRODUCER's"
+say "both producers' bundles synced: done/$BUNDLE ($PRODUCER's), done/$SECOND ($OTHER_PRODUCER's)"
 MV_TO_DONE=$(awk -v a="$renamed" -v b="$finished" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 say "rename into incoming/ -> done/$SECOND, the run started right after it: $MV_TO_DONE s (the run's own count: $(grep '^run finished: ' "$WORK/run.log" | grep -oE '[0-9]+\.[0-9]+ s(;|$)' | tr -d ';'))"
 
@@ -576,7 +642,7 @@ say "configured: the new $JOB in place, owners and modes as promised"
 
 step "A spool as an older version left it, the job file edited and 0644: installing again fixes them"
 for d in "" /tmp /incoming /processing /done /failed; do
-  chown dopesync:dopesync "$SPOOL$d"; chmod 2770 "$SPOOL$d"
+  chown dopesync:dopesync "$SPOOL$d"; chmod 2770 "$SPOOL$d"; setfacl -b "$SPOOL$d"
 done
 chmod 0660 "$SPOOL"/dopesync.sqlite*
 ROOTS=""
@@ -602,6 +668,87 @@ check_layout
 runuser -u dopesync -- /usr/bin/dopesync status --job "$JOB" > "$WORK/status.out" 2>&1 ||
   { cat "$WORK/status.out" >&2; fail "dopesync status cannot read the checkpoint database after the fix"; }
 say "fixed: every owner, mode and membership as promised, the edit kept, the symlink not followed; dopesync status reads the database"
+
+# previous_layout: tmp/ and incoming/ as the previous package made them (3770, no ACL), and
+# bundles of $OTHER_PRODUCER waiting in tmp/, incoming/, processing/ and failed/ as it made them
+# by its rules (umask 027: 0640, group dopesync-producers from the setgid folder): what every
+# producer could list and read. $PRODUCER then shows the attack: it lists incoming/ and reads
+# session.json out of the other's bundle. Also a symlink (made by $PRODUCER) and a hard link (to
+# a file that is not a producer's) among them, which postinst must not follow nor change.
+WAITING=(tmp/waiting.tar.gz incoming/waiting.tar.gz processing/waiting.tar.gz failed/waiting.tar.gz)
+previous_layout() {
+  local d f
+  for d in /tmp /incoming; do setfacl -b "$SPOOL$d"; chmod 3770 "$SPOOL$d"; done
+  for f in "${WAITING[@]}"; do
+    case "$f" in
+    tmp/* | incoming/*)
+      runuser -u "$OTHER_PRODUCER" -- sh -c 'umask 027 && cp "$1" "$2"' sh "$WORK/bundle2.tar.gz" "$SPOOL/$f" ;;
+    *) install -o "$OTHER_PRODUCER" -g dopesync-producers -m 0640 "$WORK/bundle2.tar.gz" "$SPOOL/$f" ;;
+    esac
+    got="$(stat -c '%a %U:%G' "$SPOOL/$f") $(acl_of "$SPOOL/$f")"
+    [ "$got" = "640 $OTHER_PRODUCER:dopesync-producers user::rw-,group::r--,other::---" ] || fail "$f is $got"
+  done
+  as_producer "$PRODUCER" ls "$SPOOL/incoming" | grep -qx waiting.tar.gz ||
+    fail "the previous layout did not let $PRODUCER list incoming/"
+  as_producer "$PRODUCER" tar xzOf "$SPOOL/incoming/waiting.tar.gz" session.json | grep -q '"id"' ||
+    fail "the previous layout did not let $PRODUCER read another's bundle"
+  say "as the previous package left it: tmp/, incoming/ $(stat -c '%a' "$SPOOL/incoming"), no ACL; ${WAITING[*]} $OTHER_PRODUCER's, 640; $PRODUCER lists incoming/ and reads session.json out of incoming/waiting.tar.gz"
+  printf 'not a producer'"'"'s\n' > "$WORK/linked-target"; chmod 0644 "$WORK/linked-target"
+  ln "$WORK/linked-target" "$SPOOL/incoming/linked.tar.gz"
+  as_producer "$PRODUCER" ln -s "$WORK/linked-target" "$SPOOL/incoming/symlink.tar.gz"
+  say "and incoming/linked.tar.gz, a hard link to $WORK/linked-target; incoming/symlink.tar.gz, $PRODUCER's symlink to it"
+}
+# closed_for_producers OUTPUT: postinst (its output in OUTPUT) closed the waiting bundles and left
+# the links alone; then they are removed.
+closed_for_producers() {
+  local f
+  grep -q 'producers can no longer list /var/spool/dopesync/tmp/ and incoming/' "$1" ||
+    fail "postinst did not tell the operator that producers can no longer list tmp/ and incoming/"
+  grep -q 'incoming/linked.tar.gz has 2 links: left as it is' "$1" || fail "postinst did not warn of the hard link"
+  check_layout
+  refused "list incoming/ after the upgrade" as_producer "$PRODUCER" ls "$SPOOL/incoming"
+  refused "list tmp/ after the upgrade" as_producer "$PRODUCER" ls "$SPOOL/tmp"
+  for f in "${WAITING[@]}"; do
+    got="$(stat -c '%a %U:%G' "$SPOOL/$f") $(acl_of "$SPOOL/$f")"
+    [ "$got" = "640 $OTHER_PRODUCER:dopesync-producers $FILE_ACL" ] || fail "$f is $got after the upgrade"
+    runuser -u dopesync -- cat "$SPOOL/$f" > /dev/null || fail "user dopesync cannot read $f after the upgrade"
+    cmp -s "$SPOOL/$f" "$WORK/bundle2.tar.gz" || fail "$f changed"
+  done
+  refused "read $OTHER_PRODUCER's tmp/waiting.tar.gz after the upgrade" as_producer "$PRODUCER" cat "$SPOOL/tmp/waiting.tar.gz"
+  refused "read $OTHER_PRODUCER's incoming/waiting.tar.gz after the upgrade" \
+    as_producer "$PRODUCER" tar xzOf "$SPOOL/incoming/waiting.tar.gz" session.json
+  got="$(stat -c '%a %h %U:%G' "$WORK/linked-target") $(acl_of "$WORK/linked-target")"
+  [ "$got" = "644 2 root:root user::rw-,group::r--,other::r--" ] || fail "postinst changed the hard link's file: $got"
+  [ -L "$SPOOL/incoming/symlink.tar.gz" ] || fail "the symlink incoming/symlink.tar.gz is gone"
+  say "closed: ${WAITING[*]} are $FILE_ACL (user dopesync reads them, $PRODUCER cannot); the hard link and the symlink left alone"
+  rm -f "${WAITING[@]/#/$SPOOL/}" "$SPOOL/incoming/linked.tar.gz" "$SPOOL/incoming/symlink.tar.gz" "$WORK/linked-target"
+}
+
+step "A spool as the previous package left it (tmp/, incoming/ 3770, bundles waiting group-readable): installing again closes them"
+previous_layout
+dpkg -i "$UPGRADE_DEB" 2>&1 | tee "$WORK/reinstall2.out" | sed 's/^/   /'
+closed_for_producers "$WORK/reinstall2.out"
+
+step "The same, configured by postinst's fallback where systemd-tmpfiles and systemd-sysusers are missing"
+# A PATH with every command of this machine but those two, and postinst run with it as dpkg
+# runs it to configure an upgrade; dopesync out of dopesync-producers, for the fallback's usermod.
+NOSYSTEMD="$WORK/path-without-systemd"
+mkdir "$NOSYSTEMD"
+for dir in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+  [ -d "$dir" ] && [ ! -L "$dir" ] || continue
+  for tool in "$dir"/*; do
+    case "${tool##*/}" in systemd-tmpfiles | systemd-sysusers) continue ;; esac
+    [ -x "$tool" ] && [ ! -e "$NOSYSTEMD/${tool##*/}" ] && ln -s "$tool" "$NOSYSTEMD/${tool##*/}"
+  done
+done
+! PATH=$NOSYSTEMD command -v systemd-tmpfiles > /dev/null || fail "systemd-tmpfiles is still on the fallback's PATH"
+previous_layout
+gpasswd -d dopesync dopesync-producers > /dev/null
+env -i PATH="$NOSYSTEMD" /var/lib/dpkg/info/dopesync.postinst configure "${VERSION}+debtest1" > "$WORK/fallback.out" 2>&1 ||
+  { sed 's/^/   /' "$WORK/fallback.out"; fail "postinst's fallback failed"; }
+sed 's/^/   /' "$WORK/fallback.out"
+closed_for_producers "$WORK/fallback.out"
+say "the fallback (groupadd/useradd/usermod, mkdir and perl, setfacl) gives the same spool"
 
 # --- 7. Remove -----------------------------------------------------------------------------------
 step "dpkg -r dopesync dopesync-devserver"
