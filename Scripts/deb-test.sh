@@ -215,7 +215,9 @@ step "dpkg -i $DEB $DEVDEB"
 CHECK_HINT="check the setup with: runuser -u dopesync -- dopesync check --job $JOB"
 if ! dpkg -i "$DEB" "$DEVDEB" 2>&1 | tee "$WORK/install.out"; then
   say "apt-get install -f (dependencies)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -f -y -qq -o DPkg::Lock::Timeout=120 2>&1 | tee -a "$WORK/install.out"
+  # (apt-get runs dpkg on a terminal of its own: its lines end in \r\n)
+  DEBIAN_FRONTEND=noninteractive apt-get install -f -y -qq -o DPkg::Lock::Timeout=120 2>&1 | tr -d '\r' |
+    tee -a "$WORK/install.out"
 fi
 for p in dopesync dopesync-devserver; do
   [ "$(dpkg-query -W -f='${db:Status-Status}' "$p")" = installed ] || fail "$p is not installed"
