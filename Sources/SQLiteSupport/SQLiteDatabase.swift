@@ -163,35 +163,6 @@ public final class SQLiteDatabase: Sendable {
         }
     }
 
-    /// ``write(_:)``, but only if nothing would make this thread wait: the connection is free, the
-    /// cross-process write lock is free, and SQLite's own lock is free. Returns nil, having done
-    /// nothing, when any of them is taken. For a caller that keeps its thread moving (a task on
-    /// the cooperative pool) and has somewhere else to do the write when it would wait.
-    public func writeIfAvailable<T>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
-        var outcome: Result<T, any Error>?? = nil
-        lock.withLockIfAvailable { closed in
-            outcome = { () -> Result<T, any Error>? in
-                if closed { return .failure(closedError) }
-                if let writeLock, !writeLock.tryAcquire() { return nil }
-                defer { writeLock?.release() }
-                let connection = SQLiteConnection(handle: handle, statements: statements)
-                // No waiting for SQLite's lock either (another program, such as the sqlite3 shell).
-                sqlite3_busy_timeout(handle, 0)
-                defer { sqlite3_busy_timeout(handle, busyTimeoutMilliseconds) }
-                do throws(SQLiteError) {
-                    try connection.query("BEGIN IMMEDIATE")
-                } catch  where error.code.primary == .busy {
-                    return nil
-                } catch {
-                    return .failure(error)
-                }
-                return Result { try Self.commitOrRollBack(connection, body) }
-            }()
-        }
-        guard let attempt = outcome, let result = attempt else { return nil }
-        return try result.get()
-    }
-
     /// Runs `body` in the transaction the caller has begun, and commits it. If `body` or the COMMIT
     /// throws, rolls back only if the transaction is still open (see
     /// ``SQLiteConnection/rollBackIfOpen()``): nothing of it is then committed.

@@ -57,13 +57,6 @@ final class WriteLock: Sendable {
         }
     }
 
-    /// Takes the lock if it is free at once; never waits.
-    func tryAcquire() -> Bool {
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else { return false }
-        lockTaken()
-        return true
-    }
-
     private func lockTaken() {
         if ranOut.load(ordering: .relaxed) { ranOut.store(false, ordering: .relaxed) }
     }

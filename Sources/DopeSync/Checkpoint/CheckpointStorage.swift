@@ -71,10 +71,6 @@ public protocol CheckpointStorage: Sendable {
         -> [StepIntentOutcome]
     func recordFoundOnServer(sessionID: String, _ found: [(intent: CheckpointStore.StepIntent, serverID: Int64)])
         async throws(CheckpointError) -> [CompletedStep]
-    /// Commits results on the calling thread if it may block (not an event loop) and nothing would
-    /// make it wait; nil, having done nothing, otherwise. For the group commit.
-    func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
-        -> [Result<CompletedStep, CheckpointError>]?
     /// Queues results for a commit of their own and returns at once; `then` hears how it went.
     /// Calls made in one order commit in that order.
     func recordResults(

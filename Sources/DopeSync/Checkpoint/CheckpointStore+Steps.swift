@@ -92,17 +92,6 @@ extension CheckpointStore {
         }
     }
 
-    /// ``recordIntents(sessionID:_:now:)`` if nothing would make the thread wait for a lock; nil,
-    /// having recorded nothing, otherwise.
-    public func recordIntentsIfAvailable(sessionID: String, _ intents: [StepIntent], now: Date = Date())
-        throws(CheckpointError) -> [StepIntentOutcome]?
-    {
-        try writeIfAvailable("recording the intent of \(intents.map(\.stepKey).joined(separator: ", "))") {
-            connection in
-            try intents.map { try Self.recordIntent(connection, sessionID: sessionID, $0, now: now) }
-        }
-    }
-
     /// Records a step's server id: the step becomes `done` (and counts toward its bundle's
     /// ``BundleState/stepsDone``, which is counted when read).
     ///
@@ -139,14 +128,6 @@ extension CheckpointStore {
         CompletedStep, CheckpointError
     >] {
         try write(Self.describe(results)) { try Self.recordResults(results, in: $0, now: now) }
-    }
-
-    /// ``recordResults(_:now:)`` if nothing would make the thread wait for a lock; nil, having
-    /// recorded nothing, otherwise (then record them where waiting is allowed).
-    public func recordResultsIfAvailable(_ results: [StepResult], now: Date = Date()) throws(CheckpointError)
-        -> [Result<CompletedStep, CheckpointError>]?
-    {
-        try writeIfAvailable(Self.describe(results)) { try Self.recordResults(results, in: $0, now: now) }
     }
 
     private static func describe(_ results: [StepResult]) -> String {

@@ -167,14 +167,6 @@ public final class CheckpointStore: Sendable {
         try Self.perform(path: path, doing: doing()) { try database.write(body) }
     }
 
-    /// ``write(_:_:)`` if nothing would make the thread wait (``SQLiteDatabase/writeIfAvailable(_:)``);
-    /// nil, having done nothing, otherwise.
-    func writeIfAvailable<T>(_ doing: @autoclosure () -> String, _ body: (SQLiteConnection) throws -> T)
-        throws(CheckpointError) -> T?
-    {
-        try Self.perform(path: path, doing: doing()) { try database.writeIfAvailable(body) }
-    }
-
     /// Runs `body` and gives every failure a ``CheckpointError`` code.
     static func perform<T>(path: String, doing: @autoclosure () -> String, _ body: () throws -> T)
         throws(CheckpointError) -> T

@@ -122,27 +122,12 @@ public final class CheckpointWriter: Sendable {
         }
     }
 
-    /// Records a step's intents (``CheckpointStore/recordIntents(sessionID:_:now:)``): on the
-    /// calling thread when it may block (``BlockingCalls/allowedHere``: not an event loop) and the
-    /// database can take them without waiting (the usual case: tens of microseconds), else on the
-    /// writer's thread. This choice is made here alone.
+    /// Records a step's intents (``CheckpointStore/recordIntents(sessionID:_:now:)``) on the
+    /// writer's thread, whatever thread asks.
     public func recordIntents(sessionID: String, _ intents: [CheckpointStore.StepIntent]) async throws(CheckpointError)
         -> [StepIntentOutcome]
     {
-        if BlockingCalls.allowedHere, let here = try store.recordIntentsIfAvailable(sessionID: sessionID, intents) {
-            return here
-        }
-        return try await perform { try $0.recordIntents(sessionID: sessionID, intents) }
-    }
-
-    /// Commits step results on the calling thread if it may block and nothing would make it wait;
-    /// nil, having done nothing, otherwise (then the caller queues them with ``submit(_:)``). For
-    /// the group commit.
-    public func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
-        -> [Result<CompletedStep, CheckpointError>]?
-    {
-        guard BlockingCalls.allowedHere else { return nil }
-        return try store.recordResultsIfAvailable(results)
+        try await perform { try $0.recordIntents(sessionID: sessionID, intents) }
     }
 
     static let stopped = CheckpointError(code: .database, message: "the checkpoint writer has stopped")

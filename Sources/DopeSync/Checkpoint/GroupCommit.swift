@@ -233,24 +233,9 @@ public final class GroupCommit: Sendable {
             switch state.withLock({ $0.settle(ticket, waiter: continuation) }) {
             case .resume(let outcome): continuation.resume(returning: outcome)
             case .wait: break
-            case .commit(let batch): commitHereIfFree(batch)  // this bundle needs it now
+            case .commit(let batch): commit(batch)  // this bundle needs it now
             }
         }
-    }
-
-    /// Commits `batch` on this thread if it may block and nothing would make it wait (a commit
-    /// takes tens of microseconds), else queues it on the writer: always on an event loop, so in
-    /// `dopesync run`. Where it commits in place (the cooperative pool), a bundle settling its
-    /// result goes on without a trip to the writer's thread and back.
-    private func commitHereIfFree(_ batch: State.Batch) {
-        let recorded: [Result<CompletedStep, CheckpointError>]?
-        do {
-            recorded = try storage.recordResultsIfFree(batch.results)
-        } catch {
-            return finish(batch, .failure(error))
-        }
-        guard let recorded else { return commit(batch) }
-        finish(batch, .success(recorded))
     }
 
     /// Queues `batch` on the writer; there it commits, resumes its waiters, and commits the next

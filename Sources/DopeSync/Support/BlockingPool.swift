@@ -11,12 +11,6 @@ enum BlockingPool {
         await NIOThreadPool.singleton.runToCompletion(body)
     }
 
-    /// `body` where it is when this thread may block (``BlockingCalls/allowedHere``: not an event
-    /// loop), else on the pool: short work that a hop would cost more than it takes.
-    static func runWhereMayBlock<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
-        BlockingCalls.allowedHere ? body() : await run(body)
-    }
-
     /// A spool move (rename, sidecar, folder syncs), on the spool's own threads (``SpoolCalls``).
     static func spoolMove<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value)
         async throws(SpoolError) -> Value

@@ -5,9 +5,9 @@ import Synchronization
 ///
 /// An image's chunks are a back-pressured sequence, as NIOFileSystem's `FileChunks` is: the HTTP
 /// client asks for the next chunk when it has sent the last, and only then is it read, so memory
-/// holds one chunk and the archive is never read ahead of the link. Called on an event loop (the
-/// global executor in `dopesync run`), positioning and each read go to NIO's blocking pool and
-/// the loop only awaits them (``BlockingCalls``); elsewhere they run in place.
+/// holds one chunk and the archive is never read ahead of the link. Positioning and each read go
+/// to NIO's blocking pool, and the caller (on an event loop in `dopesync run`) only awaits them
+/// (``BlockingCalls``).
 ///
 /// Sendable for what it is: one reader, used by one bundle's upload, one call at a time, the lock
 /// making that a fact rather than a promise. Each ``open(_:)`` starts a new reading, and a chunk is
@@ -37,7 +37,7 @@ public final class ArchiveImages: Sendable {
     /// Positions the archive at `image`, ready for its chunks, and returns the reading they belong
     /// to; a failure is the bundle's (it changed since validation) or the disk's.
     func open(_ image: BundleImage) async throws(BundleError) -> Int {
-        try await BlockingPool.runWhereMayBlock { [self] () -> Result<Int, BundleError> in
+        try await BlockingPool.run { [self] () -> Result<Int, BundleError> in
             state.withLock { state in
                 state.reading += 1
                 state.current = nil
@@ -56,7 +56,7 @@ public final class ArchiveImages: Sendable {
     /// (size and SHA-256); throws ``Superseded`` for a reading that is over, a ``BundleError`` for
     /// bytes that changed or cannot be read.
     func nextChunk(of reading: Int) async throws -> [UInt8]? {
-        try await BlockingPool.runWhereMayBlock { [self] () -> Result<[UInt8]?, any Error> in
+        try await BlockingPool.run { [self] () -> Result<[UInt8]?, any Error> in
             state.withLock { state in
                 guard state.reading == reading else { return .failure(Superseded()) }
                 return Result { () throws(BundleError) in
@@ -72,7 +72,7 @@ public final class ArchiveImages: Sendable {
     func close() async {
         let opened = state.withLock { ($0.reader?.openCount ?? 0) > 0 }
         guard opened else { return closeNow() }
-        await BlockingPool.runWhereMayBlock { [self] in closeNow() }
+        await BlockingPool.run { [self] in closeNow() }
     }
 
     private func closeNow() {

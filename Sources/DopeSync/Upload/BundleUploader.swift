@@ -312,13 +312,6 @@ struct BundleUploader: Sendable {
         }
     }
 
-    /// From this size on, a bundle is validated on NIO's blocking-work thread pool wherever it is
-    /// read (on an event loop every bundle is). Compressed size: what it unpacks to is only known by reading
-    /// it, but ``BundleLimits`` caps the ratio at 100:1, so below this a bundle unpacks to at most
-    /// about 100 MiB (a tenth of a second to read and hash), and a realistic one (photos, which do
-    /// not compress) to about its own size, well under 10 ms.
-    static let inspectedOffTheLoopFrom: Int64 = 1 << 20
-
     /// Without a child process to read in (the library used in-process), how many readings of a
     /// bundle may be cut short by the process dying before it goes to `failed/` unread
     /// (``BundleError/Code/readerCrashed``). A machine rebooting or a run killed by its timer in
@@ -371,11 +364,9 @@ struct BundleUploader: Sendable {
         }
     }
 
-    /// Reads the whole bundle through and validates it, on NIO's blocking-work thread pool when
-    /// called on an event loop (Swift's global executor in `dopesync run`), whose other bundles'
-    /// connections must keep moving, or when the bundle is big (up to a second or two). A small one
-    /// is read where it is when that thread may block (``BlockingCalls/allowedHere``): sending every
-    /// bundle to the pool and back cost the run about a tenth more CPU in all, in thread switches.
+    /// Reads the whole bundle through and validates it, on NIO's blocking-work thread pool: never
+    /// on an event loop (Swift's global executor in `dopesync run`), whose other bundles'
+    /// connections must keep moving, whatever the bundle's size.
     static func inspect(
         _ path: String, identity: FileIdentity?, size: Int64, limits: BundleLimits, stop: StopRequest
     ) async -> Result<ValidatedBundle, BundleValidationError> {
@@ -384,8 +375,7 @@ struct BundleUploader: Sendable {
                 try BundleInspector(limits: limits).inspect(path: path, expected: identity, stop: stop)
             }
         }
-        return size < inspectedOffTheLoopFrom
-            ? await BlockingPool.runWhereMayBlock(inspect) : await BlockingPool.run(inspect)
+        return await BlockingPool.run(inspect)
     }
 
 }

@@ -65,13 +65,6 @@ extension PostgresCheckpoints {
         }
     }
 
-    /// Never here: every commit is a round trip to the database.
-    public func recordResultsIfFree(_ results: [CheckpointStore.StepResult]) throws(CheckpointError)
-        -> [Result<CompletedStep, CheckpointError>]?
-    {
-        nil
-    }
-
     public func recordResults(
         _ results: [CheckpointStore.StepResult],
         then: @escaping @Sendable (Result<[Result<CompletedStep, CheckpointError>], CheckpointError>) -> Void
