@@ -51,6 +51,9 @@ public struct DevServerConfiguration: Sendable {
     /// ``references``, with ETags). Off, they answer 404 as an older API without them would.
     /// `--no-reference-lists` turns it off.
     public var referenceLists: Bool = true
+    /// Whether the ammunition list names each item's `lots`. Off, it names none, as an API from
+    /// before lots whose creates still judge each `ammoLotId`. `--no-lots-in-list` turns it off.
+    public var lotsInList: Bool = true
     /// What the two lookups answer when ``lookups`` is off. `--lookups-status 404|405`, default 404.
     public var lookupsStatus: MissingLookupsStatus = .notFound
     /// How long idempotency keys are kept. The API promises at least 7 days.

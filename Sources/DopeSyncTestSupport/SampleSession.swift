@@ -147,6 +147,15 @@ public struct SampleSession: Sendable {
         return sample
     }
 
+    /// This session with its chrono session at `index` naming the ammo lot `ammoLotId`.
+    public func naming(ammoLotId: Int, inChronoSession index: Int = 0) -> SampleSession {
+        var sample = self
+        var chrono = sample.json["chronoSessions"] as! [[String: any Sendable]]
+        chrono[index]["ammoLotId"] = ammoLotId
+        sample.json["chronoSessions"] = chrono
+        return sample
+    }
+
     /// The same session with its images renamed: the i-th name (in sorted order) becomes
     /// `names[i % names.count]` with the image's number and extension, in the records too.
     /// For names in other scripts: `["Scheibe-ü", "靶紙"]` gives `Scheibe-ü-1.jpg`, `靶紙-2.png`…

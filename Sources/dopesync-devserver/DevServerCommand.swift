@@ -74,6 +74,10 @@ struct DevServerCommand: AsyncParsableCommand {
         name: .customLong("no-reference-lists"),
         help: "Answer GET /api/rifles, /api/ammunition and /api/locations with 404, as an older API.")
     var noReferenceLists = false
+    @Flag(
+        name: .customLong("no-lots-in-list"),
+        help: "List ammunition without its lots, as an API from before lots (creates still check ammoLotId).")
+    var noLotsInList = false
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
@@ -140,6 +144,7 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.ignoreIdempotencyKeys = ignoreIdempotencyKeys
         configuration.lookups = !noLookups
         configuration.referenceLists = !noReferenceLists
+        configuration.lotsInList = !noLotsInList
         if let redirect {
             guard DevServerConfiguration.redirectStatuses.contains(redirect) else {
                 throw ValidationError("--redirect takes 301, 302, 303, 307 or 308 (was \(redirect))")

@@ -147,4 +147,28 @@ import Testing
             #expect(notAnArchive.field == nil, "\(notAnArchive.rendered())")
         }
     }
+
+    @Test(
+        "an ammunition list whose items name no lots vouches for no lot: a bundle with a lot reaches the server, an unknown lot is the create's 422"
+    )
+    func aListWithoutLotsChecksNoLot() async throws {
+        try await withTemporarySpool { spool, directory in
+            let known = SampleSession(seed: 821).naming(ammoLotId: 42)
+            let unknown = SampleSession(seed: 822).naming(ammoLotId: 9999)
+            let knownName = try pack(known, into: spool, scratch: directory)
+            let unknownName = try pack(unknown, into: spool, scratch: directory)
+            var configuration = DevServerConfiguration()
+            configuration.lotsInList = false
+            try await withDevServer(configuration) { server in
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == .bundlesFailed && summary.done == 1 && summary.failed == 1, "\(summary)")
+                #expect(try spool.names(.done) == [knownName])
+                let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: unknownName)))
+                #expect(sidecar.reason == .http(422), "\(sidecar.reason): \(sidecar.message ?? "")")
+                #expect(sidecar.step?.hasPrefix("chrono:") == true, "\(sidecar.step ?? "-")")
+                let tree = try await server.sessionTree(clientID: known.sessionID)
+                #expect(tree.chrono.count == 1)
+            }
+        }
+    }
 }

@@ -66,7 +66,9 @@ public enum ReferenceList: String, Sendable, CaseIterable {
     }
 
     /// The ids of a list body, `{"items": [{"id": 1, "lots": [7, 8]}, …]}`, by kind. Anything
-    /// else, or an id that is not a positive integer, is nil: the list cannot be read.
+    /// else, or an id that is not a positive integer, is nil: the list cannot be read. An
+    /// ammunition list in which no item names `lots` says nothing of lots (an API from before
+    /// them, which may take any `ammoLotId`): lots are then not checked, and the create judges.
     func ids(fromBody bytes: [UInt8]) -> [ReferenceUse.Kind: Set<Int64>]? {
         guard let items = (try? JSONValue.parse(bytes))?.objectValue?["items"]?.arrayValue else { return nil }
         var ids = Dictionary(uniqueKeysWithValues: kinds.map { ($0, Set<Int64>()) })
@@ -74,16 +76,19 @@ public enum ReferenceList: String, Sendable, CaseIterable {
             guard let literal = value?.numberValue?.literal, let id = Int64(literal), id > 0 else { return nil }
             return id
         }
+        var listsLots = false
         for item in items {
             guard let object = item.objectValue, let id = positive(object["id"]) else { return nil }
             ids[kinds[0], default: []].insert(id)
             guard self == .ammunition, let lots = object["lots"] else { continue }
             guard let lots = lots.arrayValue else { return nil }
+            listsLots = true
             for lot in lots {
                 guard let lot = positive(lot) else { return nil }
                 ids[.ammoLot, default: []].insert(lot)
             }
         }
+        if self == .ammunition && !listsLots { ids[.ammoLot] = nil }
         return ids
     }
 }

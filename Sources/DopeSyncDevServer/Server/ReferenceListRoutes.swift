@@ -21,7 +21,10 @@ enum ReferenceListRoutes {
     static func routes(state: DevServerState) -> [Route] {
         List.allCases.map { list in
             Route(.get, list.path) { request, _ in
-                let body = state.references.withLock { references in json(list, references: references) }
+                let lots = state.configuration.lotsInList
+                let body = state.references.withLock { references in
+                    json(list, references: references, lotsInList: lots)
+                }
                 let tag = etag(of: body)
                 let status = matches(request.headers[.ifNoneMatch], tag) ? 304 : 200
                 state.observatory.recordListRead(list.rawValue, status: status)
@@ -33,8 +36,9 @@ enum ReferenceListRoutes {
         }
     }
 
-    /// `{"items": [{"id": 1, "name": "…"}, …]}`, ids ascending.
-    static func json(_ list: List, references: ReferenceIDs) -> String {
+    /// `{"items": [{"id": 1, "name": "…"}, …]}`, ids ascending; ammunition with its `lots`
+    /// unless `lotsInList` is false.
+    static func json(_ list: List, references: ReferenceIDs, lotsInList: Bool = true) -> String {
         var text = #"{"items":["#
         var first = true
         func item(_ id: Int, _ name: String, lots: [Int]? = nil) {
@@ -55,7 +59,9 @@ enum ReferenceListRoutes {
             if !ammunition.isEmpty {
                 for (index, lot) in ids(references.ammoLots).enumerated() { lots[index % ammunition.count].append(lot) }
             }
-            for (index, id) in ammunition.enumerated() { item(id, "ammunition", lots: lots[index]) }
+            for (index, id) in ammunition.enumerated() {
+                item(id, "ammunition", lots: lotsInList ? lots[index] : nil)
+            }
         }
         return text + "]}"
     }
