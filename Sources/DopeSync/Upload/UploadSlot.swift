@@ -25,25 +25,28 @@ struct UploadSlot: Sendable {
     func run() async {
         while !counters.shouldStop {
             if let deadline, deadline.clock() >= deadline.at { return }
-            if minFreeSpace != .bytes(0),
-                let space = await SpoolCalls.run({ [root = spool.root] in
-                    FileSystemSpace(of: root)
-                }), space.isBelow(minFreeSpace)
-            {
-                if counters.report(\.belowFreeSpaceFloor) {
-                    logger.critical(
-                        "the spool's file system fell below its free-space floor: the run stops claiming and gives back (exit 73)",
-                        metadata: ["free": "\(ByteCount(space.free))", "floor": "\(minFreeSpace)"])
-                }
-                return
-            }
             // A claim is reserved before it is made, so slots in parallel never pass --max-bundles.
             guard counters.reserveClaim(limit: maxBundles) else { return }
             guard let entry = queue.next() else {
                 counters.releaseClaim()
                 return
             }
-            guard let claimed = await claim(entry) else {
+            // One trip to the spool's threads: the free space, and whether the bundle is still
+            // there (another host took it, or it is done: no claim to ask the store for).
+            let (floor, path) = (minFreeSpace, spool.path(entry.folder, entry.name))
+            let (space, present) = await SpoolCalls.run { [root = spool.root] in
+                (floor == .bytes(0) ? nil : FileSystemSpace(of: root), FileManager.default.fileExists(atPath: path))
+            }
+            if let space, space.isBelow(floor) {
+                counters.releaseClaim()
+                if counters.report(\.belowFreeSpaceFloor) {
+                    logger.critical(
+                        "the spool's file system fell below its free-space floor: the run stops claiming and gives back (exit 73)",
+                        metadata: ["free": "\(ByteCount(space.free))", "floor": "\(floor)"])
+                }
+                return
+            }
+            guard present, let claimed = await claim(entry) else {
                 counters.releaseClaim()  // another run has it, or it cannot be claimed
                 continue
             }
@@ -65,9 +68,6 @@ struct UploadSlot: Sendable {
     /// else's; the store's claim is let go when the spool's cannot be had.
     private func claim(_ entry: SpoolEntry) async -> ClaimedBundle? {
         let orphan = entry.folder == .processing
-        // Gone since the scan (another host took it, or it is done): no claim to ask the store for.
-        let path = spool.path(entry.folder, entry.name)
-        guard await SpoolCalls.run({ FileManager.default.fileExists(atPath: path) }) else { return nil }
         do {
             guard
                 try await checkpoints.acquireClaim(
