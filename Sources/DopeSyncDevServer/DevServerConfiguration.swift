@@ -54,6 +54,9 @@ public struct DevServerConfiguration: Sendable {
     /// Whether the ammunition list names each item's `lots`. Off, it names none, as an API from
     /// before lots whose creates still judge each `ammoLotId`. `--no-lots-in-list` turns it off.
     public var lotsInList: Bool = true
+    /// A web application firewall in front of the API: an `/api` POST whose body holds these
+    /// bytes is answered 403 with an HTML page, before the token is looked at. `--forbid-body`.
+    public var forbiddenBodyPattern: String? = nil
     /// What the two lookups answer when ``lookups`` is off. `--lookups-status 404|405`, default 404.
     public var lookupsStatus: MissingLookupsStatus = .notFound
     /// How long idempotency keys are kept. The API promises at least 7 days.

@@ -78,6 +78,10 @@ struct DevServerCommand: AsyncParsableCommand {
         name: .customLong("no-lots-in-list"),
         help: "List ammunition without its lots, as an API from before lots (creates still check ammoLotId).")
     var noLotsInList = false
+    @Option(
+        name: .customLong("forbid-body"),
+        help: "Answer 403 (an HTML page, as a web application firewall) to an /api POST whose body holds this text.")
+    var forbidBody: String?
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
@@ -145,6 +149,7 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.lookups = !noLookups
         configuration.referenceLists = !noReferenceLists
         configuration.lotsInList = !noLotsInList
+        configuration.forbiddenBodyPattern = forbidBody
         if let redirect {
             guard DevServerConfiguration.redirectStatuses.contains(redirect) else {
                 throw ValidationError("--redirect takes 301, 302, 303, 307 or 308 (was \(redirect))")

@@ -34,6 +34,8 @@ import Testing
         }
         /// Whether a credential other than the refused one can be read.
         var renews = false
+        /// Whether the API takes the token for a request that needs nothing else.
+        var tokenAccepted = false
         var backOff = BundleUploadState.BackOff.waited
         var settles: (_ stepKey: String) -> Bool = { _ in true }
         var references: ([ReferenceUse]) -> ReferenceCatalog.Check = { _ in .passed }
@@ -80,6 +82,9 @@ import Testing
             case .renewCredential:
                 trace.append("renew credential")
                 action = state.credentialRenewed(script.renews, stopping: script.stopping(sent))
+            case .checkToken:
+                trace.append("check token")
+                action = state.tokenChecked(script.tokenAccepted, stopping: script.stopping(sent))
             case .backOff(let step, let retry, _, _):
                 trace.append("back off \(step.key) \(retry)")
                 action = state.backedOff(script.backOff, stopping: script.stopping(sent))
@@ -451,6 +456,32 @@ import Testing
         let (refused, end) = Self.drive(&again, script)
         #expect(end == .giveBack(.credentialsRefused(status: 403, message: "no")))
         #expect(refused.filter { $0 == "renew credential" }.count == 1)
+        #expect(refused.filter { $0 == "check token" }.count == 1, "the token is checked alone before the run stops")
+    }
+
+    @Test(
+        "a refusal that stands while the API takes the token for a request of its own is the bundle's: deferred as http_403"
+    )
+    func aRefusalOfTheBundleAloneDefersIt() {
+        let dope = Self.plan.steps[1]
+        var script = Script()
+        let normal = script.answer
+        script.tokenAccepted = true
+        script.answer = { step in
+            step.key == dope.key ? .unauthorized(status: 403, message: "<html>blocked</html>") : normal(step)
+        }
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        guard case .deferBundle(let failure, answered: true) = finish else {
+            Issue.record("deferred, answered: \(finish)")
+            return
+        }
+        #expect(failure.reason == .http(403) && failure.step == dope.key && failure.httpStatus == 403)
+        #expect(failure.message?.contains("the refusal is the bundle's") == true, "\(failure.message ?? "")")
+        #expect(
+            Array(trace.drop { $0 != "send \(dope.key)" }) == [
+                "send \(dope.key)", "renew credential", "check token", "settle session",
+            ])
     }
 
     @Test(

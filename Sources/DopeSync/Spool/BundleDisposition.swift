@@ -110,8 +110,12 @@ struct BundleDisposition: Sendable {
                 // Not the last error's fault more than the others': the worker gave up on retrying.
                 let age = Date().timeIntervalSince(deferral.firstSeen)
                 let last = "\(failure.reason)" + (failure.message.map { ": \($0)" } ?? "")
+                // A refusal that the token's check showed to be this bundle's keeps its own reason:
+                // it is not the API failing, and a person must look at the bundle.
+                let refusedBundle = failure.reason == .http(401) || failure.reason == .http(403)
                 let gaveUp = BundleFailure(
-                    reason: .gaveUp, step: failure.step, httpStatus: failure.httpStatus,
+                    reason: refusedBundle ? failure.reason : .gaveUp, step: failure.step,
+                    httpStatus: failure.httpStatus,
                     message:
                         "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(age)) "
                         + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")

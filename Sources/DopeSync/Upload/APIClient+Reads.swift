@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import NIOCore
 import NIOHTTP1
 
@@ -16,6 +17,21 @@ extension APIClient {
 
     /// `GET path`, for looking records up before a step is sent again. Bodies up to 16 MiB
     /// (a session tree of thousands of records).
+    /// Whether the API takes the current token for a request that needs nothing else: a lookup of
+    /// a client id no record has, or, where there are no lookups, the rifles list. False when it
+    /// refuses the token there, or neither can say (then the refusal is taken as the token's).
+    func tokenAccepted(counting counters: RunCounters) async -> Bool {
+        for path in ["/api/sessions?clientId=\(UUID().uuidString.lowercased())", ReferenceList.rifles.path] {
+            counters.request(bytes: 0)
+            switch await get(path) {
+            case .found: return true
+            case .notFound: continue
+            case .failed: return false
+            }
+        }
+        return false
+    }
+
     func get(_ path: String) async -> LookupAnswer {
         switch await exchange(path, ifNoneMatch: nil) {
         case .failed(let failed): return .failed(failed)

@@ -10,7 +10,10 @@
 /// - Found there, the step is not sent: its server id is handed in as a result. Found with other
 ///   content, the bundle fails. A look that fails counts as a failed try; nothing is sent on a guess.
 /// - A 401 or 403 (not a proxy's 407) is answered by reading the credential again, once per step;
-///   a refusal is no outcome, so the send that follows needs no look.
+///   a refusal is no outcome, so the send that follows needs no look. Refused again, or with no
+///   other credential to try, the token is checked by a request that needs nothing else: if the
+///   API takes it there, the refusal is this bundle's (a firewall that blocks its body, say): the
+///   bundle is deferred, and the other bundles go on. Only a token refused there too stops the run.
 extension BundleUploadState {
     /// The step's first try.
     mutating func beginTries(of step: UploadStep, path: String, lookFirst: Bool, stopping: Bool) -> Action {
@@ -44,10 +47,26 @@ extension BundleUploadState {
         guard phase == .renewingCredential, var tries, let refusal = tries.last else {
             preconditionFailure("credentialRenewed only after renewCredential")
         }
-        guard renewed else { return settleThen(.act(on: .response(refusal, cutShort: false)), stopping: stopping) }
+        guard renewed else {
+            phase = .checkingToken
+            return .checkToken
+        }
         tries.mustLook = false
         self.tries = tries
         return nextTry(stopping: stopping)
+    }
+
+    /// Whether the API took the token for a request that needs nothing else (``Action/checkToken``).
+    mutating func tokenChecked(_ accepted: Bool, stopping: Bool) -> Action {
+        guard phase == .checkingToken, let refusal = tries?.last, case .unauthorized(let status, let message) = refusal
+        else { preconditionFailure("tokenChecked only after checkToken, on a refusal") }
+        guard accepted else { return settleThen(.act(on: .response(refusal, cutShort: false)), stopping: stopping) }
+        let step = plan.steps[index]
+        let failure = BundleFailure(
+            reason: .http(status), step: step.key, httpStatus: status,
+            message: "the API refused this bundle's request (\(status)) and took the same token for another: "
+                + "the refusal is the bundle's (a firewall that blocks its content?): \(message)")
+        return settleThen(.finish(.deferBundle(failure, answered: true)), stopping: stopping)
     }
 
     /// How the wait before a retry ended (``Action/backOff(_:retry:retryAfter:after:)``).
@@ -141,11 +160,15 @@ extension BundleUploadState {
     private mutating func actOnAnswer(_ response: StepResponse, stopping: Bool) -> Action {
         guard var tries else { preconditionFailure("an answer belongs to a step's tries") }
         tries.last = response
-        if case .unauthorized(let status, _) = response, status != 407, !tries.renewedCredential {
-            tries.renewedCredential = true
+        if case .unauthorized(let status, _) = response, status != 407 {
             self.tries = tries
-            phase = .renewingCredential
-            return .renewCredential
+            guard tries.renewedCredential else {
+                self.tries?.renewedCredential = true
+                phase = .renewingCredential
+                return .renewCredential
+            }
+            phase = .checkingToken
+            return .checkToken
         }
         guard case .retryable(let status, let retryAfter, _) = response else {
             return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)

@@ -16,7 +16,9 @@
 ///   server (an intent of an earlier process, an answer that leaves the outcome unknown) before
 ///   it is sent again (``BundleUploadState+Tries``): lookups are actions, their answers events;
 /// - a step's answer decides: created (its result is handed to the group commit), refused for
-///   good (fail), refused credentials (read again once, then give back), retryable (backed off and
+///   good (fail), refused credentials (read again once; refused again, the token is checked alone:
+///   accepted there, the refusal is the bundle's and it is deferred, else it is given back and the
+///   run stops), retryable (backed off and
 ///   tried again up to the policy's attempts, then defer, or give back when the run is stopping);
 /// - at most ``unsettledResults`` results are handed in and not yet settled (known committed):
 ///   the oldest is settled before another answer is acted on, and every one before the bundle
@@ -39,6 +41,9 @@ struct BundleUploadState {
         case send(UploadStep, path: String)
         /// Read the credential again after the API refused it, then ``credentialRenewed(_:stopping:)``.
         case renewCredential
+        /// The refusal stands with the credential read again: ask the API something that needs
+        /// only the token, then ``tokenChecked(_:stopping:)``.
+        case checkToken
         /// Wait before retry number `retry` of the step (`Retry-After` when the answer gave one),
         /// then ``backedOff(_:stopping:)``. `after`: the answer that is retried, for the log.
         case backOff(UploadStep, retry: Int, retryAfter: Duration?, after: StepResponse)
@@ -130,6 +135,7 @@ struct BundleUploadState {
         case recordingFound(ServerTree)
         case sending
         case renewingCredential
+        case checkingToken
         case backingOff
         case handingIn
         /// Settling the result handed in last; then this.

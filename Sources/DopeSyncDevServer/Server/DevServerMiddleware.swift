@@ -64,6 +64,23 @@ struct DevServerMiddleware: RouterMiddleware {
                     break
                 }
             }
+            var request = request
+            if request.method == .post, path.hasPrefix("/api/"), let pattern = state.configuration.forbiddenBodyPattern
+            {
+                // The firewall reads the whole body before the API sees it (and hands it on).
+                let body = try await request.collectBody(upTo: state.configuration.maxImageBytes + (1 << 20))
+                if body.readableBytesView.firstRange(of: Array(pattern.utf8)) != nil {
+                    fault = "forbidden_body"
+                    record(
+                        request, path: path, status: 403, replayed: false, fault: fault, since: started,
+                        context: context)
+                    return Response(
+                        status: .forbidden, headers: [.contentType: "text/html"],
+                        body: ResponseBody(
+                            byteBuffer: ByteBuffer(
+                                string: "<html><body><h1>403 Forbidden</h1><p>Request blocked.</p></body></html>\n")))
+                }
+            }
             if path != "/api/health" { try state.authorize(request) }
             response = try await next(request, context)
         } catch let error as APIError {

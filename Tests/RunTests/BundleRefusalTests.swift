@@ -1,0 +1,70 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+/// A 401 or 403 on one bundle's request, while the API takes the same token for others, is the
+/// bundle's: a web application firewall that blocks its content must not stop the whole spool.
+@Suite struct BundleRefusalTests {
+    /// `dopesync run` in-process, a bundle failing after two counted attempts, each due at once.
+    static func run(_ spool: Spool, _ server: RunningDevServer) async -> (RunSummary, DopeSync.ExitStatus) {
+        var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+        options.minAge = .zero
+        options.retry.base = .milliseconds(1)
+        options.retry.cap = .milliseconds(5)
+        options.minFreeSpace = .bytes(0)
+        options.deferral = DeferralPolicy(base: .milliseconds(1), cap: .milliseconds(1), maxAttempts: 2)
+        return await Worker(options: options, logger: quietLogger).run()
+    }
+
+    @Test(
+        "a firewall's 403 for one bundle among five: four reach done/, the fifth fails as http_403 after its attempts")
+    func aBundleRefusedByAFirewallFailsAlone() async throws {
+        try await withTemporaryDirectory { directory in
+            let good = (1...4).map { SampleSession(seed: UInt64(3700 + $0)) }
+            var blocked = SampleSession(seed: 3705)
+            blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
+            let spool = try makeSpool(in: directory, samples: good + [blocked])
+            let blockedName = "\(blocked.sessionID).tar.gz"
+            var configuration = DevServerConfiguration()
+            configuration.forbiddenBodyPattern = "<script>"
+            try await withDevServer(configuration) { server in
+                let (first, firstStatus) = await Self.run(spool, server)
+                #expect(firstStatus == .success && first.done == 4 && first.deferred == 1, "\(first)")
+                #expect(first.givenBack == 0, "the token was not taken for refused: \(first)")
+                let waiting = try spool.names(.incoming)
+                #expect(waiting == [blockedName])
+
+                let (second, secondStatus) = await Self.run(spool, server)
+                #expect(secondStatus == .bundlesFailed && second.failed == 1, "\(second)")
+                let sidecar = try #require(ErrorSidecar.read(from: spool.sidecarPath(forFailed: blockedName)))
+                #expect(sidecar.reason == .http(403), "\(sidecar.reason)")
+                #expect(sidecar.step == "session" && sidecar.httpStatus == 403)
+                #expect(sidecar.message?.contains("the refusal is the bundle's") == true, "\(sidecar.message ?? "")")
+                let done = try spool.names(.done)
+                #expect(done.count == 4)
+                let created = try await server.createdCounts()
+                #expect(created["session"] == 4, "\(created)")
+            }
+        }
+    }
+
+    @Test("a token the API refuses everywhere still stops the run with 77, every bundle given back uncounted")
+    func aTokenRefusedEverywhereStopsTheRun() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...3).map { SampleSession(seed: UInt64(3710 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            try await withDevServer { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: "not-the-token")
+                options.minAge = .zero
+                options.minFreeSpace = .bytes(0)
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                #expect(status == .permissionDenied, "\(summary)")
+                #expect(summary.done == 0 && summary.deferred == 0 && summary.failed == 0, "\(summary)")
+                let back = try spool.names(.incoming)
+                #expect(back.count == samples.count)
+            }
+        }
+    }
+}
