@@ -158,6 +158,9 @@ struct APIOptions: ParsableArguments {
     @Option(help: "A command whose first line of output is the API token, run again after a refusal.")
     var tokenCommand: String?
 
+    @Option(help: "Environment variables the token command gets besides PATH, HOME and the locale's (comma-separated).")
+    var tokenCommandEnvironment: String?
+
     @Option(help: "A PEM file of CA certificates to trust for the API, besides the system's.")
     var caFile: String?
 
@@ -173,7 +176,8 @@ struct APIOptions: ParsableArguments {
     /// The settings typed, for ``RunConfiguration/resolve``.
     var typed: [(RunSetting, String?)] {
         [
-            (.api, api), (.tokenFile, tokenFile), (.tokenCommand, tokenCommand), (.caFile, caFile), (.proxy, proxy),
+            (.api, api), (.tokenFile, tokenFile), (.tokenCommand, tokenCommand),
+            (.tokenCommandEnvironment, tokenCommandEnvironment), (.caFile, caFile), (.proxy, proxy),
             (.allowInsecureHTTP, allowInsecureHTTP ? "true" : nil),
         ]
     }

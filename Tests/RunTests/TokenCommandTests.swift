@@ -1,4 +1,5 @@
 import DopeSyncTestSupport
+import Foundation
 import Testing
 
 @testable import DopeSync
@@ -66,5 +67,37 @@ import Testing
         }
         #expect(error.message.contains("characters an HTTP header cannot carry"))
         #expect(!error.message.contains("ab\u{1}cd"))
+    }
+
+    @Test(
+        "the token command gets PATH, HOME, the locale and the variables named, never the database password or a proxy's credentials"
+    )
+    func aTokenCommandGetsAMinimalEnvironment() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 3800)])
+            let seen = directory.appendingPathComponent("env.txt").path
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: "",
+                    environment: [
+                        "DOPESYNC_API_TOKEN": "",
+                        "DOPESYNC_TOKEN_COMMAND": "env > '\(seen)'; echo \(server.token)",
+                        "DOPESYNC_TOKEN_COMMAND_ENVIRONMENT": "VAULT_ADDR, DOPESYNC_DATABASE_PASSWORD",
+                        "VAULT_ADDR": "https://vault.example:8200",
+                        "DOPESYNC_DATABASE_PASSWORD": "s3cret-db",
+                        "DOPESYNC_PROXY": "none", "https_proxy": "http://user:pr0xy-pw@proxy.example:3128",
+                        "LANG": "C.UTF-8",
+                    ])
+                #expect(status == 0, "\(output)")
+            }
+            let environment = try String(contentsOfFile: seen, encoding: .utf8)
+            let names = Set(
+                environment.split(separator: "\n").compactMap { $0.split(separator: "=").first.map(String.init) })
+            #expect(names.contains("PATH") && names.contains("LANG"), "\(names.sorted())")
+            #expect(environment.contains("VAULT_ADDR=https://vault.example:8200"), "a variable named is passed")
+            #expect(!environment.contains("s3cret-db"), "the database password, even when named")
+            #expect(!environment.contains("pr0xy-pw"), "a proxy's credentials")
+            #expect(!names.contains { $0.hasPrefix("DOPESYNC_") }, "\(names.sorted())")
+        }
     }
 }

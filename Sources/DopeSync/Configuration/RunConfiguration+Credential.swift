@@ -31,7 +31,10 @@ extension RunConfiguration {
                 .badValue, key: RunSetting.tokenCommand.key, source: command.source,
                 message: "give token-file or token-command, not both (token-file comes from \(tokenFile.source))")
         }
-        try resolveTokenCommand(command.text, source: command.source)
+        let passing = try settings.lookup(.tokenCommandEnvironment).map {
+            $0.text.split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init)
+        }
+        try resolveTokenCommand(command.text, passing: passing ?? [], source: command.source)
     }
 
     /// `DOPESYNC_API_TOKEN`, trimmed; nil when it is not set or blank.
@@ -41,14 +44,16 @@ extension RunConfiguration {
     }
 
     /// Runs the token command once, for the token a run starts with; it runs again after a refusal.
-    private mutating func resolveTokenCommand(_ command: String, source: SettingSource) throws(ConfigurationError) {
+    private mutating func resolveTokenCommand(_ command: String, passing: [String], source: SettingSource)
+        throws(ConfigurationError)
+    {
         do {
-            token = try Credential.runTokenCommand(command)
+            token = try Credential.runTokenCommand(command, passing: passing)
         } catch {
             throw ConfigurationError(
                 .tokenCommandFailed, key: RunSetting.tokenCommand.key, source: source, message: error.message)
         }
-        tokenSource = .command(command)
+        tokenSource = .command(command, passing: passing)
         sources["token"] = source
     }
 

@@ -30,6 +30,10 @@ extension RunSetting {
         "token-command",
         help: "a command whose first line of output is the API token, run at the start and after a refusal "
             + "(at most once a minute); instead of token-file")
+    public static let tokenCommandEnvironment = RunSetting(
+        "token-command-environment",
+        help: "the environment variables the token command gets besides PATH, HOME and the locale's, by name, "
+            + "comma-separated (never the token, the database password or a proxy's)")
     public static let concurrency = RunSetting("concurrency", help: "bundles uploaded at once, 1 to 64 (default 4)")
     public static let maxBundles = RunSetting(
         "max-bundles", help: "claim at most this many bundles in one run (default: no limit)")
@@ -66,7 +70,8 @@ extension RunSetting {
 
     /// Every key a job file may hold, in the order the README documents them.
     public static let all: [RunSetting] = [
-        .spool, .api, .tokenFile, .tokenCommand, .concurrency, .maxBundles, .maxTime, .minAge, .progress, .logFormat,
+        .spool, .api, .tokenFile, .tokenCommand, .tokenCommandEnvironment, .concurrency, .maxBundles, .maxTime, .minAge,
+        .progress, .logFormat,
         .logLevel,
         .metricsFile,
         .caFile, .proxy, .maxRate, .minFreeSpace, .pruneAfter, .allowInsecureHTTP, .database, .databasePasswordFile,

@@ -13,8 +13,9 @@ public final class Credential: Sendable {
         /// A file holding the token alone on one line (`token-file`), read again after a refusal.
         case file(String)
         /// A command whose first line of output is the token (`token-command`), run again after a
-        /// refusal, at most once a ``commandInterval``.
-        case command(String)
+        /// refusal, at most once a ``commandInterval``, with the environment variables `passing`
+        /// names besides its minimal own (``TokenCommand/environment(passing:from:)``).
+        case command(String, passing: [String] = [])
     }
 
     public let source: Source
@@ -69,9 +70,10 @@ public final class Credential: Sendable {
         case .file(let path):
             // Off the loop: the file may be on a mount that stalls.
             fresh = await SpoolCalls.run { try? Self.readTokenFile(path) }
-        case .command(let command):
+        case .command(let command, let passing):
             do {
-                fresh = try await BlockingPool.run { Result { try Self.runTokenCommand(command) } }.get()
+                fresh = try await BlockingPool.run { Result { try Self.runTokenCommand(command, passing: passing) } }
+                    .get()
             } catch {
                 logger.error("the token command failed", metadata: ["error": "\(error)"])
                 fresh = nil
@@ -92,7 +94,7 @@ public final class Credential: Sendable {
         switch source {
         case .fixed: "the environment"
         case .file(let path): "the token file \(path)"
-        case .command(let command): "the token command \(DisplayText.escaped(command))"
+        case .command(let command, _): "the token command \(DisplayText.escaped(command))"
         }
     }
 
@@ -135,8 +137,8 @@ public final class Credential: Sendable {
     /// or prints nothing. Its output is never shown. The command runs under `timeout(1)` where there
     /// is one, so a command that outlives ``commandTimeout`` is killed with what it started; once
     /// its first line is read, the rest of it is not waited for.
-    public static func runTokenCommand(_ command: String) throws(TokenCommandError) -> String {
-        try TokenCommand(command: command, seconds: Int(commandTimeout.components.seconds)).run()
+    public static func runTokenCommand(_ command: String, passing: [String] = []) throws(TokenCommandError) -> String {
+        try TokenCommand(command: command, seconds: Int(commandTimeout.components.seconds), passing: passing).run()
     }
 }
 

@@ -12,6 +12,29 @@ import Foundation
 struct TokenCommand {
     let command: String
     let seconds: Int
+    /// The variables of the worker's environment the command gets besides ``minimalEnvironment``.
+    var passing: [String] = []
+
+    /// What every token command gets of the worker's environment: where to find programs, the
+    /// user's home, the locale and time zone. Not the rest: the worker's holds the token, the
+    /// database password and a proxy's credentials, which a command (or what it runs) could log.
+    static let minimalEnvironment = ["PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME"]
+
+    /// Never passed, even when named: the secrets the worker itself holds.
+    static let neverPassed: Set<String> = [
+        RunSetting.tokenEnvironmentVariable, "DOPESYNC_DATABASE_PASSWORD", "DOPESYNC_DATABASE_URL", "DOPESYNC_PROXY",
+        "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+    ]
+
+    /// The command's environment: ``minimalEnvironment`` and the names in `passing`, as `environment`
+    /// has them; `PATH` a plain system one where the worker has none.
+    static func environment(passing: [String], from environment: [String: String]) -> [String: String] {
+        var child: [String: String] = ["PATH": "/usr/local/bin:/usr/bin:/bin"]
+        for name in minimalEnvironment + passing where !neverPassed.contains(name) {
+            if let value = environment[name] { child[name] = value }
+        }
+        return child
+    }
 
     private var shown: String { DisplayText.escaped(command) }
 
@@ -64,7 +87,9 @@ struct TokenCommand {
             access(timeout, X_OK) == 0
             ? (timeout, ["timeout", "--kill-after=2", "\(seconds)", "/bin/sh", "-c", command])
             : ("/bin/sh", ["sh", "-c", command])
-        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+        let environment = Self.environment(passing: passing, from: ProcessInfo.processInfo.environment).map {
+            "\($0.key)=\($0.value)"
+        }
         let spawned = SpawnInheritance.spawn(path, arguments, environment: environment, ownProcessGroup: true) {
             actions in
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
