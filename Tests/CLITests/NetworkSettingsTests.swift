@@ -34,6 +34,31 @@ import Testing
         #expect(try resolve().proxy == .direct)
     }
 
+    @Test(
+        "a loopback http API through a proxy on another machine needs allow-insecure-http, whether the proxy is set or from http_proxy; a loopback proxy does not"
+    )
+    func plainHTTPThroughARemoteProxyIsRefused() throws {
+        let api = "http://127.0.0.1:8080"
+        for (commandLine, environment) in [
+            ([RunSetting.proxy: "http://10.213.0.2:3128"], [String: String]()),
+            ([:], ["http_proxy": "http://ops:pw@10.213.0.2:3128"]),
+        ] {
+            do {
+                _ = try resolve(api: api, commandLine: commandLine, environment: environment)
+                Issue.record("the token would go in clear to 10.213.0.2")
+            } catch {
+                #expect(error.code == .insecureAPI, "\(error)")
+                #expect(error.message.contains("through the proxy http://"), "\(error.message)")
+                #expect(error.message.contains("10.213.0.2") && !error.message.contains(":pw@"), "\(error.message)")
+                #expect(error.message.contains("allow-insecure-http"), "\(error.message)")
+            }
+        }
+        let allowed = try resolve(
+            api: api, commandLine: [.proxy: "http://10.213.0.2:3128", .allowInsecureHTTP: "true"])
+        #expect(allowed.warnings.contains { $0.contains("travel in clear to the proxy") }, "\(allowed.warnings)")
+        #expect(try resolve(api: api, commandLine: [.proxy: "http://127.0.0.1:3128"]).proxy.proxy?.port == 3128)
+    }
+
     @Test("The proxy setting (command line or job file) wins over the environment; `none` means direct")
     func proxySettingWins() async throws {
         let environment = ["https_proxy": "http://from-env:3128"]

@@ -141,6 +141,31 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
             apiURL: apiURL, setting: settings.lookup(.proxy), environment: environment)
         self.proxy = proxy
         sources[RunSetting.proxy.key] = proxySource
+        try checkPlainHTTPRoute(&settings, proxySource: proxySource)
+    }
+
+    /// A plain-http API on this machine needs no `allow-insecure-http` only while the whole route
+    /// is on this machine: a proxy on another one would receive the token, and every record, in
+    /// clear.
+    private mutating func checkPlainHTTPRoute(_ settings: inout SettingResolver, proxySource: SettingSource?)
+        throws(ConfigurationError)
+    {
+        guard URL(string: apiURL)?.scheme?.lowercased() == "http", Self.plainHTTPHost(apiURL) == nil,
+            let proxy = proxy.proxy,
+            let proxyHost = Self.plainHTTPHost("http://\(proxy.host.contains(":") ? "[\(proxy.host)]" : proxy.host)/")
+        else { return }
+        let allowInsecure = try settings.parsed(.allowInsecureHTTP, expected: "true or false", Self.boolean) ?? false
+        let route =
+            "\(MaskedURL.string(apiURL)) is plain http to this machine, but through the proxy \(proxy) on \(proxyHost), "
+            + "which is not"
+        guard allowInsecure else {
+            throw ConfigurationError(
+                .insecureAPI, key: RunSetting.proxy.key, source: proxySource ?? .builtInDefault,
+                message: "\(route): the token would travel in clear to it; give `proxy: none` (or a proxy on this "
+                    + "machine), use https://, or set allow-insecure-http: true if the network is trusted")
+        }
+        warnings.append(
+            "\(route) (allow-insecure-http: true): the token and every record travel in clear to the proxy")
     }
 
     /// The API's URL; plain http only to this machine, or where `allow-insecure-http` says the
