@@ -39,6 +39,44 @@ import Testing
         }
     }
 
+    @Test(
+        "names that are not UTF-8, not in normal form, or hold a newline: status counts each, and a run syncs each, none skipped"
+    )
+    func oddNamesAreNeverSkipped() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...3).map { SampleSession(seed: UInt64(3900 + $0)) }
+            let spool = try makeSpool(in: directory, samples: samples)
+            let notUTF8 = Array("bad-".utf8) + [0xFF, 0xFE] + Array(".tgz".utf8)
+            let decomposed = "cafe\u{301}.tgz"  // NFD: e and a combining acute accent
+            let newline = "two\nlines.tgz"
+            for (sample, target) in zip(samples, [notUTF8, Array(decomposed.utf8), Array(newline.utf8)]) {
+                let path = Array((spool.path(.incoming) + "/").utf8) + target + [0]
+                let moved = path.withUnsafeBufferPointer {
+                    $0.withMemoryRebound(to: CChar.self) {
+                        rename(spool.path(.incoming, "\(sample.sessionID).tar.gz"), $0.baseAddress!)
+                    }
+                }
+                #expect(moved == 0)
+            }
+            let status = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            let folders = try #require(
+                (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["folders"]
+                    as? [String: [String: Any]])
+            #expect(folders["incoming"]?["count"] as? Int == 3, "\(folders)")
+            try await withDevServer { server in
+                let (code, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(code == 0, "\(output)")
+                #expect(output.contains(#"incoming/bad-\xff\xfe.tgz"#), "\(output)")
+                let done = try spool.names(.done)
+                #expect(
+                    Set(done.map { Array($0.utf8) }) == [
+                        Array("bad-%FF%FE.tgz".utf8), Array(decomposed.utf8), Array(newline.utf8),
+                    ], "\(done)")
+                #expect(try await server.createdCounts()["session"] == 3)
+            }
+        }
+    }
+
     @Test("a bundle named x.error is a bundle: status counts it as failed and requeue --all moves it back")
     func bundleNamedLikeASidecar() async throws {
         try await withTemporarySpool { spool, _ in

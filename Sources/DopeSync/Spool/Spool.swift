@@ -211,13 +211,18 @@ extension Spool {
             // d_type spares an fstatat for folders and symlinks; DT_UNKNOWN (some filesystems) falls through.
             let type = entry.pointee.d_type
             if type == UInt8(DT_DIR) || type == UInt8(DT_LNK) { continue }
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
-            }
+            let bytes = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+            // A name that is not UTF-8 is listed under the name a run gives it
+            // (``renameNonUTF8Names()``), so that status counts it; it is never skipped.
+            let name = SpoolNames.utf8(bytes) ?? SpoolNames.escaped(bytes)
             guard Self.isBundleName(name) else { continue }
             var info = stat()
             // AT_SYMLINK_NOFOLLOW: lstat semantics. ENOENT: claimed or moved since readdir; skip it.
-            guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            let statted = withUnsafePointer(to: entry.pointee.d_name) {
+                fstatat(
+                    descriptor, UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self), &info, AT_SYMLINK_NOFOLLOW)
+            }
+            guard statted == 0 else { continue }
             guard info.st_mode & S_IFMT == S_IFREG else { continue }
             entries.append(
                 SpoolEntry(

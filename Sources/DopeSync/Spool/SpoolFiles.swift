@@ -39,6 +39,13 @@ enum SpoolFiles {
         return renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 ? 0 : errno
     }
 
+    /// `renameat2(RENAME_NOREPLACE)` of a source given as bytes (a name that is not UTF-8):
+    /// 0, or the error. ENOSYS where the system has no renameat2.
+    static func renameNoReplace(bytes source: UnsafePointer<CChar>, to target: String) -> Int32 {
+        guard let renameat2 = renameat2Function else { return ENOSYS }
+        return renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 ? 0 : errno
+    }
+
     private static func systemLink(_ source: String, _ target: String) -> Int32 {
         link(source, target) == 0 ? 0 : errno
     }

@@ -217,7 +217,7 @@ public struct Worker: Sendable {
         }
         let work: DueWork
         do {
-            work = try await DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge)
+            work = try await DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge, logger: logger)
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical(
@@ -436,9 +436,17 @@ struct DueWork {
 
     var bundles: [SpoolEntry] { orphans + incoming.due }
 
-    static func list(_ spool: Spool, checkpoints: any CheckpointStorage, minAge: Duration) async throws -> DueWork {
-        let (orphans, listing) = try await SpoolCalls.run { () throws(SpoolError) in
-            (try spool.processingEntries(), try spool.list(.incoming))
+    static func list(_ spool: Spool, checkpoints: any CheckpointStorage, minAge: Duration, logger: Logger)
+        async throws -> DueWork
+    {
+        let (orphans, listing, renamed) = try await SpoolCalls.run { () throws(SpoolError) in
+            let renamed = spool.renameNonUTF8Names()
+            return (try spool.processingEntries(), try spool.list(.incoming), renamed)
+        }
+        for bundle in renamed {
+            logger.notice(
+                "a bundle's name was not UTF-8: renamed to one the worker can write, and processed",
+                metadata: ["was": "incoming/\(bundle.was)", "now": "incoming/\(bundle.now)"])
         }
         let states = try await checkpoints.bundlesInFlight()
         let incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: minAge)

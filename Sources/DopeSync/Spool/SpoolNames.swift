@@ -1,0 +1,100 @@
+import Foundation
+import ThreadRules
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// File names are bytes; the worker names bundles with Swift strings (in paths, the checkpoint
+/// store, sidecars and logs), which are UTF-8. A producer's file whose name is not UTF-8 would be
+/// invisible to a scan that turned it into a string, so the run renames it, once, to a name that
+/// is: each byte that is not part of a UTF-8 character written `%XX` (`bad-\xff.tgz` becomes
+/// `bad-%FF.tgz`), suffixed if that name is taken. It is then processed like any other bundle.
+enum SpoolNames {
+    /// `bytes` as a UTF-8 string; nil when they are not UTF-8.
+    static func utf8(_ bytes: [UInt8]) -> String? {
+        String(validating: bytes, as: UTF8.self)
+    }
+
+    /// `bytes` with every byte that is not part of a well-formed UTF-8 character written `%XX`.
+    static func escaped(_ bytes: [UInt8]) -> String {
+        decoded(bytes) { String(format: "%%%02X", $0) }
+    }
+
+    /// `bytes` as a person reads them: a byte that is not UTF-8 written `\xNN`, as
+    /// ``DisplayText/escaped(_:)`` writes a control character (which it then escapes too).
+    static func shown(_ bytes: [UInt8]) -> String {
+        DisplayText.escaped(decoded(bytes) { "\\x" + [$0].hexString })
+    }
+
+    private static func decoded(_ bytes: [UInt8], writing invalid: (UInt8) -> String) -> String {
+        var text = ""
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        loop: while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded):
+                text.unicodeScalars.append(Unicode.UTF8.decode(encoded))
+                offset += encoded.count
+            case .error(let length):
+                for byte in bytes[offset..<offset + length] { text += invalid(byte) }
+                offset += length
+            case .emptyInput:
+                break loop
+            }
+        }
+        return text
+    }
+
+    /// The names in `folder` that are not UTF-8, as bytes.
+    static func nonUTF8Names(in folder: String) -> [[UInt8]] {
+        BlockingCalls.check("spool: listing \(folder)")
+        guard let directory = opendir(folder) else { return [] }
+        defer { closedir(directory) }
+        var names: [[UInt8]] = []
+        while let entry = readdir(directory) {
+            let bytes = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                Array(raw.prefix(while: { $0 != 0 }))
+            }
+            if utf8(bytes) == nil { names.append(bytes) }
+        }
+        return names
+    }
+}
+
+extension Spool {
+    /// A bundle of `incoming/` renamed because its name was not UTF-8: its old name as a person
+    /// reads it (`\xFF`), and the new one.
+    public struct RenamedBundle: Sendable, Equatable {
+        public let was: String
+        public let now: String
+    }
+
+    /// Renames every file of `incoming/` whose name is not UTF-8 to ``SpoolNames/escaped(_:)``,
+    /// never replacing a file (a suffix when the name is taken). A file that cannot be renamed
+    /// (gone meanwhile, or the folder not writable) is left as it is.
+    public func renameNonUTF8Names() -> [RenamedBundle] {
+        let folder = path(.incoming)
+        var renamed: [RenamedBundle] = []
+        for bytes in SpoolNames.nonUTF8Names(in: folder) {
+            let base = SpoolNames.escaped(bytes)
+            let source = Array((folder + "/").utf8) + bytes + [0]
+            for n in 0..<1000 {
+                let name = Self.suffixedName(base, n)
+                // Never replacing: a producer's file of that name stays, and the next suffix is tried.
+                let error = source.withUnsafeBufferPointer { source in
+                    source.withMemoryRebound(to: CChar.self) {
+                        SpoolFiles.renameNoReplace(bytes: $0.baseAddress!, to: folder + "/" + name)
+                    }
+                }
+                if error == 0 {
+                    renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: name))
+                    break
+                }
+                if error != EEXIST { break }
+            }
+        }
+        return renamed
+    }
+}
