@@ -40,6 +40,27 @@ import Testing
     }
 
     @Test(
+        "a right-to-left override in a name is written \\u{202E} in the log, in status and in its sidecar, and reads back"
+    )
+    func invisibleFormatCharactersAreEscaped() async throws {
+        // Shown raw, "photo-\u{202E}gpj.exe" reads as "photo-exe.jpg".
+        let disguised = "photo-\u{202E}gpj.exe"
+        try await withTemporarySpool { spool, _ in
+            try Self.dropInvalid(disguised, into: spool)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 1, "\(output)")
+                #expect(!output.contains("\u{202E}") && output.contains(#"photo-\u{202E}gpj.exe"#), "\(output)")
+            }
+            let report = try await runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(!report.stdout.contains("\u{202E}") && report.stdout.contains(#"photo-\u{202E}gpj.exe"#))
+            let sidecarText = try String(contentsOfFile: spool.sidecarPath(forFailed: disguised), encoding: .utf8)
+            #expect(!sidecarText.contains("\u{202E}"), "\(sidecarText)")
+            #expect(ErrorSidecar(parsing: sidecarText)?.bundle == disguised, "the sidecar reads back as written")
+        }
+    }
+
+    @Test(
         "names that are not UTF-8, not in normal form, or hold a newline: status counts each, and a run syncs each, none skipped"
     )
     func oddNamesAreNeverSkipped() async throws {

@@ -153,7 +153,8 @@ public struct ErrorSidecar: Sendable, Hashable {
             case "\\": out += "\\\\"
             case "\n": out += "\\n"
             case "\r": out += "\\r"
-            case let control where DisplayText.isControl(control): out += DisplayText.escaped(String(control))
+            case let control where DisplayText.isControl(control) || DisplayText.isFormat(control):
+                out += DisplayText.escaped(String(control))
             default: out.unicodeScalars.append(character)
             }
         }
@@ -177,6 +178,18 @@ public struct ErrorSidecar: Sendable, Hashable {
                         scalars = scalars.dropFirst(2)
                     } else {
                         out += "\\x"
+                    }
+                case "u":
+                    // `\u{NNNN}`: an invisible format character (``DisplayText``).
+                    let braced = scalars.prefix(while: { $0 != "}" })
+                    let digits = String(String.UnicodeScalarView(braced.dropFirst()))
+                    if braced.first == "{", braced.count < scalars.count, let value = UInt32(digits, radix: 16),
+                        let scalar = Unicode.Scalar(value)
+                    {
+                        out.unicodeScalars.append(scalar)
+                        scalars = scalars.dropFirst(braced.count + 1)
+                    } else {
+                        out += "\\u"
                     }
                 default: out.unicodeScalars.append(character)
                 }
