@@ -237,13 +237,18 @@ struct JSONLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
+    /// The fields every line has.
+    static let ownFields: Set<String> = ["time", "level", "message", "logger"]
+
     func log(event: LogEvent) {
         var fields: [String: String] = [
             "time": Date().formatted(.iso8601), "level": "\(event.level)", "message": "\(event.message)",
             "logger": label,
         ]
+        // The event's own fields are never replaced: a metadata key that names one (a server's
+        // `message`, say) is kept beside it as `metadata.KEY`.
         for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
-            fields[key] = "\(value)"
+            fields[Self.ownFields.contains(key) ? "metadata." + key : key] = "\(value)"
         }
         // Strings only, so it cannot fail; if it did, a log line is not worth stopping the run for.
         if let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {

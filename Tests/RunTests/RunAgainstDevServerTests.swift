@@ -392,4 +392,25 @@ import Testing
             }
         }
     }
+
+    @Test("with --log-format json a metadata key named like a field never replaces it: the event text stays in message")
+    func jsonLogsKeepTheirMessage() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 3950)])
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 0.3
+            configuration.faults.seed = 7
+            try await withDevServer(configuration) { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--log-format", "json"])
+                #expect(status == 0, "\(output)")
+                let lines = output.split(separator: "\n").compactMap {
+                    (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: String]
+                }
+                let retries = lines.filter { $0["message"] == "retrying a step" }
+                #expect(!retries.isEmpty, "\(output)")
+                #expect(retries.allSatisfy { $0["metadata.message"] != nil }, "\(retries)")
+            }
+        }
+    }
 }
