@@ -13,9 +13,20 @@ struct Prune: AsyncParsableCommand {
     )
 
     @Option(
-        help: "Delete what has been in done/ longer than this (e.g. 30d, 12h); default: prune-after, 30d.",
+        help: ArgumentHelp(
+            "Delete what has been in done/ longer than this (e.g. 30d, 12h); above zero, as prune-after; "
+                + "default: prune-after, 30d."),
         transform: parseDuration)
     var olderThan: Duration?
+
+    func validate() throws {
+        // One rule for zero, as `prune-after` has it: 0 would delete every bundle of done/ at once.
+        if let olderThan, olderThan <= .zero {
+            throw ValidationError(
+                "--older-than must be above zero, as prune-after must: 0 would delete every bundle in done/ "
+                    + "(1s deletes all but those done in the last second)")
+        }
+    }
 
     @OptionGroup var spool: SpoolOption
 

@@ -261,4 +261,17 @@ import Testing
                 try await runBuilt("dopesync", ["prune", "--older-than", "soon", "--spool", spool.root]).status == 64)
         }
     }
+
+    @Test("prune has one rule for zero: --older-than 0 is refused (64), as prune-after: 0 is (78); nothing deleted")
+    func pruneRefusesZero() async throws {
+        try await withTemporarySpool { spool, _ in
+            try Data("x".utf8).write(to: URL(fileURLWithPath: spool.path(.done, "old.tar.gz")))
+            let typed = try await runBuilt("dopesync", ["prune", "--older-than", "0", "--spool", spool.root])
+            #expect(typed.status == 64 && typed.stderr.contains("above zero"), "\(typed.stderr)")
+            let fromEnvironment = try await runBuilt(
+                "dopesync", ["prune", "--spool", spool.root], environment: ["DOPESYNC_PRUNE_AFTER": "0"])
+            #expect(fromEnvironment.status == 78, "\(fromEnvironment.stderr)")
+            #expect(try spool.names(.done) == ["old.tar.gz"])
+        }
+    }
 }

@@ -74,7 +74,7 @@ import Testing
                         == "requeued|0")
 
                 let prune = try await dopesync(
-                    ["prune", "--older-than", "0s", "--spool", spool.root, "--database", database.url],
+                    ["prune", "--older-than", "1ms", "--spool", spool.root, "--database", database.url],
                     environment: environment)
                 #expect(prune.status == 0, "\(prune.stderr)")
                 #expect(try spool.names(.done).isEmpty)
