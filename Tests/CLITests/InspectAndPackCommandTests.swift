@@ -78,6 +78,25 @@ import Testing
         }
     }
 
+    @Test("pack --output gives the file the mode the umask asks for: 0600 under umask 077, 0644 under 022")
+    func packRespectsTheUmask() async throws {
+        try await withTemporaryDirectory { directory in
+            let source = directory.appendingPathComponent("s")
+            try SampleSession(seed: 25).writeLayout(to: source)
+            for (mask, mode) in [("077", 0o600), ("022", 0o644)] {
+                let output = directory.appendingPathComponent("out-\(mask).tgz").path
+                _ = try await runProcess(
+                    "/bin/sh",
+                    [
+                        "-c", "umask \(mask); exec \"$0\" \"$@\"", builtProduct("dopesync").path, "pack",
+                        source.appendingPathComponent("session.json").path, "--output", output,
+                    ])
+                let attributes = try FileManager.default.attributesOfItem(atPath: output)
+                #expect((attributes[.posixPermissions] as? Int) == mode, "umask \(mask)")
+            }
+        }
+    }
+
     @Test("pack then inspect: the packed bundle is valid")
     func packThenInspect() async throws {
         try await withTemporaryDirectory { directory in

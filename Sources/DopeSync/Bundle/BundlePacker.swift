@@ -42,12 +42,16 @@ public struct BundlePacker: Sendable {
         let manifest = Self.manifest(
             [("session.json", Int64(sessionBytes.count), SHA256.hash(data: sessionBytes).hexString)]
                 + images.map { ($0.entry, $0.size, $0.sha256) })
-        let (target, temporaryDirectory, replace): (String, String, Bool) =
+        // A file of the user's own has the mode their umask gives any new file; one dropped into a
+        // spool must stay readable to the worker (a producer's rule), whatever the umask.
+        let (target, temporaryDirectory, replace, mode): (String, String, Bool, mode_t) =
             switch destination {
-            case .file(let path): (path, FileSystem.directory(of: path), true)
-            case .spool(let root): ("\(root)/incoming/\(session.session.id).tar.gz", "\(root)/tmp", false)
+            case .file(let path): (path, FileSystem.directory(of: path), true, 0o666 & ~FileSystem.processUmask)
+            case .spool(let root): ("\(root)/incoming/\(session.session.id).tar.gz", "\(root)/tmp", false, 0o644)
             }
-        return try FileSystem.writeAtomically(to: target, temporaryDirectory: temporaryDirectory, replace: replace) {
+        return try FileSystem.writeAtomically(
+            to: target, temporaryDirectory: temporaryDirectory, replace: replace, mode: mode
+        ) {
             descriptor in
             try withTarGzipWriter(fileDescriptor: descriptor, culprit: target) { writer in
                 let now = Int(Date().timeIntervalSince1970)

@@ -1,3 +1,5 @@
+import Foundation
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -86,12 +88,13 @@ enum FileSystem {
     /// (same file system as the target), fsynced, then renamed to `target`. A reader of the
     /// target's folder never sees a half-written file. With `replace: false` an existing name
     /// is never replaced: the spool's suffix rule applies (`s.tar.gz` → `s.1.tar.gz`) and the
-    /// final path is returned.
+    /// final path is returned. The file gets `mode` (mkstemp makes it 0600 first).
     @discardableResult
     static func writeAtomically(
         to target: String,
         temporaryDirectory: String,
         replace: Bool,
+        mode: mode_t = 0o644,
         _ write: (_ fileDescriptor: Int32) throws -> Void
     ) throws -> String {
         let name = target.split(separator: "/").last.map(String.init) ?? target
@@ -104,7 +107,7 @@ enum FileSystem {
             close(descriptor)
             if !committed { unlink(temporary) }
         }
-        fchmod(descriptor, 0o644)
+        fchmod(descriptor, mode)
         try write(descriptor)
         guard fsync(descriptor) == 0 else { throw FileSystemError(path: temporary, operation: "fsync", errno: errno) }
 
@@ -123,6 +126,17 @@ enum FileSystem {
         // and complete; failing now would make the caller act as if it were not.
         try? syncDirectory(directory(of: final))
         return final
+    }
+
+    /// The process's file mode creation mask, read without changing it (`Umask:` in
+    /// /proc/self/status; `umask(2)` can only be read by setting it, which would race other
+    /// threads). 022 where it cannot be read.
+    static var processUmask: mode_t {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }),
+            let mask = mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)
+        else { return 0o022 }
+        return mask
     }
 
     /// Writes all of `bytes` to an open file, retrying short writes and EINTR.
