@@ -166,4 +166,17 @@ import Testing
             #expect(!"\(error)".contains("ApiPassw0rd") && "\(error)".contains("ftp://***@api.example.com"), "\(error)")
         }
     }
+
+    @Test("a CA file that is not there says so, naming it, not failedToLoadCertificate")
+    func missingCAFileIsNamed() throws {
+        do {
+            _ = try resolve(commandLine: [.caFile: "/nonexistent/ca.pem"])
+            Issue.record("a missing CA file was taken")
+        } catch {
+            #expect(error.code == .unreadableCAFile)
+            #expect(
+                error.message == "cannot read CA certificates from /nonexistent/ca.pem: no such file",
+                "\(error.message)")
+        }
+    }
 }

@@ -200,6 +200,15 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     /// A CA file must hold at least one PEM certificate: a typo in its path, or a DER file,
     /// would otherwise show up later as every request refused for an untrusted certificate.
     private static func checkCAFile(_ path: String, source: SettingSource) throws(ConfigurationError) {
+        // The file's own trouble first, in words: NIOSSL says only `failedToLoadCertificate`.
+        if access(path, R_OK) != 0 {
+            let why =
+                errno == ENOENT
+                ? "no such file" : errno == EACCES ? "permission denied" : String(cString: strerror(errno))
+            throw ConfigurationError(
+                .unreadableCAFile, key: RunSetting.caFile.key, source: source,
+                message: "cannot read CA certificates from \(path): \(why)")
+        }
         let certificates: [NIOSSLCertificate]
         do {
             certificates = try NIOSSLCertificate.fromPEMFile(path)
