@@ -274,4 +274,28 @@ import Testing
             #expect(try spool.names(.done) == ["old.tar.gz"])
         }
     }
+
+    @Test("a bundle dated 2 h ahead is shown by status and logged, and a run takes it by its arrival, not 2 h later")
+    func aFutureMtimeIsShownAndDoesNotHoldTheBundle() async throws {
+        try await withTemporarySpool { spool, directory in
+            let sample = SampleSession(seed: 3960)
+            let name = try pack(sample, into: spool, scratch: directory)
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date().addingTimeInterval(7200)], ofItemAtPath: spool.path(.incoming, name))
+            let status = try await runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(
+                status.stdout.contains("\(name)  mtime 1h 59m in the future")
+                    || status.stdout.contains("\(name)  mtime 2h 0m in the future"), "\(status.stdout)")
+            let json = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            let incoming = try #require(try Self.jsonObject(json.stdout)["incoming"] as? [String: Any])
+            let ahead = try #require(incoming["mtimeInFuture"] as? [[String: Any]])
+            #expect(ahead.first?["name"] as? String == name && (ahead.first?["secondsAhead"] as? Double ?? 0) > 7000)
+            try await withDevServer { server in
+                let (code, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(code == 0, "\(output)")
+                #expect(output.contains("mtime is in the future"), "\(output)")
+                #expect(try spool.names(.done) == [name])
+            }
+        }
+    }
 }

@@ -97,7 +97,8 @@ extension SpoolStatus {
             folders: backlog.folders,
             incoming: Incoming(
                 dueNow: queue.due.count, waitingForRetry: queue.waitingForRetry.count,
-                heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1)),
+                heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1),
+                mtimeInFuture: queue.mtimeInFuture.map { MtimeInFuture(name: $0.entry.name, secondsAhead: $0.ahead) }),
             waiting: waiting,
             failed: try await failedBundles(backlog.listings[.failed] ?? [], spool: spool, ledger: ledger),
             claims: try await claims(backlog.listings[.processing] ?? [], spool: spool, ledger: ledger, now: now),

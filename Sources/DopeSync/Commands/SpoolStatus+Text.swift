@@ -55,7 +55,13 @@ extension SpoolStatus {
     }
 
     private var listLines: [String] {
-        var lines = Self.section("waiting for retry (\(waiting.count)):", waiting) { bundle in
+        var lines = Self.section(
+            "mtime in the future (\(incoming.mtimeInFuture.count)): its producer's clock is ahead; judged by its arrival",
+            incoming.mtimeInFuture
+        ) { bundle in
+            "\(bundle.name)  mtime \(Self.age(bundle.secondsAhead)) in the future"
+        }
+        lines += Self.section("waiting for retry (\(waiting.count)):", waiting) { bundle in
             var line =
                 "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"
             if let attempts = bundle.attempts { line += ", \(attempts) attempt\(attempts == 1 ? "" : "s")" }

@@ -18,6 +18,14 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         public var heldByMinAge: Int
         /// The `min-age` those are held by.
         public var minAgeSeconds: Double
+        /// Bundles whose mtime is in the future (their producer's clock is ahead), by how many
+        /// seconds: judged by when they arrived instead.
+        public var mtimeInFuture: [MtimeInFuture] = []
+    }
+
+    public struct MtimeInFuture: Sendable, Codable, Equatable {
+        public var name: String
+        public var secondsAhead: Double
     }
     public struct LastError: Sendable, Codable, Equatable {
         public var reason: String

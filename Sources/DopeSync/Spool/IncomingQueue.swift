@@ -9,7 +9,9 @@ import Foundation
 ///   owns the file (the worker cannot set the time of a file it does not own, so the time is
 ///   never kept in the file); a file modified after it was given back (`touch`, or written anew)
 ///   is due at once;
-/// - a file modified less than `min-age` ago waits for its producer to finish (WORKER.md);
+/// - a file modified less than `min-age` ago waits for its producer to finish (WORKER.md); a file
+///   whose mtime is in the future (a producer's clock ahead) is judged by its ctime instead,
+///   which the kernel sets when the file arrives or changes and no producer can set ahead;
 /// - the due are taken in the order the worker first saw them: the store's first-seen time for a
 ///   bundle it knows, else the file's ctime, which the kernel sets when the file arrives (a
 ///   rename into `incoming/`) and no producer can set back, unlike its mtime.
@@ -20,6 +22,9 @@ public struct IncomingQueue: Sendable {
     public private(set) var waitingForRetry: [(entry: SpoolEntry, state: BundleState)] = []
     /// Modified less than `min-age` ago; due once it has passed.
     public private(set) var heldByMinAge: [SpoolEntry] = []
+    /// Files whose mtime is ahead of this clock (by more than a second), with by how much: their
+    /// producer's clock is wrong. Judged by their ctime, not held until then.
+    public private(set) var mtimeInFuture: [(entry: SpoolEntry, ahead: TimeInterval)] = []
 
     /// - Parameters:
     ///   - incoming: `incoming/`'s listing (``Spool/list(_:)``).
@@ -29,9 +34,13 @@ public struct IncomingQueue: Sendable {
         var due: [(entry: SpoolEntry, arrived: Date)] = []
         for entry in incoming {
             let state = states[entry.name]
+            let ahead = entry.modified.timeIntervalSince(now)
+            if ahead > 1 { mtimeInFuture.append((entry, ahead)) }
             if let state, let next = Self.retryTime(of: entry, state: state, now: now), next > now {
                 waitingForRetry.append((entry, state))
-            } else if entry.modified.timeIntervalSince1970 + minAgeSeconds > now.timeIntervalSince1970 {
+            } else if Self.lastChange(of: entry, now: now).timeIntervalSince1970 + minAgeSeconds
+                > now.timeIntervalSince1970
+            {
                 heldByMinAge.append(entry)
             } else {
                 due.append((entry, Self.arrival(of: entry, state: state)))
@@ -50,6 +59,12 @@ public struct IncomingQueue: Sendable {
         guard state.lastOutcome == .deferred, let next = state.nextAttemptAt else { return nil }
         if entry.modified <= state.updatedAt { return next }
         return entry.modified > now ? entry.modified : nil
+    }
+
+    /// When the file last changed, for `min-age`: its mtime, unless that is in the future; then
+    /// its ctime (a clock no producer sets).
+    static func lastChange(of entry: SpoolEntry, now: Date) -> Date {
+        entry.modified > now ? min(entry.changed, now) : entry.modified
     }
 
     /// When the worker first saw the bundle.

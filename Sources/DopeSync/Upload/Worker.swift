@@ -458,6 +458,13 @@ struct DueWork {
     }
 
     func logWhatIsNotDue(minAge: Duration, logger: Logger) {
+        for (entry, ahead) in incoming.mtimeInFuture {
+            logger.warning(
+                "a bundle's mtime is in the future (its producer's clock is ahead): min-age counts from its arrival",
+                metadata: [
+                    "bundle.name": "\(entry.name)", "mtime.ahead": "\(SpoolStatus.age(ahead))",
+                ])
+        }
         guard !incoming.heldByMinAge.isEmpty || !incoming.waitingForRetry.isEmpty else { return }
         logger.info(
             "not due yet",
