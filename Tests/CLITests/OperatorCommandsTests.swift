@@ -298,4 +298,23 @@ import Testing
             }
         }
     }
+
+    @Test("a producer's partial file in tmp/ is counted by status and the metrics file: it fills the disk too")
+    func tmpIsCounted() async throws {
+        try await withTemporarySpool { spool, directory in
+            try Data(count: 1 << 20).write(to: URL(fileURLWithPath: spool.path(.tmp, ".upload.part")))
+            let status = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            let folders = try #require(try Self.jsonObject(status.stdout)["folders"] as? [String: [String: Any]])
+            #expect(folders["tmp"]?["count"] as? Int == 1 && folders["tmp"]?["bytes"] as? Int == 1 << 20, "\(folders)")
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try await withDevServer { server in
+                let (code, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--metrics-file", metrics])
+                #expect(code == 0, "\(output)")
+            }
+            let text = try String(contentsOfFile: metrics, encoding: .utf8)
+            #expect(text.contains(#"dopesync_spool_bundles{folder="tmp"} 1"#), "\(text)")
+            #expect(text.contains(#"dopesync_spool_bytes{folder="tmp"} 1048576"#), "\(text)")
+        }
+    }
 }

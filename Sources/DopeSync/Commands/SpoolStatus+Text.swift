@@ -36,7 +36,7 @@ extension SpoolStatus {
 
     private var folderLines: [String] {
         var lines = ["folder          count        size  oldest"]
-        for name in ["incoming", "processing", "done", "failed"] {
+        for name in ["tmp", "incoming", "processing", "done", "failed"] {
             guard let folder = folders[name] else { continue }
             var line =
                 name.padding(toLength: 12, withPad: " ", startingAt: 0)

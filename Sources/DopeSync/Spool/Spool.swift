@@ -190,7 +190,16 @@ extension Spool {
     /// unsorted. In `failed/`, sidecars are left out: the names ``sidecarName(forFailed:)`` gives the
     /// bundles there, and a `*.error` whose bundle is gone but whose text is a sidecar. A bundle
     /// whose own name ends in `.error` is a bundle like any other.
+    /// Every regular file of `folder`, whatever its name (`tmp/`: a producer's partial files).
+    func listAllFiles(_ folder: Folder) throws(SpoolError) -> [SpoolEntry] {
+        try list(folder, bundlesOnly: false)
+    }
+
     public func list(_ folder: Folder) throws(SpoolError) -> [SpoolEntry] {
+        try list(folder, bundlesOnly: true)
+    }
+
+    private func list(_ folder: Folder, bundlesOnly: Bool) throws(SpoolError) -> [SpoolEntry] {
         let directoryPath = path(folder)
         BlockingCalls.check("spool: listing \(directoryPath)")
         guard let directory = opendir(directoryPath) else {
@@ -215,7 +224,7 @@ extension Spool {
             // A name that is not UTF-8 is listed under the name a run gives it
             // (``renameNonUTF8Names()``), so that status counts it; it is never skipped.
             let name = SpoolNames.utf8(bytes) ?? SpoolNames.escaped(bytes)
-            guard Self.isBundleName(name) else { continue }
+            guard !bundlesOnly || Self.isBundleName(name), name != ".", name != ".." else { continue }
             var info = stat()
             // AT_SYMLINK_NOFOLLOW: lstat semantics. ENOENT: claimed or moved since readdir; skip it.
             let statted = withUnsafePointer(to: entry.pointee.d_name) {

@@ -22,6 +22,14 @@ struct SpoolBacklog: Sendable {
         let firstSeen = inFlight.mapValues(\.firstSeen)
         var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
         backlog.freeBytes = FileSystemSpace(of: spool.root)?.free
+        // tmp/: producers' files still being written, which fill the disk as surely as bundles
+        // (what `min-free-space` stops runs for); left out where this user cannot list it.
+        if let files = try? spool.listAllFiles(.tmp) {
+            let oldest = files.lazy.map(\.modified).min()
+            backlog.folders[Spool.Folder.tmp.rawValue] = SpoolStatus.Folder(
+                count: files.count, bytes: files.reduce(0) { $0 + $1.size },
+                oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
+        }
         for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
             let entries = try spool.list(folder)
             backlog.listings[folder] = entries

@@ -75,7 +75,7 @@ public struct RunMetrics: Sendable {
             "dopesync_last_run_requests", "HTTP requests the last run sent, retries included.",
             [("", Double(summary.requests))])
         metric("dopesync_last_run_sent_bytes", "Request body bytes the last run sent.", [("", Double(summary.bytes))])
-        let folders = ["incoming", "processing", "done", "failed"].compactMap { name in
+        let folders = ["tmp", "incoming", "processing", "done", "failed"].compactMap { name in
             backlog.folders[name].map { ("{folder=\"\(name)\"}", $0) }
         }
         metric(
