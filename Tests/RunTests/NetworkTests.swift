@@ -54,6 +54,31 @@ import Testing
     }
 
     @Test(
+        "https:// to a plain-HTTP port and http:// to a TLS port: exit 78 with the right words, no attempt counted, nothing sent"
+    )
+    func mixedUpSchemesAreNamed() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try await TestCertificates(in: scratch)
+            let names = try packBundles(2, seed: 7_350, into: spool, scratch: scratch)
+            try await withDevServer { plain in
+                let tlsToPlain = plain.baseURL.replacingOccurrences(of: "http://", with: "https://")
+                let (status, output) = try await runToEnd(spool, apiURL: tlsToPlain, token: plain.token)
+                #expect(status == 78, "\(output)")
+                #expect(output.contains("the server speaks plain HTTP: use http://"), "\(output)")
+            }
+            try await withDevServer(tlsServer(certificates)) { tls in
+                let plainToTLS = tls.baseURL.replacingOccurrences(of: "https://", with: "http://")
+                let (status, output) = try await runToEnd(spool, apiURL: plainToTLS, token: tls.token)
+                #expect(status == 78, "\(output)")
+                #expect(output.contains("the server speaks TLS: use https://"), "\(output)")
+            }
+            #expect(Set(try spool.list(.incoming).map(\.name)) == Set(names))
+            let store = try CheckpointStore(spool: spool)
+            for name in names { #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0) }
+        }
+    }
+
+    @Test(
         "HTTPS with a certificate nobody vouched for: exit 76 at once, a message naming the cause, bundles back in incoming/ uncounted"
     )
     func untrustedCertificateStopsTheRun() async throws {

@@ -1,8 +1,10 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// Requests that got no answer: what the error was, in words for the log and the sidecar, and
 /// what it means for the step.
@@ -11,7 +13,18 @@ extension APIClient {
     /// never by its text: a certificate that cannot be trusted, or a proxy that wants
     /// credentials, stops the run; anything else is an outage to retry, in words for the log and
     /// `failed/NAME.error`.
-    func classify(_ error: any Error) -> StepResponse {
+    func classify(_ error: any Error) async -> StepResponse {
+        // A scheme that is not the server's is the URL's fault: no attempt counted, no retry.
+        if "\(error)".contains("WRONG_VERSION_NUMBER") {
+            return .misdirected(
+                message: "TLS to \(MaskedURL.string(baseURL)) got an answer that is not TLS: the server speaks plain "
+                    + "HTTP: use http://")
+        }
+        if let error = error as? HTTPClientError, error == .remoteConnectionClosed, await speaksTLSInstead() {
+            return .misdirected(
+                message: "plain HTTP to \(MaskedURL.string(baseURL)) was hung up on, and the server answers TLS there: "
+                    + "the server speaks TLS: use https://")
+        }
         if let reason = Self.trustFailure(error) {
             return .notTrusted(message: "the API's TLS certificate cannot be trusted: \(reason)")
         }
@@ -20,6 +33,14 @@ extension APIClient {
             return .unauthorized(status: 407, message: describe(error))
         }
         return .retryable(status: nil, retryAfter: nil, message: describe(error))
+    }
+
+    /// Whether the API's URL is `http://` to a server that speaks TLS (asked once, directly: not
+    /// through a proxy, whose hang-ups say nothing of the server).
+    private func speaksTLSInstead() async -> Bool {
+        guard proxy == nil, let url = URL(string: baseURL), url.scheme?.lowercased() == "http", let host = url.host
+        else { return false }
+        return await tlsProbe.speaksTLS(host: host, port: url.port ?? 80)
     }
 
     /// Why TLS with the API failed, if that is what `error` is.
@@ -77,5 +98,32 @@ extension APIClient {
     /// With a proxy, connections go to the proxy only: a refusal is the proxy's.
     private var refusedMessage: String {
         proxy.map { "connection refused by the proxy \($0) (is it up?)" } ?? "connection refused (is the API up?)"
+    }
+}
+
+/// Whether a server speaks TLS, for an `http://` URL whose server hangs up without an answer
+/// (a TLS server does that to plain HTTP). One TLS request, any certificate taken, asked once
+/// per client: the answer is the same for every request.
+final class TLSProbe: Sendable {
+    private let answer = Mutex<Bool?>(nil)
+
+    func speaksTLS(host: String, port: Int) async -> Bool {
+        if let known = answer.withLock({ $0 }) { return known }
+        var configuration = HTTPClient.Configuration()
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .none  // only whether TLS is spoken; nothing is sent
+        configuration.tlsConfiguration = tls
+        configuration.timeout = .init(connect: .seconds(3), read: .seconds(3))
+        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        let spoken =
+            (try? await HTTPClient.withHTTPClient(configuration: configuration) { http in
+                var request = HTTPClientRequest(url: "https://\(bracketed):\(port)/api/health")
+                request.method = .GET
+                let response = try await http.execute(request, timeout: .seconds(3))
+                _ = try? await response.body.collect(upTo: 1 << 16)
+                return true
+            }) ?? false
+        answer.withLock { $0 = spoken }
+        return spoken
     }
 }

@@ -94,7 +94,7 @@ extension APIClient {
             }
             return .answered(status: status, headers: response.headers, body: body)
         } catch {
-            return .failed(classify(error))
+            return .failed(await classify(error))
         }
     }
 

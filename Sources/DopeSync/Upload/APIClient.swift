@@ -65,6 +65,8 @@ public struct APIClient: Sendable {
     /// The slowest rate a body can expect to be sent at: the timeouts' floor, or the request's
     /// share of the cap when every connection uploads at once. Deadlines grow by it.
     let slowestBytesPerSecond: Int64
+    /// Whether the server of an `http://` URL speaks TLS instead, asked once (``TLSProbe``).
+    let tlsProbe = TLSProbe()
     var rateLimit: UploadRateLimit? { network.rateLimit }
     var proxy: HTTPProxy? { network.proxy }
 
@@ -229,7 +231,7 @@ public struct APIClient: Sendable {
             // its bytes are not the ones validated.
             return (.imageUnreadable(message: error.description), length)
         } catch {
-            return (classify(error), length)
+            return (await classify(error), length)
         }
     }
 
