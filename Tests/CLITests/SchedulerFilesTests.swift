@@ -192,5 +192,10 @@ import Testing
         let execStart = try #require(pruneService["Service"]?["ExecStart"]?.first)
         #expect(execStart.contains("dopesync prune --job"), "\(execStart)")
         #expect(pruneService["Service"]?["User"] == ["dopesync"])
+        // With `database:` a prune forgets the pruned bundles in PostgreSQL: it needs the network.
+        let service = try #require(pruneService["Service"])
+        #expect(service["PrivateNetwork"] == nil, "\(service)")
+        let families = service["RestrictAddressFamilies"]?.joined(separator: " ").split(separator: " ") ?? []
+        #expect(Set(families) == ["AF_INET", "AF_INET6", "AF_UNIX"], "\(families)")
     }
 }
