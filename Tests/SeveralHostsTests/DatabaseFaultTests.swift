@@ -12,16 +12,23 @@ import Testing
 /// The shared database failing under `dopesync run`: down at the start, restarted as a crash
 /// would, its connections cut. Each test has a server of its own, since it stops it.
 @Suite struct DatabaseFaultTests {
-    @Test("PostgreSQL unreachable at the start: exit 75, nothing claimed, nothing sent")
+    @Test(
+        "PostgreSQL unreachable at the start: exit 75, nothing claimed, nothing sent; the metrics file says 75 and the backlog"
+    )
     func unreachableAtTheStart() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(4300 + $0)) }
             let spool = try makeSpool(in: directory, samples: samples)
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
                 let run = try spawnRun(
-                    spool, against: server, ["--database", "postgresql://dopesync@127.0.0.1:1/dopesync"],
+                    spool, against: server,
+                    ["--database", "postgresql://dopesync@127.0.0.1:1/dopesync", "--metrics-file", metrics],
                     environment: ["DOPESYNC_DATABASE_PASSWORD": "unused"])
                 #expect(await run.finished() == 75)
+                let written = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(written.contains("dopesync_last_run_exit_code 75"), "\(written)")
+                #expect(written.contains(#"dopesync_spool_bundles{folder="incoming"} 3"#), "\(written)")
                 #expect(try spool.names(.incoming).count == samples.count)
                 #expect(try spool.names(.processing).isEmpty)
                 #expect(try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }.isEmpty)

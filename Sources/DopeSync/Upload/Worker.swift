@@ -99,9 +99,8 @@ public struct Worker: Sendable {
             logger.critical(
                 "the shared checkpoint database cannot be used: the run claims nothing (exit \(status.rawValue))",
                 metadata: ["database": "\(database.url)", "error": "\(error)"])
-            var summary = RunSummary(exitCode: status.rawValue)
-            summary.seconds = (ContinuousClock.now - started) / .seconds(1)
-            return (summary, status)
+            // The metrics file says so too, with the spool's counts: not the run before's.
+            return await endedBeforeStarting(spool, started: started, status: status)
         }
     }
 
@@ -160,7 +159,8 @@ public struct Worker: Sendable {
             ])
     }
 
-    /// The end of a run that could not use its spool or database (exit 73): nothing was claimed.
+    /// The end of a run that could not use its spool or database (exit 73; 75 or 78 for the shared
+    /// database, 78 for a store that is not the spool's): nothing was claimed.
     /// The metrics file is written all the same, where the disk allows, so that it does not go on
     /// showing the run before; the last success time is taken from it, the database being unusable.
     private func endedBeforeStarting(
@@ -201,9 +201,7 @@ public struct Worker: Sendable {
                 logger.critical(
                     "the shared checkpoint database cannot be reached: the run claims nothing (exit 75)",
                     metadata: ["error": "\(error)"])
-                var summary = RunSummary(exitCode: ExitStatus.temporaryFailure.rawValue)
-                summary.seconds = (ContinuousClock.now - started) / .seconds(1)
-                return (summary, .temporaryFailure)
+                return await endedBeforeStarting(spool, started: started, status: .temporaryFailure)
             }
             if error.isDatabaseFailure {
                 logger.critical(
@@ -225,7 +223,7 @@ public struct Worker: Sendable {
             let summary = RunSummary(exitCode: ExitStatus.cannotCreate.rawValue)
             // The 73 above is what matters; the run's own record is for `status`.
             try? await checkpoints.recordRunFinished(runID: runID, summary: summary, healthy: nil, apiLookups: nil)
-            return (summary, .cannotCreate)
+            return await endedBeforeStarting(spool, started: started)
         }
         work.logWhatIsNotDue(minAge: options.minAge, logger: logger)
         let lookups = LookupSupport()
