@@ -34,6 +34,8 @@ import Testing
             #expect(!report.stdout.contains("\u{1B}") && report.stdout.contains(#"evil\x0a2026"#), "\(report.stdout)")
             let sidecarText = try String(contentsOfFile: spool.sidecarPath(forFailed: Self.forging), encoding: .utf8)
             #expect(!sidecarText.contains("\u{1B}"), "\(sidecarText)")
+            #expect(
+                !sidecarText.contains("/processing/"), "the message names a path the bundle has left: \(sidecarText)")
             #expect(sidecarText.split(separator: "\n").allSatisfy { $0.contains(": ") }, "\(sidecarText)")
             #expect(ErrorSidecar(parsing: sidecarText)?.bundle == Self.forging, "the sidecar reads back as written")
         }

@@ -149,7 +149,8 @@ struct BundleUploader: Sendable {
             // which is no field (and its processing/ path is gone once it moves).
             let culprit = error.errors[0].culprit
             let field = culprit.isEmpty || culprit == claimed.path ? nil : culprit
-            let failure = BundleFailure(reason: FailureReason(error.code), field: field, message: error.description)
+            let failure = BundleFailure(
+                reason: FailureReason(error.code), field: field, message: Self.message(of: error, readAt: claimed))
             return .failure(
                 Ended(outcome: await disposition.fail(claimed, sessionID: nil, failure: failure, logger: logger)))
         }
@@ -370,6 +371,13 @@ struct BundleUploader: Sendable {
                     "reading this bundle killed the reader: a process died while reading it, and so did a separate process "
                         + "that read only it (signal \(signal)); it is not opened again; \(advice)"), logger: logger)
         }
+    }
+
+    /// What a refused bundle's sidecar says of it: its `processing/` path, where it was read and is
+    /// no more once it is in `failed/`, named by the bundle's name (the sidecar's `bundle:` line).
+    static func message(of error: BundleValidationError, readAt claimed: ClaimedBundle) -> String {
+        error.errors.map { $0.culprit == claimed.path ? $0.message : $0.description }.joined(separator: "\n")
+            .replacingOccurrences(of: claimed.path, with: claimed.name)
     }
 
     /// Reads the whole bundle through and validates it, on NIO's blocking-work thread pool: never
