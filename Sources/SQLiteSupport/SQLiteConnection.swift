@@ -1,6 +1,10 @@
 import CSQLite
 import ThreadRules
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A connection lent to a closure by ``SQLiteDatabase/read(_:)`` or ``SQLiteDatabase/write(_:)``.
 ///
 /// It must not escape that closure: the database's lock is held only while the closure runs.
@@ -24,9 +28,14 @@ public struct SQLiteConnection {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         if code != SQLITE_OK {
-            let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
+            let system = Self.systemErrno(handle, code: code)
+            let message =
+                errorMessage.map {
+                    String(cString: $0) + (system != 0 ? " (\(String(cString: strerror(system))))" : "")
+                }
+                ?? lastErrorMessage
             sqlite3_free(errorMessage)
-            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: message, sql: sql)
+            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: message, sql: sql, systemErrno: system)
         }
     }
 
@@ -100,11 +109,28 @@ public struct SQLiteConnection {
     /// How many rows the last INSERT, UPDATE or DELETE changed.
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
-    var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+    var lastErrorMessage: String { Self.errorMessage(handle) }
+
+    /// SQLite's message for the last error on `handle`, and, where the system refused one of its
+    /// calls, the system's words: "disk I/O error" alone hides a full disk (ENOSPC), which an
+    /// operator fixes differently from a failing one.
+    static func errorMessage(_ handle: OpaquePointer) -> String {
+        let message = String(cString: sqlite3_errmsg(handle))
+        let system = systemErrno(handle, code: sqlite3_extended_errcode(handle))
+        return system == 0 ? message : "\(message) (\(String(cString: strerror(system))))"
+    }
+
+    /// The system's error behind a failure with `code`, where one is (an I/O error, a full disk,
+    /// a file that cannot be opened); 0 otherwise, since an older one may linger.
+    static func systemErrno(_ handle: OpaquePointer, code: Int32) -> Int32 {
+        [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN].contains(code & 0xFF) ? sqlite3_system_errno(handle) : 0
+    }
 
     func check(_ code: Int32, sql: String? = nil) throws(SQLiteError) {
         guard code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE else {
-            throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: lastErrorMessage, sql: sql)
+            throw SQLiteError(
+                code: SQLiteResultCode(rawValue: code), message: lastErrorMessage, sql: sql,
+                systemErrno: Self.systemErrno(handle, code: code))
         }
     }
 

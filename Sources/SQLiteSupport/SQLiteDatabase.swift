@@ -68,7 +68,7 @@ public final class SQLiteDatabase: Sendable {
         let name = snapshot ? immutableURI(path) : path
         let code = sqlite3_open_v2(name, &handle, flags | (snapshot ? SQLITE_OPEN_URI : 0), nil)
         guard code == SQLITE_OK, let handle else {
-            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            let message = handle.map { SQLiteConnection.errorMessage($0) } ?? String(cString: sqlite3_errstr(code))
             sqlite3_close_v2(handle)
             throw SQLiteError(code: SQLiteResultCode(rawValue: code), message: "cannot open \(path): \(message)")
         }

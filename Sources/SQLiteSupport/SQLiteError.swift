@@ -32,11 +32,15 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public let code: SQLiteResultCode
     public let message: String
     public let sql: String?
+    /// The system's error behind it, where a system call failed (`ENOSPC`: the disk is full); 0
+    /// where none did.
+    public let systemErrno: Int32
 
-    public init(code: SQLiteResultCode, message: String, sql: String? = nil) {
+    public init(code: SQLiteResultCode, message: String, sql: String? = nil, systemErrno: Int32 = 0) {
         self.code = code
         self.message = message
         self.sql = sql
+        self.systemErrno = systemErrno
     }
 
     public var description: String {

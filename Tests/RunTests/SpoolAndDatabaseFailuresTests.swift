@@ -36,6 +36,30 @@ import Testing
         }
     }
 
+    @Test(
+        "a disk that fills between runs is named a full disk: exit 73, disk_full and the system's words, not \"disk I/O error\" alone",
+        .enabled(if: geteuid() == 0, "needs root to mount a small tmpfs"))
+    func aFullDiskIsNamed() async throws {
+        try await withTemporaryDirectory { directory in
+            let mount = directory.appendingPathComponent("small").path
+            try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: false)
+            _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mount])
+            defer { _ = umount2(mount, Int32(MNT_DETACH)) }
+            let spool = try makeSpool(in: URL(fileURLWithPath: mount), samples: [SampleSession(seed: 42)])
+            try await withDevServer { server in
+                let (first, firstOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(first == 0, "\(firstOutput)")
+                try pack(SampleSession(seed: 43), into: spool, scratch: directory)
+                // Then everything left is taken, as a producer's big file in tmp/ would take it.
+                _ = try? await runProcess("/bin/sh", ["-c", "cat /dev/zero > '\(spool.path(.tmp))/big' 2>/dev/null"])
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("is full; free space") && output.contains("[disk_full]"), "\(output)")
+                #expect(try spool.names(.incoming).count == 1)
+            }
+        }
+    }
+
     @Test("a checkpoint update that fails after the move to done/ is reported with where the bundle went: exit 73")
     func checkpointUpdateAfterMoveFails() async throws {
         try await withTemporaryDirectory { directory in

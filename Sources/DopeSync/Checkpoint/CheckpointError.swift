@@ -1,5 +1,9 @@
 import SQLiteSupport
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// An error from the checkpoint store: a stable ``code``, a human ``message``, and the SQLite error behind it.
 ///
 /// The code is what callers switch on (and what goes into logs and metrics); new codes can be added
@@ -107,7 +111,14 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     /// Maps a SQLite failure to a code on purpose, so that a full disk or a damaged file reads
     /// as such to an operator instead of as "SQLite error 13".
     static func from(_ error: SQLiteError, path: String, doing: String) -> CheckpointError {
-        switch error.code.primary {
+        // A write the system refused for want of space reads "disk I/O error" where it growing
+        // the shared-memory index failed: a full disk all the same.
+        if error.systemErrno == ENOSPC && error.code.primary != .full {
+            return from(
+                SQLiteError(code: .full, message: error.message, sql: error.sql, systemErrno: ENOSPC), path: path,
+                doing: doing)
+        }
+        return switch error.code.primary {
         case .busy, .locked:
             CheckpointError(
                 code: .busy, message: "\(path) stayed locked by another process while \(doing)", cause: error)
