@@ -32,8 +32,10 @@ public final class ClaimedBundle: Sendable {
     public let identity: FileIdentity
     /// The calls its moves are made of: the system's, or a test's faults.
     let renameCalls: SpoolFiles.RenameCalls
-    /// The file's owner, as the spool's file system reports it: the producer its session is bound to.
-    public let ownerUID: UInt32
+    /// The file's owner, as the spool's file system reports it: the producer its session is bound
+    /// to. Named here, where the claim runs (the spool's threads): the user database may ask a
+    /// directory server, which must never hold an event loop.
+    public let owner: Producer
 
     private struct State {
         var descriptor: Int32?
@@ -52,7 +54,7 @@ public final class ClaimedBundle: Sendable {
         self.modified = modified
         self.isOrphan = isOrphan
         var info = stat()
-        self.ownerUID = fstat(descriptor, &info) == 0 ? UInt32(info.st_uid) : UInt32(geteuid())
+        self.owner = Producer(uid: fstat(descriptor, &info) == 0 ? UInt32(info.st_uid) : UInt32(geteuid()))
         self.state = Mutex(State(descriptor: descriptor))
     }
 

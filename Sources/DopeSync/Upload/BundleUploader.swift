@@ -97,7 +97,7 @@ struct BundleUploader: Sendable {
         // The claim and the session's checkpoints in one trip to the writer, with one way out if
         // either fails: the bundle goes back uncounted.
         let completed: [String: CompletedStep]
-        let producer = Producer(uid: claimed.ownerUID)
+        let producer = claimed.owner
         do {
             let (name, owner, totalSteps) = (claimed.name, ClaimOwner.current(runID: counters.runID), plan.steps.count)
             switch try await checkpoints.recordClaim(
