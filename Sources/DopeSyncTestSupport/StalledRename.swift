@@ -25,7 +25,7 @@ public final class StalledRename: Sendable {
         _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, source.path, "-ldl"])
         gate = directory.appendingPathComponent("stall.gate").path
         notice = directory.appendingPathComponent("stall.notice").path
-        FileManager.default.createFile(atPath: gate, contents: nil)
+        guard FileManager.default.createFile(atPath: gate, contents: nil) else { throw POSIXError(.EIO) }
         guard mkfifo(notice, 0o600) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
         environment = ["LD_PRELOAD": library, "STALL_MATCH": match, "STALL_GATE": gate, "STALL_NOTICE": notice]
     }

@@ -15,8 +15,8 @@ public protocol CheckpointLedger: Sendable {
     func bundleState(name: String) async throws(CheckpointError) -> BundleState?
     func steps(sessionID: String) async throws(CheckpointError) -> [StepRecord]
     func cachedReferenceIDs() async throws(CheckpointError) -> ReferenceIDs
-    /// Each session's API and producer (`status`: the API of a bundle's checkpoints).
-    func sessionBindings() async throws(CheckpointError) -> [String: SessionBinding]
+    /// These sessions' API and producer, by id (`status`: the API of a bundle's checkpoints).
+    func sessionBindings(of sessionIDs: [String]) async throws(CheckpointError) -> [String: SessionBinding]
     func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook
 
     /// `requeue`: a fresh attempt count; false when the store does not know the bundle.
@@ -60,7 +60,7 @@ func withSharedLedger(
 /// when it may go on. A command binds nothing: only a run or `migrate` does.
 func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
     do {
-        try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
+        _ = try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
         return nil
     } catch {
         return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
@@ -70,8 +70,15 @@ func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
 /// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file
 /// was moved to one by `migrate`.
 func sqliteRefusal(_ spool: Spool) -> CommandOutcome? {
-    if let refused = storeRefusal(spool, store: .sqlite(spool)) { return refused }
-    guard FileManager.default.fileExists(atPath: spool.databasePath),
+    let bound: Bool
+    do {
+        bound = try SpoolBinding.check(spool, store: .sqlite(spool), bindIfUnbound: false)
+    } catch {
+        return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+    }
+    // A spool bound to its SQLite file has never been migrated away: only an unbound one's file
+    // is opened (a private copy) to see whether `migrate` retired it.
+    guard !bound, FileManager.default.fileExists(atPath: spool.databasePath),
         let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
         let movedTo = try? file.movedTo()
     else { return nil }

@@ -64,17 +64,31 @@ extension CheckpointStore {
         return decision
     }
 
-    /// Each session's binding, for `status` (the API of a bundle's checkpoints).
-    public func sessionBindings() throws(CheckpointError) -> [String: SessionBinding] {
+    /// These sessions' bindings, by id: for `status` (the API of a listed bundle's checkpoints).
+    public func sessionBindings(of sessionIDs: [String]) throws(CheckpointError) -> [String: SessionBinding] {
         try read("reading the sessions") { connection in
             var bindings: [String: SessionBinding] = [:]
-            try connection.forEachRow("SELECT session_id, api, owner_uid, owner_name FROM sessions") {
-                row throws(SQLiteError) in
+            for id in Set(sessionIDs) {
+                try connection.forEachRow(Self.sessionsSQL + " WHERE session_id = ?", [id]) { row throws(SQLiteError) in
+                    bindings[id] = try SessionBinding(row)
+                }
+            }
+            return bindings
+        }
+    }
+
+    /// Every session's binding, by id (`migrate`).
+    public func allSessionBindings() throws(CheckpointError) -> [String: SessionBinding] {
+        try read("reading the sessions") { connection in
+            var bindings: [String: SessionBinding] = [:]
+            try connection.forEachRow(Self.sessionsSQL) { row throws(SQLiteError) in
                 bindings[try row["session_id"]] = try SessionBinding(row)
             }
             return bindings
         }
     }
+
+    private static let sessionsSQL = "SELECT session_id, api, owner_uid, owner_name FROM sessions"
 
     // MARK: - APIs
 

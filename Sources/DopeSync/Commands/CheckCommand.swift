@@ -47,22 +47,18 @@ public enum CheckCommand {
     /// The store: the one the spool is bound to (``SpoolBinding``), or, for a spool bound to none
     /// yet, the one its first run binds it to.
     static func checkStore(_ spool: Spool, database: DatabaseSettings?) async -> (Line, ExitStatus) {
-        let bound = try? SpoolBinding.read(spool)
+        let state =
+            (try? SpoolBinding.read(spool)) == nil
+            ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
         guard let database else {
             if let refused = sqliteRefusal(spool) {
                 return (Line(ok: false, what: "store", detail: refused.diagnostics ?? ""), refused.status)
             }
-            let state =
-                bound == nil
-                ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
             return (Line(ok: true, what: "store", detail: "\(StoreIdentity.sqlite(spool)): \(state)"), .success)
         }
+        // withSharedLedger refuses a database that is not the spool's before the body runs.
         let outcome = await withSharedLedger(database, spool: spool) { store in
-            let identity = try? await store.storeIdentity()
-            let state =
-                bound == nil
-                ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
-            return CommandOutcome(output: "\(identity.map { "\($0)" } ?? database.url): \(state)", status: .success)
+            CommandOutcome(output: "the PostgreSQL database \(database.url): \(state)", status: .success)
         }
         guard outcome.status == .success else {
             return (Line(ok: false, what: "store", detail: outcome.diagnostics ?? outcome.output), outcome.status)
@@ -111,7 +107,7 @@ public enum CheckCommand {
             case .failed(let response):
                 return ([Line(ok: false, what: "api", detail: describe(response))], exitStatus(of: response))
             }
-            switch await client.get("/api/sessions?clientId=\(UUID().uuidString.lowercased())") {
+            switch await client.get(APIClient.lookupOfNoRecord) {
             case .found:
                 lines.append(Line(ok: true, what: "token", detail: "accepted (an authenticated lookup answered)"))
             case .notFound(let status):

@@ -133,7 +133,7 @@ public enum MigrateCommand {
             bundles = try store.bundles(withOutcome: nil)
             runs = try store.recentRuns(limit: Int.max)
             referenceLists = try store.referenceLists()
-            sessions = try store.sessionBindings()
+            sessions = try store.allSessionBindings()
             apiBook = try store.apiBook()
             claimsHeld = try spool.processingEntries().filter { spool.isClaimHeld($0) == true }.map(\.name)
         }

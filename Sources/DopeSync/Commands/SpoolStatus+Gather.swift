@@ -61,27 +61,6 @@ extension SpoolStatus {
         spool: Spool, ledger: (any CheckpointLedger)?, minAge: Duration, runs: Int, now: Date, place: Place,
         apiURL: String?
     ) async throws -> SpoolStatus {
-        var status = try await gather(spool: spool, ledger: ledger, minAge: minAge, runs: runs, now: now, place: place)
-        guard let ledger, let apiURL else { return status }
-        // Each listed bundle whose session's checkpoints were recorded against another API.
-        let url = APIAddress.normalized(apiURL)
-        let configured = try await ledger.apiBook(countingSessions: false).addresses[url] ?? url
-        let bindings = try await ledger.sessionBindings()
-        func other(_ sessionID: String?) -> String? {
-            guard let api = sessionID.flatMap({ bindings[$0]?.api }), api != configured else { return nil }
-            return api
-        }
-        for index in status.failed.indices { status.failed[index].checkpointsAPI = other(status.failed[index].session) }
-        let inFlight = try await ledger.bundlesInFlight()
-        for index in status.waiting.indices {
-            status.waiting[index].checkpointsAPI = other(inFlight[status.waiting[index].name]?.sessionID)
-        }
-        return status
-    }
-
-    private static func gather(
-        spool: Spool, ledger: (any CheckpointLedger)?, minAge: Duration, runs: Int, now: Date, place: Place
-    ) async throws -> SpoolStatus {
         let inFlight = try await ledger?.bundlesInFlight() ?? [:]
         let backlog = try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
         // The same rules as a run's (``IncomingQueue``): what status calls due, a run takes.
@@ -89,10 +68,10 @@ extension SpoolStatus {
             incoming: backlog.listings[.incoming] ?? [], states: inFlight, now: now, minAge: minAge)
         let waiting = queue.waitingForRetry.map { entry, state in
             Waiting(
-                name: entry.name, attempts: state.attempts, nextAttemptAt: state.nextAttemptAt ?? now,
-                lastError: state.lastError.map { LastError($0) })
+                name: entry.name, session: state.sessionID, attempts: state.attempts,
+                nextAttemptAt: state.nextAttemptAt ?? now, lastError: state.lastError.map { LastError($0) })
         }
-        return SpoolStatus(
+        var status = SpoolStatus(
             spool: spool.root, database: place.database, databaseExists: place.exists, generatedAt: now,
             folders: backlog.folders,
             incoming: Incoming(
@@ -105,6 +84,28 @@ extension SpoolStatus {
             lastRun: try await ledger?.lastFinishedRunOfEachHost().first.flatMap(LastRun.init),
             databaseReadAsSnapshot: place.snapshot, databaseUnreadable: place.unreadable,
             recentRuns: try await runs > 0 ? ledger?.recentRuns(limit: runs) : nil)
+        if let ledger, let apiURL { try await nameOtherAPIs(in: &status, ledger: ledger, apiURL: apiURL) }
+        return status
+    }
+
+    /// Marks each listed bundle whose session's checkpoints were recorded against another API than
+    /// `apiURL`'s: the ones a run will look up, or send, rather than resume.
+    private static func nameOtherAPIs(in status: inout SpoolStatus, ledger: any CheckpointLedger, apiURL: String)
+        async throws
+    {
+        let url = APIAddress.normalized(apiURL)
+        let configured = try await ledger.apiBook(countingSessions: false).addresses[url] ?? url
+        let sessions = status.failed.compactMap(\.session) + status.waiting.compactMap(\.session)
+        guard !sessions.isEmpty else { return }
+        let bindings = try await ledger.sessionBindings(of: sessions)
+        func other(_ sessionID: String?) -> String? {
+            guard let api = sessionID.flatMap({ bindings[$0]?.api }), api != configured else { return nil }
+            return api
+        }
+        for index in status.failed.indices { status.failed[index].checkpointsAPI = other(status.failed[index].session) }
+        for index in status.waiting.indices {
+            status.waiting[index].checkpointsAPI = other(status.waiting[index].session)
+        }
     }
 
     /// The store, opened for reading as this user may; nil with why, when it cannot be read.

@@ -35,6 +35,8 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
     }
     public struct Waiting: Sendable, Codable, Equatable {
         public var name: String
+        /// Its session's id, as the checkpoint store knows it.
+        public var session: String? = nil
         /// Attempts counted (nil when the database does not know the bundle).
         public var attempts: Int?
         public var nextAttemptAt: Date

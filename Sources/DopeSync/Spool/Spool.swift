@@ -156,6 +156,9 @@ public struct SpoolEntry: Sendable, Hashable {
     public let changed: Date
     let device: UInt64
     let inode: UInt64
+    /// The name as the folder holds it, where it is not UTF-8 (``name`` is then its `%XX` form,
+    /// ``Spool/renameNonUTF8Names(_:)``); nil for every other name.
+    var nameBytes: [UInt8]? = nil
 }
 
 extension Spool {
@@ -223,7 +226,8 @@ extension Spool {
             let bytes = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
             // A name that is not UTF-8 is listed under the name a run gives it
             // (``renameNonUTF8Names()``), so that status counts it; it is never skipped.
-            let name = SpoolNames.utf8(bytes) ?? SpoolNames.escaped(bytes)
+            let utf8 = SpoolNames.utf8(bytes)
+            let name = utf8 ?? SpoolNames.escaped(bytes)
             guard !bundlesOnly || Self.isBundleName(name), name != ".", name != ".." else { continue }
             var info = stat()
             // AT_SYMLINK_NOFOLLOW: lstat semantics. ENOENT: claimed or moved since readdir; skip it.
@@ -236,7 +240,8 @@ extension Spool {
             entries.append(
                 SpoolEntry(
                     name: name, folder: folder, size: Int64(info.st_size), modified: spoolDate(info.st_mtim),
-                    changed: spoolDate(info.st_ctim), device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+                    changed: spoolDate(info.st_ctim), device: UInt64(info.st_dev), inode: UInt64(info.st_ino),
+                    nameBytes: utf8 == nil ? bytes : nil))
         }
         return folder == .failed ? withoutSidecars(entries) : entries
     }

@@ -103,19 +103,22 @@ public enum SpoolBinding {
 
     /// Refuses a store that is not the spool's, naming both and the fix. A spool bound to none
     /// is bound to `store` when `bindIfUnbound` (a run), else left so (a command that only reads
-    /// or moves files).
-    public static func check(_ spool: Spool, store: StoreIdentity, bindIfUnbound: Bool) throws(SpoolBindingError) {
+    /// or moves files). Returns whether the spool was bound before.
+    @discardableResult
+    public static func check(_ spool: Spool, store: StoreIdentity, bindIfUnbound: Bool) throws(SpoolBindingError)
+        -> Bool
+    {
         if let bound = try read(spool) {
             guard bound.isSame(as: store) else { throw mismatch(spool, bound: bound, given: store) }
-            return
+            return true
         }
-        guard bindIfUnbound else { return }
+        guard bindIfUnbound else { return false }
         switch write(spool, store, replacing: false) {
-        case .written: return
+        case .written: return false
         case .failed(let error): throw error
         case .alreadyBound:
             // Another process bound it first: its store must be this one too.
-            try check(spool, store: store, bindIfUnbound: false)
+            return try check(spool, store: store, bindIfUnbound: false)
         }
     }
 

@@ -1,5 +1,4 @@
 import Foundation
-import ThreadRules
 
 #if canImport(Glibc)
     import Glibc
@@ -46,21 +45,6 @@ enum SpoolNames {
         }
         return text
     }
-
-    /// The names in `folder` that are not UTF-8, as bytes.
-    static func nonUTF8Names(in folder: String) -> [[UInt8]] {
-        BlockingCalls.check("spool: listing \(folder)")
-        guard let directory = opendir(folder) else { return [] }
-        defer { closedir(directory) }
-        var names: [[UInt8]] = []
-        while let entry = readdir(directory) {
-            let bytes = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                Array(raw.prefix(while: { $0 != 0 }))
-            }
-            if utf8(bytes) == nil { names.append(bytes) }
-        }
-        return names
-    }
 }
 
 extension Spool {
@@ -71,13 +55,13 @@ extension Spool {
         public let now: String
     }
 
-    /// Renames every file of `incoming/` whose name is not UTF-8 to ``SpoolNames/escaped(_:)``,
-    /// never replacing a file (a suffix when the name is taken). A file that cannot be renamed
-    /// (gone meanwhile, or the folder not writable) is left as it is.
-    public func renameNonUTF8Names() -> [RenamedBundle] {
+    /// Renames each of these entries of `incoming/` whose name is not UTF-8 (``SpoolEntry/nameBytes``)
+    /// to ``SpoolNames/escaped(_:)``, never replacing a file (a suffix when the name is taken). A
+    /// file that cannot be renamed (gone meanwhile, or the folder not writable) is left as it is.
+    public func renameNonUTF8Names(_ entries: [SpoolEntry]) -> [RenamedBundle] {
         let folder = path(.incoming)
         var renamed: [RenamedBundle] = []
-        for bytes in SpoolNames.nonUTF8Names(in: folder) {
+        for bytes in entries.compactMap(\.nameBytes) {
             let base = SpoolNames.escaped(bytes)
             let source = Array((folder + "/").utf8) + bytes + [0]
             for n in 0..<1000 {

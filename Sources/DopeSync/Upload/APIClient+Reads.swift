@@ -21,7 +21,7 @@ extension APIClient {
     /// a client id no record has, or, where there are no lookups, the rifles list. False when it
     /// refuses the token there, or neither can say (then the refusal is taken as the token's).
     func tokenAccepted(counting counters: RunCounters) async -> Bool {
-        for path in ["/api/sessions?clientId=\(UUID().uuidString.lowercased())", ReferenceList.rifles.path] {
+        for path in [Self.lookupOfNoRecord, ReferenceList.rifles.path] {
             counters.request(bytes: 0)
             switch await get(path) {
             case .found: return true
@@ -31,6 +31,11 @@ extension APIClient {
         }
         return false
     }
+
+    /// A session lookup by a fresh client id, which no record has: it creates nothing, needs the
+    /// token, and its 200 (lookups there), 404 or 405 (none) says whether the API can look
+    /// records up (`check`, the run's API binding, the token's check).
+    static var lookupOfNoRecord: String { "/api/sessions?clientId=\(UUID().uuidString.lowercased())" }
 
     func get(_ path: String) async -> LookupAnswer {
         switch await exchange(path, ifNoneMatch: nil) {

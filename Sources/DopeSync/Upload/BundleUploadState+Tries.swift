@@ -44,7 +44,7 @@ extension BundleUploadState {
 
     /// Whether a credential other than the one refused could be read (``Action/renewCredential``).
     mutating func credentialRenewed(_ renewed: Bool, stopping: Bool) -> Action {
-        guard phase == .renewingCredential, var tries, let refusal = tries.last else {
+        guard phase == .renewingCredential, var tries, tries.last != nil else {
             preconditionFailure("credentialRenewed only after renewCredential")
         }
         guard renewed else {

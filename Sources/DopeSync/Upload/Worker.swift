@@ -29,13 +29,13 @@ public struct Worker: Sendable {
             try spool.create()
             // A spool bound to PostgreSQL: its SQLite file is not even made.
             let sqlite = StoreIdentity.sqlite(spool)
-            try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)
+            let wasBound = try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)
             let store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
             if let movedTo = try store.movedTo() {
                 throw SpoolBinding.mismatch(
                     spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: sqlite)
             }
-            try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: true)
+            if !wasBound { try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: true) }
             return store
         }
         do {
@@ -43,10 +43,7 @@ public struct Worker: Sendable {
                 await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
             }
         } catch let error as SpoolBindingError {
-            logger.critical(
-                "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
-                metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-            return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
+            return await refused(error, spool: spool, started: started)
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
@@ -82,10 +79,7 @@ public struct Worker: Sendable {
                 do throws(SpoolBindingError) {
                     try await bind(spool, to: checkpoints)
                 } catch {
-                    logger.critical(
-                        "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
-                        metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
-                    return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
+                    return await refused(error, spool: spool, started: started)
                 }
                 return await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
             }
@@ -104,33 +98,41 @@ public struct Worker: Sendable {
         }
     }
 
+    /// The end of a run given a store that is not the spool's (or a binding it cannot read).
+    private func refused(_ error: SpoolBindingError, spool: Spool, started: ContinuousClock.Instant) async
+        -> (RunSummary, ExitStatus)
+    {
+        logger.critical(
+            "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
+            metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
+        return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
+    }
+
     /// Checks that the spool is bound to this database, and binds a spool bound to none, unless
     /// its SQLite file holds checkpoints this database lacks: those must be migrated first, or
     /// every step they record would be sent again.
     private func bind(_ spool: Spool, to checkpoints: PostgresCheckpoints) async throws(SpoolBindingError) {
         let store: StoreIdentity
-        let unmigrated: Bool
         do {
             store = try await checkpoints.storeIdentity()
-            let unboundWithFile = try await SpoolCalls.run { () throws(SpoolBindingError) in
-                try SpoolBinding.read(spool) == nil && FileManager.default.fileExists(atPath: spool.databasePath)
-            }
-            if unboundWithFile, try await !checkpoints.holdsSteps() {
-                unmigrated = await SpoolCalls.run {
-                    let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
-                    return (try? file?.allSteps())??.isEmpty == false
-                }
-            } else {
-                unmigrated = false
-            }
-        } catch let error as SpoolBindingError {
-            throw error
         } catch {
             throw SpoolBindingError(
                 code: .unreadable, message: "cannot read the store's id: \(error)", path: SpoolBinding.path(spool))
         }
-        if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
-        try await SpoolCalls.run { () throws(SpoolBindingError) in
+        let wasBound = try await SpoolCalls.run { () throws(SpoolBindingError) in
+            try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
+        }
+        guard !wasBound else { return }
+        // Unbound: its SQLite file's steps, if the database lacks any, must be migrated first.
+        if (try? await checkpoints.holdsSteps()) == false {
+            let unmigrated = await SpoolCalls.run {
+                guard FileManager.default.fileExists(atPath: spool.databasePath) else { return false }
+                let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
+                return (try? file?.allSteps())??.isEmpty == false
+            }
+            if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
+        }
+        _ = try await SpoolCalls.run { () throws(SpoolBindingError) in
             try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
         }
     }
@@ -326,7 +328,7 @@ public struct Worker: Sendable {
             case .needsLookups(let others):
                 let answer =
                     options.lookBeforeResending
-                    ? await client.get("/api/sessions?clientId=\(UUID().uuidString.lowercased())")
+                    ? await client.get(APIClient.lookupOfNoRecord)
                     : .notFound(status: 0)
                 switch answer {
                 case .found:
@@ -438,8 +440,11 @@ struct DueWork {
         async throws -> DueWork
     {
         let (orphans, listing, renamed) = try await SpoolCalls.run { () throws(SpoolError) in
-            let renamed = spool.renameNonUTF8Names()
-            return (try spool.processingEntries(), try spool.list(.incoming), renamed)
+            var listing = try spool.list(.incoming)
+            // A name that is not UTF-8 is renamed first (rare), then the folder listed again.
+            let renamed = spool.renameNonUTF8Names(listing)
+            if !renamed.isEmpty { listing = try spool.list(.incoming) }
+            return (try spool.processingEntries(), listing, renamed)
         }
         for bundle in renamed {
             logger.notice(

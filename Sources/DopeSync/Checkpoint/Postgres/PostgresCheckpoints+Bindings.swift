@@ -89,11 +89,15 @@ extension PostgresCheckpoints {
             owner: uid.map { Producer(uid: UInt32(truncatingIfNeeded: $0), name: name ?? "uid \($0)") })
     }
 
-    /// Each session's binding, for `status`.
-    public func sessionBindings() async throws(CheckpointError) -> [String: SessionBinding] {
+    /// These sessions' bindings, by id, for `status`.
+    public func sessionBindings(of sessionIDs: [String]) async throws(CheckpointError) -> [String: SessionBinding] {
         var bindings: [String: SessionBinding] = [:]
         for row in try await rows(
-            "reading the sessions", "SELECT session_id, api, owner_uid, owner_name FROM dopesync.sessions")
+            "reading the sessions",
+            """
+            SELECT session_id, api, owner_uid, owner_name FROM dopesync.sessions
+            WHERE session_id = ANY(\(Array(Set(sessionIDs))))
+            """)
         {
             bindings[try Self.decode(row, "session_id")] = try Self.sessionBinding(row)
         }
