@@ -14,8 +14,9 @@ struct DopeSyncCommand: AsyncParsableCommand {
         ]
     )
 
-    /// `run` on the upload executor (``UploadExecutor``: NIO's event loops). The other commands are
-    /// a few calls into SQLite or libarchive on the cooperative pool, where a blocking call may run
+    /// `run` with NIO's event loops as the global executor too (``UploadExecutor``), so that what
+    /// its libraries start outside the run's tasks lands there. The other commands are a few calls
+    /// into SQLite or libarchive on the cooperative pool, where a blocking call may run
     /// (`BlockingCalls`).
     static func main() async {
         do {

@@ -35,6 +35,28 @@ import Testing
         }
     #endif
 
+    /// `Worker.run` prefers ``UploadExecutor/loops``; in-process runs rely on everything under it
+    /// landing there, as it does in `dopesync run`, so that the suite takes production's path.
+    @Test("under the upload executor, child tasks, actor calls and the run's unstructured tasks run on NIO's loops")
+    func theUploadExecutorKeepsARunOnTheLoops() async {
+        let places = await withTaskExecutorPreference(UploadExecutor.loops) { () async -> [Bool] in
+            let here = await Self.onALoop()
+            let child = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { await Self.onALoop() }
+                return await group.next() ?? false
+            }
+            let actor = await LoopProbe().onALoop()
+            // An unstructured task inherits no preference: the run's own name the loops.
+            let unstructured = await Task(executorPreference: UploadExecutor.loops) { await Self.onALoop() }.value
+            let unnamed = await Task { await Self.onALoop() }.value
+            return [here, child, actor, unstructured, !unnamed]
+        }
+        #expect(places == [true, true, true, true, true], "here, child, actor, unstructured, unnamed")
+        #expect(await Self.onALoop() == false, "the test itself is on the cooperative pool")
+    }
+
+    nonisolated static func onALoop() async -> Bool { MultiThreadedEventLoopGroup.currentEventLoop != nil }
+
     @Test(
         "a whole `dopesync run` on NIO's event loops calls neither SQLite nor libarchive there: store, validation, images, checkpoints",
         .timeLimit(minutes: 1))
@@ -67,6 +89,11 @@ import Testing
             }
         }
     }
+}
+
+/// A default actor: it runs on the executor the calling task prefers.
+private actor LoopProbe {
+    func onALoop() -> Bool { MultiThreadedEventLoopGroup.currentEventLoop != nil }
 }
 
 /// What a child run of this binary does for ``BlockingCallsTests``: with

@@ -46,14 +46,15 @@ private final class BoundedWaitRace<Value: Sendable>: Sendable {
             waiter.resume(throwing: CancellationError())
             return
         }
-        let work = Task {
+        // Unstructured tasks inherit no executor preference: named, so both stay where the run is.
+        let work = Task(executorPreference: UploadExecutor.loops) {
             do {
                 self.finish(.success(try await body()))
             } catch {
                 self.finish(.failure(error))
             }
         }
-        let timer = Task {
+        let timer = Task(executorPreference: UploadExecutor.loops) {
             do {
                 try await Task.sleep(for: limit)
             } catch {

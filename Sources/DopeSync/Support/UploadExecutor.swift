@@ -1,14 +1,39 @@
-import Foundation
 import NIOCore
 import NIOPosix
 
-/// Where the tasks of an upload run in a process: NIO's event loops as Swift's global executor
-/// (a bundle's task resumes on the loop where its answer arrived, without a hop to another
-/// thread; ARCHITECTURE.md, "Threads"). It is the one executor `run` has: a cooperative-pool
-/// mode, kept for measuring, gave every blocking call a branch that `run` never took.
+/// Where the tasks of an upload run: NIO's event loops (ARCHITECTURE.md, "Threads"). A bundle's
+/// task resumes on the loop where its answer arrived, without a hop to another thread.
+///
+/// `Worker.run` prefers ``loops`` as its task executor, so a run in any process (`dopesync run`,
+/// the tests' in-process runs, the benchmarks) takes the same path on the same threads: the
+/// run's child tasks and the default actors it calls run on the loops, and every blocking call
+/// on that path must go to a thread of its own or stop a debug build (`BlockingCalls`).
+/// ``install()`` makes the loops Swift's global executor as well, for `dopesync run` and the
+/// benchmarks, so that what a library starts outside the run's task tree (postgres-nio's pool)
+/// lands there too.
 public enum UploadExecutor {
+    /// NIO's singleton loops as a task executor. A job goes to the loop it was enqueued from when
+    /// that is one of them (`any()` is sticky), as NIO's global-executor hook does.
+    public static let loops: any TaskExecutor = EventLoopsTaskExecutor(group: .singleton)
+
     /// Call first thing in `main`, before any task runs; `dopesync run` and `dopesync-bench` do.
     public static func install() {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        _ = NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    }
+}
+
+final class EventLoopsTaskExecutor: TaskExecutor {
+    private let group: MultiThreadedEventLoopGroup
+
+    init(group: MultiThreadedEventLoopGroup) {
+        self.group = group
+    }
+
+    /// The job runs as this task executor's, not the loop's serial executor's: the runtime then
+    /// sees that a nonisolated call is already where the task prefers, and makes no hop.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        group.any().execute { job.runSynchronously(on: executor) }
     }
 }

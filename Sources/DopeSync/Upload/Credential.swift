@@ -54,7 +54,8 @@ public final class Credential: Sendable {
                 return nil
             }
             if case .command = source { state.lastCommandRun = .now }
-            let renewal = Task { await self.readAgain(logger: logger) }
+            // On the run's loops: an unstructured task inherits no executor preference.
+            let renewal = Task(executorPreference: UploadExecutor.loops) { await self.readAgain(logger: logger) }
             state.renewal = renewal
             return renewal
         }

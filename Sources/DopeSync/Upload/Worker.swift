@@ -12,8 +12,13 @@ public struct Worker: Sendable {
         self.logger = logger
     }
 
-    /// Processes what is due (orphans first), then returns the summary and the exit status.
+    /// Processes what is due (orphans first), then returns the summary and the exit status. The
+    /// run is on NIO's loops in every process (``UploadExecutor``).
     public func run() async -> (RunSummary, ExitStatus) {
+        await withTaskExecutorPreference(UploadExecutor.loops) { await runOnLoops() }
+    }
+
+    private func runOnLoops() async -> (RunSummary, ExitStatus) {
         let started = ContinuousClock.now
         let spool = Spool(root: options.spoolRoot)
         let runID = UUID().uuidString.lowercased()

@@ -74,8 +74,9 @@ public final class PostgresCheckpoints: Sendable {
         let store = PostgresCheckpoints(
             client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
         // The pool runs in a task of its own, not a child: a pool that lost its server may not
-        // end when cancelled (vapor/postgres-nio#599), and the run must end all the same.
-        let pool = Task { await client.run() }
+        // end when cancelled (vapor/postgres-nio#599), and the run must end all the same. Such a
+        // task inherits no executor preference, so it names the run's.
+        let pool = Task(executorPreference: UploadExecutor.loops) { await client.run() }
         let result: Result<Value, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await store.runQueuedWrites() }
             if owner != nil { group.addTask { await store.renewLeases() } }
