@@ -57,6 +57,11 @@ public struct DevServerConfiguration: Sendable {
     /// A web application firewall in front of the API: an `/api` POST whose body holds these
     /// bytes is answered 403 with an HTML page, before the token is looked at. `--forbid-body`.
     public var forbiddenBodyPattern: String? = nil
+    /// An API or proxy that stalls mid-answer: answers to requests whose path starts with
+    /// ``SlowBody/pathPrefix`` (and of ``SlowBody/method``, if named) send their head at once,
+    /// then their body one byte each ``SlowBody/byteInterval``.
+    /// `--slow-body '[METHOD ]PATH' --slow-body-interval SECONDS`.
+    public var slowBody: SlowBody? = nil
     /// What the two lookups answer when ``lookups`` is off. `--lookups-status 404|405`, default 404.
     public var lookupsStatus: MissingLookupsStatus = .notFound
     /// How long idempotency keys are kept. The API promises at least 7 days.
@@ -70,6 +75,32 @@ public struct DevServerConfiguration: Sendable {
     public var tls: DevServerTLS? = nil
 
     public init() {}
+
+    /// See ``DevServerConfiguration/slowBody``.
+    public struct SlowBody: Sendable {
+        /// Any method when nil.
+        public var method: String?
+        public var pathPrefix: String
+        public var byteInterval: Duration
+
+        public init(method: String? = nil, pathPrefix: String, byteInterval: Duration) {
+            self.method = method
+            self.pathPrefix = pathPrefix
+            self.byteInterval = byteInterval
+        }
+
+        /// `POST /api/sessions` or `/api/health`.
+        public init(_ text: String, byteInterval: Duration) {
+            let parts = text.split(separator: " ", maxSplits: 1).map(String.init)
+            self.init(
+                method: parts.count == 2 ? parts[0].uppercased() : nil, pathPrefix: parts.last ?? text,
+                byteInterval: byteInterval)
+        }
+
+        func applies(method: String, path: String) -> Bool {
+            (self.method == nil || self.method == method) && path.hasPrefix(pathPrefix)
+        }
+    }
 
     /// `http` or `https`, for the `listening on` line and for clients built from it.
     public var scheme: String { tls == nil ? "http" : "https" }

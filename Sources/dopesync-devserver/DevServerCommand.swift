@@ -82,6 +82,13 @@ struct DevServerCommand: AsyncParsableCommand {
         name: .customLong("forbid-body"),
         help: "Answer 403 (an HTML page, as a web application firewall) to an /api POST whose body holds this text.")
     var forbidBody: String?
+    @Option(
+        name: .customLong("slow-body"),
+        help: "Send the body of answers to '[METHOD ]PATH' (a path prefix) one byte at a time (a stalled API or proxy)."
+    )
+    var slowBody: String?
+    @Option(name: .customLong("slow-body-interval"), help: "With --slow-body: seconds between bytes (default 5).")
+    var slowBodyInterval: Double = 5
     @Option(name: .customLong("lookups-status"), help: "With --no-lookups: 404 (default) or 405 on those GETs.")
     var lookupsStatus: Int?
 
@@ -150,6 +157,9 @@ struct DevServerCommand: AsyncParsableCommand {
         configuration.referenceLists = !noReferenceLists
         configuration.lotsInList = !noLotsInList
         configuration.forbiddenBodyPattern = forbidBody
+        configuration.slowBody = slowBody.map {
+            DevServerConfiguration.SlowBody($0, byteInterval: .milliseconds(Int64(slowBodyInterval * 1000)))
+        }
         if let redirect {
             guard DevServerConfiguration.redirectStatuses.contains(redirect) else {
                 throw ValidationError("--redirect takes 301, 302, 303, 307 or 308 (was \(redirect))")

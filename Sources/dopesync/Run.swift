@@ -119,7 +119,8 @@ struct Run: AsyncParsableCommand {
             settings.progress == .always || (settings.progress == .auto && isatty(STDERR_FILENO) == 1)
 
         // SIGINT/SIGTERM, through swift-service-lifecycle: the group's graceful shutdown asks the
-        // run to stop claiming, let the steps in flight finish (or time out), and give back.
+        // run to stop claiming, let the steps in flight finish (cancelled after the stop's
+        // grace), and give back.
         let service = RunService(worker: Worker(options: options, logger: logger), logger: logger)
         // The run ending is the group's end, not a failure of it.
         let configuration = ServiceGroupConfiguration.ServiceConfiguration(
@@ -276,7 +277,9 @@ final class RunService: Service {
         let result = await withGracefulShutdownHandler {
             await worker.run()
         } onGracefulShutdown: {
-            logger.notice("signal received: finishing the steps in flight, then giving bundles back")
+            logger.notice(
+                "signal received: finishing the steps in flight, then giving bundles back",
+                metadata: ["grace_seconds": "\(stop.grace / .seconds(1))"])
             stop.request()
         }
         outcome.withLock { $0 = result }

@@ -6,6 +6,11 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
+/// A request still in flight when the grace after a stop request ran out: cancelled.
+struct StoppedInFlight: Error {
+    let grace: Duration
+}
+
 /// Requests that got no answer: what the error was, in words for the log and the sidecar, and
 /// what it means for the step.
 extension APIClient {
@@ -71,6 +76,10 @@ extension APIClient {
 
     private func describeUnredacted(_ error: any Error) -> String {
         switch error {
+        case let stopped as StoppedInFlight:
+            return
+                "the run was asked to stop, and the request was cancelled after \(stopped.grace / .milliseconds(1) / 1000) s "
+                + "of grace (its outcome is looked up next run)"
         case let error as HTTPClientError:
             switch error {
             case .deadlineExceeded, .readTimeout, .writeTimeout, .connectTimeout: return "timed out"

@@ -91,8 +91,7 @@ extension APIClient {
         request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
         if let etag { request.headers.add(name: "If-None-Match", value: etag) }
         do {
-            let response = try await http.execute(request, timeout: .init(timeouts.request))
-            let body = try await response.body.collect(upTo: 16 << 20)
+            let (response, body) = try await exchange(request, within: timeouts.request, upTo: 16 << 20)
             let status = Int(response.status.code)
             if !(status == 304 && etag != nil), let misdirected = Self.misdirection(response, url: request.url) {
                 return .failed(.misdirected(message: misdirected))

@@ -65,6 +65,8 @@ public struct APIClient: Sendable {
     /// The slowest rate a body can expect to be sent at: the timeouts' floor, or the request's
     /// share of the cap when every connection uploads at once. Deadlines grow by it.
     let slowestBytesPerSecond: Int64
+    /// The run's stop: once its grace is over, requests still in flight are cancelled.
+    let stop: StopRequest
     /// Whether the server of an `http://` URL speaks TLS instead, asked once (``TLSProbe``).
     let tlsProbe = TLSProbe()
     var rateLimit: UploadRateLimit? { network.rateLimit }
@@ -78,6 +80,7 @@ public struct APIClient: Sendable {
         connections: Int,
         timeouts: Timeouts = Timeouts(),
         network: Network = Network(),
+        stop: StopRequest = StopRequest(),
         _ body: (APIClient) async throws -> T
     ) async throws -> T {
         var configuration = HTTPClient.Configuration()
@@ -105,7 +108,8 @@ public struct APIClient: Sendable {
         return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
             let client = APIClient(
                 http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
-                credential: credential, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest
+                credential: credential, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest,
+                stop: stop
             )
             return try await body(client)
         }
@@ -116,6 +120,33 @@ public struct APIClient: Sendable {
     /// its share of the cap), so a big image on a capped link never times out while bytes flow.
     func deadline(forBodyOf length: Int64) -> Duration {
         timeouts.request + .milliseconds(length * 1000 / slowestBytesPerSecond)
+    }
+
+    /// Sends `request` and reads its whole answer within `limit`, or until the run's stop grace
+    /// is over. AsyncHTTPClient's own deadline ends at the answer's head, and its read timeout
+    /// restarts with every byte: a server sending one byte every few seconds held a run past
+    /// SIGTERM for good.
+    func exchange(_ request: HTTPClientRequest, within limit: Duration, upTo maxBytes: Int) async throws -> (
+        HTTPClientResponse, ByteBuffer
+    ) {
+        try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer)?.self) { group in
+            group.addTask {
+                let response = try await http.execute(request, timeout: .init(limit))
+                return (response, try await response.body.collect(upTo: maxBytes))
+            }
+            group.addTask {
+                switch await stop.sleep(for: limit) {
+                case .timeUp: throw HTTPClientError.deadlineExceeded
+                case .graceOver: throw StoppedInFlight(grace: stop.grace)
+                case .cancelled: return nil  // the request ended first
+                }
+            }
+            defer { group.cancelAll() }
+            while let next = try await group.next() {
+                if let answer = next { return answer }
+            }
+            throw CancellationError()
+        }
     }
 
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
@@ -202,8 +233,7 @@ public struct APIClient: Sendable {
         StepResponse, bytesSent: Int64
     ) {
         do {
-            let response = try await http.execute(request, timeout: .init(deadline(forBodyOf: length)))
-            let body = try await response.body.collect(upTo: 1 << 20)
+            let (response, body) = try await exchange(request, within: deadline(forBodyOf: length), upTo: 1 << 20)
             let status = Int(response.status.code)
             if let misdirected = Self.misdirection(response, url: request.url) {
                 return (.misdirected(message: misdirected), length)

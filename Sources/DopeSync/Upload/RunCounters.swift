@@ -2,14 +2,6 @@ import Foundation
 import Logging
 import Synchronization
 
-/// A request to stop a run early, safe to set from a signal handler's queue.
-public final class StopRequest: Sendable {
-    private let flag = Atomic<Bool>(false)
-    public init() {}
-    public func request() { flag.store(true, ordering: .relaxed) }
-    public var isRequested: Bool { flag.load(ordering: .relaxed) }
-}
-
 /// The run's shared counters and stop flags, behind one lock.
 final class RunCounters: Sendable {
     struct State {

@@ -19,7 +19,8 @@ public struct RunOptions: Sendable {
     public var deferral = DeferralPolicy()
     /// When the run stops claiming because the API is down or most requests fail (exit 75).
     public var breaker = CircuitBreaker.Policy()
-    /// Set by SIGINT/SIGTERM: stop claiming, let the step in flight finish, give the rest back.
+    /// Set by SIGINT/SIGTERM: stop claiming, let the steps in flight finish within the stop's
+    /// grace (then they are cancelled), give the rest back.
     public var stop = StopRequest()
     /// A live progress line on standard error (for a terminal; cron gets plain log lines).
     public var showProgress = false

@@ -262,7 +262,7 @@ public struct Worker: Sendable {
         let idle = work.bundles.isEmpty && !counters.shouldStop
         let clientResult: ExitStatus?? = try? await APIClient.with(
             baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
-            connections: options.concurrency, network: options.network
+            connections: options.concurrency, network: options.network, stop: options.stop
         ) { client -> ExitStatus? in
             let api: String
             switch await bindAPI(client, checkpoints: checkpoints) {

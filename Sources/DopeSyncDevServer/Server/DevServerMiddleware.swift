@@ -118,7 +118,14 @@ struct DevServerMiddleware: RouterMiddleware {
             request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started,
             context: context)
         // No route takes HEAD (api.yaml has none): its 405 or 404 goes out with headers only.
-        return request.method == .head ? response.createHeadResponse() : response
+        if request.method == .head { return response.createHeadResponse() }
+        if let slow = state.configuration.slowBody, slow.applies(method: request.method.rawValue, path: path) {
+            let body = response.body
+            response.body = ResponseBody(contentLength: body.contentLength) { writer in
+                try await body.write(SlowBodyWriter(parent: writer, byteInterval: slow.byteInterval))
+            }
+        }
+        return response
     }
 
     private func record(
@@ -141,5 +148,23 @@ struct DevServerMiddleware: RouterMiddleware {
             if let fault { metadata["fault"] = "\(fault)" }
             context.logger.info("request", metadata: metadata)
         }
+    }
+}
+
+/// `--slow-body`: hands on each buffer one byte at a time, `byteInterval` apart. The head, with
+/// its full `Content-Length`, has already gone, so the client waits for every byte.
+private struct SlowBodyWriter: ResponseBodyWriter {
+    var parent: any ResponseBodyWriter
+    let byteInterval: Duration
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        for byte in buffer.readableBytesView {
+            try await parent.write(ByteBuffer(bytes: [byte]))
+            try await Task.sleep(for: byteInterval)
+        }
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
+        try await parent.finish(trailingHeaders)
     }
 }

@@ -1,0 +1,110 @@
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A request to stop a run early (SIGINT, SIGTERM), safe to make from a signal handler's queue.
+///
+/// Once requested, the run claims nothing more and its steps in flight may finish for ``grace``;
+/// then every wait made through ``sleep(for:)`` ends, which cancels the requests still in flight
+/// (`APIClient`), so a server that answers one byte at a time cannot hold the run past the
+/// unit's `TimeoutStopSec`. What they were doing is an unknown outcome, looked up next run.
+public final class StopRequest: Sendable {
+    /// How long the requests in flight may go on after the stop is requested.
+    public let grace: Duration
+
+    private struct Waiter {
+        let continuation: CheckedContinuation<Wake, Never>
+        var timer: Scheduled<Void>?
+    }
+    private struct Waiters {
+        var graceOver = false
+        var nextID: UInt64 = 0
+        var waiting: [UInt64: Waiter] = [:]
+    }
+    private let flag = Atomic<Bool>(false)
+    private let waiters = Mutex(Waiters())
+
+    public init(grace: Duration = .seconds(10)) {
+        self.grace = grace
+    }
+
+    public var isRequested: Bool { flag.load(ordering: .relaxed) }
+
+    /// Stops claiming now, and ends the grace of what is in flight ``grace`` later. Only the first
+    /// request counts.
+    public func request() {
+        guard !flag.exchange(true, ordering: .relaxed) else { return }
+        MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(grace.nanoseconds)) {
+            self.endGrace()
+        }
+    }
+
+    /// Why ``sleep(for:)`` returned.
+    enum Wake: Sendable, Equatable {
+        case timeUp
+        /// The run was asked to stop, and the grace of what was in flight is over.
+        case graceOver
+        case cancelled
+    }
+
+    /// Waits `duration`, or less: until the grace after a stop is over, or the task is cancelled.
+    /// One continuation and one event-loop timer, cancelled when woken otherwise; no task.
+    func sleep(for duration: Duration) async -> Wake {
+        let id = waiters.withLock { waiters in
+            defer { waiters.nextID += 1 }
+            return waiters.nextID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let registered = waiters.withLock { waiters -> Bool in
+                    guard !waiters.graceOver else { return false }
+                    waiters.waiting[id] = Waiter(continuation: continuation, timer: nil)
+                    return true
+                }
+                guard registered else { return continuation.resume(returning: .graceOver) }
+                let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(
+                    in: .nanoseconds(duration.nanoseconds)
+                ) { self.wake(id, .timeUp) }
+                let waiting = waiters.withLock { waiters -> Bool in
+                    guard waiters.waiting[id] != nil else { return false }
+                    waiters.waiting[id]?.timer = timer
+                    return true
+                }
+                if !waiting { timer.cancel() }
+                // Cancelled before the continuation was registered: the handler found nothing.
+                if Task.isCancelled { wake(id, .cancelled) }
+            }
+        } onCancel: {
+            self.wake(id, .cancelled)
+        }
+    }
+
+    /// Resumes the waiter `id` once, whoever comes first, and cancels its timer.
+    private func wake(_ id: UInt64, _ wake: Wake) {
+        guard let waiter = waiters.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        waiter.timer?.cancel()
+        waiter.continuation.resume(returning: wake)
+    }
+
+    private func endGrace() {
+        let woken = waiters.withLock { waiters in
+            waiters.graceOver = true
+            defer { waiters.waiting = [:] }
+            return Array(waiters.waiting.values)
+        }
+        for waiter in woken {
+            waiter.timer?.cancel()
+            waiter.continuation.resume(returning: .graceOver)
+        }
+    }
+}
+
+extension Duration {
+    /// The whole nanoseconds of this duration, saturated to `Int64`, for NIO's timers.
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (total, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow
+            ? (seconds < 0 ? .min : .max) : total.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
+    }
+}
