@@ -22,6 +22,8 @@ public struct IncomingQueue: Sendable {
     public private(set) var waitingForRetry: [(entry: SpoolEntry, state: BundleState)] = []
     /// Modified less than `min-age` ago; due once it has passed.
     public private(set) var heldByMinAge: [SpoolEntry] = []
+    /// When the first of ``heldByMinAge`` comes due, unless it changes again meanwhile.
+    public private(set) var firstHeldComesDue: Date?
     /// Files whose mtime is ahead of this clock (by more than a second), with by how much: their
     /// producer's clock is wrong. Judged by their ctime, not held until then.
     public private(set) var mtimeInFuture: [(entry: SpoolEntry, ahead: TimeInterval)] = []
@@ -42,6 +44,8 @@ public struct IncomingQueue: Sendable {
                 > now.timeIntervalSince1970
             {
                 heldByMinAge.append(entry)
+                let comesDue = Self.lastChange(of: entry, now: now).addingTimeInterval(minAgeSeconds)
+                firstHeldComesDue = min(firstHeldComesDue ?? comesDue, comesDue)
             } else {
                 due.append((entry, Self.arrival(of: entry, state: state)))
             }

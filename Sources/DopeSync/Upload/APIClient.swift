@@ -138,6 +138,7 @@ public struct APIClient: Sendable {
                 switch await stop.sleep(for: limit) {
                 case .timeUp: throw HTTPClientError.deadlineExceeded
                 case .graceOver: throw StoppedInFlight(grace: stop.grace)
+                case .stopRequested: preconditionFailure("a request's wait ends at the grace, not the request")
                 case .cancelled: return nil  // the request ended first
                 }
             }

@@ -12,8 +12,9 @@ public final class StopRequest: Sendable {
     /// How long the requests in flight may go on after the stop is requested.
     public let grace: Duration
 
-    private struct Waiter {
+    fileprivate struct Waiter {
         let continuation: CheckedContinuation<Wake, Never>
+        let endsAtRequest: Bool
         var timer: Scheduled<Void>?
     }
     private struct Waiters {
@@ -34,6 +35,12 @@ public final class StopRequest: Sendable {
     /// request counts.
     public func request() {
         guard !flag.exchange(true, ordering: .relaxed) else { return }
+        let woken = waiters.withLock { waiters in
+            let woken = waiters.waiting.filter { $0.value.endsAtRequest }
+            for id in woken.keys { waiters.waiting[id] = nil }
+            return Array(woken.values)
+        }
+        for waiter in woken { waiter.resume(.stopRequested) }
         MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(grace.nanoseconds)) {
             self.endGrace()
         }
@@ -42,26 +49,30 @@ public final class StopRequest: Sendable {
     /// Why ``sleep(for:)`` returned.
     enum Wake: Sendable, Equatable {
         case timeUp
+        /// The run was asked to stop (a wait that ends at the request).
+        case stopRequested
         /// The run was asked to stop, and the grace of what was in flight is over.
         case graceOver
         case cancelled
     }
 
-    /// Waits `duration`, or less: until the grace after a stop is over, or the task is cancelled.
-    /// One continuation and one event-loop timer, cancelled when woken otherwise; no task.
-    func sleep(for duration: Duration) async -> Wake {
+    /// Waits `duration`, or less: until the grace after a stop is over (or, with `endsAtRequest`,
+    /// until the stop is requested), or the task is cancelled. One continuation and one
+    /// event-loop timer, cancelled when woken otherwise; no task.
+    func sleep(for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
         let id = waiters.withLock { waiters in
             defer { waiters.nextID += 1 }
             return waiters.nextID
         }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let registered = waiters.withLock { waiters -> Bool in
-                    guard !waiters.graceOver else { return false }
-                    waiters.waiting[id] = Waiter(continuation: continuation, timer: nil)
-                    return true
+                let ended = waiters.withLock { waiters -> Wake? in
+                    if waiters.graceOver { return .graceOver }
+                    if endsAtRequest && isRequested { return .stopRequested }
+                    waiters.waiting[id] = Waiter(continuation: continuation, endsAtRequest: endsAtRequest, timer: nil)
+                    return nil
                 }
-                guard registered else { return continuation.resume(returning: .graceOver) }
+                if let ended { return continuation.resume(returning: ended) }
                 let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(
                     in: .nanoseconds(duration.nanoseconds)
                 ) { self.wake(id, .timeUp) }
@@ -81,9 +92,7 @@ public final class StopRequest: Sendable {
 
     /// Resumes the waiter `id` once, whoever comes first, and cancels its timer.
     private func wake(_ id: UInt64, _ wake: Wake) {
-        guard let waiter = waiters.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
-        waiter.timer?.cancel()
-        waiter.continuation.resume(returning: wake)
+        waiters.withLock { $0.waiting.removeValue(forKey: id) }?.resume(wake)
     }
 
     private func endGrace() {
@@ -92,10 +101,14 @@ public final class StopRequest: Sendable {
             defer { waiters.waiting = [:] }
             return Array(waiters.waiting.values)
         }
-        for waiter in woken {
-            waiter.timer?.cancel()
-            waiter.continuation.resume(returning: .graceOver)
-        }
+        for waiter in woken { waiter.resume(.graceOver) }
+    }
+}
+
+extension StopRequest.Waiter {
+    fileprivate func resume(_ wake: StopRequest.Wake) {
+        timer?.cancel()
+        continuation.resume(returning: wake)
     }
 }
 

@@ -222,7 +222,9 @@ public struct Worker: Sendable {
         }
         let work: DueWork
         do {
-            work = try await DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge, logger: logger)
+            work = try await waitingForHeldBundles(
+                DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge, logger: logger),
+                spool: spool, checkpoints: checkpoints, started: started)
         } catch {
             // Not "nothing to do": bundles may be waiting where this run cannot see them.
             logger.critical(
@@ -246,6 +248,35 @@ public struct Worker: Sendable {
             of: runID, summary: summary, syncSeconds: state.syncSeconds, lookups: lookups, spool: spool,
             checkpoints: checkpoints)
         return (summary, status)
+    }
+
+    /// A run that finds nothing due but bundles held by `min-age` waits for the first to come
+    /// due, then lists `incoming/` again: the run that `dopesync.path` starts at a bundle's rename
+    /// then uploads it `min-age` later, where it used to leave it to the timer's next run (up to
+    /// 6 minutes). It waits only within `max-time`; without one, once. A stop ends the wait.
+    private func waitingForHeldBundles(
+        _ listed: DueWork, spool: Spool, checkpoints: any CheckpointStorage, started: ContinuousClock.Instant
+    ) async throws -> DueWork {
+        var work = listed
+        var waits = 0
+        while work.bundles.isEmpty, let comesDue = work.incoming.firstHeldComesDue {
+            let wait = Duration.milliseconds(Int64(max(comesDue.timeIntervalSinceNow, 0) * 1000) + 50)
+            if let maxTime = options.maxTime {
+                guard options.clock() + wait <= started + maxTime else { break }
+            } else if waits > 0 {
+                break
+            }
+            logger.notice(
+                "nothing due yet: waiting for a bundle modified within min-age",
+                metadata: [
+                    "held.by.min.age": "\(work.incoming.heldByMinAge.count)", "min.age": "\(options.minAge)",
+                    "wait.seconds": "\(String(format: "%.1f", wait / .seconds(1)))",
+                ])
+            guard await options.stop.sleep(for: wait, endsAtRequest: true) == .timeUp else { break }
+            waits += 1
+            work = try await DueWork.list(spool, checkpoints: checkpoints, minAge: options.minAge, logger: logger)
+        }
+        return work
     }
 
     /// Uploads what is due with `--concurrency` slots, or, with nothing to upload, checks the API
