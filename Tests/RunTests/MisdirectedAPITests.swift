@@ -40,6 +40,28 @@ import Testing
         }
     }
 
+    @Test("a misdirected API (exit 78) still rewrites the metrics file: 78 and the bundles given back")
+    func misdirectedRunWritesItsMetrics() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2311), SampleSession(seed: 2312)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try "dopesync_last_run_exit_code 0\n".write(toFile: metrics, atomically: true, encoding: .utf8)
+            var configuration = DevServerConfiguration()
+            configuration.redirectStatus = 302
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.minFreeSpace = .bytes(0)
+                options.metricsFile = metrics
+                let (_, exit) = await Worker(options: options, logger: quietLogger).run()
+                #expect(exit == .configuration)
+                let written = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(written.contains("dopesync_last_run_exit_code 78\n"), "\(written)")
+                #expect(written.contains(#"dopesync_spool_bundles{folder="incoming"} 2"#), "\(written)")
+            }
+        }
+    }
+
     @Test("the run says why it stopped: the redirect's status, where it pointed and the URL, its password masked")
     func redirectIsExplained() async throws {
         try await withTemporaryDirectory { directory in

@@ -36,6 +36,25 @@ import Testing
         }
     }
 
+    @Test("a wrong PostgreSQL password: exit 78, nothing claimed; the metrics file says 78 and the backlog")
+    func wrongPasswordIsInTheMetrics() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4310), SampleSession(seed: 4311)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try await withDevServer { server in
+                let run = try spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", ["--metrics-file", metrics],
+                    environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
+                #expect(await run.finished() == 78)
+                let written = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(written.contains("dopesync_last_run_exit_code 78"), "\(written)")
+                #expect(written.contains(#"dopesync_spool_bundles{folder="incoming"} 2"#), "\(written)")
+                #expect(try spool.names(.processing).isEmpty)
+            }
+        }
+    }
+
     enum Fault: String, CaseIterable, Sendable, CustomTestStringConvertible {
         /// `pg_ctl restart -m immediate`: the server crashes and recovers from its WAL.
         case restartImmediately = "pg_ctl restart -m immediate"
