@@ -12,7 +12,7 @@ import Synchronization
 ///   commit in the background, before anybody needs them;
 /// - no result waits longer than the maximum delay for others to fill a batch: the first one to
 ///   wait starts a timer (``SubmitAction/startTimer``), and when it fires (``timerFired()``)
-///   whatever waits commits. WORKER.md checkpoints a step "as soon as its response arrives"; this
+///   whatever waits commits. the contract checkpoints a step "as soon as its response arrives"; this
 ///   keeps that to milliseconds even when the batch cannot fill (one bundle left, the others
 ///   claiming or moving, the next step a long upload or a retry's wait);
 /// - when a bundle settles a result still waiting and no commit is under way, everything waiting

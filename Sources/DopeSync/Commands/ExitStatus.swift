@@ -1,4 +1,4 @@
-/// The exit codes of WORKER.md (sysexits.h), named once and used everywhere.
+/// The exit codes (docs/exit-codes.md; sysexits.h), named once and used everywhere.
 public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public let rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
@@ -16,7 +16,7 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
     /// The API was unreachable or kept failing; bundles deferred (EX_TEMPFAIL).
     public static let temporaryFailure = ExitStatus(rawValue: 75)
     /// The API's TLS certificate could not be trusted, or TLS could not be agreed; bundles given
-    /// back (EX_PROTOCOL). Not in WORKER.md's table: not an outage (75), since retrying cannot help.
+    /// back (EX_PROTOCOL). Not among the contract's first codes: not an outage (75), since retrying cannot help.
     public static let apiNotTrusted = ExitStatus(rawValue: 76)
     /// The API refused the credentials (EX_NOPERM).
     public static let permissionDenied = ExitStatus(rawValue: 77)

@@ -1,7 +1,7 @@
 import Foundation
 
 extension RunSetting {
-    /// WORKER.md names this variable `DOPESYNC_DATABASE_URL`.
+    /// The contract names this variable `DOPESYNC_DATABASE_URL`.
     public static let database = RunSetting(
         "database", environment: "DOPESYNC_DATABASE_URL",
         help: "share the spool between hosts: the PostgreSQL database holding claims and checkpoints, "

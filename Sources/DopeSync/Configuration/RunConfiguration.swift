@@ -3,7 +3,7 @@ import Logging
 import NIOSSL
 
 /// `dopesync run`'s settings, resolved from (highest first) the command line, the environment,
-/// a job file and the built-in defaults, as WORKER.md's "Configuration" orders them.
+/// a job file and the built-in defaults, in the order docs/job-file.md gives.
 ///
 /// The lookups go through swift-configuration's snapshots (an in-memory provider for the parsed
 /// options, `EnvironmentVariablesProvider`, a `YAMLSnapshot` of the job file), one source at a

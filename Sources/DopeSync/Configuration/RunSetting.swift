@@ -22,7 +22,7 @@ public struct RunSetting: Sendable, Hashable, CustomStringConvertible {
 
 extension RunSetting {
     public static let spool = RunSetting("spool", help: "the spool folder (default ./spool)")
-    /// WORKER.md names this variable `DOPESYNC_API_URL`, not `DOPESYNC_API`.
+    /// The contract names this variable `DOPESYNC_API_URL`, not `DOPESYNC_API`.
     public static let api = RunSetting(
         "api", environment: "DOPESYNC_API_URL", help: "the API's base URL, http or https (required)")
     public static let tokenFile = RunSetting("token-file", help: "a file whose only content is the API token")

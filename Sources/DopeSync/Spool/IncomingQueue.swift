@@ -9,7 +9,7 @@ import Foundation
 ///   owns the file (the worker cannot set the time of a file it does not own, so the time is
 ///   never kept in the file); a file modified after it was given back (`touch`, or written anew)
 ///   is due at once;
-/// - a file modified less than `min-age` ago waits for its producer to finish (WORKER.md); a file
+/// - a file modified less than `min-age` ago waits for its producer to finish (docs/job-file.md, `min-age`); a file
 ///   whose mtime is in the future (a producer's clock ahead) is judged by its ctime instead,
 ///   which the kernel sets when the file arrives or changes and no producer can set ahead;
 /// - the due are taken in the order the worker first saw them: the store's first-seen time for a

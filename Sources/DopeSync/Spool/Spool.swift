@@ -7,7 +7,7 @@ import ThreadRules
     import Darwin
 #endif
 
-/// The spool folder and its five subfolders (see WORKER.md, "The spool"):
+/// The spool folder and its five subfolders (docs/spool.md):
 ///
 /// ```
 /// tmp/         producers write partial files here; never read by the worker

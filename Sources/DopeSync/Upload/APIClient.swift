@@ -5,7 +5,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 
-/// How the API answered one step, classified the way WORKER.md's failure table needs it.
+/// How the API answered one step, classified the way the failure table needs it (docs/api.md, "What each answer does").
 public enum StepResponse: Sendable, Equatable {
     /// 2xx with the new (or replayed) record's id.
     case created(id: Int64, replayed: Bool)
@@ -229,7 +229,7 @@ public struct APIClient: Sendable {
         return request
     }
 
-    /// Sends and classifies per WORKER.md's failure table. The deadline grows with the body.
+    /// Sends and classifies per the failure table (docs/api.md). The deadline grows with the body.
     private func execute(_ request: HTTPClientRequest, clientID: String, length: Int64) async -> (
         StepResponse, bytesSent: Int64
     ) {
@@ -287,7 +287,7 @@ public struct APIClient: Sendable {
         return nil
     }
 
-    /// A status other than 2xx, as WORKER.md's failure table classifies it: refused credentials,
+    /// A status other than 2xx, as the failure table classifies it (docs/api.md): refused credentials,
     /// retryable (with `Retry-After`), or rejected for good.
     static func refusal(status: Int, headers: HTTPHeaders, answer: Answer) -> StepResponse {
         let message = answer.message ?? "HTTP \(status)"

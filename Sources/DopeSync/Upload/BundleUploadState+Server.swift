@@ -1,5 +1,5 @@
-/// What the server says of the bundle before its steps are sent: its reference lists (WORKER.md,
-/// "References before the first step") and its session's tree, when the session is already
+/// What the server says of the bundle before its steps are sent: its reference lists (docs/api.md,
+/// "Reference lists") and its session's tree, when the session is already
 /// there without a checkpoint.
 extension BundleUploadState {
     /// What the server's lists said of the references: on to the first step, or where the bundle

@@ -1,5 +1,5 @@
 /// The tries of one step: look on the server when its outcome may be known there, send, read
-/// the credential again after a refusal, back off and try again (WORKER.md's failure table), and
+/// the credential again after a refusal, back off and try again (the failure table, docs/api.md), and
 /// where the bundle goes when the last answer created nothing.
 ///
 /// - A step is looked for before it is sent when its request may already have reached the
@@ -79,7 +79,7 @@ extension BundleUploadState {
         }
     }
 
-    /// Whether a retryable answer leaves open that the server did create the record (WORKER.md:
+    /// Whether a retryable answer leaves open that the server did create the record (docs/api.md:
     /// no answer, a timeout, a 5xx, a 409 in flight, or a 2xx that did not confirm it), so the
     /// step is looked for before it is sent again. A 408, 425 or 429 says the request was not
     /// processed: a look would only cost a request.

@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 
-/// The server's reference lists for one run (WORKER.md, "References before the first step"):
+/// The server's reference lists for one run (docs/api.md, "Reference lists"):
 /// read at most once, when a bundle first needs them, revalidated with the ETags kept in the
 /// checkpoint store, and shared by the run's uploaders. Bundles that ask while the lists are
 /// being read wait for that one read. A read that fails is not kept: the bundle that asked is

@@ -1,5 +1,5 @@
 /// An id one record of a bundle names that the server must already have: a rifle setup, a
-/// location, an ammunition or an ammo lot (WORKER.md, "References before the first step").
+/// location, an ammunition or an ammo lot (docs/api.md, "Reference lists").
 public struct ReferenceUse: Sendable, Equatable {
     public enum Kind: String, Sendable, CaseIterable {
         case rifleSetup, location, ammunition, ammoLot
@@ -26,7 +26,7 @@ public struct ReferenceUse: Sendable, Equatable {
 
     public let kind: Kind
     public let id: Int64
-    /// As WORKER.md names it, by the record's kind and place in its array: `session.rifleSetupId`,
+    /// As the failure sidecar names it (docs/spool.md), by the record's kind and place in its array: `session.rifleSetupId`,
     /// `dope[2].ammunitionId`, `chrono[0].ammoLotId`, `groups[1].ammunitionId`.
     public let field: String
     /// Where `session.json` has it: `dopeEntries[2].ammunitionId`.

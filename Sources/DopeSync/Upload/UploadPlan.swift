@@ -83,7 +83,7 @@ public struct UploadStep: Sendable, Equatable {
     }
 }
 
-/// The steps of one bundle, in the order WORKER.md prescribes: the session; every DOPE entry;
+/// The steps of one bundle, in the order docs/api.md gives: the session; every DOPE entry;
 /// every chrono session followed by its readings; every group followed by its measurement;
 /// then every image (per group: photos, original, annotated).
 public struct UploadPlan: Sendable {
