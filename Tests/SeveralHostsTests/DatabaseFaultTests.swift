@@ -107,3 +107,43 @@ import Testing
         }
     }
 }
+
+/// The half sessions of issue 38 from the shared store's own SQL: `status` on PostgreSQL lists
+/// a bundle whose session is on the server but incomplete, and stops once it is done.
+@Suite struct SharedHalfSessionTests {
+    @Test("status on PostgreSQL lists a half session after a deferral and stops once the bundle is done")
+    func halfSessionOnPostgreSQL() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_610)
+            let spool = try makeSpool(in: directory, samples: [sample])
+            let api = directory.appendingPathComponent("api.sqlite").path
+            func run(_ server: RunningDevServer) async -> (RunSummary, DopeSync.ExitStatus) {
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.minFreeSpace = .bytes(0)
+                options.database = database.settings()
+                options.deferral = DeferralPolicy(base: .milliseconds(1), cap: .milliseconds(1), maxAttempts: 5)
+                return await Worker(options: options, logger: quietLogger).run()
+            }
+            var firewalled = DevServerConfiguration()
+            firewalled.databasePath = api
+            firewalled.forbiddenBodyPattern = "wind from 3 o'clock, 0"  // the first DOPE entry's notes
+            try await withDevServer(firewalled) { server async throws in
+                #expect(await run(server).0.deferred == 1)
+            }
+            let status = try await SpoolStatus.gather(spool: spool, minAge: .zero, database: database.settings())
+            let half = try #require(status.halfSessions.first, "\(status.json())")
+            #expect(half.session == sample.sessionID && half.recordsOnServer == 1)
+            #expect(half.recordsLeft == sample.expectedRequestCount - 1)
+
+            var open = DevServerConfiguration()
+            open.databasePath = api
+            try await withDevServer(open) { server async throws in
+                #expect(await run(server).0.done == 1)
+            }
+            let after = try await SpoolStatus.gather(spool: spool, minAge: .zero, database: database.settings())
+            #expect(after.halfSessions.isEmpty, "\(after.json())")
+        }
+    }
+}

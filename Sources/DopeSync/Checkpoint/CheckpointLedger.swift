@@ -18,6 +18,8 @@ public protocol CheckpointLedger: Sendable {
     /// These sessions' API and producer, by id (`status`: the API of a bundle's checkpoints).
     func sessionBindings(of sessionIDs: [String]) async throws(CheckpointError) -> [String: SessionBinding]
     func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook
+    /// Bundles whose session is on the server but incomplete (``HalfSession``), oldest first.
+    func halfSessions() async throws(CheckpointError) -> [HalfSession]
 
     /// `requeue`: a fresh attempt count; false when the store does not know the bundle.
     func resetAttempts(name: String, now: Date) async throws(CheckpointError) -> Bool

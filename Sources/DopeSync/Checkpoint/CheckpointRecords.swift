@@ -273,3 +273,41 @@ extension BundleState {
             """
     }
 }
+
+/// A bundle whose session is on the server with only some of its records: the API creates and
+/// never deletes, so the server shows the session incomplete until a later attempt of the
+/// bundle sends the rest, or for good if it failed (`status`, the metrics' half sessions).
+public struct HalfSession: Sendable, Hashable {
+    public let name: String
+    public let sessionID: String
+    /// Records of the session the server holds (steps done, the session itself included).
+    public let recordsOnServer: Int
+    /// Records still to send, when the bundle's plan size was recorded.
+    public let recordsLeft: Int?
+    /// When its first record was created on the server.
+    public let since: Date
+
+    /// The same `SELECT` for either store, its tables in `schema` (`""` for SQLite, `"dopesync."`
+    /// for PostgreSQL): each bundle not done whose session has a step done, and fewer steps done
+    /// than its plan holds (or a plan size never recorded), oldest first.
+    static func selectSQL(schema: String) -> String {
+        """
+        SELECT b.name AS name, b.session_id AS session_id, b.steps_total AS steps_total,
+               CAST(count(*) AS integer) AS records, min(s.done_at) AS since
+        FROM \(schema)bundles b
+        JOIN \(schema)steps s ON s.session_id = b.session_id AND s.state = 'done'
+        WHERE b.last_outcome IS NULL OR b.last_outcome <> 'done'
+        GROUP BY b.name, b.session_id, b.steps_total
+        HAVING b.steps_total IS NULL OR count(*) < b.steps_total
+        ORDER BY since, b.name
+        """
+    }
+
+    init(name: String, sessionID: String, records: Int, stepsTotal: Int?, since: Double) {
+        self.name = name
+        self.sessionID = sessionID
+        self.recordsOnServer = records
+        self.recordsLeft = stepsTotal.map { max($0 - records, 0) }
+        self.since = Date(timeIntervalSince1970: since)
+    }
+}

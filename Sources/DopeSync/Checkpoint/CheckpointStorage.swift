@@ -38,6 +38,8 @@ public protocol CheckpointStorage: Sendable {
     func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool?, apiLookups: Bool?)
         async throws(CheckpointError)
     func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date?
+    /// Bundles whose session is on the server but incomplete (``HalfSession``), oldest first.
+    func halfSessions() async throws(CheckpointError) -> [HalfSession]
 
     // MARK: Bundles
 

@@ -222,6 +222,19 @@ extension CheckpointStore {
     }
 
     /// Every bundle row, or those whose last outcome is `outcome` (for `status`: one query, fast with 100,000 rows).
+    public func halfSessions() throws(CheckpointError) -> [HalfSession] {
+        try read("reading half sessions") { connection in
+            var sessions: [HalfSession] = []
+            try connection.forEachRow(HalfSession.selectSQL(schema: "")) { row throws(SQLiteError) in
+                sessions.append(
+                    HalfSession(
+                        name: try row["name"], sessionID: try row["session_id"], records: try row["records"],
+                        stepsTotal: try row["steps_total"], since: try row["since"]))
+            }
+            return sessions
+        }
+    }
+
     public func bundles(withOutcome outcome: BundleOutcome? = nil) throws(CheckpointError) -> [BundleState] {
         try read("reading bundles") { connection in
             var states: [BundleState] = []

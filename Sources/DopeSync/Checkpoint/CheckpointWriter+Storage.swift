@@ -33,6 +33,10 @@ extension CheckpointWriter: CheckpointStorage {
         }
     }
 
+    public func halfSessions() async throws(CheckpointError) -> [HalfSession] {
+        try await perform { try $0.halfSessions() }
+    }
+
     public func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date? {
         try await perform { try $0.lastHealthyRunFinishedAt() }
     }

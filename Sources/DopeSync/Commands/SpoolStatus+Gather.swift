@@ -85,7 +85,26 @@ extension SpoolStatus {
             databaseReadAsSnapshot: place.snapshot, databaseUnreadable: place.unreadable,
             recentRuns: try await runs > 0 ? ledger?.recentRuns(limit: runs) : nil)
         if let ledger, let apiURL { try await nameOtherAPIs(in: &status, ledger: ledger, apiURL: apiURL) }
+        if let ledger {
+            status.halfSessions = Self.halfSessions(try await ledger.halfSessions(), in: backlog, now: now)
+        }
         return status
+    }
+
+    /// The store's half sessions whose bundle is still in the spool, with the folder it is in (a
+    /// bundle deleted by hand leaves its rows, not a session anyone can finish).
+    static func halfSessions(_ sessions: [HalfSession], in backlog: SpoolBacklog, now: Date) -> [HalfSessionEntry] {
+        var folderOf: [String: String] = [:]
+        for folder in [Spool.Folder.incoming, .processing, .failed] {
+            for entry in backlog.listings[folder] ?? [] { folderOf[entry.name] = folder.rawValue }
+        }
+        return sessions.compactMap { half in
+            folderOf[half.name].map { folder in
+                HalfSessionEntry(
+                    name: half.name, folder: folder, session: half.sessionID, recordsOnServer: half.recordsOnServer,
+                    recordsLeft: half.recordsLeft, since: half.since, ageSeconds: now.timeIntervalSince(half.since))
+            }
+        }
     }
 
     /// Marks each listed bundle whose session's checkpoints were recorded against another API than

@@ -84,6 +84,14 @@ extension SpoolStatus {
             if let api = bundle.checkpointsAPI { line += "; its checkpoints are \(api)'s, not the configured API's" }
             return line
         }
+        lines += Self.section(
+            "incomplete on the server (\(halfSessions.count)): the session is there with only some records until "
+                + "the bundle is done (the API never deletes):", halfSessions
+        ) { half in
+            let left = half.recordsLeft.map { "\($0) left" } ?? "how many left unknown"
+            return "\(half.name)  session \(half.session): \(half.recordsOnServer) records on the server, \(left), "
+                + "since \(Self.time(half.since)) (\(Self.age(half.ageSeconds))), bundle in \(half.folder)/"
+        }
         lines += Self.section("claims in progress (\(claims.count)):", claims) { claim in
             var line = "\(claim.name)  "
             if let host = claim.host, let pid = claim.pid, let runID = claim.runID {

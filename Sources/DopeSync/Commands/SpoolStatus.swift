@@ -149,6 +149,23 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         }
     }
 
+    /// Bundles whose session is on the server with only some of its records, oldest first: what
+    /// the API's and the app's owners see as an incomplete session until the bundle is done.
+    public var halfSessions: [HalfSessionEntry] = []
+
+    public struct HalfSessionEntry: Sendable, Codable, Equatable {
+        public var name: String
+        /// Where the bundle is: `incoming` (waiting for its next attempt), `processing` or `failed`.
+        public var folder: String
+        public var session: String
+        public var recordsOnServer: Int
+        /// Nil when the bundle's plan size was never recorded.
+        public var recordsLeft: Int?
+        /// When its first record was created on the server.
+        public var since: Date
+        public var ageSeconds: Double
+    }
+
     /// The runs started last, newest first (`--runs N`); nil when not asked for. A run still
     /// going, or one that died, has no `finishedAt` and no summary.
     public var recentRuns: [RunRecord]? = nil

@@ -9,7 +9,8 @@ struct SpoolBacklog: Sendable {
     /// The checkpoint store's rows of the bundles not done or failed, by name.
     var inFlight: [String: BundleState]
     /// Free bytes on the spool's file system, when they could be read.
-    var freeBytes: Int64? = nil
+    var freeBytes: Int64? { space?.free }
+    var space: FileSystemSpace? = nil
 
     /// Bundles in `incoming/` whose next attempt is still to come (``IncomingQueue``).
     func waitingForRetry(now: Date) -> Int {
@@ -21,7 +22,7 @@ struct SpoolBacklog: Sendable {
     static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
         let firstSeen = inFlight.mapValues(\.firstSeen)
         var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
-        backlog.freeBytes = FileSystemSpace(of: spool.root)?.free
+        backlog.space = FileSystemSpace(of: spool.root)
         // tmp/: producers' files still being written, which fill the disk as surely as bundles
         // (what `min-free-space` stops runs for); left out where this user cannot list it.
         if let files = try? spool.listAllFiles(.tmp) {

@@ -19,19 +19,27 @@ public struct RunMetrics: Sendable {
     var waitingForRetry: Int
     /// Free bytes on the spool's file system, when they could be read.
     var freeBytes: Int64?
+    /// `min-free-space` in bytes of that file system, when its size could be read.
+    var floorBytes: Int64?
+    /// Bundles whose session is on the server but incomplete; nil when the store could not say.
+    var halfSessions: [SpoolStatus.HalfSessionEntry]?
     /// For each bundle this run moved to done/, the seconds from its arrival in `incoming/` (when
     /// the worker first saw it) to done/.
     var syncSeconds: [Double] = []
     /// The histogram's upper bounds, in seconds: from a path unit's seconds to a day of retries.
     static let syncBuckets: [Double] = [1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400]
 
-    init(finishedAt: Date, lastSuccessAt: Date?, summary: RunSummary, backlog: SpoolBacklog) {
+    init(
+        finishedAt: Date, lastSuccessAt: Date?, summary: RunSummary, backlog: SpoolBacklog,
+        floor: FreeSpaceFloor? = nil
+    ) {
         self.finishedAt = finishedAt
         self.lastSuccessAt = lastSuccessAt
         self.summary = summary
         self.backlog = backlog
         self.waitingForRetry = backlog.waitingForRetry(now: finishedAt)
         self.freeBytes = backlog.freeBytes
+        if let floor, let space = backlog.space { self.floorBytes = floor.bytes(ofTotal: space.total) }
     }
 
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
@@ -62,7 +70,8 @@ public struct RunMetrics: Sendable {
         metric("dopesync_last_run_duration_seconds", "How long the last run took.", [("", summary.seconds)])
         metric(
             "dopesync_last_run_exit_code",
-            "The last run's exit code (WORKER.md: 0 ok, 1 bundles failed, 75 API down, 77 credentials refused).",
+            "The last run's exit code (man dopesync, EXIT STATUS: 0 ok, 1 bundles failed, 73 spool or disk, "
+                + "75 API or database down, 76 TLS not trusted, 77 credentials refused, 78 configuration).",
             [("", Double(summary.exitCode))])
         metric("dopesync_last_run_claimed_bundles", "Bundles the last run claimed.", [("", Double(summary.claimed))])
         metric(
@@ -92,6 +101,22 @@ public struct RunMetrics: Sendable {
             metric(
                 "dopesync_spool_free_bytes", "Free bytes on the spool's file system after the last run.",
                 [("", Double(freeBytes))])
+        }
+        if let floorBytes {
+            metric(
+                "dopesync_spool_min_free_bytes",
+                "The min-free-space floor in bytes: below it a run claims nothing (exit 73).",
+                [("", Double(floorBytes))])
+        }
+        if let halfSessions {
+            metric(
+                "dopesync_half_sessions",
+                "Bundles whose session is on the server with only some of its records (status lists them).",
+                [("", Double(halfSessions.count))])
+            metric(
+                "dopesync_half_session_oldest_age_seconds",
+                "Age of the oldest such session, from its first record on the server (0 when none).",
+                [("", halfSessions.map(\.ageSeconds).max() ?? 0)])
         }
         out += syncHistogram
         metric(

@@ -176,6 +176,7 @@ public struct Worker: Sendable {
         var summary = RunSummary(exitCode: status.rawValue)
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         if let metricsFile = options.metricsFile {
+            let floor = options.minFreeSpace
             let written = await SpoolCalls.run { [summary] () -> Result<Void, any Error> in
                 let now = Date()
                 let backlog =
@@ -183,7 +184,7 @@ public struct Worker: Sendable {
                     ?? SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
                 let metrics = RunMetrics(
                     finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
-                    backlog: backlog)
+                    backlog: backlog, floor: floor)
                 return Result { try metrics.write(to: metricsFile) }
             }
             if case .failure(let error) = written {
@@ -451,9 +452,13 @@ public struct Worker: Sendable {
         guard let metricsFile = options.metricsFile, let backlog else { return }
         do {
             let lastSuccessAt = try await checkpoints.lastHealthyRunFinishedAt()
+            let listed = try backlog.get()
             var metrics = RunMetrics(
-                finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: try backlog.get())
+                finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: listed,
+                floor: options.minFreeSpace)
             metrics.syncSeconds = syncSeconds
+            metrics.halfSessions = SpoolStatus.halfSessions(
+                try await checkpoints.halfSessions(), in: listed, now: now)
             try await SpoolCalls.run { [metrics] () throws(any Error) in try metrics.write(to: metricsFile) }
         } catch {
             logger.error(

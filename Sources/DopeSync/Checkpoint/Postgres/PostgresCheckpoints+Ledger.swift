@@ -3,6 +3,21 @@ import PostgresNIO
 
 /// What `status`, `requeue`, `prune` and `inspect` read and change, from any host.
 extension PostgresCheckpoints: CheckpointLedger {
+    public func halfSessions() async throws(CheckpointError) -> [HalfSession] {
+        var sessions: [HalfSession] = []
+        for row in try await rows(
+            "reading half sessions", PostgresQuery(unsafeSQL: HalfSession.selectSQL(schema: "dopesync.")))
+        {
+            let records: Int32 = try Self.decode(row, "records")
+            let total: Int32? = try Self.decode(row, "steps_total")
+            sessions.append(
+                HalfSession(
+                    name: try Self.decode(row, "name"), sessionID: try Self.decode(row, "session_id"),
+                    records: Int(records), stepsTotal: total.map(Int.init), since: try Self.decode(row, "since")))
+        }
+        return sessions
+    }
+
     public func bundles(withOutcome outcome: BundleOutcome?) async throws(CheckpointError) -> [BundleState] {
         let query: PostgresQuery =
             if let outcome {
