@@ -36,11 +36,16 @@ public enum CheckCommand {
         }
         let (apiLines, apiStatus) = await checkAPI(settings: settings, network: network)
         for line in apiLines { record(line, failing: apiStatus) }
-        for line in checkSpool(Spool(root: settings.spool), floor: settings.minFreeSpace) {
+        for line in checkSpool(
+            Spool(root: settings.spool), floor: settings.minFreeSpace, sqliteStore: settings.database == nil)
+        {
             record(line, failing: .cannotCreate)
         }
         let (storeLine, storeStatus) = await checkStore(Spool(root: settings.spool), database: settings.database)
         record(storeLine, failing: storeStatus)
+        if let (metricsLine, metricsStatus) = checkMetricsFile(settings.metricsFile) {
+            record(metricsLine, failing: metricsStatus)
+        }
         return CommandOutcome(output: lines.map(\.description).joined(separator: "\n"), status: status)
     }
 
@@ -56,14 +61,103 @@ public enum CheckCommand {
             }
             return (Line(ok: true, what: "store", detail: "\(StoreIdentity.sqlite(spool)): \(state)"), .success)
         }
-        // withSharedLedger refuses a database that is not the spool's before the body runs.
-        let outcome = await withSharedLedger(database, spool: spool) { store in
-            CommandOutcome(output: "the PostgreSQL database \(database.url): \(state)", status: .success)
+        return await checkDatabase(database, spool: spool, state: state)
+    }
+
+    /// The shared database as a run would find it, read without migrating it: reachable, this
+    /// user and password taken, a schema this dopesync can use, the spool's store, and no SQLite
+    /// checkpoints left behind unmigrated. Each failure names its fix and the run's exit code.
+    static func checkDatabase(_ database: DatabaseSettings, spool: Spool, state: String) async -> (Line, ExitStatus) {
+        func failed(_ detail: String, _ status: ExitStatus) -> (Line, ExitStatus) {
+            (Line(ok: false, what: "store", detail: detail + " (a run exits \(status.rawValue))"), status)
         }
-        guard outcome.status == .success else {
-            return (Line(ok: false, what: "store", detail: outcome.diagnostics ?? outcome.output), outcome.status)
+        let found: PostgresSchema.Found
+        do {
+            found = try await PostgresSchema.inspect(database, timeout: .seconds(10), logger: SpoolStatus.commandLogger)
+        } catch {
+            switch error.code {
+            case .unreachable:
+                return failed(
+                    "\(error.message): is PostgreSQL up, and are the host and port in `database:` right?",
+                    .temporaryFailure)
+            case .refused:
+                return failed(
+                    "\(error.message): check the user in `database:` and the password "
+                        + "(DOPESYNC_DATABASE_PASSWORD or `database-password-file:`)", .configuration)
+            default:
+                return failed("cannot use the checkpoint database \(database.url): \(error)", .cannotCreate)
+            }
         }
-        return (Line(ok: true, what: "store", detail: outcome.output), .success)
+        if let unknown = found.unknown {
+            return failed(
+                "the database \(database.url) has migration \"\(unknown)\", which this dopesync "
+                    + "\(DopeSyncInfo.version) does not know: a newer dopesync migrated it; upgrade dopesync on this host",
+                .cannotCreate)
+        }
+        let bound: StoreIdentity?
+        do {
+            bound = try SpoolBinding.read(spool)
+        } catch {
+            return failed("\(error)", error.exitStatus)
+        }
+        if let bound {
+            let store = StoreIdentity(kind: .postgresql, id: found.storeID, name: database.url)
+            if bound.kind != .postgresql || found.storeID == nil || bound.id != found.storeID {
+                return failed("\(SpoolBinding.mismatch(spool, bound: bound, given: store))", .configuration)
+            }
+        } else if !found.holdsSteps, Self.sqliteHoldsSteps(spool) {
+            return failed(
+                "\(spool.databasePath) holds checkpoints that \(database.url) lacks: a run would refuse them; "
+                    + "copy them first with `dopesync migrate --to \(database.url) --spool \(spool.root)`",
+                .configuration)
+        }
+        let schema =
+            found.applied.isEmpty
+            ? "no dopesync schema yet: the first run creates it"
+            : found.missing.isEmpty
+                ? "schema at \(found.applied.last ?? "")"
+                : "schema at \(found.applied.last ?? ""): the next run applies \(found.missing.joined(separator: ", "))"
+        return (
+            Line(ok: true, what: "store", detail: "the PostgreSQL database \(database.url): \(schema); \(state)"),
+            .success
+        )
+    }
+
+    /// Whether the spool's SQLite file holds a step's checkpoint (read from a private copy).
+    static func sqliteHoldsSteps(_ spool: Spool) -> Bool {
+        guard FileManager.default.fileExists(atPath: spool.databasePath),
+            let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
+        else { return false }
+        return (try? file.allSteps())?.isEmpty == false
+    }
+
+    /// The metrics file's folder: a run that cannot write there logs an error and goes on, and the
+    /// alerts then read the last file written for good. Checked as the user `check` runs as.
+    static func checkMetricsFile(_ path: String?) -> (Line, ExitStatus)? {
+        guard let path else { return nil }
+        let folder = (path as NSString).deletingLastPathComponent
+        let directory = folder.isEmpty ? "." : folder
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue
+        else {
+            return (
+                Line(
+                    ok: false, what: "metrics",
+                    detail: "\(directory) (the folder of metrics-file: \(path)) does not exist: create it, or point "
+                        + "metrics-file: at node-exporter's textfile folder"), .cannotCreate
+            )
+        }
+        guard access(directory, W_OK | X_OK) == 0 else {
+            let user = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
+            return (
+                Line(
+                    ok: false, what: "metrics",
+                    detail: "\(user) cannot write \(directory), the folder of metrics-file: \(path): runs would "
+                        + "leave the file as it is; give the user write access (on Debian's node-exporter folder: "
+                        + "setfacl -m u:\(user):rwx \(directory))"), .cannotCreate
+            )
+        }
+        return (Line(ok: true, what: "metrics", detail: "\(directory) is writable: \(path)"), .success)
     }
 
     /// Is the URL the API's, and does it take the token?
@@ -145,7 +239,22 @@ public enum CheckCommand {
     }
 
     /// The spool: there, the folders writable, owned by this user, the database its own; free space.
-    static func checkSpool(_ spool: Spool, floor: FreeSpaceFloor) -> [Line] {
+    /// The spool's SQLite file: this user's own, or not made yet.
+    static func checkSQLiteFile(_ spool: Spool) -> Line {
+        do {
+            try DatabaseOwnership.check(path: spool.databasePath, lockPath: spool.databaseLockPath)
+        } catch {
+            return Line(ok: false, what: "database", detail: error.message)
+        }
+        let exists = FileManager.default.fileExists(atPath: spool.databasePath)
+        return Line(
+            ok: true, what: "database",
+            detail: exists ? "\(spool.databasePath) is this user's own" : "not created yet (the first run makes it)")
+    }
+
+    /// `sqliteStore`: whether the checkpoints are the spool's SQLite file (no `database:`); its
+    /// line is then checked here, else the store's line names the database.
+    static func checkSpool(_ spool: Spool, floor: FreeSpaceFloor, sqliteStore: Bool = true) -> [Line] {
         var info = stat()
         guard stat(spool.root, &info) == 0 else {
             return [
@@ -182,17 +291,7 @@ public enum CheckCommand {
                 ? "" : " (\(missing.map(\.rawValue).joined(separator: ", ")) not there yet: a run makes them)"
             lines.append(Line(ok: true, what: "folders", detail: "writable\(made)"))
         }
-        do {
-            try DatabaseOwnership.check(path: spool.databasePath, lockPath: spool.databaseLockPath)
-            let exists = FileManager.default.fileExists(atPath: spool.databasePath)
-            lines.append(
-                Line(
-                    ok: true, what: "database",
-                    detail: exists
-                        ? "\(spool.databasePath) is this user's own" : "not created yet (the first run makes it)"))
-        } catch {
-            lines.append(Line(ok: false, what: "database", detail: error.message))
-        }
+        if sqliteStore { lines.append(checkSQLiteFile(spool)) }
         if let space = FileSystemSpace(of: spool.root) {
             let detail = "\(ByteCount(space.free)) free, floor \(floor) (min-free-space)"
             lines.append(

@@ -157,6 +157,85 @@ enum PostgresSchema {
         }
     }
 
+    /// What `check` finds in the database, read without changing anything (a run would migrate).
+    struct Found: Sendable {
+        /// The migrations applied, in order; empty when there is no schema yet.
+        var applied: [String]
+        /// The store's id (`store_meta`), once the schema has it.
+        var storeID: String?
+        /// Whether it holds any checkpoint of a step.
+        var holdsSteps = false
+
+        /// Migrations this dopesync knows that the database lacks: the next run applies them.
+        var missing: [String] { migrations.map(\.name).filter { !applied.contains($0) } }
+        /// A migration this dopesync does not know: a newer version wrote it.
+        var unknown: String? { applied.first { name in !migrations.contains { $0.name == name } } }
+    }
+
+    /// Connects, authenticates and reads the applied migrations and the store's id, in one
+    /// read-only transaction: `check` reports a database as a run would find it, and changes
+    /// nothing in it.
+    static func inspect(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError)
+        -> Found
+    {
+        do {
+            return try await PostgresCheckpoints.withTimeout(timeout) {
+                let connection = try await PostgresConnection.connect(
+                    on: MultiThreadedEventLoopGroup.singleton.any(),
+                    configuration: connectionConfiguration(settings), id: 0, logger: logger)
+                do {
+                    let found = try await read(on: connection, logger: logger)
+                    try? await connection.close()
+                    return found
+                } catch {
+                    try? await connection.close()
+                    throw error
+                }
+            }
+        } catch let error as CheckpointError {
+            throw error
+        } catch {
+            throw PostgresCheckpoints.checkpointError(error, settings: settings, doing: "connecting")
+        }
+    }
+
+    /// ``inspect(_:timeout:logger:)``'s queries, on its connection.
+    private static func read(on connection: PostgresConnection, logger: Logger) async throws -> Found {
+        var found = Found(applied: [], storeID: nil)
+        let tables = try await connection.query(
+            """
+            SELECT to_regclass('dopesync.schema_migrations') IS NOT NULL AS migrations,
+                   to_regclass('dopesync.store_meta') IS NOT NULL AS meta,
+                   to_regclass('dopesync.steps') IS NOT NULL AS steps
+            """, logger: logger)
+        var (hasMigrations, hasMeta, hasSteps) = (false, false, false)
+        for try await (migrations, meta, steps) in tables.decode((Bool, Bool, Bool).self) {
+            (hasMigrations, hasMeta, hasSteps) = (migrations, meta, steps)
+        }
+        if hasSteps {
+            for try await any in try await connection.query(
+                "SELECT EXISTS (SELECT 1 FROM dopesync.steps)", logger: logger
+            ).decode(Bool.self) {
+                found.holdsSteps = any
+            }
+        }
+        if hasMigrations {
+            for try await name in try await connection.query(
+                "SELECT name FROM dopesync.schema_migrations ORDER BY applied_at, name", logger: logger
+            ).decode(String.self) {
+                found.applied.append(name)
+            }
+        }
+        if hasMeta {
+            for try await id in try await connection.query(
+                "SELECT value FROM dopesync.store_meta WHERE key = 'store_id'", logger: logger
+            ).decode(String.self) {
+                found.storeID = id
+            }
+        }
+        return found
+    }
+
     static func connectionConfiguration(_ settings: DatabaseSettings) -> PostgresConnection.Configuration {
         let tls: PostgresConnection.Configuration.TLS =
             switch settings.tls {

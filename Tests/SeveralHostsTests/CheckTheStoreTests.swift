@@ -1,0 +1,145 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// `dopesync check` covers the store a run needs (issue 38): the built binary against a real
+/// PostgreSQL server and the dev server. Each fault is named, with its fix, and check exits with
+/// the code the run then exits with; check itself changes nothing in the database.
+@Suite struct CheckTheStoreTests {
+    /// `check` on `spool` against `server`, as host-a's job would run it, `extra` added.
+    static func check(
+        _ spool: Spool, _ server: RunningDevServer, database: SharedDatabase, _ extra: [String] = [],
+        password: String? = nil
+    ) async throws -> ProcessOutput {
+        var (options, environment) = database.runArguments(host: "host-a")
+        if let password { environment["DOPESYNC_DATABASE_PASSWORD"] = password }
+        environment["DOPESYNC_API_TOKEN"] = server.token
+        environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
+        return try await dopesync(
+            ["check", "--spool", spool.root, "--api", server.baseURL]
+                + options.filter { $0 != "--lease" && $0 != "30s" }
+                + extra, environment: environment)
+    }
+
+    @Test("check with a wrong database password: FAIL store naming the password, exit 78, as the run then exits")
+    func wrongPassword() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_700)])
+            try await withDevServer { server in
+                let checked = try await Self.check(spool, server, database: database, password: "wrong")
+                #expect(checked.status == 78, "\(checked.stdout)")
+                #expect(
+                    checked.stdout.contains("FAIL store") && checked.stdout.contains("password"), "\(checked.stdout)")
+                let run = try spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a",
+                    environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
+                #expect(await run.finished() == 78)
+            }
+        }
+    }
+
+    @Test("check with the database down: FAIL store asking whether PostgreSQL is up, exit 75, as the run")
+    func databaseDown() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_701)])
+            try await withDevServer { server in
+                let down = "postgresql://dopesync@127.0.0.1:1/dopesync"
+                let checked = try await dopesync(
+                    ["check", "--spool", spool.root, "--api", server.baseURL, "--database", down],
+                    environment: [
+                        "DOPESYNC_API_TOKEN": server.token, "DOPESYNC_DATABASE_PASSWORD": "x",
+                        "DOPESYNC_MIN_FREE_SPACE": "0",
+                    ])
+                #expect(checked.status == 75, "\(checked.stdout)")
+                #expect(checked.stdout.contains("is PostgreSQL up"), "\(checked.stdout)")
+                let run = try spawnRun(
+                    spool, against: server, ["--database", down], environment: ["DOPESYNC_DATABASE_PASSWORD": "x"])
+                #expect(await run.finished() == 75)
+            }
+        }
+    }
+
+    @Test("check on a database an older dopesync made: ok, names what the next run applies, and applies nothing")
+    func olderSchema() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        // What the first release of the shared store made: its one migration, and no other.
+        let first = try #require(PostgresSchema.migrations.first)
+        try await database.psql(
+            "SET ROLE \(PostgresCluster.role); CREATE SCHEMA dopesync; CREATE TABLE dopesync.schema_migrations (name text PRIMARY KEY, "
+                + "applied_at double precision NOT NULL); " + first.sql.joined(separator: ";\n")
+                + "; INSERT INTO dopesync.schema_migrations VALUES ('\(first.name)', 0)")
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_702)])
+            try await withDevServer { server in
+                let checked = try await Self.check(spool, server, database: database)
+                #expect(checked.status == 0, "\(checked.stdout)")
+                #expect(!checked.stdout.contains("database: not created yet"), "no SQLite line with a database set")
+                let later = PostgresSchema.migrations.dropFirst().map(\.name).joined(separator: ", ")
+                #expect(
+                    checked.stdout.contains("schema at \(first.name): the next run applies \(later)"),
+                    "\(checked.stdout)")
+                let applied = try await database.psql("SELECT count(*) FROM dopesync.schema_migrations")
+                #expect(applied.trimmingCharacters(in: .whitespacesAndNewlines) == "1", "check migrated: \(applied)")
+                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 0, "the run migrates it")
+            }
+        }
+    }
+
+    @Test(
+        "check with database: set over SQLite checkpoints never migrated: FAIL store naming `dopesync migrate`, exit 78, as the run"
+    )
+    func unmigratedSQLite() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(
+                in: directory, samples: [SampleSession(seed: 9_703), SampleSession(seed: 9_704)])
+            try await withDevServer { server in
+                // One bundle done on SQLite, the other deferred there: its retry state would be lost.
+                let sqliteRun = try spawnRun(spool, against: server, ["--max-bundles", "1"])
+                #expect(await sqliteRun.finished() == 0)
+                for binding in [true, false] {
+                    // Bound to the SQLite file, or (a spool from before bindings) bound to none.
+                    if !binding { try FileManager.default.removeItem(atPath: SpoolBinding.path(spool)) }
+                    let checked = try await Self.check(spool, server, database: database)
+                    #expect(checked.status == 78, "\(checked.stdout)")
+                    #expect(checked.stdout.contains("dopesync migrate --to"), "\(checked.stdout)")
+                    let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                    #expect(await run.finished() == 78)
+                }
+            }
+        }
+    }
+
+    @Test(
+        "check with a metrics-file whose folder this user cannot write: FAIL metrics naming the folder and setfacl, exit 73",
+        .enabled(if: geteuid() == 0, "mounts a read-only tmpfs"))
+    func unwritableMetricsFolder() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [])
+            let folder = directory.appendingPathComponent("node-exporter")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            // Read-only for root too: root passes every permission check, not a read-only mount.
+            _ = try await runProcess("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", folder.path])
+            defer {
+                _ = try? Process.run(URL(fileURLWithPath: "/bin/umount"), arguments: [folder.path]).waitUntilExit()
+            }
+            try await withDevServer { server in
+                let checked = try await dopesync(
+                    ["check", "--spool", spool.root, "--api", server.baseURL],
+                    environment: [
+                        "DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0",
+                        "DOPESYNC_METRICS_FILE": folder.appendingPathComponent("dopesync.prom").path,
+                    ])
+                #expect(checked.status == 73, "\(checked.stdout)")
+                #expect(checked.stdout.contains("FAIL metrics"), "\(checked.stdout)")
+                #expect(checked.stdout.contains("cannot write \(folder.path)"), "\(checked.stdout)")
+                #expect(checked.stdout.contains("setfacl -m u:"), "\(checked.stdout)")
+            }
+        }
+    }
+}
