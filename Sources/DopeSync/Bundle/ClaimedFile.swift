@@ -25,6 +25,16 @@ enum ClaimedFile {
                     .replacedAfterClaim, culprit: path,
                     message: "is now a symbolic link, not the file that was claimed: it is not followed")
             }
+            var info = stat()
+            if code == EACCES || code == EPERM, lstat(path, &info) == 0 {
+                let user = DatabaseOwnership.userName(geteuid())
+                throw BundleError(
+                    .io, culprit: path,
+                    message: "cannot open: \(String(cString: strerror(code))): \(user) may not read it (owner "
+                        + "\(DatabaseOwnership.userName(info.st_uid)), mode \(String(format: "%04o", info.st_mode & 0o7777))); "
+                        + "its producer must leave it readable (mode 0640, or the spool's default ACL), then "
+                        + "`dopesync requeue` it")
+            }
             throw BundleError(
                 code == ENOENT ? .notAnArchive : .io, culprit: path,
                 message: "cannot open: \(String(cString: strerror(code)))")

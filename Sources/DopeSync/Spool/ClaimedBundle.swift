@@ -276,13 +276,26 @@ extension Spool {
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
     /// locked by someone else.
+    /// Linux's `O_PATH` (a descriptor that names the file and reads nothing), which Swift's Glibc
+    /// module does not declare (it needs `_GNU_SOURCE`).
+    private static let pathOnly: Int32 = 0o10_000_000
+
     private static func openAndLock(_ path: String, lockRequired: Bool = true) throws(SpoolError) -> (
         Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
     )? {
         BlockingCalls.check("spool: claiming \(path)")
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
         // must not inherit (and keep alive) our lock.
-        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        var descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        var unreadable = false
+        if descriptor < 0 && (errno == EACCES || errno == EPERM) {
+            // A producer's file this user may not read (its mode, 0600 say): claimed all the same,
+            // without a lock (a path-only descriptor takes none; the no-replace renames keep it to
+            // one claimer), so that reading it fails it with its reason, in failed/ for a person
+            // to see, instead of leaving it in incoming/ for good with a line in a log.
+            descriptor = open(path, Self.pathOnly | O_NOFOLLOW | O_CLOEXEC)
+            unreadable = descriptor >= 0
+        }
         guard descriptor >= 0 else {
             let error = errno
             if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
@@ -292,7 +305,7 @@ extension Spool {
             close(descriptor)
             return nil
         }
-        var locked = flock(descriptor, LOCK_EX | LOCK_NB)
+        var locked = unreadable ? 0 : flock(descriptor, LOCK_EX | LOCK_NB)
         while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
         if locked != 0 && errno == EWOULDBLOCK && !lockRequired { locked = 0 }
         guard locked == 0 else {

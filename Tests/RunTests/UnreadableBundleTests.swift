@@ -1,0 +1,66 @@
+import DopeSync
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A producer's bundle the worker's user may not read (mode 0600) is a failure a person sees:
+/// in `failed/` with its reason and fix, in `status`, in the exit code. It used to stay in
+/// `incoming/` for good, shown as due, with "cannot claim" in a log only.
+@Suite(.enabled(if: geteuid() == 0, "needs root to make the worker's user and a producer's file"))
+struct UnreadableBundleTests {
+    @Test(
+        "a 0600 bundle of another user fails as io_error naming its mode and the fix; once readable, requeue sends it")
+    func anUnreadableBundleFailsVisibly() async throws {
+        let worker = "dopesync-t-unreadable"
+        try await SessionOwnershipTests.withProducers([worker]) { uids in
+            try await withTemporaryDirectory { directory in
+                let sample = SampleSession(seed: 9_800)
+                let spool = try makeSpool(in: directory, samples: [sample])
+                let name = "\(sample.sessionID).tar.gz"
+                // The spool is the worker's; the bundle stays root's, 0600.
+                for path in [spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {
+                    #expect(chown(path, uids[0], uids[0]) == 0)
+                }
+                #expect(chmod(directory.path, 0o755) == 0)
+                #expect(chmod(spool.path(.incoming, name), 0o600) == 0)
+                try await withDevServer { server in
+                    func asWorker(_ arguments: [String]) async throws -> ProcessOutput {
+                        try await runProcess(
+                            "/usr/sbin/runuser",
+                            ["-u", worker, "--", builtProduct("dopesync").path] + arguments,
+                            environment: ["DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0"],
+                            allowFailure: true)
+                    }
+                    let run = try await asWorker([
+                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0",
+                    ])
+                    #expect(run.status == 1, "\(run.stderr)")
+                    #expect(try spool.names(.failed).contains(name))
+                    let sidecar = try String(
+                        contentsOfFile: spool.path(.failed, Spool.sidecarName(forFailed: name)), encoding: .utf8)
+                    #expect(sidecar.contains("reason: io_error"), "\(sidecar)")
+                    #expect(sidecar.contains("\(worker) may not read it (owner root, mode 0600)"), "\(sidecar)")
+                    let status = try await asWorker(["status", "--spool", spool.root])
+                    #expect(
+                        status.stdout.contains("failed (1)") && status.stdout.contains("mode 0600"), "\(status.stdout)")
+
+                    // The producer fixes its mode; the operator requeues.
+                    #expect(chmod(spool.path(.failed, name), 0o644) == 0)
+                    let requeued = try await asWorker(["requeue", name, "--spool", spool.root])
+                    #expect(requeued.status == 0, "\(requeued.stderr)")
+                    let again = try await asWorker([
+                        "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0",
+                    ])
+                    #expect(again.status == 0, "\(again.stderr)")
+                    #expect(try spool.names(.done) == [name])
+                    #expect(try await server.createdCounts()["session"] == 1)
+                }
+            }
+        }
+    }
+}
