@@ -40,13 +40,17 @@
 #      --api the URL plus /api exit 78; the job file then gets its shipped content back;
 #      before the check, what dopesync.path does (systemd is not PID 1 here, so no path unit can
 #      fire: the run it would start is started by hand): the second producer's bundle, written
-#      anew and renamed into incoming/ the moment it was written, and the service's ExecStart
-#      run at once, which leaves it there as not yet due (the job file's min-age, 30s); then the
-#      same bundle, written more than min-age before, renamed in and the ExecStart run at once:
-#      it is in done/ when the run ends, and the time from the rename to done/ is shown (done/
-#      then holds both producers' bundles, still their files); dopesync-prune.service's
-#      ExecStart run as that unit runs it (user dopesync, no token, no API): exit 0, nothing
-#      younger than 30 days deleted;
+#      more than min-age before, renamed in and the ExecStart run at once: it is in done/ when
+#      the run ends, and the time from the rename to done/ is shown (done/ then holds both
+#      producers' bundles, still their files); then a third bundle renamed into incoming/ the
+#      moment it was written, and the ExecStart run at once with the shipped job file (min-age
+#      30s): the run says it waits, uploads it once due, and the time from the rename to done/
+#      (its last record on the server) is min-age plus a few seconds, shown;
+#      dopesync-prune.service's ExecStart run as that unit runs it (user dopesync, no token, no
+#      API): exit 0, nothing younger than 30 days deleted; then against PostgreSQL (a throwaway
+#      cluster from Scripts/pg-cluster.sh, database: in the job file, a spool of its own): the
+#      unit has no PrivateNetwork= and allows AF_INET, a run syncs a bundle, and the prune's
+#      ExecStart exits 0 and deletes a bundle done 40 days ago;
 #      the operator's `systemctl enable dopesync.timer` (offline: the links alone) enables
 #      dopesync.path and dopesync-prune.timer with it (its Also=);
 #   6. upgrades fix what is wrong: an upgrade to a repacked version whose job file changed is
@@ -98,6 +102,8 @@ for f in "$DEB" "$DEVDEB"; do [ -f "$f" ] || fail "$f is missing: run \`make deb
 
 SPOOL=/var/spool/dopesync
 JOB=/etc/dopesync/production.yaml
+REPO=$PWD
+PG_DIR=""
 TOKEN=deb-test-token
 SAMPLE=jobs/samples/range-day-1
 SECOND_SAMPLE=jobs/samples/range-day-2
@@ -166,6 +172,8 @@ cleanup() {
       say "dpkg --purge $p"; dpkg --purge "$p" > /dev/null
     fi
   done
+  if [ -n "$PG_DIR" ] && [ -d "$PG_DIR" ]; then "$REPO/Scripts/pg-cluster.sh" stop "$PG_DIR" > /dev/null; fi
+  rm -rf /var/spool/dopesync-pg
   # Only what this test made: both folders, both producers and the override were checked absent
   # at the start.
   rm -rf "$SPOOL" /etc/dopesync
@@ -511,20 +519,9 @@ fi
 # do at a producer's rename (start dopesync.service at once; see the comments in dopesync.path) is
 # done by hand: the service's ExecStart, run as the unit runs it right after the rename.
 # The bundle is $OTHER_PRODUCER's, waiting in tmp/ since step 4.
-step "A bundle renamed into incoming/ the moment it was written, and a run at once (as dopesync.path starts it)"
-as_producer "$OTHER_PRODUCER" cp "$WORK/bundle2.tar.gz" "$SPOOL/tmp/$SECOND"   # written anew: its mtime is now
-as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
-run_as_unit
-[ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
-grep -q 'run finished: 0 claimed, 0 done, 0 deferred, 0 failed, 1 not yet due (modified within min-age)' "$WORK/run.log" ||
-  fail "the run did not leave the bundle written a moment ago as not yet due (min-age)"
-[ -f "$SPOOL/incoming/$SECOND" ] || fail "incoming/$SECOND is gone"
-say "exit 0; incoming/$SECOND is left for a later run: its mtime is newer than the job file's min-age ($(sed -n 's/^min-age: //p' "$JOB"))"
-
-step "The same bundle, written more than min-age before its rename, and a run at once"
-# The producer takes its file back into tmp/ (the sticky bit lets it rename its own) and dates it
-# as written two minutes ago; the time runs from the rename to the end of the run.
-as_producer "$OTHER_PRODUCER" mv "$SPOOL/incoming/$SECOND" "$SPOOL/tmp/$SECOND"
+step "A bundle written more than min-age before its rename, and a run at once (as dopesync.path starts it)"
+# $OTHER_PRODUCER's bundle, waiting in tmp/ since step 4, dated as written two minutes ago; the
+# time runs from the rename to the end of the run.
 as_producer "$OTHER_PRODUCER" touch -d '2 minutes ago' "$SPOOL/tmp/$SECOND"
 renamed=$(date +%s%N)
 as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$SECOND" "$SPOOL/incoming/$SECOND"
@@ -538,6 +535,41 @@ got="$(stat -c %U "$SPOOL/done/$BUNDLE") $(stat -c %U "$SPOOL/done/$SECOND")"
 say "both producers' bundles synced: done/$BUNDLE ($PRODUCER's), done/$SECOND ($OTHER_PRODUCER's)"
 MV_TO_DONE=$(awk -v a="$renamed" -v b="$finished" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 say "rename into incoming/ -> done/$SECOND, the run started right after it: $MV_TO_DONE s (the run's own count: $(grep '^run finished: ' "$WORK/run.log" | grep -oE '[0-9]+\.[0-9]+ s(;|$)' | tr -d ';'))"
+
+# --- What dopesync.path does, by hand -------------------------------------------------------------
+# systemd is not PID 1 here: no path unit can watch incoming/ and start the service. What it would
+# do at a producer's rename (start dopesync.service at once; see the comments in dopesync.path) is
+# done by hand: the service's ExecStart, run as the unit runs it right after the rename, with the
+# shipped job file (min-age 30s, max-time 4m).
+step "A bundle renamed into incoming/ the moment it was written, and a run at once: it waits out min-age"
+# A third session of $OTHER_PRODUCER's (the second's, under a new id), written now.
+THIRD=third-$(basename "$SECOND_SAMPLE").tar.gz
+cp -r "$WORK/sample2" "$WORK/sample3"
+python3 - "$WORK/sample3/session.json" <<'PY'
+import json, sys, uuid
+path = sys.argv[1]
+session = json.load(open(path))
+session["id"] = str(uuid.uuid4())
+json.dump(session, open(path, "w"))
+PY
+chmod -R a+rX "$WORK/sample3"
+/usr/bin/dopesync pack "$WORK/sample3/session.json" --output "$WORK/bundle3.tar.gz" > /dev/null
+as_producer "$OTHER_PRODUCER" cp "$WORK/bundle3.tar.gz" "$SPOOL/tmp/$THIRD"   # written now
+renamed=$(date +%s%N)
+as_producer "$OTHER_PRODUCER" mv "$SPOOL/tmp/$THIRD" "$SPOOL/incoming/$THIRD"
+run_as_unit
+finished=$(date +%s%N)
+[ "$RUN_STATUS" = 0 ] || fail "the run exited $RUN_STATUS"
+grep -q 'nothing due yet: waiting for a bundle modified within min-age' "$WORK/run.log" ||
+  fail "the run did not say it waits for the bundle held by min-age"
+grep -q 'run finished: 1 claimed, 1 done, 0 deferred, 0 failed' "$WORK/run.log" ||
+  fail "the run did not upload the bundle once min-age had passed"
+[ -f "$SPOOL/done/$THIRD" ] || fail "$THIRD is not in done/"
+DROP_TO_DONE=$(awk -v a="$renamed" -v b="$finished" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+min_age=$(sed -n 's/^min-age: \([0-9]*\)s$/\1/p' "$JOB")
+awk -v t="$DROP_TO_DONE" -v m="$min_age" 'BEGIN { exit !(t >= m && t < m + 15) }' ||
+  fail "rename -> done/ took $DROP_TO_DONE s, not min-age ($min_age s) plus a few seconds"
+say "drop (rename into incoming/) -> done/$THIRD, its last record on the server: $DROP_TO_DONE s with the shipped min-age ${min_age}s (the run's own count: $(grep '^run finished: ' "$WORK/run.log" | grep -oE '[0-9]+\.[0-9]+ s(;|$)' | tr -d ';'))"
 
 step "dopesync-prune.service's ExecStart, as that unit runs it"
 PRUNE_UNIT=$UNITS/dopesync-prune.service
@@ -555,6 +587,47 @@ sed 's/^/   | /' "$WORK/prune.log"
 grep -q '^pruned 0 bundles from done/' "$WORK/prune.log" || fail "the prune deleted bundles done minutes ago (prune-after is 30d)"
 [ -f "$SPOOL/done/$BUNDLE" ] && [ -f "$SPOOL/done/$SECOND" ] || fail "the prune deleted a bundle from done/"
 say "exit 0; done/$BUNDLE and done/$SECOND kept (younger than prune-after, 30d by default)"
+
+step "dopesync-prune.service's ExecStart against PostgreSQL, as on several hosts"
+# With database: set, prune reads done times from the database and forgets rows there: the unit
+# must reach it (no PrivateNetwork=, AF_INET in RestrictAddressFamilies=). systemd is not PID 1
+# here, so its sandbox is read from the unit, not applied: a PrivateNetwork=yes would be run as
+# `unshare --net` would, and fail. A spool of its own, bound to a throwaway cluster.
+grep -q '^PrivateNetwork=yes' "$PRUNE_UNIT" && fail "dopesync-prune.service has PrivateNetwork=yes: it cannot reach a database"
+prune_value RestrictAddressFamilies | grep -qw AF_INET || fail "dopesync-prune.service's RestrictAddressFamilies= lacks AF_INET"
+if ! ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1; then
+  say "apt-get install -y postgresql (for this step only)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql > /dev/null
+fi
+PG_DIR=$(mktemp -u /tmp/dopesync-deb-test-pg.XXXXXX)
+eval "$("$REPO/Scripts/pg-cluster.sh" start "$PG_DIR")"
+PG_SPOOL=/var/spool/dopesync-pg
+install -d -o dopesync -g dopesync -m 0750 "$PG_SPOOL"
+install -o dopesync -g dopesync -m 0600 "$PG_PASSWORD_FILE" /etc/dopesync/database-password
+cp -p "$JOB" "$WORK/job.before-pg"
+sed -i "s|^spool: .*|spool: $PG_SPOOL|" "$JOB"
+printf 'database: %s\ndatabase-password-file: /etc/dopesync/database-password\n' "$PG_URL" >> "$JOB"
+install -d -o dopesync -g dopesync -m 0750 "$PG_SPOOL/incoming"
+install -o dopesync -g dopesync -m 0640 "$WORK/bundle3.tar.gz" "$PG_SPOOL/incoming/pg-$THIRD"
+touch -d '2 minutes ago' "$PG_SPOOL/incoming/pg-$THIRD"
+run_as_unit
+[ "$RUN_STATUS" = 0 ] || fail "the run on PostgreSQL exited $RUN_STATUS"
+[ -f "$PG_SPOOL/done/pg-$THIRD" ] || fail "pg-$THIRD is not in $PG_SPOOL/done/"
+# A bundle done long ago that the database does not know: prune goes by its mtime.
+install -o dopesync -g dopesync -m 0640 "$WORK/bundle3.tar.gz" "$PG_SPOOL/done/old.tar.gz"
+touch -d '40 days ago' "$PG_SPOOL/done/old.tar.gz"
+PRUNE_STATUS=0
+(cd "$(prune_value WorkingDirectory)" && umask "$(prune_value UMask)" && ulimit -c "$(prune_value LimitCORE)" &&
+  exec runuser -u "$(prune_value User)" -- env -i PATH=/usr/bin:/bin "${prune_argv[@]}") > "$WORK/prune.log" 2>&1 ||
+  PRUNE_STATUS=$?
+sed 's/^/   | /' "$WORK/prune.log"
+cp -p "$WORK/job.before-pg" "$JOB"
+rm -f /etc/dopesync/database-password
+"$REPO/Scripts/pg-cluster.sh" stop "$PG_DIR" > /dev/null
+rm -rf "$PG_SPOOL"
+[ "$PRUNE_STATUS" = 0 ] || fail "dopesync-prune.service's ExecStart on PostgreSQL exited $PRUNE_STATUS"
+grep -q '^pruned 1 bundle' "$WORK/prune.log" || fail "the prune on PostgreSQL did not delete the bundle done 40 days ago"
+say "exit 0; the prune reached PostgreSQL, deleted done/old.tar.gz (40 days) and kept done/pg-$THIRD"
 
 step "The operator enables dopesync.timer: dopesync.path and dopesync-prune.timer with it (Also=)"
 # Offline (systemd is not PID 1): systemctl makes the links only, which is what a purge must undo.
