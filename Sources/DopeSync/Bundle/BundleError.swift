@@ -5,7 +5,7 @@
 /// meaning. New codes may be added without breaking anyone (a struct over a private enum).
 public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: String, Hashable, Sendable {
+        private enum Base: String, Hashable, Sendable, CaseIterable {
             case notAnArchive = "not_an_archive"
             case truncated
             case damaged = "damaged_archive"
@@ -38,6 +38,9 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
+
+        /// Every code, for the reference docs' test (each must be documented there).
+        public static var all: [Code] { Base.allCases.map(Code.init) }
 
         /// Not a tar or zip archive in a format BUNDLE.md accepts (this includes mtree, cpio, ISO, 7-Zip…).
         public static let notAnArchive = Code(.notAnArchive)

@@ -82,6 +82,19 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, CustomStringC
     public static let unreachable = FailureReason(rawValue: "unreachable")
     /// The bundle names a session that another producer (another file owner) sent first.
     public static let sessionOfAnotherProducer = FailureReason(rawValue: "session_of_another_producer")
+
+    /// Every reason with a name (not `http_NNN`), for the reference docs' test: the upload's,
+    /// and each validation code.
+    public static var named: [FailureReason] {
+        [
+            .changedAfterUpload, .changedAfterValidation, .unconfirmedCreate, .gaveUp, .unknownReference,
+            .unreachable, .sessionOfAnotherProducer,
+        ]
+            // A reading stopped by the run, or a file replaced after its claim, is never the
+            // bundle's failure: it is given back, or left where it is.
+            + BundleError.Code.all.filter { $0 != .readingStopped && $0 != .replacedAfterClaim }
+            .map(FailureReason.init)
+    }
 }
 
 /// Why a bundle was deferred or failed: stored in the database and written to `failed/NAME.error`.

@@ -26,6 +26,12 @@ public struct ExitStatus: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let software = ExitStatus(rawValue: 70)
 
     public var description: String { String(rawValue) }
+
+    /// Every code a command exits with, for the reference docs' test.
+    public static let all: [ExitStatus] = [
+        .success, .bundlesFailed, .usage, .invalidData, .software, .cannotCreate, .temporaryFailure, .apiNotTrusted,
+        .permissionDenied, .configuration,
+    ]
 }
 
 /// What a command has to say and how the process should end; the executable prints and exits.
