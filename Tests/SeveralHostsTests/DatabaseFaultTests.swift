@@ -147,3 +147,44 @@ import Testing
         }
     }
 }
+
+/// A statement that waits too long is cancelled by the server (`lock_timeout`,
+/// `statement_timeout`), not only given up on by the run: its transaction's outcome is known
+/// before the run reports anything, and nothing of it commits later.
+@Suite struct CancelledStatementTests {
+    @Test(
+        "a lock held elsewhere: the run exits 75 and leaves no statement of its own waiting in the server to commit later"
+    )
+    func aLockWaitIsCancelledByTheServer() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_900)])
+            let (options, environment) = database.runArguments(host: "host-a")
+            // The schema first (status migrates it), then a session that holds every claim row.
+            _ = try await dopesync(["status", "--spool", spool.root] + options.prefix(2), environment: environment)
+            async let held = database.psql(
+                "BEGIN; LOCK TABLE dopesync.claims IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(12); COMMIT;")
+            var granted = "0"
+            while granted != "1" {
+                granted = try await database.psql(
+                    "SELECT count(*) FROM pg_locks WHERE relation = 'dopesync.claims'::regclass AND granted "
+                        + "AND mode = 'AccessExclusiveLock'"
+                ).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            try await withDevServer { server in
+                let started = ContinuousClock.now
+                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 75)
+                #expect(ContinuousClock.now - started < .seconds(11), "the lock is held for 12 s")
+                let waiting = try await database.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' "
+                        + "AND wait_event_type = 'Lock'")
+                #expect(waiting.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "a statement left waiting")
+                #expect(try spool.names(.incoming).count == 1, "given back, nothing claimed")
+            }
+            _ = try await held
+            let claims = try await database.psql("SELECT count(*) FROM dopesync.claims")
+            #expect(claims.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "a claim committed after the run")
+        }
+    }
+}

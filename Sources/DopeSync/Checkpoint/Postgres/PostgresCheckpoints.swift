@@ -70,7 +70,8 @@ public final class PostgresCheckpoints: Sendable {
         // Connecting takes a password exchange and, the first time, creating the schema: more
         // than a statement, so more time.
         try await PostgresSchema.migrate(settings, timeout: max(statementTimeout, .seconds(30)), logger: logger)
-        let client = PostgresClient(configuration: clientConfiguration(settings), backgroundLogger: logger)
+        let client = PostgresClient(
+            configuration: clientConfiguration(settings, statementTimeout: statementTimeout), backgroundLogger: logger)
         let store = PostgresCheckpoints(
             client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
         // The pool runs in a task of its own, not a child: a pool that lost its server may not
@@ -97,14 +98,17 @@ public final class PostgresCheckpoints: Sendable {
         return try result.get()
     }
 
-    static func clientConfiguration(_ settings: DatabaseSettings) -> PostgresClient.Configuration {
+    static func clientConfiguration(_ settings: DatabaseSettings, statementTimeout: Duration)
+        -> PostgresClient.Configuration
+    {
         var configuration = PostgresClient.Configuration(
             host: settings.host, port: settings.port, username: settings.user, password: settings.password,
             database: settings.database, tls: tls(settings.tls))
         configuration.options.connectTimeout = .seconds(5)
         configuration.options.maximumConnections = 40
         configuration.options.keepAliveBehavior = .init(frequency: .seconds(15))
-        configuration.options.additionalStartupParameters = sessionSettings(settings)
+        configuration.options.additionalStartupParameters = sessionSettings(
+            settings, statementTimeout: statementTimeout)
         return configuration
     }
 
@@ -118,10 +122,18 @@ public final class PostgresCheckpoints: Sendable {
     ///   each execution. Left to itself the server plans each of a connection's first five
     ///   executions anew, and a pool of many connections rarely gets past five. Every statement
     ///   finds its rows by key, which a generic plan does as well as a custom one.
-    static func sessionSettings(_ settings: DatabaseSettings) -> [(String, String)] {
+    /// - `statement_timeout` and `lock_timeout`: the server cancels a statement that outlives
+    ///   the run's wait for it (``statementTimeout``), four fifths of it, and one waiting for a
+    ///   lock half as long, so that the wait ends with the server's own "cancelled" and the
+    ///   transaction's outcome is known (rolled back). A wait that only gave up on it left the
+    ///   statement running: a write the run had reported failed once committed 3 s later.
+    static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
         let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
+        let statement = max(Int(statementTimeout / .milliseconds(1)) * 4 / 5, 500)
         return [
             ("idle_in_transaction_session_timeout", "\(milliseconds)ms"),
+            ("statement_timeout", "\(statement)ms"),
+            ("lock_timeout", "\(max(statement / 2, 250))ms"),
             ("plan_cache_mode", "force_generic_plan"),
             ("application_name", "dopesync"),
         ]
@@ -273,6 +285,13 @@ public final class PostgresCheckpoints: Sendable {
             // A replica after a failover, or default_transaction_read_only: nothing can be checkpointed.
             return CheckpointError(
                 code: .readOnly, message: "PostgreSQL at \(settings.url) is read-only: \(message)")
+        case "57014", "55P03":
+            // statement_timeout or lock_timeout (``sessionSettings(_:statementTimeout:)``): the
+            // server cancelled the statement, and its transaction did nothing.
+            return CheckpointError(
+                code: .unreachable,
+                message:
+                    "PostgreSQL at \(settings.url) did not finish in time while \(doing), and cancelled it: \(message)")
         case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
             // Connection exceptions, an administrator's shutdown or restart, too many connections.
             return CheckpointError(

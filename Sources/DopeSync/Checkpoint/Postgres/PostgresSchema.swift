@@ -141,7 +141,7 @@ enum PostgresSchema {
             try await PostgresCheckpoints.withTimeout(timeout) {
                 let connection = try await PostgresConnection.connect(
                     on: MultiThreadedEventLoopGroup.singleton.any(),
-                    configuration: connectionConfiguration(settings), id: 0, logger: logger)
+                    configuration: connectionConfiguration(settings, statementTimeout: timeout), id: 0, logger: logger)
                 do {
                     try await apply(on: connection, logger: logger)
                 } catch {
@@ -182,7 +182,7 @@ enum PostgresSchema {
             return try await PostgresCheckpoints.withTimeout(timeout) {
                 let connection = try await PostgresConnection.connect(
                     on: MultiThreadedEventLoopGroup.singleton.any(),
-                    configuration: connectionConfiguration(settings), id: 0, logger: logger)
+                    configuration: connectionConfiguration(settings, statementTimeout: timeout), id: 0, logger: logger)
                 do {
                     let found = try await read(on: connection, logger: logger)
                     try? await connection.close()
@@ -236,7 +236,9 @@ enum PostgresSchema {
         return found
     }
 
-    static func connectionConfiguration(_ settings: DatabaseSettings) -> PostgresConnection.Configuration {
+    static func connectionConfiguration(_ settings: DatabaseSettings, statementTimeout: Duration)
+        -> PostgresConnection.Configuration
+    {
         let tls: PostgresConnection.Configuration.TLS =
             switch settings.tls {
             case .disable: .disable
@@ -246,7 +248,8 @@ enum PostgresSchema {
         var configuration = PostgresConnection.Configuration(
             host: settings.host, port: settings.port, username: settings.user, password: settings.password,
             database: settings.database, tls: tls)
-        configuration.options.additionalStartupParameters = PostgresCheckpoints.sessionSettings(settings)
+        configuration.options.additionalStartupParameters = PostgresCheckpoints.sessionSettings(
+            settings, statementTimeout: statementTimeout)
         return configuration
     }
 
