@@ -142,4 +142,17 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a cancelled wait for PostgreSQL is neither an outage (75) nor a failed database (73); a timed-out one is an outage"
+    )
+    func cancellationIsNotAnOutage() {
+        let settings = DatabaseSettings(
+            host: "127.0.0.1", port: 5432, user: "dopesync", database: "dopesync", tls: .disable, password: "x",
+            lease: .seconds(30))
+        let cancelled = PostgresCheckpoints.checkpointError(CancellationError(), settings: settings, doing: "claiming")
+        #expect(cancelled.code == .cancelled && !cancelled.isUnreachable && !cancelled.isDatabaseFailure)
+        let timedOut = PostgresCheckpoints.checkpointError(TimedOut(), settings: settings, doing: "claiming")
+        #expect(timedOut.isUnreachable)
+    }
 }

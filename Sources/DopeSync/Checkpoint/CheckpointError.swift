@@ -25,6 +25,7 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
             case unreachable
             case leaseLost = "lease_lost"
             case refused
+            case cancelled
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -58,6 +59,9 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         public static let refused = Code(.refused)
         /// Any other SQLite failure (a bug, or a schema changed behind our back).
         public static let database = Code(.database)
+        /// The task waiting for the statement was cancelled (the run is ending): nothing is known
+        /// of the database from it, so it is neither an outage nor a failure of the database.
+        public static let cancelled = Code(.cancelled)
 
         /// A short stable string (`disk_full`, `busy`, ...).
         public var description: String { value.rawValue }

@@ -223,7 +223,10 @@ public final class PostgresCheckpoints: Sendable {
     }
 
     static func checkpointError(_ error: any Error, settings: DatabaseSettings, doing: String) -> CheckpointError {
-        if error is TimedOut || error is CancellationError {
+        if error is CancellationError {
+            return CheckpointError(code: .cancelled, message: "stopped waiting for PostgreSQL while \(doing)")
+        }
+        if error is TimedOut {
             return CheckpointError(
                 code: .unreachable, message: "PostgreSQL at \(settings.url) did not answer while \(doing)")
         }
