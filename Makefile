@@ -6,7 +6,7 @@ SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # compiler that builds the stalled file system's preloaded library (StalledSpoolTests).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
-.PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test
+.PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test rules-test
 
 # Installs the C libraries (and the archive tools the tests use) when they are missing, and the
 # PostgreSQL server and client whose throwaway clusters the tests, the demo and the benchmark start
@@ -39,6 +39,11 @@ format:
 test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --parallel
+
+# The Prometheus alerting rules of jobs/prometheus/: `promtool check rules` and their unit tests
+# (Scripts/rules-test.sh; installs Debian's prometheus package, which has promtool, if missing).
+rules-test:
+	./Scripts/rules-test.sh
 
 bench: deps
 	$(SWIFT) build -c release
