@@ -20,6 +20,8 @@
 #   5. The file trees under SCRATCH/deb/, Depends from dpkg-shlibdeps, dpkg-deb --build, lintian.
 #      /usr/share/doc/dopesync/ holds README.md and docs/*.md (uncompressed, in that layout, so
 #      the README's links to docs/NAME.md work there), besides copyright, changelog.gz, examples/.
+#      /usr/share/dopesync/ holds the monitoring files of jobs/: prometheus/dopesync.rules.yml
+#      and its tests dopesync.rules.test.yml, grafana/dopesync-dashboard.json.
 #
 # A fresh build takes 10-20 minutes on 2 cores; later ones only what changed.
 # SKIP_BUILD=1 packs what SCRATCH already holds (after a successful run).
@@ -206,6 +208,14 @@ awk '
 chmod 0644 "$ROOT/etc/dopesync/production.yaml"
 
 install -D -m 0644 jobs/cron.example "$ROOT/usr/share/doc/dopesync/examples/cron.example"
+
+# Monitoring, as in jobs/: the Prometheus alerting rules over the metrics file with their promtool
+# unit tests beside them (the tests name the rules by their file name: `promtool test rules` runs
+# where they are installed), and the Grafana dashboard. Data for other programs to load, not
+# examples: under /usr/share/dopesync/, where `rule_files:` and a dashboard provider can point.
+install -D -m 0644 jobs/prometheus/dopesync.rules.yml "$ROOT/usr/share/dopesync/prometheus/dopesync.rules.yml"
+install -D -m 0644 jobs/prometheus/dopesync.rules.test.yml "$ROOT/usr/share/dopesync/prometheus/dopesync.rules.test.yml"
+install -D -m 0644 jobs/grafana/dopesync-dashboard.json "$ROOT/usr/share/dopesync/grafana/dopesync-dashboard.json"
 
 # The documentation, as in the repository: README.md, and docs/*.md beside it in docs/, so that
 # the README's links (docs/spool.md, ...) and the docs' links to each other work where installed.
