@@ -16,6 +16,10 @@
 #   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the five
 #      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
 #      FILES, EXIT STATUS); /usr/share/doc/dopesync/ holds README.md and every docs/*.md in docs/;
+#      /usr/share/dopesync/ holds the alerting rules, their tests and the Grafana dashboard of
+#      jobs/ (0644 root:root, the same bytes), and `promtool check rules` and `promtool test
+#      rules` pass on the installed copies (Scripts/rules-test.sh, which installs Debian's
+#      prometheus package for promtool if missing: purged again by the clean-up);
 #   4. two producers, users in group dopesync-producers, each with umask 022: as the first
 #      (runuser), a bundle packed by the installed dopesync is written into tmp/ (0640 and the ACL
 #      user::rw-, user:dopesync:r--, group::---, mask::r--, other::---, group dopesync-producers
@@ -340,6 +344,22 @@ say "completions: bash, zsh, fish"
 verify=$(cd "$UNITS" && systemd-analyze verify "${ALL_UNITS[@]}" 2>&1) || fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify printed: $verify"
 say "systemd-analyze verify: the five installed units, no complaint"
+
+# The monitoring files, as in jobs/, and the installed rules' own tests run where they are (the
+# tests load the rules by their file name). Scripts/rules-test.sh installs Debian's prometheus
+# package for promtool when it is missing; the clean-up purges it with anything else installed.
+MONITORING=/usr/share/dopesync
+for pair in prometheus/dopesync.rules.yml:jobs/prometheus/dopesync.rules.yml \
+  prometheus/dopesync.rules.test.yml:jobs/prometheus/dopesync.rules.test.yml \
+  grafana/dopesync-dashboard.json:jobs/grafana/dopesync-dashboard.json; do
+  installed="$MONITORING/${pair%%:*}"
+  [ -f "$installed" ] || fail "$installed is missing"
+  [ "$(stat -c '%a %U:%G' "$installed")" = "644 root:root" ] || fail "$installed is $(stat -c '%a %U:%G' "$installed"), not 644 root:root"
+  cmp -s "$installed" "${pair#*:}" || fail "$installed differs from ${pair#*:}"
+done
+Scripts/rules-test.sh "$MONITORING/prometheus" 2>&1 | sed 's/^/     /' ||
+  fail "promtool check or test rules failed on the installed rules (above)"
+say "monitoring: $MONITORING/prometheus/dopesync.rules.yml passes promtool check and its installed tests; $MONITORING/grafana/dopesync-dashboard.json"
 
 # --- 4. and 5. Producers, and one run as the installed service would run it -----------------------------
 # start_devserver [OPTION...]: the installed dopesync-devserver as user nobody on a free port,
