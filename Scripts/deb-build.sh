@@ -223,7 +223,7 @@ install -D -m 0644 jobs/grafana/dopesync-dashboard.json "$ROOT/usr/share/dopesyn
 DOC="$ROOT/usr/share/doc/dopesync"
 install -m 0644 README.md "$DOC/README.md"
 install -d "$DOC/docs"
-install -m 0644 docs/*.md "$DOC/docs/"
+install -m 0644 docs/*.md docs/*.png "$DOC/docs/"   # and the pictures they show
 # Relative links the installed documents hold that lead to no installed file (information only:
 # ARCHITECTURE.md, the man page's source, are not installed there).
 (cd "$DOC" && for md in README.md docs/*.md; do
