@@ -15,8 +15,8 @@ import Testing
     static let promtool: String? = (ProcessInfo.processInfo.environment["PATH"] ?? "")
         .split(separator: ":").map { "\($0)/promtool" }.first(where: FileManager.default.isExecutableFile)
 
-    /// A metrics file with every optional part filled (free space, a last success, synced bundles),
-    /// so every metric the worker can write is in it.
+    /// A metrics file with every optional part filled (free space and the floor, a last success,
+    /// half sessions, synced bundles), so every metric the worker can write is in it.
     static func writtenText() throws -> String {
         let now = Date()
         var backlog = SpoolBacklog(
@@ -26,10 +26,15 @@ import Testing
                     ($0, SpoolStatus.Folder(count: 1, bytes: 1024, oldestAgeSeconds: 60))
                 }),
             inFlight: [:])
-        backlog.freeBytes = 10 << 30
+        backlog.space = FileSystemSpace(free: 10 << 30, total: 100 << 30)
         var metrics = RunMetrics(
             finishedAt: now, lastSuccessAt: now.addingTimeInterval(-300),
-            summary: RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), backlog: backlog)
+            summary: RunSummary(claimed: 2, done: 1, failed: 1, exitCode: 1), backlog: backlog, floor: .default)
+        metrics.halfSessions = [
+            SpoolStatus.HalfSessionEntry(
+                name: "a.tar.gz", folder: "incoming", session: "a", recordsOnServer: 1, recordsLeft: 49,
+                since: now.addingTimeInterval(-600), ageSeconds: 600)
+        ]
         metrics.syncSeconds = [3, 120]
         // A metric written only when its property is set would be missed: every optional must be set.
         for child in Mirror(reflecting: metrics).children {
