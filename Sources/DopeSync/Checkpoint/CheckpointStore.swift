@@ -53,8 +53,8 @@ public final class CheckpointStore: Sendable {
         options.reusesPreparedStatements = true
         // A step's checkpoint changes a row or two of about 250 bytes, and each commit appends
         // every page it changed to the WAL, in full: with 1 KiB pages a commit is a quarter to a
-        // half of its bytes with 4 KiB ones (more pages split). A latency-bound run at concurrency
-        // 32 gained about 1% (ARCHITECTURE.md, "Over a slow link"). The WAL is checkpointed, and
+        // half of its bytes with 4 KiB ones (more pages split). A latency-bound run gained a
+        // little (BENCHMARKS.md, "1 KiB pages for the checkpoint database"). The WAL is checkpointed, and
         // synced, every 4 MiB, as with SQLite's default of 1000 pages of 4 KiB: what a power loss
         // can take back (see `synchronous` above) stays as it was.
         options.pageSizeOfNewDatabase = 1024

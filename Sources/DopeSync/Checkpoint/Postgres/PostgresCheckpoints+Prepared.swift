@@ -4,9 +4,9 @@ import PostgresNIO
 /// connection and executed by name after that.
 ///
 /// Why: sent as plain queries, PostgreSQL parsed and planned each of them every time, and that
-/// was about two thirds of the server's time for them (0.28 ms to parse and 0.34 ms to plan
-/// against 0.37 ms to run, in a run's statement log): CPU taken from the worker and the API
-/// server on a small machine, and milliseconds between a bundle's requests.
+/// took most of the server's time for them (BENCHMARKS.md, "Several hosts after prepared
+/// statements"): CPU taken from the worker and the API server on a small machine, and time
+/// between a bundle's requests.
 ///
 /// Each is a `PostgresPreparedStatement` with its parameters in the order of their `$n`. A
 /// fenced statement's first three parameters are always its fence's (``ClaimFence/sql(_:)``).
