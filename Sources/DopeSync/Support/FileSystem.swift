@@ -100,7 +100,7 @@ enum FileSystem {
         let name = target.split(separator: "/").last.map(String.init) ?? target
         var template = Array("\(temporaryDirectory)/.\(name).XXXXXX".utf8CString)
         let descriptor = mkstemp(&template)
-        let temporary = String(cString: template)
+        let temporary = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         guard descriptor >= 0 else { throw FileSystemError(path: temporary, operation: "create", errno: errno) }
         var committed = false
         defer {
