@@ -318,6 +318,24 @@ import Testing
         #expect(trace.last == "settle \(Self.keys[1])")
     }
 
+    @Test("a stop whose grace cut the step's last try short gives the bundle back uncounted, not deferred")
+    func aStopOnTheLastTryGivesBack() {
+        let chrono = Self.plan.steps[2]
+        let attempts = RetryPolicy().attempts
+        var script = Script()
+        let normal = script.answer
+        script.answer = { step in
+            step.key == chrono.key
+                ? .retryable(status: nil, retryAfter: nil, message: "cancelled after its grace") : normal(step)
+        }
+        // Stopping from the step's last try on (two steps before it, one send each).
+        script.stopping = { sent in sent >= 2 + attempts }
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(trace.filter { $0 == "send \(chrono.key)" }.count == attempts, "\(trace)")
+        #expect(finish == .giveBack(.stopping))
+    }
+
     @Test(
         "answers decide: 422 fails, 401 gives back, no answer defers (unreachable), retries cut short by a stop give back"
     )

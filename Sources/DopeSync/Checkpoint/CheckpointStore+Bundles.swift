@@ -221,7 +221,7 @@ extension CheckpointStore {
         }
     }
 
-    /// Every bundle row, or those whose last outcome is `outcome` (for `status`: one query, fast with 100,000 rows).
+    /// Bundles whose session is on the server but incomplete (``HalfSession``), oldest first.
     public func halfSessions() throws(CheckpointError) -> [HalfSession] {
         try read("reading half sessions") { connection in
             var sessions: [HalfSession] = []
@@ -235,6 +235,7 @@ extension CheckpointStore {
         }
     }
 
+    /// Every bundle row, or those whose last outcome is `outcome` (for `status`: one query, fast with 100,000 rows).
     public func bundles(withOutcome outcome: BundleOutcome? = nil) throws(CheckpointError) -> [BundleState] {
         try read("reading bundles") { connection in
             var states: [BundleState] = []

@@ -84,8 +84,11 @@ public enum CheckCommand {
                 return failed(
                     "\(error.message): check the user in `database:` and the password "
                         + "(DOPESYNC_DATABASE_PASSWORD or `database-password-file:`)", .configuration)
-            default:
+            case .schemaTooNew:
                 return failed("cannot use the checkpoint database \(database.url): \(error)", .cannotCreate)
+            default:
+                // As `Worker.runSharing` ends a run that cannot use the database: an outage.
+                return failed("cannot use the checkpoint database \(database.url): \(error)", .temporaryFailure)
             }
         }
         if let unknown = found.unknown {

@@ -231,7 +231,7 @@ extension Spool {
     /// ``claim(_:)`` with the calls its moves are made of (a test's faults).
     func claim(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.incoming, entry.name)
-        guard let (descriptor, identity) = try Self.openAndLock(source) else { return nil }
+        guard let (descriptor, identity) = try Self.openAndLock(source, unreadableAllowed: true) else { return nil }
         let target = path(.processing, entry.name)
         let error = SpoolFiles.renameNoReplace(source, target, of: identity.file, calls: renameCalls)
         guard error == 0 else {
@@ -273,27 +273,38 @@ extension Spool {
             size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
     }
 
+    #if os(Linux)
+        /// Linux's `O_PATH` (a descriptor that names the file and reads nothing), which Swift's
+        /// Glibc module does not declare (it needs `_GNU_SOURCE`).
+        private static let pathOnly: Int32 = 0o10_000_000
+    #endif
+
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
-    /// locked by someone else.
-    /// Linux's `O_PATH` (a descriptor that names the file and reads nothing), which Swift's Glibc
-    /// module does not declare (it needs `_GNU_SOURCE`).
-    private static let pathOnly: Int32 = 0o10_000_000
-
-    private static func openAndLock(_ path: String, lockRequired: Bool = true) throws(SpoolError) -> (
-        Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
-    )? {
+    /// locked by someone else. `unreadableAllowed`: a file this user may not read is opened path-only
+    /// and not locked (``claim(_:)`` from `incoming/` only, where the no-replace rename into
+    /// `processing/` keeps it to one claimer; an orphan's lock is the only sign of its owner).
+    private static func openAndLock(_ path: String, lockRequired: Bool = true, unreadableAllowed: Bool = false)
+        throws(SpoolError) -> (
+            Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
+        )?
+    {
         BlockingCalls.check("spool: claiming \(path)")
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
         // must not inherit (and keep alive) our lock.
         var descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         var unreadable = false
-        if descriptor < 0 && (errno == EACCES || errno == EPERM) {
+        #if os(Linux)
+            let pathOnly: Int32? = Self.pathOnly
+        #else
+            let pathOnly: Int32? = nil
+        #endif
+        if descriptor < 0 && (errno == EACCES || errno == EPERM) && unreadableAllowed, let pathOnly {
             // A producer's file this user may not read (its mode, 0600 say): claimed all the same,
             // without a lock (a path-only descriptor takes none; the no-replace renames keep it to
             // one claimer), so that reading it fails it with its reason, in failed/ for a person
             // to see, instead of leaving it in incoming/ for good with a line in a log.
-            descriptor = open(path, Self.pathOnly | O_NOFOLLOW | O_CLOEXEC)
+            descriptor = open(path, pathOnly | O_NOFOLLOW | O_CLOEXEC)
             unreadable = descriptor >= 0
         }
         guard descriptor >= 0 else {

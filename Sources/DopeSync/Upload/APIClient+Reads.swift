@@ -64,7 +64,9 @@ extension APIClient {
 
     /// `GET` a reference list, conditional on the ETag of the copy kept.
     func getList(_ path: String, ifNoneMatch etag: String?) async -> ListAnswer {
-        switch await exchange(path, ifNoneMatch: etag) {
+        // A list may be megabytes: its whole answer gets the time of its largest at the slowest
+        // rate, as a step's body does.
+        switch await exchange(path, ifNoneMatch: etag, within: deadline(forBodyOf: Int64(Self.largestAnswer))) {
         case .failed(let failed): return .failed(failed)
         case .answered(let status, let headers, let body):
             switch status {
@@ -83,7 +85,10 @@ extension APIClient {
 
     /// A `GET` sent and its answer read; a failure when there was no answer, or an answer that
     /// cannot be the API's (``misdirection(_:url:)``; a 304 to a conditional GET is no redirect).
-    private func exchange(_ path: String, ifNoneMatch etag: String?) async -> Exchange {
+    /// The largest answer a `GET` may bring.
+    static let largestAnswer = 16 << 20
+
+    private func exchange(_ path: String, ifNoneMatch etag: String?, within limit: Duration? = nil) async -> Exchange {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = .GET
         request.headers.add(name: "Authorization", value: "Bearer \(credential.current)")
@@ -91,7 +96,8 @@ extension APIClient {
         request.headers.add(name: "User-Agent", value: "dopesync/\(DopeSyncInfo.version)")
         if let etag { request.headers.add(name: "If-None-Match", value: etag) }
         do {
-            let (response, body) = try await exchange(request, within: timeouts.request, upTo: 16 << 20)
+            let (response, body) = try await exchange(
+                request, within: limit ?? timeouts.request, upTo: Self.largestAnswer)
             let status = Int(response.status.code)
             if !(status == 304 && etag != nil), let misdirected = Self.misdirection(response, url: request.url) {
                 return .failed(.misdirected(message: misdirected))

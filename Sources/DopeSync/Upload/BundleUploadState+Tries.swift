@@ -176,10 +176,12 @@ extension BundleUploadState {
         tries.mustLook = looksOnServer && Self.outcomeUnknown(status: status)
         tries.retry += 1
         self.tries = tries
+        // The run is stopping first: a try cut short by the stop (its grace over) is not the
+        // bundle's attempt, even if it was the step's last.
+        guard !stopping else { return settleThen(.act(on: .response(response, cutShort: true)), stopping: stopping) }
         guard tries.retry < attemptsPerStep else {
             return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)
         }
-        guard !stopping else { return settleThen(.act(on: .response(response, cutShort: true)), stopping: stopping) }
         phase = .backingOff
         return .backOff(plan.steps[index], retry: tries.retry, retryAfter: retryAfter, after: response)
     }

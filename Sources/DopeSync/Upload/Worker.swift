@@ -263,7 +263,8 @@ public struct Worker: Sendable {
         while work.bundles.isEmpty, let comesDue = work.incoming.firstHeldComesDue {
             let wait = Duration.milliseconds(Int64(max(comesDue.timeIntervalSinceNow, 0) * 1000) + 50)
             if let maxTime = options.maxTime {
-                guard options.clock() + wait <= started + maxTime else { break }
+                // With a second to spare: a wait that ends at max-time would leave no time to claim.
+                guard options.clock() + wait + .seconds(1) <= started + maxTime else { break }
             } else if waits > 0 {
                 break
             }
@@ -457,8 +458,10 @@ public struct Worker: Sendable {
                 finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: listed,
                 floor: options.minFreeSpace)
             metrics.syncSeconds = syncSeconds
-            metrics.halfSessions = SpoolStatus.halfSessions(
-                try await checkpoints.halfSessions(), in: listed, now: now)
+            // Unknown when the store cannot say: the file is written all the same.
+            metrics.halfSessions = (try? await checkpoints.halfSessions()).map {
+                SpoolStatus.halfSessions($0, in: listed, now: now)
+            }
             try await SpoolCalls.run { [metrics] () throws(any Error) in try metrics.write(to: metricsFile) }
         } catch {
             logger.error(

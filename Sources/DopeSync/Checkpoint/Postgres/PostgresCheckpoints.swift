@@ -123,10 +123,11 @@ public final class PostgresCheckpoints: Sendable {
     ///   executions anew, and a pool of many connections rarely gets past five. Every statement
     ///   finds its rows by key, which a generic plan does as well as a custom one.
     /// - `statement_timeout` and `lock_timeout`: the server cancels a statement that outlives
-    ///   the run's wait for it (``statementTimeout``), four fifths of it, and one waiting for a
-    ///   lock half as long, so that the wait ends with the server's own "cancelled" and the
-    ///   transaction's outcome is known (rolled back). A wait that only gave up on it left the
-    ///   statement running: a write the run had reported failed once committed 3 s later.
+    ///   four fifths of the run's wait (``statementTimeout``), and one waiting for a lock half as
+    ///   long, so that a statement's wait ends with the server's own "cancelled" and nothing of it
+    ///   commits later: a wait that only gave up on it left the statement running, and a write the
+    ///   run had reported failed once committed 3 s later. The wait covers a whole transaction,
+    ///   though, and one of several statements each under the limit can still outlive it.
     static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
         let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
         let statement = max(Int(statementTimeout / .milliseconds(1)) * 4 / 5, 500)

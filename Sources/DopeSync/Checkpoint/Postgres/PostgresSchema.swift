@@ -184,7 +184,9 @@ enum PostgresSchema {
                     on: MultiThreadedEventLoopGroup.singleton.any(),
                     configuration: connectionConfiguration(settings, statementTimeout: timeout), id: 0, logger: logger)
                 do {
+                    _ = try await connection.query("BEGIN TRANSACTION READ ONLY", logger: logger)
                     let found = try await read(on: connection, logger: logger)
+                    _ = try await connection.query("COMMIT", logger: logger)
                     try? await connection.close()
                     return found
                 } catch {
