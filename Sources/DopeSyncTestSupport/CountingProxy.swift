@@ -152,8 +152,10 @@ private final class ConnectHandler: ChannelInboundHandler, RemovableChannelHandl
     func refuse(context: ChannelHandlerContext, status: String) {
         proxy.update { $0.refused += 1 }
         let answer = "HTTP/1.1 \(status)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        // The context belongs to its loop, where the completion runs.
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: answer))).whenComplete { _ in
-            context.close(promise: nil)
+            bound.value.close(promise: nil)
         }
     }
 }

@@ -52,7 +52,7 @@ import Testing
             // The units name /usr/local/bin/dopesync; verify checks that ExecStart's program exists.
             for unit in Self.units {
                 let text = try String(contentsOfFile: Self.unitFolder + "/" + unit, encoding: .utf8)
-                    .replacingOccurrences(of: "/usr/local/bin/dopesync", with: try builtProduct("dopesync").path)
+                    .replacingOccurrences(of: "/usr/local/bin/dopesync", with: builtProduct("dopesync").path)
                 try text.write(to: directory.appendingPathComponent(unit), atomically: true, encoding: .utf8)
             }
             let result = try await runProcess(analyze, ["verify"] + Self.units, in: directory, allowFailure: true)
