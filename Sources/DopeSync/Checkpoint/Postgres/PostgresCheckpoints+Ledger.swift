@@ -155,6 +155,12 @@ extension PostgresCheckpoints: CheckpointLedger {
     public func forget(names: [String]) async throws(CheckpointError) -> Int {
         guard !names.isEmpty else { return 0 }
         return try await transaction("forgetting \(names.count) bundles") { connection in
+            // Every write about a bundle holds its claim's row FOR SHARE (the fence), a claim's
+            // record of its session included: this waits for those in progress and holds off new
+            // ones for these few milliseconds. Without it, a continuation of a session claimed
+            // at this moment had its session's steps deleted, its own row not yet committed and
+            // so invisible to the check below (READ COMMITTED), and resent them after a crash.
+            _ = try await connection.query("LOCK TABLE dopesync.claims IN EXCLUSIVE MODE", logger: self.logger)
             var sessions: [String] = []
             var deleted = 0
             for try await session in try await connection.query(
