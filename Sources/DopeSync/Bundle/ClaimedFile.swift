@@ -31,7 +31,7 @@ enum ClaimedFile {
                 throw BundleError(
                     .io, culprit: path,
                     message: "cannot open: \(String(cString: strerror(code))): \(user) may not read it (owner "
-                        + "\(DatabaseOwnership.userName(info.st_uid)), mode \(String(format: "%04o", info.st_mode & 0o7777))); "
+                        + "\(DatabaseOwnership.userName(info.st_uid)), mode \(DatabaseOwnership.octal(info.st_mode & 0o7777))); "
                         + "its producer must leave it readable (mode 0640, or the spool's default ACL), then "
                         + "`dopesync requeue` it")
             }

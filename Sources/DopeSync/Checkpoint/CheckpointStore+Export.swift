@@ -3,6 +3,18 @@ import SQLiteSupport
 
 /// Everything the spool's file holds, for `dopesync migrate --to URL`.
 extension CheckpointStore {
+    /// Whether the spool's SQLite file holds a step's checkpoint, read from a private copy: steps
+    /// a PostgreSQL database must be given (`migrate --to`) before the spool is bound to it.
+    public static func fileHoldsSteps(_ spool: Spool) -> Bool {
+        guard FileManager.default.fileExists(atPath: spool.databasePath),
+            let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
+        else { return false }
+        let found = try? file.read("looking for a step") { connection in
+            try connection.queryFirst("SELECT 1 AS one FROM steps LIMIT 1") != nil
+        }
+        return found ?? false
+    }
+
     /// Every step of every session, in the order they were first sent.
     public func allSteps() throws(CheckpointError) -> [StepRecord] {
         try read("reading every step") { connection in

@@ -52,22 +52,29 @@ public enum CheckCommand {
     /// The store: the one the spool is bound to (``SpoolBinding``), or, for a spool bound to none
     /// yet, the one its first run binds it to.
     static func checkStore(_ spool: Spool, database: DatabaseSettings?) async -> (Line, ExitStatus) {
+        let bound: StoreIdentity?
+        do {
+            bound = try SpoolBinding.read(spool)
+        } catch {
+            return (Line(ok: false, what: "store", detail: "\(error)"), error.exitStatus)
+        }
         let state =
-            (try? SpoolBinding.read(spool)) == nil
-            ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
+            bound == nil ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
         guard let database else {
             if let refused = sqliteRefusal(spool) {
                 return (Line(ok: false, what: "store", detail: refused.diagnostics ?? ""), refused.status)
             }
             return (Line(ok: true, what: "store", detail: "\(StoreIdentity.sqlite(spool)): \(state)"), .success)
         }
-        return await checkDatabase(database, spool: spool, state: state)
+        return await checkDatabase(database, spool: spool, bound: bound, state: state)
     }
 
     /// The shared database as a run would find it, read without migrating it: reachable, this
     /// user and password taken, a schema this dopesync can use, the spool's store, and no SQLite
     /// checkpoints left behind unmigrated. Each failure names its fix and the run's exit code.
-    static func checkDatabase(_ database: DatabaseSettings, spool: Spool, state: String) async -> (Line, ExitStatus) {
+    static func checkDatabase(_ database: DatabaseSettings, spool: Spool, bound: StoreIdentity?, state: String) async
+        -> (Line, ExitStatus)
+    {
         func failed(_ detail: String, _ status: ExitStatus) -> (Line, ExitStatus) {
             (Line(ok: false, what: "store", detail: detail + " (a run exits \(status.rawValue))"), status)
         }
@@ -97,18 +104,12 @@ public enum CheckCommand {
                     + "\(DopeSyncInfo.version) does not know: a newer dopesync migrated it; upgrade dopesync on this host",
                 .cannotCreate)
         }
-        let bound: StoreIdentity?
-        do {
-            bound = try SpoolBinding.read(spool)
-        } catch {
-            return failed("\(error)", error.exitStatus)
-        }
         if let bound {
             let store = StoreIdentity(kind: .postgresql, id: found.storeID, name: database.url)
             if bound.kind != .postgresql || found.storeID == nil || bound.id != found.storeID {
                 return failed("\(SpoolBinding.mismatch(spool, bound: bound, given: store))", .configuration)
             }
-        } else if !found.holdsSteps, Self.sqliteHoldsSteps(spool) {
+        } else if !found.holdsSteps, CheckpointStore.fileHoldsSteps(spool) {
             return failed(
                 "\(spool.databasePath) holds checkpoints that \(database.url) lacks: a run would refuse them; "
                     + "copy them first with `dopesync migrate --to \(database.url) --spool \(spool.root)`",
@@ -126,20 +127,12 @@ public enum CheckCommand {
         )
     }
 
-    /// Whether the spool's SQLite file holds a step's checkpoint (read from a private copy).
-    static func sqliteHoldsSteps(_ spool: Spool) -> Bool {
-        guard FileManager.default.fileExists(atPath: spool.databasePath),
-            let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
-        else { return false }
-        return (try? file.allSteps())?.isEmpty == false
-    }
-
     /// The metrics file's folder: a run that cannot write there logs an error and goes on, and the
     /// alerts then read the last file written for good. Checked as the user `check` runs as.
     static func checkMetricsFile(_ path: String?) -> (Line, ExitStatus)? {
         guard let path else { return nil }
-        let folder = (path as NSString).deletingLastPathComponent
-        let directory = folder.isEmpty ? "." : folder
+        // The folder a run writes its temporary file in, then renames it within.
+        let directory = FileSystem.directory(of: path)
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue
         else {
@@ -151,7 +144,7 @@ public enum CheckCommand {
             )
         }
         guard access(directory, W_OK | X_OK) == 0 else {
-            let user = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(geteuid())"
+            let user = DatabaseOwnership.userName(geteuid())
             return (
                 Line(
                     ok: false, what: "metrics",
@@ -241,7 +234,6 @@ public enum CheckCommand {
         }
     }
 
-    /// The spool: there, the folders writable, owned by this user, the database its own; free space.
     /// The spool's SQLite file: this user's own, or not made yet.
     static func checkSQLiteFile(_ spool: Spool) -> Line {
         do {
@@ -255,9 +247,10 @@ public enum CheckCommand {
             detail: exists ? "\(spool.databasePath) is this user's own" : "not created yet (the first run makes it)")
     }
 
+    /// The spool: there, the folders writable, owned by this user, the database its own; free space.
     /// `sqliteStore`: whether the checkpoints are the spool's SQLite file (no `database:`); its
     /// line is then checked here, else the store's line names the database.
-    static func checkSpool(_ spool: Spool, floor: FreeSpaceFloor, sqliteStore: Bool = true) -> [Line] {
+    static func checkSpool(_ spool: Spool, floor: FreeSpaceFloor, sqliteStore: Bool) -> [Line] {
         var info = stat()
         guard stat(spool.root, &info) == 0 else {
             return [

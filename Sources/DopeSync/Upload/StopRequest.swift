@@ -41,7 +41,7 @@ public final class StopRequest: Sendable {
             return Array(woken.values)
         }
         for waiter in woken { waiter.resume(.stopRequested) }
-        MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(grace.nanoseconds)) {
+        MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(grace)) {
             self.endGrace()
         }
     }
@@ -60,6 +60,8 @@ public final class StopRequest: Sendable {
     /// until the stop is requested), or the task is cancelled. One continuation and one
     /// event-loop timer, cancelled when woken otherwise; no task.
     func sleep(for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
+        // Taken before the handler, which must know whom to wake; registered under the same lock
+        // as its wake-ups below.
         let id = waiters.withLock { waiters in
             defer { waiters.nextID += 1 }
             return waiters.nextID
@@ -74,7 +76,7 @@ public final class StopRequest: Sendable {
                 }
                 if let ended { return continuation.resume(returning: ended) }
                 let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(
-                    in: .nanoseconds(duration.nanoseconds)
+                    in: TimeAmount(duration)
                 ) { self.wake(id, .timeUp) }
                 let waiting = waiters.withLock { waiters -> Bool in
                     guard waiters.waiting[id] != nil else { return false }
@@ -109,15 +111,5 @@ extension StopRequest.Waiter {
     fileprivate func resume(_ wake: StopRequest.Wake) {
         timer?.cancel()
         continuation.resume(returning: wake)
-    }
-}
-
-extension Duration {
-    /// The whole nanoseconds of this duration, saturated to `Int64`, for NIO's timers.
-    var nanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        let (total, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow
-            ? (seconds < 0 ? .min : .max) : total.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
     }
 }

@@ -130,11 +130,7 @@ public struct Worker: Sendable {
         guard !wasBound else { return }
         // Unbound: its SQLite file's steps, if the database lacks any, must be migrated first.
         if (try? await checkpoints.holdsSteps()) == false {
-            let unmigrated = await SpoolCalls.run {
-                guard FileManager.default.fileExists(atPath: spool.databasePath) else { return false }
-                let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
-                return (try? file?.allSteps())??.isEmpty == false
-            }
+            let unmigrated = await SpoolCalls.run { CheckpointStore.fileHoldsSteps(spool) }
             if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
         }
         _ = try await SpoolCalls.run { () throws(SpoolBindingError) in

@@ -137,18 +137,30 @@ enum PostgresSchema {
     /// Connects once (no pool), applies what the database lacks, and disconnects. A database
     /// that a newer dopesync migrated is ``CheckpointError/Code/schemaTooNew``.
     static func migrate(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError) {
+        try await withConnection(settings, timeout: timeout, logger: logger) { connection in
+            try await apply(on: connection, logger: logger)
+        }
+    }
+
+    /// `body` on one connection of its own (no pool), closed after it whatever it did, all within
+    /// `timeout`; any failure as a ``CheckpointError``.
+    private static func withConnection<Value: Sendable>(
+        _ settings: DatabaseSettings, timeout: Duration, logger: Logger,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+    ) async throws(CheckpointError) -> Value {
         do {
-            try await PostgresCheckpoints.withTimeout(timeout) {
+            return try await PostgresCheckpoints.withTimeout(timeout) {
                 let connection = try await PostgresConnection.connect(
                     on: MultiThreadedEventLoopGroup.singleton.any(),
                     configuration: connectionConfiguration(settings, statementTimeout: timeout), id: 0, logger: logger)
                 do {
-                    try await apply(on: connection, logger: logger)
+                    let value = try await body(connection)
+                    try? await connection.close()
+                    return value
                 } catch {
                     try? await connection.close()
                     throw error
                 }
-                try? await connection.close()
             }
         } catch let error as CheckpointError {
             throw error
@@ -178,26 +190,11 @@ enum PostgresSchema {
     static func inspect(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError)
         -> Found
     {
-        do {
-            return try await PostgresCheckpoints.withTimeout(timeout) {
-                let connection = try await PostgresConnection.connect(
-                    on: MultiThreadedEventLoopGroup.singleton.any(),
-                    configuration: connectionConfiguration(settings, statementTimeout: timeout), id: 0, logger: logger)
-                do {
-                    _ = try await connection.query("BEGIN TRANSACTION READ ONLY", logger: logger)
-                    let found = try await read(on: connection, logger: logger)
-                    _ = try await connection.query("COMMIT", logger: logger)
-                    try? await connection.close()
-                    return found
-                } catch {
-                    try? await connection.close()
-                    throw error
-                }
-            }
-        } catch let error as CheckpointError {
-            throw error
-        } catch {
-            throw PostgresCheckpoints.checkpointError(error, settings: settings, doing: "connecting")
+        try await withConnection(settings, timeout: timeout, logger: logger) { connection in
+            _ = try await connection.query("BEGIN TRANSACTION READ ONLY", logger: logger)
+            let found = try await read(on: connection, logger: logger)
+            _ = try await connection.query("COMMIT", logger: logger)
+            return found
         }
     }
 
