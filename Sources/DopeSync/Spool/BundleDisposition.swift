@@ -22,7 +22,7 @@ struct BundleDisposition: Sendable {
         case .done:
             guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
             do {
-                let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToDone() }
+                let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.moveToDone() }
                 await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] in
                     try await checkpoints.recordDone(name: name, sessionID: sessionID, finalName: final)
                 }
@@ -87,7 +87,7 @@ struct BundleDisposition: Sendable {
         )
         guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
         do {
-            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
+            let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
             await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] in
                 try await checkpoints.recordFailure(name: name, sessionID: sessionID, error: failure, finalName: final)
             }
@@ -122,7 +122,7 @@ struct BundleDisposition: Sendable {
                 return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }
             guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
-            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in
+            let final = try await SpoolCalls.run { () throws(SpoolError) in
                 try claimed.giveBack()
             }
             await recordAfterMove(of: claimed.name, to: "incoming/\(final)", logger: logger) { [name = claimed.name] in
@@ -160,7 +160,7 @@ struct BundleDisposition: Sendable {
     func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
         guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
         do {
-            let final = try await BlockingPool.spoolMove { () throws(SpoolError) in try claimed.giveBack() }
+            let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.giveBack() }
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
             try? await checkpoints.recordGivenBack(name: claimed.name, finalName: final, counted: false)
         } catch {

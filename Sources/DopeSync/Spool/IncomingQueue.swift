@@ -40,11 +40,10 @@ public struct IncomingQueue: Sendable {
             if ahead > 1 { mtimeInFuture.append((entry, ahead)) }
             if let state, let next = Self.retryTime(of: entry, state: state, now: now), next > now {
                 waitingForRetry.append((entry, state))
-            } else if Self.lastChange(of: entry, now: now).timeIntervalSince1970 + minAgeSeconds
-                > now.timeIntervalSince1970
+            } else if case let comesDue = Self.lastChange(of: entry, now: now).addingTimeInterval(minAgeSeconds),
+                comesDue > now
             {
                 heldByMinAge.append(entry)
-                let comesDue = Self.lastChange(of: entry, now: now).addingTimeInterval(minAgeSeconds)
                 firstHeldComesDue = min(firstHeldComesDue ?? comesDue, comesDue)
             } else {
                 due.append((entry, Self.arrival(of: entry, state: state)))

@@ -10,13 +10,6 @@ enum BlockingPool {
     static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
         await NIOThreadPool.singleton.runToCompletion(body)
     }
-
-    /// A spool move (rename, sidecar, folder syncs), on the spool's own threads (``SpoolCalls``).
-    static func spoolMove<Value: Sendable>(_ move: @escaping @Sendable () throws(SpoolError) -> Value)
-        async throws(SpoolError) -> Value
-    {
-        try await SpoolCalls.run(move)
-    }
 }
 
 extension NIOThreadPool {

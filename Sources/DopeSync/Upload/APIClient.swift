@@ -131,7 +131,8 @@ public struct APIClient: Sendable {
     ) {
         try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer)?.self) { group in
             group.addTask {
-                let response = try await http.execute(request, timeout: .init(limit))
+                // The timer below is the one deadline: AsyncHTTPClient's own would end at the head.
+                let response = try await http.execute(request, deadline: .distantFuture)
                 return (response, try await response.body.collect(upTo: maxBytes))
             }
             group.addTask {

@@ -134,7 +134,7 @@ struct BundleUploader: Sendable {
     /// whose reading was stopped back to `incoming/`, one replaced after its claim nowhere.
     private func validate(_ claimed: ClaimedBundle, logger: Logger) async -> Result<ValidatedBundle, Ended> {
         switch await Self.inspect(
-            claimed.path, identity: claimed.identity, size: claimed.size, limits: limits, stop: counters.stop)
+            claimed.path, identity: claimed.identity, limits: limits, stop: counters.stop)
         {
         case .success(let valid):
             return .success(valid)
@@ -384,7 +384,7 @@ struct BundleUploader: Sendable {
     /// on an event loop (Swift's global executor in `dopesync run`), whose other bundles'
     /// connections must keep moving, whatever the bundle's size.
     static func inspect(
-        _ path: String, identity: FileIdentity?, size: Int64, limits: BundleLimits, stop: StopRequest
+        _ path: String, identity: FileIdentity?, limits: BundleLimits, stop: StopRequest
     ) async -> Result<ValidatedBundle, BundleValidationError> {
         let inspect = { @Sendable in
             Result { () throws(BundleValidationError) in
