@@ -1,5 +1,6 @@
 import DopeSyncTestSupport
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
 import SQLiteSupport
@@ -56,6 +57,31 @@ import Testing
     }
 
     nonisolated static func onALoop() async -> Bool { MultiThreadedEventLoopGroup.currentEventLoop != nil }
+
+    @Test("an in-process `Worker.run` is on NIO's loops, as `dopesync run` is: it logs a bundle's failure from one")
+    func anInProcessRunIsOnTheLoops() async throws {
+        try await withTemporarySpool { spool, _ in
+            try Data("not an archive".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, "bad.tar.gz")))
+            let (places, place) = AsyncStream.makeStream(of: Bool.self)
+            let logger = Logger(label: "test") { _ in
+                MessageHandler { message in
+                    if message == "bundle is invalid" {
+                        place.yield(MultiThreadedEventLoopGroup.currentEventLoop != nil)
+                    }
+                }
+            }
+            try await withDevServer { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.minFreeSpace = .bytes(0)
+                _ = await Worker(options: options, logger: logger).run()
+            }
+            place.finish()
+            var seen: [Bool] = []
+            for await onLoop in places { seen.append(onLoop) }
+            #expect(seen == [true], "logged on a loop: \(seen)")
+        }
+    }
 
     @Test(
         "a whole `dopesync run` on NIO's event loops calls neither SQLite nor libarchive there: store, validation, images, checkpoints",

@@ -56,10 +56,7 @@ import Testing
             let samples = (1...3).map { SampleSession(seed: UInt64(3710 + $0)) }
             let spool = try makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
-                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: "not-the-token")
-                options.minAge = .zero
-                options.minFreeSpace = .bytes(0)
-                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: "not-the-token")
                 #expect(status == .permissionDenied, "\(summary)")
                 #expect(summary.done == 0 && summary.deferred == 0 && summary.failed == 0, "\(summary)")
                 let back = try spool.names(.incoming)

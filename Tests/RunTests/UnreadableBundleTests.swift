@@ -16,7 +16,8 @@ struct UnreadableBundleTests {
     @Test(
         "a 0600 bundle of another user fails as io_error naming its mode and the fix; once readable, requeue sends it")
     func anUnreadableBundleFailsVisibly() async throws {
-        let worker = "dopesync-t-unreadable"
+        // A name of this run's own: another suite on this machine may run at the same time.
+        let worker = "dopesync-t-unread-" + UUID().uuidString.prefix(8).lowercased()
         try await SessionOwnershipTests.withProducers([worker]) { uids in
             try await withTemporaryDirectory { directory in
                 let sample = SampleSession(seed: 9_800)

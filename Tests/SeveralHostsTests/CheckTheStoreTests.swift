@@ -14,14 +14,13 @@ import Testing
         _ spool: Spool, _ server: RunningDevServer, database: SharedDatabase, _ extra: [String] = [],
         password: String? = nil
     ) async throws -> ProcessOutput {
-        var (options, environment) = database.runArguments(host: "host-a")
+        var environment = database.runArguments(host: "host-a").environment
         if let password { environment["DOPESYNC_DATABASE_PASSWORD"] = password }
         environment["DOPESYNC_API_TOKEN"] = server.token
         environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
         return try await dopesync(
-            ["check", "--spool", spool.root, "--api", server.baseURL]
-                + options.filter { $0 != "--lease" && $0 != "30s" }
-                + extra, environment: environment)
+            ["check", "--spool", spool.root, "--api", server.baseURL, "--database", database.url] + extra,
+            environment: environment)
     }
 
     @Test("check with a wrong database password: FAIL store naming the password, exit 78, as the run then exits")
