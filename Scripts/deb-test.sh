@@ -121,7 +121,7 @@ for p in dopesync dopesync-devserver; do
     fail "$p is already on this machine (dpkg -l $p); this test installs and purges it"
   fi
 done
-for d in "$SPOOL" /etc/dopesync; do
+for d in "$SPOOL" /var/spool/dopesync-pg /etc/dopesync; do
   [ ! -e "$d" ] || fail "$d already exists; this test would delete it at the end"
 done
 for u in "$PRODUCER" "$OTHER_PRODUCER"; do
