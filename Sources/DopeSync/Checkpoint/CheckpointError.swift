@@ -112,6 +112,13 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
     }
 
+    /// This worker's lease on `name` ran out (another may have taken the bundle over): nothing written.
+    static func leaseLost(_ name: String) -> CheckpointError {
+        CheckpointError(
+            code: .leaseLost,
+            message: "the claim of \(name) is no longer this worker's (its lease ran out); nothing was written")
+    }
+
     /// Maps a SQLite failure to a code on purpose, so that a full disk or a damaged file reads
     /// as such to an operator instead of as "SQLite error 13".
     static func from(_ error: SQLiteError, path: String, doing: String) -> CheckpointError {

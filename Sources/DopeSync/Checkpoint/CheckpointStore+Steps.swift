@@ -27,37 +27,77 @@ extension CheckpointStore {
     static func recordIntent(_ connection: SQLiteConnection, sessionID: String, _ intent: StepIntent, now: Date)
         throws -> StepIntentOutcome
     {
-        let stepKey = intent.stepKey
-        let existing = try connection.queryFirst(
-            "SELECT state, server_id, content_digest, done_at, request_fingerprint FROM steps WHERE session_id = ? AND step_key = ?",
-            [sessionID, stepKey])
-        if let existing {
-            if try StepRecord.State(existing["state"]) == .done {
-                return .alreadyDone(try CompletedStep(existing))
-            }
+        let stored = try storedStep(connection, sessionID: sessionID, stepKey: intent.stepKey)
+        let (write, outcome) = StepRules.intent(intent, stored: stored)
+        try execute(write, connection, sessionID: sessionID, stepKey: intent.stepKey, now: now)
+        return outcome
+    }
+
+    /// A step's row as ``StepRules`` reads it, or nil when the step has none.
+    private static func storedStep(_ connection: SQLiteConnection, sessionID: String, stepKey: String) throws
+        -> StepRules.Stored?
+    {
+        guard
+            let row = try connection.queryFirst(
+                """
+                SELECT state, server_id, content_digest, done_at, request_fingerprint, bundle_name FROM steps
+                WHERE session_id = ? AND step_key = ?
+                """, [sessionID, stepKey])
+        else { return nil }
+        if try StepRecord.State(row["state"]) == .done { return .done(try CompletedStep(row)) }
+        return .sent(
+            requestFingerprint: try row["request_fingerprint"], contentDigest: try row["content_digest"],
+            bundleName: try row["bundle_name"])
+    }
+
+    /// Executes what ``StepRules`` decided for one step.
+    private static func execute(
+        _ write: StepRules.Write?, _ connection: SQLiteConnection, sessionID: String, stepKey: String, now: Date
+    ) throws {
+        let time = now.timeIntervalSince1970
+        switch write {
+        case nil:
+            return
+        case .insert(let intent, let doneAs):
+            try connection.query(
+                """
+                INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state,
+                    server_id, sent_at, done_at, bundle_name)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [
+                    sessionID, stepKey, intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest,
+                    (doneAs == nil ? StepRecord.State.sent : .done).rawValue, doneAs, time,
+                    doneAs == nil ? nil : time, intent.bundleName,
+                ])
+        case .resend(let intent, let doneAs):
             try connection.query(
                 """
                 UPDATE steps SET idempotency_key = ?, request_fingerprint = ?, content_digest = ?, sent_at = ?, bundle_name = ?
                 WHERE session_id = ? AND step_key = ?
                 """,
                 [
-                    intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, now.timeIntervalSince1970,
-                    intent.bundleName,
+                    intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest, time, intent.bundleName,
                     sessionID, stepKey,
                 ])
-            return .resent(previousFingerprint: try existing["request_fingerprint"])
+            if let doneAs {
+                try markDone(connection, sessionID: sessionID, stepKey: stepKey, serverID: doneAs, at: time)
+            }
+        case .markDone(let serverID):
+            try markDone(connection, sessionID: sessionID, stepKey: stepKey, serverID: serverID, at: time)
         }
+    }
+
+    private static func markDone(
+        _ connection: SQLiteConnection, sessionID: String, stepKey: String, serverID: Int64, at time: Double
+    ) throws {
         try connection.query(
-            """
-            INSERT INTO steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest, state, sent_at, bundle_name)
-            VALUES (?, ?, ?, ?, ?, 'sent', ?, ?)
-            """,
-            [
-                sessionID, stepKey, intent.idempotencyKey, intent.requestFingerprint, intent.contentDigest,
-                now.timeIntervalSince1970,
-                intent.bundleName,
-            ])
-        return .recorded
+            "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
+            [serverID, time, sessionID, stepKey])
+        // The bundle's row is not touched: its steps done are counted when one bundle is read
+        // (``BundleState/selectSQL(schema:countingStepsDone:)``).
+        // A counter kept here cost a statement and a page of the WAL per step, for one line of
+        // `requeue` (BENCHMARKS.md, 2026-11-26).
     }
 
     /// The intent of a step about to be sent, for ``recordIntents(sessionID:_:now:)``.
@@ -137,46 +177,13 @@ extension CheckpointStore {
     private static func recordResults(_ results: [StepResult], in connection: SQLiteConnection, now: Date) throws
         -> [Result<CompletedStep, CheckpointError>]
     {
+        // One refused (no intent, another id) writes nothing and does not stop the others.
         try results.map { result in
-            do {
-                return .success(
-                    try Self.recordResult(
-                        connection, sessionID: result.sessionID, stepKey: result.stepKey, serverID: result.serverID,
-                        now: now))
-            } catch let refused as CheckpointError {
-                // Refused before it wrote anything (the checks come first): the others go on.
-                return .failure(refused)
-            }
+            let stored = try storedStep(connection, sessionID: result.sessionID, stepKey: result.stepKey)
+            let (write, outcome) = StepRules.result(result, stored: stored, now: now)
+            try execute(write, connection, sessionID: result.sessionID, stepKey: result.stepKey, now: now)
+            return outcome
         }
-    }
-
-    static func recordResult(
-        _ connection: SQLiteConnection, sessionID: String, stepKey: String, serverID: Int64, now: Date
-    ) throws -> CompletedStep {
-        guard
-            let row = try connection.queryFirst(
-                "SELECT state, server_id, content_digest, done_at FROM steps WHERE session_id = ? AND step_key = ?",
-                [sessionID, stepKey])
-        else {
-            throw CheckpointError.noIntent(sessionID: sessionID, stepKey: stepKey)
-        }
-        if try StepRecord.State(row["state"]) == .done {
-            let done = try CompletedStep(row)
-            guard done.serverID == serverID else {
-                throw CheckpointError.conflictingResult(
-                    sessionID: sessionID, stepKey: stepKey, doneAs: done.serverID, reportedAs: serverID,
-                    how: "now reported as")
-            }
-            return done
-        }
-        try connection.query(
-            "UPDATE steps SET state = 'done', server_id = ?, done_at = ? WHERE session_id = ? AND step_key = ?",
-            [serverID, now.timeIntervalSince1970, sessionID, stepKey])
-        // The bundle's row is not touched: its steps done are counted when one bundle is read
-        // (``BundleState/selectSQL(schema:countingStepsDone:)``).
-        // A counter kept here cost a statement and a page of the WAL per step, for one line of
-        // `requeue` (BENCHMARKS.md, 2026-11-26).
-        return CompletedStep(serverID: serverID, contentDigest: try row["content_digest"], doneAt: now)
     }
 
     /// Records steps found on the server though they had no result here (a lost database,
@@ -187,18 +194,13 @@ extension CheckpointStore {
     ) throws(CheckpointError) -> [CompletedStep] {
         try write("recording \(found.count) steps found on the server for session \(sessionID)") { connection in
             try found.map { entry in
-                if case .alreadyDone(let done) = try Self.recordIntent(
-                    connection, sessionID: sessionID, entry.intent, now: now)
-                {
-                    guard done.serverID == entry.serverID else {
-                        throw CheckpointError.conflictingResult(
-                            sessionID: sessionID, stepKey: entry.intent.stepKey, doneAs: done.serverID,
-                            reportedAs: entry.serverID, how: "found on the server as")
-                    }
-                    return done
-                }
-                return try Self.recordResult(
-                    connection, sessionID: sessionID, stepKey: entry.intent.stepKey, serverID: entry.serverID, now: now)
+                let stepKey = entry.intent.stepKey
+                let stored = try Self.storedStep(connection, sessionID: sessionID, stepKey: stepKey)
+                let (write, outcome) = StepRules.found(
+                    entry.intent, serverID: entry.serverID, sessionID: sessionID, stored: stored, now: now)
+                try Self.execute(write, connection, sessionID: sessionID, stepKey: stepKey, now: now)
+                // A conflict undoes the whole transaction: nothing found is recorded.
+                return try outcome.get()
             }
         }
     }

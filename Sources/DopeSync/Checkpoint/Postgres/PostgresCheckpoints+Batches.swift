@@ -18,17 +18,8 @@ extension PostgresCheckpoints {
             "recording the intent of \(intents.map(\.stepKey))",
             HotStatements.RecordIntents(fence: fence, sessionID: sessionID, time: now, intents: intents))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
-        var before: [String: PostgresRandomAccessRow] = [:]
-        for row in rows {
-            if let key: String = try Self.decode(row, "step_key") { before[key] = row }
-        }
-        return try intents.map { intent throws(CheckpointError) in
-            guard let row = before[intent.stepKey] else { return .recorded }
-            if try Self.decode(row, "state") as String == StepRecord.State.done.rawValue {
-                return .alreadyDone(try Self.completedStep(row))
-            }
-            return .resent(previousFingerprint: try Self.decode(row, "request_fingerprint"))
-        }
+        let before = try Self.storedSteps(rows)
+        return intents.map { StepRules.intent($0, stored: before[$0.stepKey]).outcome }
     }
 
     /// The results of one batch, in one statement; each fenced by the claim of the bundle that
@@ -38,45 +29,29 @@ extension PostgresCheckpoints {
         -> [Result<CompletedStep, CheckpointError>]
     {
         guard let owner, !results.isEmpty else { return [] }
-        let now = Date().timeIntervalSince1970
+        let now = Date()
         let held = leaseBook.withLock { book in book.leases.filter { !$0.value.lost }.mapValues(\.epoch) }
         let rows = try await rows(
             "recording the results of \(results.count) steps",
             HotStatements.RecordResults(
-                runID: owner.runID, time: now, results: results, held: held.map { ($0.key, $0.value) }))
-        var found: [String: PostgresRandomAccessRow] = [:]
+                runID: owner.runID, time: now.timeIntervalSince1970, results: results,
+                held: held.map { ($0.key, $0.value) }))
+        var found: [String: (stored: StepRules.Stored, fenced: Bool)] = [:]
         for row in rows {
             let session: String = try Self.decode(row, "session_id")
             let key: String = try Self.decode(row, "step_key")
-            found[session + "\u{0}" + key] = row
+            found[session + "\u{0}" + key] = (try Self.storedStep(row), try Self.decode(row, "fenced") as Bool? == true)
         }
-        var outcomes: [Result<CompletedStep, CheckpointError>] = []
-        for result in results {
-            guard let row = found[result.sessionID + "\u{0}" + result.stepKey] else {
-                outcomes.append(.failure(.noIntent(sessionID: result.sessionID, stepKey: result.stepKey)))
-                continue
+        return results.map { result in
+            let row = found[result.sessionID + "\u{0}" + result.stepKey]
+            let outcome = StepRules.result(result, stored: row?.stored, claimHeld: row?.fenced ?? false, now: now)
+                .outcome
+            if case .failure(let error) = outcome, error.code == .leaseLost,
+                case .sent(_, _, let bundle?) = row?.stored, let epoch = held[bundle]
+            {
+                leaseBook.withLock { $0.lost(bundle, epoch: epoch) }
             }
-            if try Self.decode(row, "state") as String == StepRecord.State.done.rawValue {
-                let done = try Self.completedStep(row)
-                outcomes.append(
-                    done.serverID == result.serverID
-                        ? .success(done)
-                        : .failure(
-                            .conflictingResult(
-                                sessionID: result.sessionID, stepKey: result.stepKey, doneAs: done.serverID,
-                                reportedAs: result.serverID, how: "now reported as")))
-            } else if try Self.decode(row, "fenced") as Bool? == true {
-                outcomes.append(
-                    .success(
-                        CompletedStep(
-                            serverID: result.serverID, contentDigest: try Self.decode(row, "content_digest"),
-                            doneAt: Date(timeIntervalSince1970: now))))
-            } else {
-                let bundle: String = try Self.decode(row, "bundle_name") ?? "?"
-                if let epoch = held[bundle] { leaseBook.withLock { $0.lost(bundle, epoch: epoch) } }
-                outcomes.append(.failure(Self.leaseLost(bundle)))
-            }
+            return outcome
         }
-        return outcomes
     }
 }

@@ -140,7 +140,7 @@ extension PostgresCheckpoints {
     /// The claim under which this worker may write about `name` now, or ``CheckpointError/Code/leaseLost``.
     func fence(_ name: String) throws(CheckpointError) -> ClaimFence {
         guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {
-            throw Self.leaseLost(name)
+            throw CheckpointError.leaseLost(name)
         }
         return ClaimFence(name: name, epoch: epoch, runID: owner.runID)
     }
@@ -149,14 +149,7 @@ extension PostgresCheckpoints {
     /// more is sent or written for the bundle.
     func lost(_ fence: ClaimFence) -> CheckpointError {
         leaseBook.withLock { $0.lost(fence.name, epoch: fence.epoch) }
-        return Self.leaseLost(fence.name)
-    }
-
-    static func leaseLost(_ name: String) -> CheckpointError {
-        CheckpointError(
-            code: .leaseLost,
-            message:
-                "the claim of \(name) is no longer this worker's (its lease ran out); nothing was written")
+        return CheckpointError.leaseLost(fence.name)
     }
 
     /// A fenced write about `name` of more than one statement: the claim's row locked under this

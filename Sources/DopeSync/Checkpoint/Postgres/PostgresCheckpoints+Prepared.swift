@@ -169,29 +169,7 @@ enum HotStatements {
     /// `$4` the session, `$5` the time, `$6`–`$9` the steps' keys, idempotency keys, request
     /// fingerprints and content digests. Returns `fenced` and each step's row as it was before.
     struct RecordIntents: HotStatement {
-        static let sql = """
-            WITH fence AS (\(ClaimFence.sql(.share))), given AS (
-                SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::text[])
-                    AS given(step_key, idempotency_key, request_fingerprint, content_digest)
-            ), before AS (
-                SELECT s.step_key, s.state, s.server_id, s.content_digest, s.done_at, s.request_fingerprint
-                FROM dopesync.steps s JOIN given USING (step_key) WHERE s.session_id = $4 FOR UPDATE OF s
-            ), written AS (
-                INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint, content_digest,
-                    state, sent_at, bundle_name)
-                SELECT $4, step_key, idempotency_key, request_fingerprint, content_digest, 'sent', $5, $1
-                FROM given WHERE EXISTS (SELECT 1 FROM fence)
-                ON CONFLICT (session_id, step_key) DO UPDATE SET idempotency_key = excluded.idempotency_key,
-                    request_fingerprint = excluded.request_fingerprint, content_digest = excluded.content_digest,
-                    sent_at = excluded.sent_at, bundle_name = excluded.bundle_name
-                WHERE dopesync.steps.state = 'sent'
-                RETURNING step_key
-            )
-            SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
-                before.step_key, before.state, before.server_id, before.content_digest, before.done_at,
-                before.request_fingerprint
-            FROM (VALUES (1)) AS one LEFT JOIN before ON true
-            """
+        static let sql = writing(foundDone: false)
         static let bindingDataTypes: [PostgresDataType] = [
             .text, .int8, .text, .text, .float8, .textArray, .textArray, .textArray, .textArray,
         ]
@@ -210,6 +188,58 @@ enum HotStatements {
             bindings.append(intents.map(\.contentDigest))
             return bindings
         }
+
+        /// Only a missing row or a `sent` one is written (``StepRules``). `foundDone`: the steps
+        /// are written `done` at once, with the server ids in `$10`.
+        static func writing(foundDone: Bool) -> String {
+            let serverIDs = foundDone ? ", $10::bigint[]" : ""
+            let serverIDColumn = foundDone ? ", server_id" : ""
+            let state = foundDone ? "'done'" : "'sent'"
+            let doneColumns = foundDone ? ", server_id, done_at" : ""
+            let doneValues = foundDone ? ", server_id, $5" : ""
+            let doneUpdate =
+                foundDone ? ", state = excluded.state, server_id = excluded.server_id, done_at = excluded.done_at" : ""
+            return """
+                WITH fence AS (\(ClaimFence.sql(.share))), given AS (
+                    SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::text[]\(serverIDs))
+                        AS given(step_key, idempotency_key, request_fingerprint, content_digest\(serverIDColumn))
+                ), before AS (
+                    SELECT s.step_key, s.state, s.server_id, s.content_digest, s.done_at, s.request_fingerprint,
+                        s.bundle_name
+                    FROM dopesync.steps s JOIN given USING (step_key) WHERE s.session_id = $4 FOR UPDATE OF s
+                ), written AS (
+                    INSERT INTO dopesync.steps (session_id, step_key, idempotency_key, request_fingerprint,
+                        content_digest, state, sent_at, bundle_name\(doneColumns))
+                    SELECT $4, step_key, idempotency_key, request_fingerprint, content_digest, \(state), $5, $1\(doneValues)
+                    FROM given WHERE EXISTS (SELECT 1 FROM fence)
+                    ON CONFLICT (session_id, step_key) DO UPDATE SET idempotency_key = excluded.idempotency_key,
+                        request_fingerprint = excluded.request_fingerprint, content_digest = excluded.content_digest,
+                        sent_at = excluded.sent_at, bundle_name = excluded.bundle_name\(doneUpdate)
+                    WHERE dopesync.steps.state = 'sent'
+                    RETURNING step_key
+                )
+                SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+                    before.step_key, before.state, before.server_id, before.content_digest, before.done_at,
+                    before.request_fingerprint, before.bundle_name
+                FROM (VALUES (1)) AS one LEFT JOIN before ON true
+                """
+        }
+    }
+
+    /// Steps found on the server with no result here
+    /// (``PostgresCheckpoints/recordFoundOnServer(sessionID:_:)``): as ``RecordIntents``, each
+    /// step written `done` at once, `$10` their server ids.
+    struct RecordFound: HotStatement {
+        static let sql = RecordIntents.writing(foundDone: true)
+        static let bindingDataTypes = RecordIntents.bindingDataTypes + [.int8Array]
+        let intents: RecordIntents
+        let serverIDs: [Int64]
+
+        func makeBindings() -> PostgresBindings {
+            var bindings = intents.makeBindings()
+            bindings.append(serverIDs)
+            return bindings
+        }
     }
 
     /// The results of one batch (``PostgresCheckpoints/recordResultsNow(_:)``), each fenced by the
@@ -223,8 +253,8 @@ enum HotStatements {
             ), current AS (
                 -- Each step by its key (a lateral lookup: never a scan of the whole table, whatever
                 -- the plan cached when the table was small would have chosen).
-                SELECT s.session_id, s.step_key, s.state, s.server_id, s.content_digest, s.done_at, s.bundle_name,
-                    given.new_id
+                SELECT s.session_id, s.step_key, s.state, s.server_id, s.content_digest, s.done_at,
+                    s.request_fingerprint, s.bundle_name, given.new_id
                 FROM given CROSS JOIN LATERAL (
                     SELECT * FROM dopesync.steps s
                     WHERE s.session_id = given.session_id AND s.step_key = given.step_key FOR UPDATE
@@ -243,7 +273,8 @@ enum HotStatements {
                     AND current.bundle_name IN (SELECT bundle_name FROM fence)
             )
             SELECT current.session_id, current.step_key, current.state, current.server_id, current.content_digest,
-                current.done_at, current.bundle_name, current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced
+                current.done_at, current.request_fingerprint, current.bundle_name,
+                current.bundle_name IN (SELECT bundle_name FROM fence) AS fenced
             FROM current
             """
         static let bindingDataTypes: [PostgresDataType] = [
