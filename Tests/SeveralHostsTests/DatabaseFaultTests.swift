@@ -195,3 +195,47 @@ import Testing
         }
     }
 }
+
+extension CancelledStatementTests {
+    @Test(
+        "a transaction whose statements each keep within the limit but together outlast the wait: rolled back, nothing of it commits after the store reported it",
+        .timeLimit(minutes: 1))
+    func aTransactionThatOutlastsTheWaitIsRolledBack() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        let owner = ClaimOwner(host: "host-a", pid: 1, runID: "run-a")
+        // A wait of 2.5 s: each statement may take 2 s, and each of the failure's two updates
+        // (its bundle's row, then its claim's) takes 1.5 s.
+        try await PostgresCheckpoints.with(
+            database.settings(lease: .seconds(3600)), owner: owner, statementTimeout: .milliseconds(2500),
+            logger: quietLogger
+        ) { store in
+            #expect(try await store.acquireClaim(of: "x.tar.gz", orphan: false, owner: owner))
+            _ = try await store.recordClaim(
+                name: "x.tar.gz", sessionID: "s1", owner: owner, producer: Producer(uid: 0), api: "http://api:80",
+                totalSteps: 3, now: Date())
+            try await database.psql(
+                """
+                CREATE FUNCTION dopesync.slow() RETURNS trigger LANGUAGE plpgsql
+                    AS $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$;
+                CREATE TRIGGER slow BEFORE UPDATE ON dopesync.bundles FOR EACH ROW EXECUTE FUNCTION dopesync.slow();
+                CREATE TRIGGER slow BEFORE UPDATE ON dopesync.claims FOR EACH ROW EXECUTE FUNCTION dopesync.slow();
+                """)
+            let failure = BundleFailure(reason: .gaveUp, message: "test")
+            await #expect {
+                try await store.recordFailure(
+                    name: "x.tar.gz", sessionID: "s1", error: failure, finalName: "x.tar.gz")
+            } throws: { ($0 as? CheckpointError)?.code == .unreachable }
+            // Until the server has ended every statement of the run's: one left running could
+            // still commit.
+            var busy = "1"
+            while busy != "0" {
+                busy = try await database.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' AND state <> 'idle'"
+                ).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            #expect(
+                try await database.psql("SELECT last_outcome FROM dopesync.bundles WHERE name = 'x.tar.gz'")
+                    == "claimed", "the failure committed after the store had reported it failed")
+        }
+    }
+}

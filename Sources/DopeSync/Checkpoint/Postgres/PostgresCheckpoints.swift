@@ -75,8 +75,10 @@ public final class PostgresCheckpoints: Sendable {
         let store = PostgresCheckpoints(
             client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
         // The pool runs in a task of its own, not a child: a pool that lost its server may not
-        // end when cancelled (vapor/postgres-nio#599), and the run must end all the same. Such a
-        // task inherits no executor preference, so it names the run's.
+        // end when cancelled (vapor/postgres-nio#599), and the run must end all the same. Its fix
+        // (vapor/postgres-nio#647) came after 1.33.2, the newest release this project can build
+        // with; with it, this becomes a child of the group below. Such a task inherits no
+        // executor preference, so it names the run's.
         let pool = Task(executorPreference: UploadExecutor.loops) { await client.run() }
         let result: Result<Value, any Error> = await withTaskGroup(of: Void.self) { group in
             group.addTask { await store.runQueuedWrites() }
@@ -126,11 +128,11 @@ public final class PostgresCheckpoints: Sendable {
     ///   four fifths of the run's wait (``statementTimeout``), and one waiting for a lock half as
     ///   long, so that a statement's wait ends with the server's own "cancelled" and nothing of it
     ///   commits later: a wait that only gave up on it left the statement running, and a write the
-    ///   run had reported failed once committed 3 s later. The wait covers a whole transaction,
-    ///   though, and one of several statements each under the limit can still outlive it.
+    ///   run had reported failed once committed 3 s later. A transaction of several statements
+    ///   commits only within the same limit (``transaction(_:_:)``).
     static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
         let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
-        let statement = max(Int(statementTimeout / .milliseconds(1)) * 4 / 5, 500)
+        let statement = Int(statementLimit(statementTimeout) / .milliseconds(1))
         return [
             ("idle_in_transaction_session_timeout", "\(milliseconds)ms"),
             ("statement_timeout", "\(statement)ms"),
@@ -138,6 +140,12 @@ public final class PostgresCheckpoints: Sendable {
             ("plan_cache_mode", "force_generic_plan"),
             ("application_name", "dopesync"),
         ]
+    }
+
+    /// How long one statement may take: four fifths of the run's wait, so that the server's own
+    /// cancellation, and a transaction's last COMMIT, come before the wait ends.
+    static func statementLimit(_ statementTimeout: Duration) -> Duration {
+        max(statementTimeout * 4 / 5, .milliseconds(500))
     }
 
     static func tls(_ mode: DatabaseSettings.TLSMode) -> PostgresClient.Configuration.TLS {
@@ -185,12 +193,25 @@ public final class PostgresCheckpoints: Sendable {
     }
 
     /// A transaction on one pooled connection (BEGIN … COMMIT; ROLLBACK when `body` throws).
+    ///
+    /// COMMIT is sent only within the part of the run's wait its statements may take (as
+    /// `statement_timeout`, ``sessionSettings(_:statementTimeout:)``); later, the transaction is
+    /// rolled back. Each statement keeps within its own limit, but several together could outlast
+    /// the wait, and a COMMIT sent after the run had reported the write failed once made it
+    /// happen all the same: now its outcome is settled by the time the wait ends.
     func transaction<Value: Sendable>(
         _ doing: @autoclosure () -> String, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
     ) async throws(CheckpointError) -> Value {
         let logger = self.logger
+        let statementLimit = Self.statementLimit(statementTimeout)
         return try await perform(doing()) { [client] in
-            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+            let commitBy = ContinuousClock.now + statementLimit
+            return try await client.withTransaction(logger: logger) { connection in
+                let value = try await body(connection)
+                // Thrown inside the closure, so the transaction rolls back.
+                guard ContinuousClock.now < commitBy, !Task.isCancelled else { throw TimedOut() }
+                return value
+            }
         }
     }
 
