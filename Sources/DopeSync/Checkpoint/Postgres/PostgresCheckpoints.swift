@@ -129,7 +129,7 @@ public final class PostgresCheckpoints: Sendable {
     ///   long, so that a statement's wait ends with the server's own "cancelled" and nothing of it
     ///   commits later: a wait that only gave up on it left the statement running, and a write the
     ///   run had reported failed once committed 3 s later. A transaction of several statements
-    ///   commits only within the same limit (``transaction(_:_:)``).
+    ///   commits only within the same limit (``transaction(_:timeout:_:)``).
     static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
         let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
         let statement = Int(statementLimit(statementTimeout) / .milliseconds(1))
@@ -199,12 +199,15 @@ public final class PostgresCheckpoints: Sendable {
     /// rolled back. Each statement keeps within its own limit, but several together could outlast
     /// the wait, and a COMMIT sent after the run had reported the write failed once made it
     /// happen all the same: now its outcome is settled by the time the wait ends.
+    /// `timeout`: the wait, if not the run's (an import of many statements).
     func transaction<Value: Sendable>(
-        _ doing: @autoclosure () -> String, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+        _ doing: @autoclosure () -> String, timeout: Duration? = nil,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
     ) async throws(CheckpointError) -> Value {
         let logger = self.logger
-        let statementLimit = Self.statementLimit(statementTimeout)
-        return try await perform(doing()) { [client] in
+        let wait = timeout ?? statementTimeout
+        let statementLimit = Self.statementLimit(wait)
+        return try await perform(doing(), timeout: wait) { [client] in
             let commitBy = ContinuousClock.now + statementLimit
             return try await client.withTransaction(logger: logger) { connection in
                 let value = try await body(connection)
