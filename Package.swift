@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0 (see LICENSE)
 import PackageDescription
 
-// Keep module boundaries honest from day one (as Hummingbird 2 does).
+// Module boundaries the compiler enforces, as Hummingbird 2's: the bundle reader
+// (DopeSyncBundle) knows no HTTP or database.
 let strictness: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
@@ -65,11 +66,35 @@ let package = Package(
             swiftSettings: strictness
         ),
 
-        // All of the worker's behaviour.
+        // What every layer uses: files, text for people, the run's stop, its executor and pools.
+        .target(
+            name: "DopeSyncSupport",
+            dependencies: [
+                "ThreadRules",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // The bundle reader, validator and packer: archives and sessions, no HTTP, no database.
+        .target(
+            name: "DopeSyncBundle",
+            dependencies: [
+                "CArchive",
+                "DopeSyncSupport",
+                "ThreadRules",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // The worker: the spool, the checkpoint stores, the upload and the commands.
         .target(
             name: "DopeSync",
             dependencies: [
-                "CArchive",
+                "DopeSyncBundle",
+                "DopeSyncSupport",
                 "SQLiteSupport",
                 "ThreadRules",
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,3 +1,7 @@
+// The layers below, for the executables and tests that import the worker.
+@_exported import DopeSyncBundle
+@_exported import DopeSyncSupport
+
 /// dopesync: claims session bundles from a spool and uploads them, in order and exactly once,
 /// to the TrueDope API. See ARCHITECTURE.md for the parts and how one bundle flows through them.
 public enum DopeSyncInfo {

@@ -55,16 +55,17 @@ enum DatabaseOwnership {
                 throw CheckpointError(code: .notOwned, message: "\(file) is not a regular file: refused")
             }
             guard info.st_uid == me else {
-                let owner = userName(info.st_uid)
+                let owner = FileSystem.userName(info.st_uid)
                 let fix =
                     me == 0
                     ? "dopesync is running as root: run it as \(owner) (runuser -u \(owner) -- dopesync …); "
                         + "only if root is meant to own this spool, chown root: \(path)*"
                     : "if it is this spool's own database (a run as another user, root say, made it), give it back: "
-                        + "chown \(userName(me)): \(path)*; and run dopesync as \(userName(me)) only"
+                        + "chown \(FileSystem.userName(me)): \(path)*; and run dopesync as \(FileSystem.userName(me)) only"
                 throw CheckpointError(
                     code: .notOwned,
-                    message: "\(file) belongs to \(owner) (mode \(octal(mode))), not to \(userName(me)), who runs "
+                    message:
+                        "\(file) belongs to \(owner) (mode \(FileSystem.octal(mode))), not to \(FileSystem.userName(me)), who runs "
                         + "dopesync: it is refused, never used. \(fix)")
             }
             found.append((file, mode))
@@ -83,7 +84,7 @@ enum DatabaseOwnership {
         throw CheckpointError(
             code: .cannotOpen,
             message: "cannot create the checkpoint database \(path): \(String(cString: strerror(code))) "
-                + "(does its folder exist, and may \(userName(geteuid())) write there?)")
+                + "(does its folder exist, and may \(FileSystem.userName(geteuid())) write there?)")
     }
 
     /// `path` with its folder's symlinks resolved (`realpath`), its last component as it is: the
@@ -94,14 +95,5 @@ enum DatabaseOwnership {
         guard let resolved = realpath(folder.isEmpty ? "." : folder, nil) else { return path }
         defer { free(resolved) }
         return String(cString: resolved) + "/" + name
-    }
-
-    static func userName(_ uid: uid_t) -> String {
-        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
-        return String(cString: name)
-    }
-
-    static func octal(_ mode: mode_t) -> String {
-        "0" + String(mode, radix: 8)
     }
 }

@@ -17,7 +17,7 @@ public struct Producer: Sendable, Hashable, CustomStringConvertible {
 
     /// The owner `uid`, named by this host's user database (`uid N` when it has no name).
     public init(uid: UInt32) {
-        self.init(uid: uid, name: DatabaseOwnership.userName(uid_t(uid)))
+        self.init(uid: uid, name: FileSystem.userName(uid_t(uid)))
     }
 
     public var description: String { name == "uid \(uid)" ? name : "\(name) (uid \(uid))" }

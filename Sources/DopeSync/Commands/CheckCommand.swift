@@ -144,7 +144,7 @@ public enum CheckCommand {
             )
         }
         guard access(directory, W_OK | X_OK) == 0 else {
-            let user = DatabaseOwnership.userName(geteuid())
+            let user = FileSystem.userName(geteuid())
             return (
                 Line(
                     ok: false, what: "metrics",
@@ -261,12 +261,12 @@ public enum CheckCommand {
         var lines: [Line] = []
         do {
             try spool.checkBeforeWriting(mayCreate: false, allowRoot: false)
-            let me = DatabaseOwnership.userName(geteuid())
-            let owner = DatabaseOwnership.userName(info.st_uid)
+            let me = FileSystem.userName(geteuid())
+            let owner = FileSystem.userName(info.st_uid)
             lines.append(
                 Line(
                     ok: true, what: "spool",
-                    detail: "\(spool.root), owner \(owner), mode \(DatabaseOwnership.octal(info.st_mode & 0o7777)); "
+                    detail: "\(spool.root), owner \(owner), mode \(FileSystem.octal(info.st_mode & 0o7777)); "
                         + "running as \(me)"))
         } catch {
             return [Line(ok: false, what: "spool", detail: "\(error)")]
@@ -279,7 +279,7 @@ public enum CheckCommand {
             lines.append(
                 Line(
                     ok: false, what: "folders",
-                    detail: "not writable by \(DatabaseOwnership.userName(geteuid())): "
+                    detail: "not writable by \(FileSystem.userName(geteuid())): "
                         + unwritable.map(\.rawValue).joined(separator: ", ")))
         } else {
             let made =

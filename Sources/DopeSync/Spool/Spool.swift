@@ -63,7 +63,7 @@ public struct Spool: Sendable, Hashable {
                 path: root, errno: code == ENOENT ? nil : code)
         }
         if geteuid() == 0 && info.st_uid != 0 && !allowRoot {
-            let owner = DatabaseOwnership.userName(info.st_uid)
+            let owner = FileSystem.userName(info.st_uid)
             throw SpoolError(
                 code: .runningAsRoot,
                 message: "running as root on a spool that belongs to \(owner): what root writes there, \(owner) "
@@ -91,10 +91,10 @@ public struct Spool: Sendable, Hashable {
     /// chown dopesync: …": what a person needs to put it right.
     static func notWritableMessage(_ folder: String) -> String {
         var info = stat()
-        let me = DatabaseOwnership.userName(geteuid())
+        let me = FileSystem.userName(geteuid())
         guard stat(folder, &info) == 0 else { return "spool folder is not writable by \(me)" }
-        return "spool folder is not writable by \(me): it belongs to \(DatabaseOwnership.userName(info.st_uid)) "
-            + "(mode \(DatabaseOwnership.octal(info.st_mode & 0o7777))); if \(me) runs the worker, fix it with "
+        return "spool folder is not writable by \(me): it belongs to \(FileSystem.userName(info.st_uid)) "
+            + "(mode \(FileSystem.octal(info.st_mode & 0o7777))); if \(me) runs the worker, fix it with "
             + "chown \(me) \(folder), or run dopesync as the user the spool belongs to"
     }
 

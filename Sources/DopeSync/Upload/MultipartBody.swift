@@ -14,7 +14,7 @@ import Synchronization
 /// - bytes rewritten after validation are searched while they stream (``MultipartBody``).
 struct MultipartFraming: Sendable {
     /// Whatever begins a delimiter of a boundary made from a key alone.
-    static let boundaryMarker = "--dopesync-"
+    static let boundaryMarker = multipartBoundaryMarker
 
     let boundary: String
     let head: [UInt8]

@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -6,70 +7,9 @@ import Foundation
     import Darwin
 #endif
 
-/// An error from the file system, naming the file and the operation.
-public struct FileSystemError: Error, Sendable, CustomStringConvertible {
-    public var path: String
-    public var operation: String
-    public var errno: Int32
-
-    public init(path: String, operation: String, errno: Int32) {
-        self.path = path
-        self.operation = operation
-        self.errno = errno
-    }
-
-    public var description: String {
-        "\(path): cannot \(operation): \(String(cString: strerror(errno)))"
-    }
-}
-
-enum FileSystem {
-    /// Reads a whole file, refusing one larger than `maxBytes`.
-    static func readFile(_ path: String, maxBytes: Int) throws -> [UInt8] {
-        var bytes: [UInt8] = []
-        try withChunks(of: path) { chunk in
-            if bytes.count + chunk.count > maxBytes {
-                throw FileSystemError(path: path, operation: "read more than \(maxBytes) bytes", errno: EFBIG)
-            }
-            bytes.append(contentsOf: chunk)
-        }
-        return bytes
-    }
-
-    /// Hands the file's bytes to `body` in bounded chunks.
-    static func withChunks(
-        of path: String,
-        chunkSize: Int = 256 * 1024,
-        _ body: (UnsafeRawBufferPointer) throws -> Void
-    ) throws {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw FileSystemError(path: path, operation: "open", errno: errno) }
-        defer { close(descriptor) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
-        defer { buffer.deallocate() }
-        while true {
-            let count = read(descriptor, buffer.baseAddress, chunkSize)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw FileSystemError(path: path, operation: "read", errno: errno)
-            }
-            if count == 0 { return }
-            try body(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
-        }
-    }
-
-    /// Whether `path` names a regular file (links are not followed).
-    /// The size of the file at `path` in bytes, nil when it cannot be read.
-    static func size(ofPath path: String) -> Int64? {
-        var info = stat()
-        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
-    }
-
-    static func isRegularFile(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
-    }
-
+/// The file writes that follow the spool's rules: folders synced after a move, and a name never
+/// replaced but suffixed (``SpoolFiles/moveNoReplace(_:toFolder:name:)``).
+extension FileSystem {
     /// Makes a folder's entries durable: after `rename` returns, the new entry may still exist only
     /// in memory, and a power loss could bring back the old one.
     static func syncDirectory(_ path: String) throws(SpoolError) {
@@ -137,25 +77,5 @@ enum FileSystem {
             let mask = mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)
         else { return 0o022 }
         return mask
-    }
-
-    /// Writes all of `bytes` to an open file, retrying short writes and EINTR.
-    static func writeAll(_ bytes: [UInt8], to descriptor: Int32, path: String) throws(FileSystemError) {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { buffer in
-                write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-            }
-            if written < 0 {
-                if errno == EINTR { continue }
-                throw FileSystemError(path: path, operation: "write", errno: errno)
-            }
-            offset += written
-        }
-    }
-
-    static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 }

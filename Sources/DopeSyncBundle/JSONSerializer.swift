@@ -68,7 +68,7 @@ extension JSONValue {
 
 extension JSONValue {
     /// `string` as a JSON string literal, quotes included: the one JSON string writer of the worker.
-    static func quoted(_ string: String) -> String {
+    package static func quoted(_ string: String) -> String {
         String(decoding: JSONValue.string(string).serialized(), as: UTF8.self)
     }
 }

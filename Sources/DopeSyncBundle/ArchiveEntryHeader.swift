@@ -1,4 +1,5 @@
 import CArchive
+import DopeSyncSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -19,7 +20,7 @@ enum ArchiveEntryKind: String, Sendable {
 }
 
 /// One entry's header, as read from the archive (the path is not yet normalised).
-struct ArchiveEntryHeader: Sendable {
+package struct ArchiveEntryHeader: Sendable {
     /// The entry's name as UTF-8 text; when it is not valid UTF-8, its bytes escaped (`\xfc`).
     var rawPath: String
     /// Why the name cannot be used (not UTF-8, or unreadable); the entry is then refused.

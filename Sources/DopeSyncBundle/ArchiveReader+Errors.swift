@@ -36,7 +36,7 @@ extension ArchiveReader {
     /// tar archive" comes with either, by where the cut falls; "truncated gzip input" with MISC)
     /// and for damaged input, and a gzip stream missing only part of its trailer fails with no
     /// errno (0) and no message at all.
-    static func code(libarchiveErrno: Int32, detail: String, opening: Bool) -> BundleError.Code {
+    package static func code(libarchiveErrno: Int32, detail: String, opening: Bool) -> BundleError.Code {
         switch libarchiveErrno {
         case archiveFileFormatErrno where opening: return .notAnArchive
         case EIO: return .truncated

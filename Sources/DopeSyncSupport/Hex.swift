@@ -1,7 +1,7 @@
 extension Sequence where Element == UInt8 {
     /// Lowercase hexadecimal, two digits a byte: the worker's one hex encoder (digests, sniffed
     /// bytes in messages, `\xNN` escapes).
-    var hexString: String {
+    package var hexString: String {
         let digits = Array("0123456789abcdef".utf8)
         var bytes: [UInt8] = []
         for byte in self {

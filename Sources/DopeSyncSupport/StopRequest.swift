@@ -47,7 +47,7 @@ public final class StopRequest: Sendable {
     }
 
     /// Why ``sleep(for:)`` returned.
-    enum Wake: Sendable, Equatable {
+    package enum Wake: Sendable, Equatable {
         case timeUp
         /// The run was asked to stop (a wait that ends at the request).
         case stopRequested
@@ -59,7 +59,7 @@ public final class StopRequest: Sendable {
     /// Waits `duration`, or less: until the grace after a stop is over (or, with `endsAtRequest`,
     /// until the stop is requested), or the task is cancelled. One continuation and one
     /// event-loop timer, cancelled when woken otherwise; no task.
-    func sleep(for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
+    package func sleep(for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
         // Taken before the handler, which must know whom to wake; registered under the same lock
         // as its wake-ups below.
         let id = waiters.withLock { waiters in

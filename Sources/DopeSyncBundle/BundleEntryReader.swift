@@ -1,4 +1,5 @@
 import Crypto
+import DopeSyncSupport
 
 /// Streams the bytes of a validated bundle's images straight out of the archive, one bounded
 /// chunk at a time, without extracting anything to disk.

@@ -1,3 +1,5 @@
+import DopeSyncSupport
+
 /// What bounds one reading of an archive besides ``BundleLimits``' sizes: a deadline and a run's
 /// stop. Checked before every block libarchive reads from the file and after every block it hands
 /// back, so a hostile stream or a signal ends the reading within one block.
@@ -34,7 +36,7 @@ public struct ReadBudget: Sendable {
 
 extension Duration {
     /// `12 s`, `1.5 s`.
-    var formattedSeconds: String {
+    package var formattedSeconds: String {
         let tenths = (self / .milliseconds(100)).rounded()
         return tenths.truncatingRemainder(dividingBy: 10) == 0 ? "\(Int(tenths / 10)) s" : "\(tenths / 10) s"
     }

@@ -1,4 +1,5 @@
 import Crypto
+import DopeSyncSupport
 import Foundation
 
 /// Builds a valid bundle from a session JSON file and a folder of images: `dopesync pack`.

@@ -1,4 +1,5 @@
 import Crypto
+import DopeSyncSupport
 
 /// A regular file found in an archive, with what one streaming pass learnt about it.
 struct ScannedFile: Sendable, Hashable {
@@ -229,11 +230,15 @@ private struct SeenNames {
     var bufferedTopFolder: String?
 }
 
+/// Whatever begins a multipart delimiter of a boundary made from a key alone: an image that
+/// holds it gets a boundary that also hashes its own SHA-256 (the upload's `MultipartFraming`).
+package let multipartBoundaryMarker = "--dopesync-"
+
 /// What one pass learns of an accepted file's bytes as they stream by.
 private struct EntryContent {
     var size: Int64 = 0
     var hasher = SHA256()
-    var marker = StreamingSearch(MultipartFraming.boundaryMarker)
+    var marker = StreamingSearch(multipartBoundaryMarker)
     /// The first bytes, for ``ScannedFile/prefix``.
     var prefix: [UInt8] = []
     /// All of a buffered file (`session.json`, `manifest.json`) while within
@@ -285,24 +290,5 @@ enum EntryPath {
         // `./a` and `a/./b` name the same file as `a` and `a/b`.
         components.removeAll { $0 == "." }
         return .success(components.joined(separator: "/"))
-    }
-}
-
-/// A byte count for people: `16 MiB`, `1.5 GiB`, `900 B`.
-struct ByteCount: CustomStringConvertible, Sendable {
-    var bytes: Int64
-    init(_ bytes: Int64) { self.bytes = bytes }
-
-    var description: String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        if unit == 0 { return "\(bytes) B" }
-        let rounded = (value * 10).rounded() / 10
-        return rounded == rounded.rounded() ? "\(Int(rounded)) \(units[unit])" : "\(rounded) \(units[unit])"
     }
 }

@@ -22,7 +22,7 @@ public enum UploadExecutor {
     }
 }
 
-final class EventLoopsTaskExecutor: TaskExecutor {
+package final class EventLoopsTaskExecutor: TaskExecutor {
     private let group: MultiThreadedEventLoopGroup
 
     init(group: MultiThreadedEventLoopGroup) {
@@ -31,7 +31,7 @@ final class EventLoopsTaskExecutor: TaskExecutor {
 
     /// The job runs as this task executor's, not the loop's serial executor's: the runtime then
     /// sees that a nonisolated call is already where the task prefers, and makes no hop.
-    func enqueue(_ job: consuming ExecutorJob) {
+    package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let executor = asUnownedTaskExecutor()
         group.any().execute { job.runSynchronously(on: executor) }

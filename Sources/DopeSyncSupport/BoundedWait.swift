@@ -6,7 +6,7 @@ import Synchronization
 /// (a query on a connection the server dropped, in postgres-nio 1.33) holds the caller for ever.
 /// Here `body` runs in a task of its own, which is cancelled when the time is up and left to end
 /// when it will; the caller goes on with ``TimedOut``. Cancelling the caller cancels `body` too.
-func withBoundedWait<Value: Sendable>(
+package func withBoundedWait<Value: Sendable>(
     _ limit: Duration, _ body: @escaping @Sendable () async throws -> Value
 ) async throws -> Value {
     let race = BoundedWaitRace<Value>()
@@ -20,8 +20,9 @@ func withBoundedWait<Value: Sendable>(
 }
 
 /// The time given to ``withBoundedWait(_:_:)`` ran out.
-struct TimedOut: Error, CustomStringConvertible {
-    var description: String { "no answer in time" }
+package struct TimedOut: Error, CustomStringConvertible {
+    package init() {}
+    package var description: String { "no answer in time" }
 }
 
 /// Whichever ends first, the work or its timer, resumes the waiter; the other is cancelled.

@@ -33,3 +33,22 @@ public enum ByteRate {
         "\(ByteCount(Int64(bytesPerSecond.rounded())))/s"
     }
 }
+
+/// A byte count for people: `16 MiB`, `1.5 GiB`, `900 B`.
+package struct ByteCount: CustomStringConvertible, Sendable {
+    var bytes: Int64
+    package init(_ bytes: Int64) { self.bytes = bytes }
+
+    package var description: String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        if unit == 0 { return "\(bytes) B" }
+        let rounded = (value * 10).rounded() / 10
+        return rounded == rounded.rounded() ? "\(Int(rounded)) \(units[unit])" : "\(rounded) \(units[unit])"
+    }
+}

@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 /// One image a record names, found in the bundle and recognised by its bytes.
@@ -12,12 +13,12 @@ public struct BundleImage: Sendable, Hashable {
     /// The entry's position in the archive, counting every entry (``ScannedFile/ordinal``).
     var ordinal: Int
     /// Whether its bytes hold ``MultipartFraming/boundaryMarker`` (``ScannedFile/holdsBoundaryMarker``).
-    var holdsBoundaryMarker = false
+    package var holdsBoundaryMarker = false
     /// The validated bytes themselves, when the image is small enough to keep from validation
     /// (``ArchiveScan/retainedFileLimit``); nil when it is streamed from the archive.
-    var bytes: [UInt8]?
+    package var bytes: [UInt8]?
 
-    init(
+    package init(
         fileName: String, entryPath: String, size: Int64, sha256: String, type: ImageType, ordinal: Int,
         bytes: [UInt8]? = nil
     ) {
@@ -277,7 +278,7 @@ enum BundleManifest {
 
 extension SessionDocument.ImageReference {
     /// Where the record names this image, for error messages.
-    var fieldPath: String {
+    package var fieldPath: String {
         switch role {
         case .photo: "groupEntries[\(groupIndex)].imageFileNames"
         case .original: "groupEntries[\(groupIndex)].measurement.originalImageFileName"
@@ -288,7 +289,7 @@ extension SessionDocument.ImageReference {
 
 extension SessionIssue {
     /// `session.json: groupEntries[2].measurement.bulletDiameter`, or `session.json` for the whole document.
-    var culprit: String {
+    package var culprit: String {
         let path = "\(self.path)"
         return path.isEmpty ? "session.json" : "session.json: \(path)"
     }

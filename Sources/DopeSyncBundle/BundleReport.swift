@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 /// What `dopesync inspect` says about a bundle: a summary if it is valid, every reason if not.
@@ -39,6 +40,11 @@ public struct BundleReport: Sendable, Codable {
     public struct CompletedStep: Sendable, Codable, Equatable {
         public var step: String
         public var serverID: Int
+
+        package init(step: String, serverID: Int) {
+            self.step = step
+            self.serverID = serverID
+        }
     }
 
     /// What the server's reference lists, as the last run kept them, say of the bundle's ids.
@@ -48,11 +54,19 @@ public struct BundleReport: Sendable, Codable {
             public var field: String
             public var kind: String
             public var id: Int64
+
+            package init(field: String, kind: String, id: Int64) {
+                (self.field, self.kind, self.id) = (field, kind, id)
+            }
         }
         /// The lists kept (`rifles`, `ammunition`, `locations`); empty when no run has read any.
         public var listsKept: [String]
         /// The ids of records not yet on the server that a kept list does not hold.
         public var unknown: [Unknown]
+
+        package init(listsKept: [String], unknown: [Unknown]) {
+            (self.listsKept, self.unknown) = (listsKept, unknown)
+        }
     }
 
     public var bundle: String

@@ -9,7 +9,7 @@ import ThreadRules
 
 /// Writes a gzip-compressed tar (POSIX pax) to an open file descriptor, wrapping libarchive.
 /// The caller owns the descriptor (and fsyncs it); use it through ``withTarGzipWriter(fileDescriptor:_:)``.
-final class ArchiveWriter {
+package final class ArchiveWriter {
     private let archive: OpaquePointer
     private let culprit: String
 
@@ -37,7 +37,7 @@ final class ArchiveWriter {
     /// The bytes must be exactly `size`, the size the tar header declares: a file that grew or
     /// shrank since it was measured is an error (libarchive would silently drop bytes past the
     /// declared size, writing 0 of them, so a loop waiting for them would never end).
-    func addFile(
+    package func addFile(
         path: String,
         size: Int64,
         modificationTime: Int,
@@ -89,7 +89,9 @@ final class ArchiveWriter {
     }
 }
 
-func withTarGzipWriter<T>(fileDescriptor: Int32, culprit: String, _ body: (ArchiveWriter) throws -> T) throws -> T {
+package func withTarGzipWriter<T>(fileDescriptor: Int32, culprit: String, _ body: (ArchiveWriter) throws -> T) throws
+    -> T
+{
     let writer = try ArchiveWriter(fileDescriptor: fileDescriptor, culprit: culprit)
     let result = try body(writer)
     try writer.finish()

@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -27,11 +28,11 @@ enum ClaimedFile {
             }
             var info = stat()
             if code == EACCES || code == EPERM, lstat(path, &info) == 0 {
-                let user = DatabaseOwnership.userName(geteuid())
+                let user = FileSystem.userName(geteuid())
                 throw BundleError(
                     .io, culprit: path,
                     message: "cannot open: \(String(cString: strerror(code))): \(user) may not read it (owner "
-                        + "\(DatabaseOwnership.userName(info.st_uid)), mode \(DatabaseOwnership.octal(info.st_mode & 0o7777))); "
+                        + "\(FileSystem.userName(info.st_uid)), mode \(FileSystem.octal(info.st_mode & 0o7777))); "
                         + "its producer must leave it readable (mode 0640, or the spool's default ACL), then "
                         + "`dopesync requeue` it")
             }

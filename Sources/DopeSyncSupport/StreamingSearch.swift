@@ -6,21 +6,21 @@
 
 /// Whether a fixed byte sequence occurs in a stream read chunk by chunk, a match spanning two
 /// chunks included. Keeps the last `pattern.count - 1` bytes seen, nothing more.
-struct StreamingSearch: Sendable {
+package struct StreamingSearch: Sendable {
     let pattern: [UInt8]
     /// The stream's last bytes, fewer than the pattern: where a match across chunks would start.
     private var carry: [UInt8] = []
-    private(set) var found = false
+    package private(set) var found = false
 
-    init(_ pattern: [UInt8]) {
+    package init(_ pattern: [UInt8]) {
         precondition(!pattern.isEmpty, "an empty pattern is everywhere")
         self.pattern = pattern
     }
 
-    init(_ pattern: String) { self.init(Array(pattern.utf8)) }
+    package init(_ pattern: String) { self.init(Array(pattern.utf8)) }
 
     /// Looks at the stream's next bytes.
-    mutating func update(_ chunk: UnsafeRawBufferPointer) {
+    package mutating func update(_ chunk: UnsafeRawBufferPointer) {
         guard !found, !chunk.isEmpty else { return }
         let keep = pattern.count - 1
         if !carry.isEmpty {
@@ -37,7 +37,7 @@ struct StreamingSearch: Sendable {
         carry = chunk.count >= keep ? Array(chunk.suffix(keep)) : Array((carry + chunk).suffix(keep))
     }
 
-    mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { update($0) } }
+    package mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { update($0) } }
 
     /// memchr for the first byte, memcmp for the rest (memmem is a GNU extension Swift's Glibc
     /// module does not export).

@@ -1,6 +1,8 @@
+import DopeSyncSupport
+
 /// The text formats of `session.json`'s string fields: UUIDs, RFC 3339 dates and image file
 /// names. Pure functions over UTF-8, no Foundation formatters (whose leniency varies by platform).
-enum SessionFieldFormats {
+package enum SessionFieldFormats {
     /// The lowercase form of an 8-4-4-4-12 hex UUID in either case; nil for anything else
     /// (braces, a `urn:uuid:` prefix, missing hyphens).
     static func canonicalUUID(_ text: String) -> String? {
@@ -18,7 +20,7 @@ enum SessionFieldFormats {
     /// A leap second (`:60`) is refused.
     /// The instant an RFC 3339 date-time names, to the millisecond: two texts of one instant
     /// (other offsets, other fractions) are equal. Nil for anything else.
-    static func instant(_ text: String) -> Int64? {
+    package static func instant(_ text: String) -> Int64? {
         guard isRFC3339DateTime(text) else { return nil }
         let bytes = Array(text.utf8)
         func number(_ start: Int, _ count: Int) -> Int64 {

@@ -32,7 +32,7 @@ private func withUTF8Names<T>(_ body: () -> T) -> T {
 /// with ``opening(path:budget:blockSize:)`` (``BundleEntryReader`` does, between an upload's steps).
 /// It closes the archive and its file when the last reference goes. Not Sendable: one task reads
 /// it at a time.
-final class ArchiveReader {
+package final class ArchiveReader {
     private let archive: OpaquePointer
     private let input: ArchiveInput
     let path: String
@@ -92,7 +92,7 @@ final class ArchiveReader {
     }
 
     /// The next entry's header, or nil at the end of the archive.
-    func nextHeader() throws(BundleError) -> ArchiveEntryHeader? {
+    package func nextHeader() throws(BundleError) -> ArchiveEntryHeader? {
         BlockingCalls.check("libarchive: reading an entry of \(path)")
         try checkBudget()
         var entry: OpaquePointer?
@@ -113,7 +113,7 @@ final class ArchiveReader {
     }
 
     /// Reads up to `buffer.count` bytes of the current entry's data; 0 at its end.
-    func readData(into buffer: UnsafeMutableRawBufferPointer) throws(BundleError) -> Int {
+    package func readData(into buffer: UnsafeMutableRawBufferPointer) throws(BundleError) -> Int {
         BlockingCalls.check("libarchive: reading data of \(path)")
         try checkBudget()
         let count = archive_read_data(archive, buffer.baseAddress, buffer.count)
@@ -147,7 +147,7 @@ final class ArchiveReader {
 
 /// Opens the archive at `path` and lends a reader to `body`; the reader closes when `body` is
 /// done with it (unless `body` keeps it: then use ``ArchiveReader/opening(path:budget:blockSize:)``).
-func withArchiveReader<T>(
+package func withArchiveReader<T>(
     path: String,
     expected: FileIdentity? = nil,
     budget: ReadBudget = .unbounded,
@@ -160,7 +160,7 @@ func withArchiveReader<T>(
 extension ArchiveReader {
     /// Opens the archive at `path` for a reader that is kept: it closes when its last reference goes.
     /// With `expected`, only that very file is read (see ``ClaimedFile/openRegularFile(_:expected:)``).
-    static func opening(
+    package static func opening(
         path: String, expected: FileIdentity? = nil, budget: ReadBudget = .unbounded, blockSize: Int = 64 * 1024
     ) throws(BundleError) -> ArchiveReader {
         try ArchiveReader(path: path, expected: expected, budget: budget, blockSize: blockSize)

@@ -1,0 +1,103 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// An error from the file system, naming the file and the operation.
+public struct FileSystemError: Error, Sendable, CustomStringConvertible {
+    public var path: String
+    public var operation: String
+    public var errno: Int32
+
+    public init(path: String, operation: String, errno: Int32) {
+        self.path = path
+        self.operation = operation
+        self.errno = errno
+    }
+
+    public var description: String {
+        "\(path): cannot \(operation): \(String(cString: strerror(errno)))"
+    }
+}
+
+package enum FileSystem {
+    /// Reads a whole file, refusing one larger than `maxBytes`.
+    package static func readFile(_ path: String, maxBytes: Int) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        try withChunks(of: path) { chunk in
+            if bytes.count + chunk.count > maxBytes {
+                throw FileSystemError(path: path, operation: "read more than \(maxBytes) bytes", errno: EFBIG)
+            }
+            bytes.append(contentsOf: chunk)
+        }
+        return bytes
+    }
+
+    /// Hands the file's bytes to `body` in bounded chunks.
+    package static func withChunks(
+        of path: String,
+        chunkSize: Int = 256 * 1024,
+        _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw FileSystemError(path: path, operation: "open", errno: errno) }
+        defer { close(descriptor) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let count = read(descriptor, buffer.baseAddress, chunkSize)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw FileSystemError(path: path, operation: "read", errno: errno)
+            }
+            if count == 0 { return }
+            try body(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// Whether `path` names a regular file (links are not followed).
+    /// The size of the file at `path` in bytes, nil when it cannot be read.
+    package static func size(ofPath path: String) -> Int64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
+    }
+
+    package static func isRegularFile(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+    }
+
+    /// Writes all of `bytes` to an open file, retrying short writes and EINTR.
+    package static func writeAll(_ bytes: [UInt8], to descriptor: Int32, path: String) throws(FileSystemError) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { buffer in
+                write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw FileSystemError(path: path, operation: "write", errno: errno)
+            }
+            offset += written
+        }
+    }
+
+    package static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// A user's name, for a message: `uid 1234` when it has none.
+    package static func userName(_ uid: uid_t) -> String {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return String(cString: name)
+    }
+
+    /// A file mode as `ls` and `chmod` read it: `0640`.
+    package static func octal(_ mode: mode_t) -> String {
+        "0" + String(mode, radix: 8)
+    }
+}
