@@ -18,9 +18,9 @@ extension BundleUploadState {
         case send(UploadStep, path: String)
         /// Read the credential again after the API refused it, then ``credentialRenewed(_:stopping:)``.
         case renewCredential
-        /// The refusal stands with the credential read again: ask the API something that needs
-        /// only the token, then ``tokenChecked(_:stopping:)``.
-        case checkToken
+        /// The refusal of the step stands with the credential read again: ask the API something
+        /// that needs only the token, then ``tokenChecked(_:stopping:)``.
+        case checkToken(UploadStep)
         /// Wait before retry number `retry` of the step (`Retry-After` when the answer gave one),
         /// then ``backedOff(_:stopping:)``. `after`: the answer that is retried, for the log.
         case backOff(UploadStep, retry: Int, retryAfter: Duration?, after: StepResponse)

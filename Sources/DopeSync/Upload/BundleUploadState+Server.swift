@@ -3,31 +3,38 @@
 /// there without a checkpoint.
 extension BundleUploadState {
     /// What the server's lists said of the references: on to the first step, or where the bundle
-    /// goes. An unknown id fails the bundle before anything of it is sent; a list that could not
-    /// be read is a failure of the API, never the bundle's.
-    mutating func referencesChecked(_ check: ReferenceCatalog.Check, stopping: Bool) -> Action {
-        precondition(phase == .checkingReferences, "references checked only after checkReferences")
-        phase = .stepping
+    /// goes, at once (nothing is handed in before the first request).
+    func afterReferences(_ check: ReferenceCatalog.Check, _ walk: inout Walk, stopping: Bool) -> Next {
+        guard let finish = Self.finish(after: check, stopping: stopping) else {
+            return advance(&walk, stopping: stopping)
+        }
+        return settleThen(.finish(finish), &walk)
+    }
+
+    /// Where the bundle goes after the reference check; nil: on to the first step. An unknown id
+    /// fails the bundle before anything of it is sent; a list that could not be read is a failure
+    /// of the API, never the bundle's.
+    static func finish(after check: ReferenceCatalog.Check, stopping: Bool) -> Finish? {
         switch check {
         case .passed:
-            return advance(stopping: stopping)
+            return nil
         case .unknown(let use):
-            return finish(.fail(use.unknownFailure, stepAnswered: false))
+            return .fail(use.unknownFailure, stepAnswered: false)
         case .listUnreadable(let list, let response):
-            if stopping { return finish(.giveBack(.stopping)) }
+            if stopping { return .giveBack(.stopping) }
             switch response {
             case .unauthorized(let status, let message):
-                return finish(.giveBack(.credentialsRefused(status: status, message: message)))
+                return .giveBack(.credentialsRefused(status: status, message: message))
             case .notTrusted(let message):
-                return finish(.giveBack(.apiNotTrusted(message: message)))
+                return .giveBack(.apiNotTrusted(message: message))
             case .misdirected(let message):
-                return finish(.giveBack(.apiMisdirected(message: message)))
+                return .giveBack(.apiMisdirected(message: message))
             case .retryable(let status, _, let message):
                 let failure = BundleFailure(
                     reason: status.map(FailureReason.http) ?? .unreachable, httpStatus: status,
                     message:
                         "the reference list GET \(list.path) could not be read before the first request: \(message)")
-                return finish(.deferBundle(failure, answered: status != nil))
+                return .deferBundle(failure, answered: status != nil)
             case .created, .rejected, .imageUnreadable:
                 preconditionFailure("a list's read answers no create, and a refusal of it passes (\(response))")
             }
@@ -37,10 +44,10 @@ extension BundleUploadState {
     /// The session is on the server although its step has no checkpoint (a new bundle of a session
     /// synced from elsewhere, a lost database, a crash before the session's result): which steps of
     /// the bundle without a checkpoint `tree` holds, in plan order, so that none is sent again.
-    func reconciliation(with tree: ServerTree) -> Reconciliation {
-        var ids = serverIDs
+    func reconciliation(with tree: ServerTree, _ walk: Walk) -> Reconciliation {
+        var ids = walk.serverIDs
         var found: [FoundStep] = []
-        for step in plan.steps where completed[step.key] == nil {
+        for step in plan.steps where walk.completed[step.key] == nil {
             switch tree.match(step) {
             case .absent: continue
             case .differs(let id, let field, let server, let bundle):
@@ -52,12 +59,6 @@ extension BundleUploadState {
             }
         }
         return found.isEmpty ? .nothing : .found(found)
-    }
-
-    /// The steps of a ``Reconciliation/found(_:)`` were recorded as done.
-    mutating func foundOnServer(_ recorded: [(stepKey: String, done: CompletedStep)]) {
-        for (key, done) in recorded { completed[key] = done }
-        intentsCommitted.formUnion(recorded.map(\.stepKey))
     }
 
     /// A record of `step` is on the server as `id` with `field` = `server`, the bundle saying `bundle`.

@@ -15,70 +15,6 @@
 ///   API takes it there, the refusal is this bundle's (a firewall that blocks its body, say): the
 ///   bundle is deferred, and the other bundles go on. Only a token refused there too stops the run.
 extension BundleUploadState {
-    /// The step's first try.
-    mutating func beginTries(of step: UploadStep, path: String, lookFirst: Bool, stopping: Bool) -> Action {
-        tries = Tries(path: path, mustLook: lookFirst && looksOnServer)
-        return nextTry(stopping: stopping)
-    }
-
-    /// What a look found (``Action/lookUp(_:_:)``).
-    mutating func looked(_ found: ServerLookup.Found, stopping: Bool) -> Action {
-        precondition(phase == .looking, "looked only after lookUp")
-        return actOnLook(found, stopping: stopping)
-    }
-
-    /// The steps of ``Action/recordFound(_:)`` were recorded as done.
-    mutating func foundRecorded(_ recorded: [(stepKey: String, done: CompletedStep)], stopping: Bool) -> Action {
-        guard case .recordingFound(let tree) = phase else {
-            preconditionFailure("foundRecorded only after recordFound")
-        }
-        foundOnServer(recorded)
-        return match(plan.steps[index], in: tree, stopping: stopping)
-    }
-
-    /// The API answered the step's request so (``Action/send(_:path:)``).
-    mutating func answered(_ response: StepResponse, stopping: Bool) -> Action {
-        precondition(phase == .sending, "answered only after send")
-        return actOnAnswer(response, stopping: stopping)
-    }
-
-    /// Whether a credential other than the one refused could be read (``Action/renewCredential``).
-    mutating func credentialRenewed(_ renewed: Bool, stopping: Bool) -> Action {
-        guard phase == .renewingCredential, var tries, tries.last != nil else {
-            preconditionFailure("credentialRenewed only after renewCredential")
-        }
-        guard renewed else {
-            phase = .checkingToken
-            return .checkToken
-        }
-        tries.mustLook = false
-        self.tries = tries
-        return nextTry(stopping: stopping)
-    }
-
-    /// Whether the API took the token for a request that needs nothing else (``Action/checkToken``).
-    mutating func tokenChecked(_ accepted: Bool, stopping: Bool) -> Action {
-        guard phase == .checkingToken, let refusal = tries?.last, case .unauthorized(let status, let message) = refusal
-        else { preconditionFailure("tokenChecked only after checkToken, on a refusal") }
-        guard accepted else { return settleThen(.act(on: .response(refusal, cutShort: false)), stopping: stopping) }
-        let step = plan.steps[index]
-        let failure = BundleFailure(
-            reason: .http(status), step: step.key, httpStatus: status,
-            message: "the API refused this bundle's request (\(status)) and took the same token for another: "
-                + "the refusal is the bundle's (a firewall that blocks its content?): \(message)")
-        return settleThen(.finish(.deferBundle(failure, answered: true)), stopping: stopping)
-    }
-
-    /// How the wait before a retry ended (``Action/backOff(_:retry:retryAfter:after:)``).
-    mutating func backedOff(_ backOff: BackOff, stopping: Bool) -> Action {
-        guard phase == .backingOff, let last = tries?.last else { preconditionFailure("backedOff only after backOff") }
-        switch backOff {
-        case .waited: return nextTry(stopping: stopping)
-        case .declined: return settleThen(.act(on: .response(last, cutShort: false)), stopping: stopping)
-        case .cancelled: return settleThen(.act(on: .response(last, cutShort: true)), stopping: stopping)
-        }
-    }
-
     /// Whether a retryable answer leaves open that the server did create the record (docs/api.md:
     /// no answer, a timeout, a 5xx, a 409 in flight, or a 2xx that did not confirm it), so the
     /// step is looked for before it is sent again. A 408, 425 or 429 says the request was not
@@ -90,100 +26,115 @@ extension BundleUploadState {
 
     // MARK: Rules
 
-    /// A look first when one is due and there is somewhere to look, else the send.
-    private mutating func nextTry(stopping: Bool) -> Action {
-        guard var tries else { preconditionFailure("a try belongs to a step's tries") }
-        let step = plan.steps[index]
-        if tries.mustLook {
+    /// The step's next try: a look first when `look` asks for one and there is somewhere to
+    /// look, else the send.
+    func nextTry(_ tries: Tries, look: Bool, _ walk: inout Walk, stopping: Bool) -> Next {
+        let step = plan.steps[walk.index]
+        if look {
             // The tree read for the steps left ambiguous by an earlier process serves each of
             // them once, for its first look: after a try in this run, only a fresh read can tell.
-            tries.firstLookOfAmbiguousBefore = ambiguousBefore.remove(step.key) != nil
-            self.tries = tries
+            let firstOfAmbiguousBefore = walk.ambiguousBefore.remove(step.key) != nil
             if step.kind == .session {
-                phase = .looking
-                return .lookUp(step, .sessionByClientID(plan.sessionID))
+                return (
+                    .looking(walk, tries, firstOfAmbiguousBefore: firstOfAmbiguousBefore),
+                    .lookUp(step, .sessionByClientID(plan.sessionID))
+                )
             }
-            if tries.firstLookOfAmbiguousBefore, let treeBefore {
-                return actOnLook(.tree(treeBefore), stopping: stopping)
+            if firstOfAmbiguousBefore, let treeBefore = walk.treeBefore {
+                return actOnLook(.tree(treeBefore), tries, firstOfAmbiguousBefore: true, &walk, stopping: stopping)
             }
-            if let session = serverIDs["session"] {
-                phase = .looking
-                return .lookUp(step, .sessionTree(serverID: session))
+            if let session = walk.serverIDs["session"] {
+                return (
+                    .looking(walk, tries, firstOfAmbiguousBefore: firstOfAmbiguousBefore),
+                    .lookUp(step, .sessionTree(serverID: session))
+                )
             }
         }
-        return send()
+        return send(tries, walk)
     }
 
-    /// The current step's request, under its tries' path.
-    private mutating func send() -> Action {
-        guard let tries else { preconditionFailure("a send belongs to a step's tries") }
-        phase = .sending
-        return .send(plan.steps[index], path: tries.path)
+    /// The step's request, under its tries' path.
+    private func send(_ tries: Tries, _ walk: Walk) -> Next {
+        (.sending(walk, tries), .send(plan.steps[walk.index], path: tries.path))
     }
 
-    private mutating func actOnLook(_ found: ServerLookup.Found, stopping: Bool) -> Action {
+    func actOnLook(
+        _ found: ServerLookup.Found, _ tries: Tries, firstOfAmbiguousBefore: Bool, _ walk: inout Walk, stopping: Bool
+    ) -> Next {
         switch found {
         case .unavailable, .tree(nil), .failed(.rejected):
             // Not there, or the API cannot say (no lookups; a lookup refused as a request): the key must do.
-            return send()
+            return send(tries, walk)
         case .failed(let response):
-            phase = .sending
-            return actOnAnswer(response, stopping: stopping)
+            return actOnAnswer(response, tries, &walk, stopping: stopping)
         case .tree(let tree?):
-            let step = plan.steps[index]
-            if tries?.firstLookOfAmbiguousBefore == true && treeBefore == nil { treeBefore = tree }
+            let step = plan.steps[walk.index]
+            if firstOfAmbiguousBefore && walk.treeBefore == nil { walk.treeBefore = tree }
             if step.kind == .session {
-                switch reconciliation(with: tree) {
+                switch reconciliation(with: tree, walk) {
                 case .nothing: break
-                case .differs(let failure): return settleThen(.act(on: .differs(failure)), stopping: stopping)
-                case .found(let found):
-                    phase = .recordingFound(tree)
-                    return .recordFound(found)
+                case .differs(let failure): return settleThen(.act(on: .differs(failure)), &walk, stopping: stopping)
+                case .found(let found): return (.recordingFound(walk, tries, tree: tree), .recordFound(found))
                 }
             }
-            return match(step, in: tree, stopping: stopping)
+            return match(step, in: tree, tries, &walk, stopping: stopping)
         }
     }
 
-    private mutating func match(_ step: UploadStep, in tree: ServerTree, stopping: Bool) -> Action {
+    func match(_ step: UploadStep, in tree: ServerTree, _ tries: Tries, _ walk: inout Walk, stopping: Bool) -> Next {
         switch tree.match(step) {
         case .absent:
-            return send()
+            return send(tries, walk)
         case .present(let id):
-            return settleThen(.act(on: .found(id)), stopping: stopping)
+            return settleThen(.act(on: .found(id)), &walk, stopping: stopping)
         case .differs(let id, let field, let server, let bundle):
             let failure = Self.changedOnServer(step, id: id, field: field, server: server, bundle: bundle)
-            return settleThen(.act(on: .differs(failure)), stopping: stopping)
+            return settleThen(.act(on: .differs(failure)), &walk, stopping: stopping)
         }
     }
 
-    private mutating func actOnAnswer(_ response: StepResponse, stopping: Bool) -> Action {
-        guard var tries else { preconditionFailure("an answer belongs to a step's tries") }
-        tries.last = response
-        if case .unauthorized(let status, _) = response, status != 407 {
-            self.tries = tries
+    func actOnAnswer(_ response: StepResponse, _ tries: Tries, _ walk: inout Walk, stopping: Bool) -> Next {
+        var tries = tries
+        let step = plan.steps[walk.index]
+        if case .unauthorized(let status, let message) = response, status != 407 {
+            let refusal = Refusal(status: status, message: message)
             guard tries.renewedCredential else {
-                self.tries?.renewedCredential = true
-                phase = .renewingCredential
-                return .renewCredential
+                tries.renewedCredential = true
+                return (.renewingCredential(walk, tries, refusal: refusal), .renewCredential)
             }
-            phase = .checkingToken
-            return .checkToken
+            return (.checkingToken(walk, refusal: refusal), .checkToken(step))
         }
         guard case .retryable(let status, let retryAfter, _) = response else {
-            return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)
+            return settleThen(.act(on: .response(response, cutShort: false)), &walk, stopping: stopping)
         }
-        tries.mustLook = looksOnServer && Self.outcomeUnknown(status: status)
         tries.retry += 1
-        self.tries = tries
         // The run is stopping first: a try cut short by the stop (its grace over) is not the
         // bundle's attempt, even if it was the step's last.
-        guard !stopping else { return settleThen(.act(on: .response(response, cutShort: true)), stopping: stopping) }
-        guard tries.retry < attemptsPerStep else {
-            return settleThen(.act(on: .response(response, cutShort: false)), stopping: stopping)
+        guard !stopping else {
+            return settleThen(.act(on: .response(response, cutShort: true)), &walk, stopping: stopping)
         }
-        phase = .backingOff
-        return .backOff(plan.steps[index], retry: tries.retry, retryAfter: retryAfter, after: response)
+        guard tries.retry < attemptsPerStep else {
+            return settleThen(.act(on: .response(response, cutShort: false)), &walk, stopping: stopping)
+        }
+        let lookFirst = looksOnServer && Self.outcomeUnknown(status: status)
+        return (
+            .backingOff(walk, tries, last: response, lookFirst: lookFirst),
+            .backOff(step, retry: tries.retry, retryAfter: retryAfter, after: response)
+        )
+    }
+
+    /// The token was checked alone after the step's refusal stood: taken there, the refusal is
+    /// the bundle's and it is deferred; refused there too, the run stops.
+    func afterTokenCheck(_ accepted: Bool, _ refusal: Refusal, _ walk: inout Walk, stopping: Bool) -> Next {
+        guard accepted else {
+            return settleThen(.act(on: .response(refusal.response, cutShort: false)), &walk, stopping: stopping)
+        }
+        let step = plan.steps[walk.index]
+        let failure = BundleFailure(
+            reason: .http(refusal.status), step: step.key, httpStatus: refusal.status,
+            message: "the API refused this bundle's request (\(refusal.status)) and took the same token for another: "
+                + "the refusal is the bundle's (a firewall that blocks its content?): \(refusal.message)")
+        return settleThen(.finish(.deferBundle(failure, answered: true)), &walk, stopping: stopping)
     }
 
     /// Where the bundle goes after `step`'s last answer, when it did not create the record.

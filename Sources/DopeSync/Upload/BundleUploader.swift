@@ -200,13 +200,13 @@ struct BundleUploader: Sendable {
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
                 if renewed { logger.notice("the API refused the token; sending the step again with the one read anew") }
                 action = state.credentialRenewed(renewed, stopping: counters.shouldStop)
-            case .checkToken:
+            case .checkToken(let step):
                 let accepted = await client.tokenAccepted(counting: counters)
                 logger.warning(
                     accepted
                         ? "the API refused this bundle's request but takes the token: the bundle is deferred, the others go on"
                         : "the API refuses the token itself",
-                    metadata: ["step": "\(plan.steps[state.index].key)"])
+                    metadata: ["step": "\(step.key)"])
                 action = state.tokenChecked(accepted, stopping: counters.shouldStop)
             case .backOff(let step, let number, let retryAfter, let answer):
                 action = state.backedOff(
