@@ -38,6 +38,8 @@ import Testing
         var tokenAccepted = false
         var backOff = BundleUploadState.BackOff.waited
         var settles: (_ stepKey: String) -> Bool = { _ in true }
+        /// Whether the steps a look found on the server can be recorded as done.
+        var recordsFound = true
         var references: ([ReferenceUse]) -> ReferenceCatalog.Check = { _ in .passed }
         var stopping: (_ sent: Int) -> Bool = { _ in false }
     }
@@ -68,6 +70,10 @@ import Testing
                 action = state.looked(script.look(step, target), stopping: script.stopping(sent))
             case .recordFound(let found):
                 trace.append("record found \(found.map(\.intent.stepKey).joined(separator: ","))")
+                guard script.recordsFound else {
+                    action = state.checkpointFailed()
+                    continue
+                }
                 action = state.foundRecorded(recorded(found), stopping: script.stopping(sent))
             case .send(let step, _):
                 trace.append("send \(step.key)")
@@ -584,6 +590,89 @@ import Testing
         #expect(trace.first == "send \(Self.keys[2])", "the first step not found, its intent already committed")
         #expect(!trace.contains { $0.hasPrefix("send session") || $0.hasPrefix("send \(Self.keys[1])") })
         #expect(state.serverIDs["session"] == 1 && state.serverIDs[Self.keys[1]] == 2)
+    }
+
+    @Test("steps found on the server that cannot be recorded as done give the bundle back, and nothing is sent")
+    func foundStepsNotRecordedGiveBack() throws {
+        var script = Script()
+        let there = try Self.tree([(Self.plan.steps[0], 1), (Self.plan.steps[1], 2)])
+        script.look = { _, _ in .tree(there) }
+        script.recordsFound = false
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(finish == .giveBack(.checkpointFailed))
+        #expect(trace.last == "record found session,\(Self.keys[1])")
+        #expect(!trace.contains { $0.hasPrefix("send") })
+    }
+
+    @Test(
+        "a look that fails is a failed try: backed off and looked at again, never sent on a guess; the last one defers")
+    func aFailedLookIsAFailedTry() {
+        let dope = Self.plan.steps[1]
+        var script = Script()
+        let normal = script.answer
+        script.answer = { step in
+            step.key == dope.key ? .retryable(status: 500, retryAfter: nil, message: "oops") : normal(step)
+        }
+        script.look = { step, _ in
+            step.kind == .session ? .tree(nil) : .failed(.retryable(status: 503, retryAfter: nil, message: "busy"))
+        }
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        let attempts = RetryPolicy().attempts
+        #expect(trace.filter { $0 == "send \(dope.key)" }.count == 1, "\(trace)")
+        #expect(trace.filter { $0 == "look \(dope.key)" }.count == attempts - 1)
+        #expect(
+            finish
+                == .deferBundle(
+                    BundleFailure(reason: .http(503), step: dope.key, httpStatus: 503, message: "busy"), answered: true)
+        )
+    }
+
+    @Test("a Retry-After longer than a slot may be held is not waited for: the bundle is deferred with that answer")
+    func aDeclinedBackOffDefers() {
+        let chrono = Self.plan.steps[2]
+        var script = Script()
+        let normal = script.answer
+        script.answer = { step in
+            step.key == chrono.key ? .retryable(status: 503, retryAfter: .seconds(600), message: "later") : normal(step)
+        }
+        script.backOff = .declined
+        var state = Self.fresh()
+        let (trace, finish) = Self.drive(&state, script)
+        #expect(trace.filter { $0 == "send \(chrono.key)" }.count == 1, "\(trace)")
+        #expect(
+            finish
+                == .deferBundle(
+                    BundleFailure(reason: .http(503), step: chrono.key, httpStatus: 503, message: "later"),
+                    answered: true))
+    }
+
+    /// Each phase holds only what its own events need: an event its phase does not wait for is
+    /// a driver's bug, and stops the process there rather than act on data that is not there.
+    @Test(
+        "an event its phase does not wait for stops the process: a send never made, a second start, a finished bundle")
+    func anEventOutOfItsPhaseStops() async {
+        await #expect(processExitsWith: .failure) {
+            var state = BundleUploadStateTests.fresh()
+            _ = state.answered(.created(id: 1, replayed: false), stopping: false)
+        }
+        await #expect(processExitsWith: .failure) {
+            var state = BundleUploadStateTests.fresh()
+            _ = state.start(stopping: false)
+            _ = state.start(stopping: false)
+        }
+        await #expect(processExitsWith: .failure) {
+            var state = BundleUploadStateTests.fresh()
+            guard case .recordIntents = state.start(stopping: false) else { return }
+            _ = state.tokenChecked(true, stopping: false)
+        }
+        await #expect(processExitsWith: .failure) {
+            var state = BundleUploadStateTests.fresh(
+                completed: BundleUploadStateTests.done(BundleUploadStateTests.plan.steps))
+            guard case .finish(.done) = state.start(stopping: false) else { return }
+            _ = state.settled(committed: true, stopping: false)
+        }
     }
 
     /// A session tree as the API shows it, holding these records (the session first, then DOPE
