@@ -180,7 +180,7 @@ import Testing
                 #expect(ContinuousClock.now - started < .seconds(30), "the lock is held until the run has ended")
                 let waiting = try await database.psql(
                     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' "
-                        + "AND wait_event_type = 'Lock'")
+                        + "AND wait_event_type = 'Lock' AND datname = current_database()")
                 #expect(waiting.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "a statement left waiting")
                 #expect(try spool.names(.incoming).count == 1, "given back, nothing claimed")
             }
@@ -225,12 +225,13 @@ extension CancelledStatementTests {
                 try await store.recordFailure(
                     name: "x.tar.gz", sessionID: "s1", error: failure, finalName: "x.tar.gz")
             } throws: { ($0 as? CheckpointError)?.code == .unreachable }
-            // Until the server has ended every statement of the run's: one left running could
-            // still commit.
+            // Until the server has ended every statement of this store's (the suite's other
+            // databases share the server): one left running could still commit.
             var busy = "1"
             while busy != "0" {
                 busy = try await database.psql(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' AND state <> 'idle'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' AND state <> 'idle' "
+                        + "AND datname = current_database()"
                 ).trimmingCharacters(in: .whitespacesAndNewlines)
             }
             #expect(
