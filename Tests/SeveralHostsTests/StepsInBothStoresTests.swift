@@ -17,8 +17,10 @@ import Testing
 
     /// The sequence, on `storage`; then each step of the session, as `ledger` reads it, as
     /// `key state serverID`.
-    func play(_ storage: some CheckpointStorage, _ ledger: some CheckpointLedger) async throws -> [String] {
-        #expect(try await storage.acquireClaim(of: "x.tar.gz", orphan: false, owner: owner))
+    func play(_ storage: some CheckpointStorage, _ ledger: some CheckpointLedger, claims: some ClaimStorage)
+        async throws -> [String]
+    {
+        #expect(try await claims.acquireClaim(of: "x.tar.gz", orphan: false, owner: owner))
         let first = try await storage.recordIntents(
             sessionID: "s1", [intent("session"), intent("dope:1"), intent("dope:2")])
         #expect(first == [.recorded, .recorded, .recorded])
@@ -58,7 +60,7 @@ import Testing
         let folder = try TemporaryFolder("steps-sqlite")
         let store = try CheckpointStore(path: folder.url.appendingPathComponent("checkpoints.sqlite").path)
         let steps = try await CheckpointWriter.with(store) { writer in
-            try await play(writer, store)
+            try await play(writer, store, claims: SpoolClaims())
         }
         #expect(steps == Self.expected)
     }
@@ -68,7 +70,7 @@ import Testing
         let steps = try await PostgresCheckpoints.with(
             database.settings(lease: .seconds(3600)), owner: owner, statementTimeout: .seconds(120),
             logger: quietLogger
-        ) { store in try await play(store, store) }
+        ) { store in try await play(store, store, claims: store) }
         #expect(steps == Self.expected)
     }
 }

@@ -1,16 +1,14 @@
 import Foundation
 
-/// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool
-/// (``CheckpointWriter``, one host) or the PostgreSQL database that several hosts share
-/// (``PostgresCheckpoints``). The upload code talks to this alone.
+/// How a run holds a bundle against the other workers, beside the spool's own claim (the flock
+/// and rename into `processing/`, ``ClaimedBundle``): a lease with an epoch in the PostgreSQL
+/// database several hosts share (``PostgresCheckpoints``), or nothing more on one host
+/// (``SpoolClaims``), where the flock alone is the claim.
 ///
-/// Every write about a claimed bundle is fenced: a store that holds claims as leases
-/// (PostgreSQL) refuses it, changing nothing, once this worker's lease on the bundle is gone
-/// (``CheckpointError/Code/leaseLost``). A store whose claims are the spool's flocks (SQLite)
-/// holds every claim it is asked about for as long as the process lives.
-public protocol CheckpointStorage: Sendable {
-    // MARK: Claims
-
+/// Every write about a claimed bundle is fenced: a store that holds claims as leases refuses
+/// it, changing nothing, once this worker's lease on the bundle is gone
+/// (``CheckpointError/Code/leaseLost``).
+public protocol ClaimStorage: Sendable {
     /// Takes the claim of `name` in the store before the spool's own claim (the rename into
     /// `processing/`): false when another worker holds it (then the bundle is left alone).
     /// `orphan`: the bundle is in `processing/`, left by a worker whose claim may have run out.
@@ -25,12 +23,34 @@ public protocol CheckpointStorage: Sendable {
     func holdsClaim(of name: String) -> Bool
     /// Checks with the store that the claim of `name` is still this worker's, just before a move.
     func confirmClaim(of name: String) async -> Bool
-    /// Whether the store's last statement failed because the database could not be reached (a
-    /// claim abandoned then is the database's fault, not a takeover's). Always false on one host.
-    var isUnreachable: Bool { get }
     /// Ends the claim of `name` without an outcome (the bundle stays where it is, or its spool
     /// claim failed): another worker may take it at once.
     func releaseClaim(of name: String) async
+}
+
+/// One host's claims: the spool's `flock` on the claimed file, which the kernel drops when the
+/// process dies. A claim is held for as long as the process lives, and there is nothing to take,
+/// renew or fence.
+public struct SpoolClaims: ClaimStorage {
+    public init() {}
+    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+        true
+    }
+    /// One host holds no leases: a claim never takes over a lock.
+    public func tookOverExpiredLease(of name: String) -> Bool { false }
+    public func holdsClaim(of name: String) -> Bool { true }
+    public func confirmClaim(of name: String) async -> Bool { true }
+    public func releaseClaim(of name: String) async {}
+}
+
+/// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool
+/// (``CheckpointWriter``, one host) or the PostgreSQL database that several hosts share
+/// (``PostgresCheckpoints``). The upload code talks to this alone, and to ``ClaimStorage`` for
+/// its claims.
+public protocol CheckpointStorage: Sendable {
+    /// Whether the store's last statement failed because the database could not be reached (a
+    /// claim abandoned then is the database's fault, not a takeover's). Always false on one host.
+    var isUnreachable: Bool { get }
 
     // MARK: Runs
 

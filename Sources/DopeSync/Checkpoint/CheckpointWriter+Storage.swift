@@ -1,24 +1,8 @@
 import Foundation
 
-/// The one-host store: the SQLite file in the spool, reached through the writer's thread.
-///
-/// Its claims are the spool's: an `flock` on the claimed file (``ClaimedBundle``), which the
-/// kernel drops when the process dies. So a claim here is held for as long as the process lives,
-/// and the store has nothing to take, renew or fence.
+/// The one-host store: the SQLite file in the spool, reached through the writer's thread. Its
+/// claims are the spool's own (``SpoolClaims``).
 extension CheckpointWriter: CheckpointStorage {
-    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
-        true
-    }
-
-    /// One host holds no leases: a claim never takes over a lock.
-    public func tookOverExpiredLease(of name: String) -> Bool { false }
-
-    public func holdsClaim(of name: String) -> Bool { true }
-
-    public func confirmClaim(of name: String) async -> Bool { true }
-
-    public func releaseClaim(of name: String) async {}
-
     public var isUnreachable: Bool { false }
 
     public func recordRunStarted(runID: String, host: String, pid: Int32) async throws(CheckpointError) {

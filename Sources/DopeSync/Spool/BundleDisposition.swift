@@ -8,6 +8,7 @@ import Logging
 /// next run takes it back. The uploader decides; this carries the decision out.
 struct BundleDisposition: Sendable {
     let checkpoints: any CheckpointStorage
+    let claims: any ClaimStorage
     /// When a deferred bundle is tried again, and when the worker gives up on it.
     let deferral: DeferralPolicy
     let counters: RunCounters
@@ -45,7 +46,7 @@ struct BundleDisposition: Sendable {
                     "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
                 ])
             return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-        case .deferBundle(_, _) where !checkpoints.holdsClaim(of: claimed.name):
+        case .deferBundle(_, _) where !claims.holdsClaim(of: claimed.name):
             // Its last try was cut short because the claim ran out: not the API's fault.
             return abandon(claimed, logger: logger)
         case .deferBundle(let failure, let answered):
@@ -173,7 +174,7 @@ struct BundleDisposition: Sendable {
     /// Whether the claim still allows a move: asked of the store just before it (a shared store
     /// checks the lease and renews it; the spool's flock always allows).
     private func mayMove(_ claimed: ClaimedBundle) async -> Bool {
-        await checkpoints.confirmClaim(of: claimed.name)
+        await claims.confirmClaim(of: claimed.name)
     }
 
     /// The claim's lease ran out (or the database cannot confirm it): another worker may hold the

@@ -38,6 +38,8 @@ struct BundleUploader: Sendable {
 
     /// Every checkpoint read and write, on the writer's own thread.
     let checkpoints: any CheckpointStorage
+    /// Whether this worker still holds a bundle (a lease on several hosts).
+    let claims: any ClaimStorage
     /// Where step results go: they commit with those of the other bundles in flight.
     let results: GroupCommit
     let client: APIClient
@@ -46,7 +48,8 @@ struct BundleUploader: Sendable {
     var deferral = DeferralPolicy()
     /// Where a bundle goes once its upload is over.
     var disposition: BundleDisposition {
-        BundleDisposition(checkpoints: checkpoints, deferral: deferral, counters: counters, apiURL: client.baseURL)
+        BundleDisposition(
+            checkpoints: checkpoints, claims: claims, deferral: deferral, counters: counters, apiURL: client.baseURL)
     }
     let limits: BundleLimits
     let counters: RunCounters
@@ -180,7 +183,7 @@ struct BundleUploader: Sendable {
             case .recordIntents(let intents):
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
-                guard checkpoints.holdsClaim(of: claimed.name) else {
+                guard claims.holdsClaim(of: claimed.name) else {
                     return await abandon(claimed, settling: pendingResults, logger: logger)
                 }
                 tokenSent = client.credential.current
@@ -190,7 +193,7 @@ struct BundleUploader: Sendable {
             case .send(let step, let path):
                 // Before every request: a claim whose lease ran out (a paused process, a lost
                 // database) sends nothing more; another worker may hold the bundle now.
-                guard checkpoints.holdsClaim(of: claimed.name) else {
+                guard claims.holdsClaim(of: claimed.name) else {
                     return await abandon(claimed, settling: pendingResults, logger: logger)
                 }
                 tokenSent = client.credential.current
@@ -231,7 +234,7 @@ struct BundleUploader: Sendable {
     /// Sends one step, its image (if any) streamed from the archive while the bundle's claim holds.
     private func send(_ step: UploadStep, path: String, images: ArchiveImages, of name: String) async -> StepResponse {
         let (answer, bytes) = await client.send(
-            step, path: path, images: images, claimHeld: { [checkpoints] in checkpoints.holdsClaim(of: name) })
+            step, path: path, images: images, claimHeld: { [claims] in claims.holdsClaim(of: name) })
         counters.request(bytes: bytes)
         return answer
     }

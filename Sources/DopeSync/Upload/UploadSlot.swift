@@ -11,7 +11,7 @@ struct UploadSlot: Sendable {
     let queue: BundleQueue
     let spool: Spool
     /// Where a claim is taken first: a lease in a shared database; nothing more on one host.
-    let checkpoints: any CheckpointStorage
+    let claims: any ClaimStorage
     let uploader: BundleUploader
     let counters: RunCounters
     /// No claim once this clock reads this instant (`--max-time`).
@@ -55,7 +55,7 @@ struct UploadSlot: Sendable {
             // A bundle left where it is (a move that failed, one replaced, a claim lost) stops
             // being renewed: another worker may take it once its lease runs out. A claim that
             // ended with its outcome is already let go, and this does nothing.
-            await checkpoints.releaseClaim(of: entry.name)
+            await claims.releaseClaim(of: entry.name)
             counters.record(outcome)
             if outcome == .done, let arrived = arrivals[entry.name] {
                 counters.synced(after: max(0, Date().timeIntervalSince(arrived)))
@@ -70,7 +70,7 @@ struct UploadSlot: Sendable {
         let orphan = entry.folder == .processing
         do {
             guard
-                try await checkpoints.acquireClaim(
+                try await claims.acquireClaim(
                     of: entry.name, orphan: orphan, owner: ClaimOwner.current(runID: counters.runID))
             else { return nil }
         } catch {
@@ -78,15 +78,15 @@ struct UploadSlot: Sendable {
             return nil
         }
         do {
-            let (spool, lockRequired) = (spool, !checkpoints.tookOverExpiredLease(of: entry.name))
+            let (spool, lockRequired) = (spool, !claims.tookOverExpiredLease(of: entry.name))
             let claimed = try await SpoolCalls.run { () throws(SpoolError) in
                 orphan ? try spool.claimOrphan(entry, lockRequired: lockRequired) : try spool.claim(entry)
             }
-            if claimed == nil { await checkpoints.releaseClaim(of: entry.name) }
+            if claimed == nil { await claims.releaseClaim(of: entry.name) }
             return claimed
         } catch {
             logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
-            await checkpoints.releaseClaim(of: entry.name)
+            await claims.releaseClaim(of: entry.name)
             return nil
         }
     }

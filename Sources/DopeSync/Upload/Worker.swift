@@ -45,7 +45,7 @@ public struct Worker: Sendable {
         }
         do {
             return try await CheckpointWriter.with(opening: open) { checkpoints in
-                await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
+                await run(spool: spool, checkpoints: checkpoints, claims: SpoolClaims(), runID: runID, started: started)
             }
         } catch let error as SpoolBindingError {
             return await refused(error, spool: spool, started: started)
@@ -86,7 +86,8 @@ public struct Worker: Sendable {
                 } catch {
                     return await refused(error, spool: spool, started: started)
                 }
-                return await run(spool: spool, checkpoints: checkpoints, runID: runID, started: started)
+                return await run(
+                    spool: spool, checkpoints: checkpoints, claims: checkpoints, runID: runID, started: started)
             }
         } catch {
             let status: ExitStatus
@@ -192,7 +193,8 @@ public struct Worker: Sendable {
     }
 
     private func run(
-        spool: Spool, checkpoints: any CheckpointStorage, runID: String, started: ContinuousClock.Instant
+        spool: Spool, checkpoints: any CheckpointStorage, claims: any ClaimStorage, runID: String,
+        started: ContinuousClock.Instant
     ) async -> (RunSummary, ExitStatus) {
         let counters = RunCounters(runID: runID, breaker: options.breaker, stop: options.stop)
         do throws(CheckpointError) {
@@ -234,7 +236,8 @@ public struct Worker: Sendable {
         work.logWhatIsNotDue(minAge: options.minAge, logger: logger)
         let lookups = LookupSupport()
         let idleCheckFailed = await upload(
-            work, spool: spool, checkpoints: checkpoints, counters: counters, lookups: lookups, started: started)
+            work, spool: spool, checkpoints: checkpoints, claims: claims, counters: counters, lookups: lookups,
+            started: started)
         let state = counters.snapshot
         var summary = state.summary
         summary.heldByMinAge = work.incoming.heldByMinAge.count
@@ -282,7 +285,8 @@ public struct Worker: Sendable {
     /// token or an outage, and the metrics' last success means the API was reached. The exit
     /// status of a failed idle check; nil otherwise.
     private func upload(
-        _ work: DueWork, spool: Spool, checkpoints: any CheckpointStorage, counters: RunCounters,
+        _ work: DueWork, spool: Spool, checkpoints: any CheckpointStorage, claims: any ClaimStorage,
+        counters: RunCounters,
         lookups: LookupSupport,
         started: ContinuousClock.Instant
     ) async -> ExitStatus? {
@@ -311,9 +315,10 @@ public struct Worker: Sendable {
             let batchSize = max(options.concurrency, 1) * BundleUploadState.unsettledResults
             await GroupCommit.with(storage: checkpoints, batchSize: batchSize) { results in
                 let slot = UploadSlot(
-                    arrivals: work.arrivals, queue: queue, spool: spool, checkpoints: checkpoints,
+                    arrivals: work.arrivals, queue: queue, spool: spool, claims: claims,
                     uploader: makeUploader(
-                        client, api: api, results: results, checkpoints: checkpoints, counters: counters,
+                        client, api: api, results: results, checkpoints: checkpoints, claims: claims,
+                        counters: counters,
                         lookups: lookups),
                     counters: counters, deadline: options.maxTime.map { (options.clock, started + $0) },
                     maxBundles: options.maxBundles ?? Int.max, minFreeSpace: options.minFreeSpace, logger: logger)
@@ -398,10 +403,10 @@ public struct Worker: Sendable {
     /// lookups' support, the reference lists.
     private func makeUploader(
         _ client: APIClient, api: String, results: GroupCommit, checkpoints: any CheckpointStorage,
-        counters: RunCounters, lookups: LookupSupport
+        claims: any ClaimStorage, counters: RunCounters, lookups: LookupSupport
     ) -> BundleUploader {
         var uploader = BundleUploader(
-            checkpoints: checkpoints, results: results,
+            checkpoints: checkpoints, claims: claims, results: results,
             client: client, retry: options.retry, deferral: options.deferral, limits: options.limits,
             counters: counters, isolatedReader: options.isolatedReader.map(IsolatedReading.init(executable:)),
             lookup: options.lookBeforeResending

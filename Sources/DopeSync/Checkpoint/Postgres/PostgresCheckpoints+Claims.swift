@@ -4,7 +4,7 @@ import Synchronization
 
 /// Claims as leases: taking, renewing, confirming and ending them, and the fence every write
 /// about a claimed bundle passes.
-extension PostgresCheckpoints {
+extension PostgresCheckpoints: ClaimStorage {
     /// The database's clock in seconds since 1970: lease deadlines are on it alone.
     static let databaseNow = "extract(epoch FROM statement_timestamp())::double precision"
 
