@@ -35,6 +35,10 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
         // The shared checkpoint store of several hosts (`database:`): its pooled `PostgresClient`.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Every child process, the worker's and the tests': async, no descriptor but 0 to 2 inherited.
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.2"),
+        // Already in the graph through swift-subprocess; named for `FilePath`, which its API takes.
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         // C libraries, each behind a system-library target; no C type leaves the module that wraps it.
@@ -51,6 +55,9 @@ let package = Package(
 
         // LeakSanitizer's suppressions, built into every binary (only an ASan build reads them).
         .target(name: "CLeakSuppressions"),
+
+        // pipe2(O_CLOEXEC), which Swift's Glibc module does not declare: the pipes of child processes.
+        .target(name: "CPipe"),
 
         // Where a call that may block its thread may run: never on an event loop (debug builds stop).
         .target(
@@ -93,6 +100,7 @@ let package = Package(
         .target(
             name: "DopeSync",
             dependencies: [
+                "CPipe",
                 "DopeSyncBundle",
                 "DopeSyncSupport",
                 "SQLiteSupport",
@@ -107,6 +115,8 @@ let package = Package(
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Subprocess", package: "swift-subprocess"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strictness
         ),
@@ -179,6 +189,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Subprocess", package: "swift-subprocess"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strictness
         ),

@@ -15,8 +15,8 @@ import Synchronization
 /// this process dies first, a watchdog child process does it.
 ///
 /// Its calls are awaited (a start takes about a second): the programs run through `runProcess`,
-/// which holds no thread of the cooperative pool. Only `remove()` blocks, since `deinit` calls it:
-/// for as long as the watchdog takes to stop the server (a `pg_ctl stop -m immediate`).
+/// which holds no thread of the cooperative pool. `remove()` waits for the watchdog to have stopped
+/// the server; the end of the object only tells the watchdog to, as this process's end would.
 public final class PostgresCluster: Sendable {
     public static let role = "dopesync"
     public static let database = "dopesync"
@@ -49,7 +49,7 @@ public final class PostgresCluster: Sendable {
         self.password = password
     }
 
-    deinit { remove() }
+    deinit { server.abandon(watchdog: watchdog) }
 
     /// Makes a cluster, starts its server and creates the `dopesync` role and database.
     ///
@@ -61,7 +61,7 @@ public final class PostgresCluster: Sendable {
         let watchdog: Spawned
         do {
             try server.makeFolderPrivate()
-            watchdog = try server.startWatchdog()
+            watchdog = try await server.startWatchdog()
         } catch {
             try? FileManager.default.removeItem(at: server.folder)
             throw error
@@ -78,7 +78,7 @@ public final class PostgresCluster: Sendable {
                 database: "postgres")
             return cluster
         } catch {
-            server.remove(watchdog: watchdog)
+            await server.remove(watchdog: watchdog)
             throw error
         }
     }
@@ -153,12 +153,12 @@ public final class PostgresCluster: Sendable {
     /// Stops the server at once and deletes the folder: nothing of the cluster is left, no process
     /// and no file. A second call does nothing. The watchdog does both, asked as if this process
     /// had died; this waits for it.
-    public func remove() {
+    public func remove() async {
         let first = removed.withLock { removed in
             defer { removed = true }
             return !removed
         }
-        if first { server.remove(watchdog: watchdog) }
+        if first { await server.remove(watchdog: watchdog) }
     }
 }
 
@@ -253,21 +253,28 @@ private struct ClusterServer: Sendable {
 
     /// Has the watchdog stop the server if it runs (`pg_ctl stop -m immediate`) and delete the
     /// folder, by closing its input, and waits for it and for the server to end.
-    func remove(watchdog: Spawned) {
+    func remove(watchdog: Spawned) async {
         let postmaster = postmasterPID
         try? watchdog.input.close()
-        let stopped = watchdog.wait() == 0
+        let stopped = await watchdog.finished() == 0
         guard let postmaster else { return }
         // A pid file left by a server that died may name another process by now.
         if !stopped && processName(postmaster) == "postgres" { kill(postmaster, SIGKILL) }
-        Self.waitUntilEnded(postmaster)
+        await Self.waitUntilEnded(postmaster)
+    }
+
+    /// Has the watchdog stop the server and delete the folder, as this process's end would, without
+    /// waiting for it: what the end of a cluster object does, which cannot wait.
+    func abandon(watchdog: Spawned) {
+        try? watchdog.input.close()
     }
 
     /// `pg_ctl stop -w` returns once the postmaster has deleted its pid file, its last act before
-    /// it exits; this waits out that last moment (a millisecond or so).
-    private static func waitUntilEnded(_ pid: pid_t) {
+    /// it exits; this waits out that last moment (a millisecond or so). The postmaster is no child
+    /// of this process (pg_ctl's, adopted by init): nothing tells of its end but asking.
+    private static func waitUntilEnded(_ pid: pid_t) async {
         let deadline = ContinuousClock.now + .seconds(5)
-        while processIsRunning(pid) && ContinuousClock.now < deadline { usleep(1_000) }
+        while processIsRunning(pid) && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
     }
 
     /// A child that stops the server (if its pid file is there) and deletes the folder once its
@@ -275,7 +282,7 @@ private struct ClusterServer: Sendable {
     /// dies; it exits with `pg_ctl stop`'s status. It ignores the terminal's signals, which reach
     /// it with the test process on ^C. It keeps this process's standard error, for its own errors
     /// and so that whoever reads this process's output to its end also waits for its cleanup.
-    func startWatchdog() throws -> Spawned {
+    func startWatchdog() async throws -> Spawned {
         let script =
             PostgresPrograms.withoutInheritedDescriptors + """
                 trap '' INT QUIT HUP TERM
@@ -291,7 +298,8 @@ private struct ClusterServer: Sendable {
                 """
         let stop = programs.serverCommand("pg_ctl", ["stop", "-D", data.path, "-m", "immediate", "-w"])
         // In the folder: the server's account may not be allowed into this process's working folder.
-        return try Spawned("/bin/bash", ["-c", script, "postgres-cluster-watchdog", folder.path] + stop, in: folder)
+        return try await Spawned(
+            "/bin/bash", ["-c", script, "postgres-cluster-watchdog", folder.path] + stop, in: folder)
     }
 }
 

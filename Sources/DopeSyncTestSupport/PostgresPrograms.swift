@@ -80,8 +80,7 @@ struct PostgresPrograms: Sendable {
     /// The start of a bash script that closes every descriptor it inherited beyond the standard
     /// three, for the children that live as long as the suite (the server, the watchdog): a pipe
     /// one of them kept would keep the test reading it waiting for its end. ``Spawned`` closes them
-    /// already where the C library has posix_spawn_file_actions_addclosefrom_np; where it has not,
-    /// one opened by another thread between its listing and the spawn slips through (``SpawnInheritance``).
+    /// already (``ChildProcess``); this holds for a server that `pg_ctl` starts, whatever started it.
     /// (No redirection on the loop: bash would keep the saved descriptor above 2, the loop would
     /// close it, and the redirection could not be undone.)
     static let withoutInheritedDescriptors = """

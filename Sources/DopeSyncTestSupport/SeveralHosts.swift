@@ -41,10 +41,10 @@ public struct SharedDatabase: Sendable {
 public func spawnSharedRun(
     _ spool: Spool, against server: RunningDevServer, database: SharedDatabase, host: String, lease: String = "30s",
     logging: Bool = false, _ extra: [String] = [], environment more: [String: String] = [:]
-) throws -> Spawned {
+) async throws -> Spawned {
     let (options, shared) = database.runArguments(host: host, lease: lease)
     let environment = shared.merging(more) { $1 }
     return logging
-        ? try spawnRunLogging(spool, against: server, options + extra, environment: environment)
-        : try spawnRun(spool, against: server, options + extra, environment: environment)
+        ? try await spawnRunLogging(spool, against: server, options + extra, environment: environment)
+        : try await spawnRun(spool, against: server, options + extra, environment: environment)
 }

@@ -1,19 +1,22 @@
 import DopeSync
 import Foundation
+import Subprocess
 import Synchronization
+import SystemPackage
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// A child process started with `posix_spawn`, its standard input and output (and its standard
-/// error, if asked) on pipes: how the tests start every program, whether they talk to it as it
-/// runs or, through ``runProcess(_:_:in:environment:stdin:allowFailure:)``, run it to its end.
+/// A child process, its standard input and output (and its standard error, if asked) on pipes:
+/// how the tests start every program, whether they talk to it as it runs or, through
+/// ``runProcess(_:_:in:environment:stdin:allowFailure:)``, run it to its end. Both start it as the
+/// worker starts its children (``ChildProcess``, on swift-subprocess): descriptors 0, 1 and 2
+/// only, so no child started at the same time by another test keeps a pipe open that a reader
+/// waits to see closed, and signals at their defaults.
 ///
 /// Not Foundation's `Process`: its `waitUntilExit()` was seen hanging under the test runner after the child
-/// was killed, and its pipes are not close-on-exec. The child inherits its standard input, output and
-/// error and nothing else (``SpawnInheritance``), and every pipe end this side keeps is close-on-exec, so
-/// no child started at the same time by another test keeps a pipe open that a reader waits to see closed.
+/// was killed, and its pipes are not close-on-exec. Every pipe end this side keeps is close-on-exec.
 public final class Spawned: Sendable {
     /// Where the child's standard error goes.
     public enum ErrorOutput: Sendable {
@@ -30,101 +33,188 @@ public final class Spawned: Sendable {
     public let output: FileHandle
     /// The child's standard error, when it was started with ``ErrorOutput/piped``.
     public let errors: FileHandle?
-    private let status = Mutex<Int32?>(nil)
-    private static let spawnLock = Mutex<Void>(())
+    /// swift-subprocess's run of the child, to its end (which it waits for without a thread): the
+    /// child's status as a shell says it. A task of its own, as this object outlives the call that
+    /// starts it; ``finished()`` awaits it. On NIO's loops, as ``runProcess(_:_:in:environment:stdin:allowFailure:)``
+    /// runs: the cooperative pool has two threads here, which tests making sample bundles keep busy
+    /// for seconds. (swift-subprocess still ends each run through a task of Swift's global
+    /// executor, its cleanup handler's: a busy pool delays a child's end, but nothing waits on it
+    /// in between.)
+    private let run: Task<Int32, Never>
+    /// Whether the child has ended (and so may be reaped, its pid free for another process).
+    private let ended: Ended
+
+    private final class Ended: Sendable {
+        let flag = Atomic<Bool>(false)
+    }
+
+    /// How long a child whose run is cancelled has between SIGTERM and SIGKILL.
+    static let grace = Duration.seconds(5)
 
     /// Starts `executable` (a path: no PATH lookup) with `arguments`, in `directory` if one is given.
     public init(
         _ executable: String, _ arguments: [String],
         environment: [String: String] = ProcessInfo.processInfo.environment,
         in directory: URL? = nil, errors errorOutput: ErrorOutput = .inherited
-    ) throws {
-        var command = [executable] + arguments
-        if let directory, Self.addChdir == nil {
-            command = ["/bin/sh", "-c", #"cd -- "$0" && exec "$@""#, directory.path] + command
-        }
-        // Spawns are serialised: between pipe() and fcntl(FD_CLOEXEC) another spawn could inherit an end
-        // (glibc's pipe2 is not exported to Swift).
-        let spawned: Result<(pid_t, [Int32]), POSIXError> = Self.spawnLock.withLock { _ in
-            // One pipe for each of the child's descriptors 0, 1 and (piped) 2; the child's end of
-            // the first is its read end, of the others the write end.
-            var pipes: [[Int32]] = []
-            for _ in 0..<(errorOutput == .piped ? 3 : 2) {
-                var ends: [Int32] = [0, 0]
-                guard pipe(&ends) == 0 else {
-                    let failure = POSIXError(POSIXErrorCode(rawValue: errno) ?? .EMFILE)
-                    for descriptor in pipes.joined() { close(descriptor) }
-                    return .failure(failure)
-                }
-                for descriptor in ends { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
-                pipes.append(ends)
+    ) async throws {
+        // One pipe for each of the child's descriptors 0, 1 and (piped) 2; the child's end of the
+        // first is its read end, of the others the write end.
+        _ = brokenPipesIgnored
+        var pipes: [(read: Int32, write: Int32)] = []
+        do {
+            for _ in 0..<(errorOutput == .piped ? 3 : 2) { pipes.append(try ChildProcess.pipe()) }
+        } catch {
+            for ends in pipes {
+                close(ends.read)
+                close(ends.write)
             }
-            let childEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 0 : 1] }
-            let ownEnds = pipes.indices.map { pipes[$0][$0 == 0 ? 1 : 0] }
-            // Nothing else is inherited (SpawnInheritance): a descriptor this process has open
-            // without close-on-exec (a Foundation `Pipe`'s, say) would stay open in this child, and
-            // in a server it starts (pg_ctl's postgres, the cluster's watchdog) for as long as the
-            // suite runs, and whoever reads that pipe would never see its end.
-            let spawned = SpawnInheritance.spawn(
-                command[0], command, environment: environment.map { "\($0.key)=\($0.value)" }
-            ) { actions in
-                for (descriptor, end) in childEnds.enumerated() {
-                    posix_spawn_file_actions_adddup2(&actions, end, Int32(descriptor))
-                }
-                if errorOutput == .silenced { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
-                if let directory, let addChdir = Self.addChdir { _ = addChdir(&actions, directory.path) }
-            }
-            for descriptor in childEnds { close(descriptor) }
-            if case .failure = spawned { for descriptor in ownEnds { close(descriptor) } }
-            return spawned.map { ($0, ownEnds) }
+            throw error
         }
-        let (pid, ends) = try spawned.get()
-        let handles = ends.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
-        self.pid = pid
+        let configuration = ChildProcess.configuration(
+            executable, arguments, environment: environment, in: directory?.path, grace: Self.grace)
+        let childInput = FileDescriptor(rawValue: pipes[0].read)
+        let childOutput = FileDescriptor(rawValue: pipes[1].write)
+        let childErrors = errorOutput == .piped ? FileDescriptor(rawValue: pipes[2].write) : nil
+        let ended = Ended()
+        let (started, starting) = AsyncStream.makeStream(of: Result<pid_t, any Error>.self)
+        run = Task(executorPreference: UploadExecutor.loops) {
+            defer { ended.flag.store(true, ordering: .sequentiallyConsistent) }
+            func run(error: some ErrorOutputProtocol) async throws -> TerminationStatus {
+                try await Subprocess.run(
+                    configuration, input: .fileDescriptor(childInput, closeAfterSpawningProcess: true),
+                    output: .fileDescriptor(childOutput, closeAfterSpawningProcess: true), error: error
+                ) { execution in
+                    starting.yield(.success(execution.processIdentifier.value))
+                }.terminationStatus
+            }
+            do {
+                let status: TerminationStatus
+                switch errorOutput {
+                case .inherited: status = try await run(error: .currentStandardError)
+                case .silenced: status = try await run(error: .discarded)
+                case .piped:
+                    status = try await run(error: .fileDescriptor(childErrors!, closeAfterSpawningProcess: true))
+                }
+                return ChildProcess.shellStatus(status)
+            } catch {
+                starting.yield(.failure(error))
+                return 127  // as a shell says "not started"
+            }
+        }
+        // The child's ends are closed by swift-subprocess once it has started (or failed to).
+        let ownEnds = [pipes[0].write] + pipes.dropFirst().map(\.read)
+        var pids = started.makeAsyncIterator()
+        switch await pids.next() {
+        case .success(let pid):
+            self.pid = pid
+        case .failure(let error):
+            for descriptor in ownEnds { close(descriptor) }
+            throw error
+        case nil:
+            preconditionFailure("the child's run ended before it told whether it started")
+        }
+        let handles = ownEnds.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
         input = handles[0]
         output = handles[1]
         errors = handles.count > 2 ? handles[2] : nil
-    }
-
-    private typealias AddChdir =
-        @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>)
-        -> Int32
-
-    /// glibc 2.29's `posix_spawn_file_actions_addchdir_np` (which copies the path), looked up at
-    /// run time as ``SpawnInheritance`` looks up addclosefrom: Swift's Glibc module does not
-    /// declare it. Without it, a child with a directory starts through `sh`, which goes there first.
-    private static let addChdir: AddChdir? = dlsym(nil, "posix_spawn_file_actions_addchdir_np").map {
-        unsafeBitCast($0, to: AddChdir.self)
+        self.ended = ended
     }
 
     public func send(_ line: String) throws {
         try input.write(contentsOf: Data((line + "\n").utf8))
     }
 
+    /// Sends `signal` to the child, unless it has ended: its pid may be another process's by then.
     public func kill(_ signal: Int32) {
+        guard !ended.flag.load(ordering: .sequentiallyConsistent) else { return }
         _ = Glibc.kill(pid, signal)
     }
 
-    /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it.
+    /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it. Any
+    /// number of callers get the same status.
     @discardableResult
-    public func wait() -> Int32 {
-        // Under the lock: a second waiter waits for the first and gets the same status, instead of
-        // reaping nothing (ECHILD) itself.
-        status.withLock { status in
-            if let status { return status }
-            var raw: Int32 = 0
-            while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
-            let exited = raw & 0x7f == 0
-            let result = exited ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
-            status = result
-            return result
+    public func finished() async -> Int32 {
+        await run.value
+    }
+}
+
+/// The result of a finished child process.
+public struct ProcessOutput: Sendable {
+    /// Its exit status, or 128 + the signal that ended it (as a shell says it).
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+}
+
+public struct ProcessFailure: Error, CustomStringConvertible {
+    public var command: [String]
+    public var output: ProcessOutput
+    public var description: String {
+        "`\(command.joined(separator: " "))` exited \(output.status): \(output.stderr)\(output.stdout)"
+    }
+}
+
+/// Runs a program to its end and collects its output; `executable` is looked up in PATH (this
+/// process's), and `environment` is added to this process's. `stdin`, if any, is written to the
+/// child's standard input, which is then closed (without it, the child reads an empty input).
+///
+/// Started as ``Spawned`` starts a child (``ChildProcess``); swift-subprocess writes its input and
+/// reads its output and errors to their ends at once, so a chatty child never blocks on a full
+/// pipe, and waits for it, all without a thread of its own, on NIO's loops.
+@discardableResult
+public func runProcess(
+    _ executable: String,
+    _ arguments: [String],
+    in directory: URL? = nil,
+    environment: [String: String]? = nil,
+    stdin: Data? = nil,
+    allowFailure: Bool = false
+) async throws -> ProcessOutput {
+    let variables = ProcessInfo.processInfo.environment.merging(environment ?? [:]) { $1 }
+    let configuration = ChildProcess.configuration(
+        try executablePath(executable, in: variables["PATH"]), arguments, environment: variables, in: directory?.path,
+        grace: Spawned.grace)
+    _ = brokenPipesIgnored
+    // On NIO's loops (see ``Spawned``): each chunk of output read resumes the reader.
+    let result = try await withTaskExecutorPreference(UploadExecutor.loops) {
+        try await Subprocess.run(
+            configuration, input: .inputWriter, output: .data(limit: collectedOutputLimit),
+            error: .data(limit: collectedOutputLimit)
+        ) { execution in
+            // A child that exits without reading its input makes the write fail (EPIPE): its exit
+            // status says what went wrong.
+            if let stdin, !stdin.isEmpty { _ = try? await execution.standardInputWriter.write(stdin) }
+            try? await execution.standardInputWriter.finish()
         }
     }
-
-    /// `wait()` on a thread of its own (see ``onOwnThread(_:)``).
-    public func finished() async -> Int32 {
-        await onOwnThread { self.wait() }
+    let output = ProcessOutput(
+        status: ChildProcess.shellStatus(result.terminationStatus),
+        stdout: String(decoding: result.standardOutput, as: UTF8.self),
+        stderr: String(decoding: result.standardError, as: UTF8.self))
+    if !allowFailure && output.status != 0 {
+        throw ProcessFailure(command: [executable] + arguments, output: output)
     }
+    return output
+}
+
+/// SIGPIPE ignored in this process, once: a write to a child's input that the child no longer
+/// reads then fails with EPIPE instead of ending the test process. The children do not inherit it
+/// (``ChildProcess`` sets every signal to its default in them).
+private let brokenPipesIgnored: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
+/// What ``runProcess(_:_:in:environment:stdin:allowFailure:)`` collects of a child's output, and
+/// of its errors, at most: more fails the test (swift-subprocess throws). Far more than any test
+/// reads; a child that writes more is one to stream with ``Spawned``.
+private let collectedOutputLimit = 256 * 1024 * 1024
+
+/// `name`'s path: itself if it holds a "/", else the first executable file of that name in `path`
+/// (a PATH), as a shell finds it.
+private func executablePath(_ name: String, in path: String?) throws -> String {
+    if name.contains("/") { return name }
+    let candidates = (path ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":").map { "\($0)/\(name)" as String }
+    let found = candidates.first { access($0, X_OK) == 0 }
+    guard let found else { throw POSIXError(.ENOENT, userInfo: [NSLocalizedDescriptionKey: "\(name) is not in PATH"]) }
+    return found
 }
 
 /// Runs blocking work (waiting for a child process, reading or writing its pipes: all of

@@ -67,20 +67,20 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
 /// environment, no min-age guard), standard error silenced; `extra` adds options.
 public func spawnRun(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
-) throws -> Spawned {
+) async throws -> Spawned {
     var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
         ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
-    return try Spawned(builtProduct("dopesync").path, arguments, environment: environment, errors: .silenced)
+    return try await Spawned(builtProduct("dopesync").path, arguments, environment: environment, errors: .silenced)
 }
 
 /// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but logging at debug level
 /// into its output (standard error joined to standard output): a test waits for what it logs.
 public func spawnRunLogging(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
-) throws -> Spawned {
+) async throws -> Spawned {
     var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
@@ -88,7 +88,7 @@ public func spawnRunLogging(
         "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path, "run", "--spool", spool.root, "--api",
         server.baseURL, "--min-age", "0", "--progress", "never", "--log-level", "debug",
     ]
-    return try Spawned("/bin/sh", arguments + extra, environment: environment)
+    return try await Spawned("/bin/sh", arguments + extra, environment: environment)
 }
 
 /// One redraw of `dopesync run`'s progress line, as a test saw it arrive.
@@ -103,7 +103,7 @@ public struct ProgressTick: Sendable {
 /// of its own: each redraw arrives on the stream as it is written, which ends with the run.
 public func spawnRunShowingProgress(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = []
-) throws -> (Spawned, AsyncStream<ProgressTick>) {
+) async throws -> (Spawned, AsyncStream<ProgressTick>) {
     var environment = ProcessInfo.processInfo.environment
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
@@ -111,7 +111,7 @@ public func spawnRunShowingProgress(
         "-c", #"exec "$0" "$@" 2>&1 >/dev/null"#, builtProduct("dopesync").path,
         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "always",
     ]
-    let run = try Spawned("/bin/sh", arguments + extra, environment: environment)
+    let run = try await Spawned("/bin/sh", arguments + extra, environment: environment)
     let (ticks, continuation) = AsyncStream.makeStream(of: ProgressTick.self)
     Thread {
         let redraw = /bundles \(.*\), (\d+) requests, .* req\/s/
@@ -158,7 +158,7 @@ public func runToEnd(
         "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
         "run", "--spool", spool.root, "--api", apiURL, "--min-age", "0", "--progress", "never",
     ]
-    let run = try Spawned("/bin/sh", arguments + extra, environment: variables)
+    let run = try await Spawned("/bin/sh", arguments + extra, environment: variables)
     let output = await onOwnThread { run.output.readDataToEndOfFile() }
     return (await run.finished(), String(decoding: output, as: UTF8.self))
 }

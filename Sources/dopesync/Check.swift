@@ -24,13 +24,14 @@ struct Check: AsyncParsableCommand {
 
     func run() async throws {
         let typed: [(RunSetting, String?)] = [(.spool, place.spool), (.database, place.database)] + connection.typed
-        let settings: RunConfiguration
+        var settings: RunConfiguration
         do throws(ConfigurationError) {
             settings = try RunConfiguration.resolve(
                 commandLine: typed.reduce(into: [:]) { options, pair in
                     if let value = pair.1 { options[pair.0] = value }
                 },
                 environment: ProcessInfo.processInfo.environment, jobFile: place.job, purpose: .run)
+            try await settings.runTokenCommand()
         } catch {
             print("FAIL configuration: \(error)")
             throw ExitCode(error.exitStatus.rawValue)

@@ -80,12 +80,12 @@ struct Run: AsyncParsableCommand {
         let commandLine: [RunSetting: String] = typed.reduce(into: [:]) { options, pair in
             if let value = pair.1 { options[pair.0] = value }
         }
-        // Reading the job and token files, or running the token command, may block: not on the
-        // event loop this command starts on.
+        // Reading the job and token files may block: not on the event loop this command starts on.
         let job = place.job
-        let settings = try await NIOThreadPool.singleton.runIfActive {
+        var settings = try await NIOThreadPool.singleton.runIfActive {
             try resolveSettings(commandLine: commandLine, job: job, purpose: .run)
         }
+        try await runTokenCommand(for: &settings)
 
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in
@@ -221,6 +221,17 @@ func resolveSettings(
     do throws(ConfigurationError) {
         return try RunConfiguration.resolve(
             commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job, purpose: purpose)
+    } catch {
+        FileHandle.standardError.write(Data("dopesync: error: \(error)\n".utf8))
+        throw ExitCode(error.exitStatus.rawValue)
+    }
+}
+
+/// Runs the token command, where the credential is one (a child process, waited for without a
+/// thread); a failure ends the process as a mistake in the settings does, with its exit status.
+func runTokenCommand(for settings: inout RunConfiguration) async throws {
+    do throws(ConfigurationError) {
+        try await settings.runTokenCommand()
     } catch {
         FileHandle.standardError.write(Data("dopesync: error: \(error)\n".utf8))
         throw ExitCode(error.exitStatus.rawValue)

@@ -121,7 +121,7 @@ struct ProducerIsolationTests {
             "-u", user, "--", "/bin/sh", "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
             "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
         ]
-        let run = try Spawned(runuser, arguments, environment: environment)
+        let run = try await Spawned(runuser, arguments, environment: environment)
         let output = await onOwnThread { run.output.readDataToEndOfFile() }
         return (await run.finished(), String(decoding: output, as: UTF8.self))
     }

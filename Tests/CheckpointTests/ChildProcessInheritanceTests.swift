@@ -9,18 +9,15 @@ import Testing
 /// inherited by the PostgreSQL cluster's watchdog, which another test started at that moment and which lives as
 /// long as the suite, so the read waiting for that pipe's end never returned.
 @Suite struct ChildProcessInheritanceTests {
-    @Test func aChildStartedWhileAnotherPipeIsOpenDoesNotHoldThatPipe() throws {
+    @Test func aChildStartedWhileAnotherPipeIsOpenDoesNotHoldThatPipe() async throws {
         let pipe = Pipe()  // as Foundation makes them (the token command's, in-process): inheritable
         let writeEnd = pipe.fileHandleForWriting.fileDescriptor
         #expect(fcntl(writeEnd, F_GETFD) & FD_CLOEXEC == 0, "the case this guards against: an inheritable end")
         let pipeInode = try #require(Self.target(of: "/proc/self/fd/\(writeEnd)"))
 
-        // Long-lived, like a server or a watchdog; posix_spawn returns once it has run exec.
-        let child = try Spawned("/bin/sleep", ["30"])
-        defer {
-            child.kill(SIGKILL)
-            child.wait()
-        }
+        // Long-lived, like a server or a watchdog; the start returns once the child has run exec.
+        let child = try await Spawned("/bin/sleep", ["30"])
+        defer { child.kill(SIGKILL) }
         // An inherited descriptor keeps its number and what it refers to. What the child opens
         // itself (sleep reads its locale files as it starts, which a listing can catch) does not
         // match this process's descriptor of that number.
@@ -39,12 +36,16 @@ import Testing
         #expect(pipe.fileHandleForReading.readDataToEndOfFile().isEmpty)
     }
 
-    @Test func aChildStartsWithNoSignalBlockedNorIgnored() throws {
-        let child = try Spawned("/bin/sleep", ["30"])
-        defer {
-            child.kill(SIGKILL)
-            child.wait()
+    @Test func aChildStartsWithNoSignalBlockedNorIgnored() async throws {
+        // Ignored here, as a daemon ignores SIGHUP or SIGPIPE: an ignored signal stays ignored
+        // across exec unless the child's start sets it back. SIGUSR2: nothing in the tests uses it.
+        let before = signal(SIGUSR2, SIG_IGN)
+        let child: Spawned
+        do {
+            defer { signal(SIGUSR2, before) }
+            child = try await Spawned("/bin/sleep", ["30"])
         }
+        defer { child.kill(SIGKILL) }
         let status = try String(contentsOfFile: "/proc/\(child.pid)/status", encoding: .utf8)
         func mask(_ name: String) -> UInt64? {
             status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
@@ -54,6 +55,15 @@ import Testing
         #expect(mask("SigBlk") == 0, "blocked in the child: \(String(mask("SigBlk") ?? 0, radix: 16))")
         // Signals 1 to 31 (bit n - 1 is signal n); glibc keeps its own real-time ones ignored.
         #expect((mask("SigIgn") ?? .max) & 0x7FFF_FFFF == 0, "ignored in the child")
+        #expect((mask("SigIgn") ?? .max) & (1 << (UInt64(SIGUSR2) - 1)) == 0, "ignored here, and so in the child")
+    }
+
+    /// A child gets the environment it is given and nothing of this process's.
+    @Test func aChildGetsExactlyTheEnvironmentItIsGiven() async throws {
+        let child = try await Spawned("/usr/bin/env", [], environment: ["ONLY": "this"])
+        let output = await onOwnThread { child.output.readDataToEndOfFile() }
+        #expect(await child.finished() == 0)
+        #expect(String(decoding: output, as: UTF8.self) == "ONLY=this\n")
     }
 
     /// `runProcess`: the child gets its input, its folder and its variables, and descriptors 0, 1

@@ -21,7 +21,6 @@ import Testing
 
     @Test(.enabled(if: !isChild)) func dopesyncLogsInOverTCPWithItsPasswordOnly() async throws {
         let cluster = try await PostgresCluster.start()
-        defer { cluster.remove() }
         #expect(cluster.url == "postgresql://dopesync@127.0.0.1:\(cluster.port)/dopesync")
 
         let passwordFile = try cluster.writePasswordFile()
@@ -47,7 +46,6 @@ import Testing
 
     @Test(.enabled(if: !isChild)) func committedRowsSurviveAnImmediateRestartAndAStop() async throws {
         let cluster = try await PostgresCluster.start()
-        defer { cluster.remove() }
         try await cluster.psql(
             "CREATE TABLE checkpoints (step text PRIMARY KEY); INSERT INTO checkpoints VALUES ('dope:1');")
         let before = cluster.postmasterPID
@@ -68,10 +66,9 @@ import Testing
 
     @Test(.enabled(if: !isChild)) func terminatingAUsersConnectionsEndsItsSessions() async throws {
         let cluster = try await PostgresCluster.start()
-        defer { cluster.remove() }
         var environment = ProcessInfo.processInfo.environment
         environment["PGPASSWORD"] = cluster.password
-        let session = try Spawned(
+        let session = try await Spawned(
             cluster.psqlProgram, ["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", cluster.url], environment: environment,
             errors: .silenced)
         try session.send("SELECT 'connected';")
@@ -81,7 +78,7 @@ import Testing
         #expect(try await cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'dopesync'") == "0")
         try session.send("SELECT 1;")
         try session.input.close()
-        #expect(session.wait() == 2)  // psql's "connection to server was lost"
+        #expect(await session.finished() == 2)  // psql's "connection to server was lost"
         #expect(try await cluster.terminateConnections(of: "dopesync") == 0)
     }
 
@@ -90,10 +87,10 @@ import Testing
         let postmaster = try #require(cluster.postmasterPID)
         #expect(processIsRunning(postmaster))
 
-        cluster.remove()
+        await cluster.remove()
         #expect(!processIsRunning(postmaster))
         #expect(!FileManager.default.fileExists(atPath: cluster.folder.path))
-        cluster.remove()
+        await cluster.remove()
     }
 
     /// A test process that dies without `remove()`: its cluster's watchdog stops the server and

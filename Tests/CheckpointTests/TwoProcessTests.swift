@@ -34,14 +34,14 @@ import Testing
         }
     }
 
-    @Test(.enabled(if: !isChild)) func twoProcessesWriteTheSameDatabaseAtOnce() throws {
+    @Test(.enabled(if: !isChild)) func twoProcessesWriteTheSameDatabaseAtOnce() async throws {
         let folder = try TemporaryFolder("two-writers")
         let spool = Spool(root: folder.sub("spool"))
         try spool.create()
         let count = 300
-        let child = try ChildProcess(role: "writer", spool: spool, count: count)
+        let child = try await ChildProcess(role: "writer", spool: spool, count: count)
         try Self.write(spool: spool, prefix: "parent", count: count, startSignal: { try child.send("go") })
-        try child.finish()
+        try await child.finish()
 
         let store = try CheckpointStore(spool: spool)
         #expect(try store.completedSteps(sessionID: "parent").count == count)
@@ -54,17 +54,17 @@ import Testing
         #expect(check == "ok")
     }
 
-    @Test(.enabled(if: !isChild)) func twoProcessesClaimingOneSpoolClaimEachBundleOnce() throws {
+    @Test(.enabled(if: !isChild)) func twoProcessesClaimingOneSpoolClaimEachBundleOnce() async throws {
         let folder = try TemporaryFolder("two-claimers")
         let spool = Spool(root: folder.sub("spool"))
         try spool.create()
         let old = Date().addingTimeInterval(-60)
         for index in 0..<300 { try writeFile(spool.path(.incoming, "b\(index).tar.gz"), modified: old) }
         let store = try CheckpointStore(spool: spool)
-        let child = try ChildProcess(role: "claimer", spool: spool, count: 0)
+        let child = try await ChildProcess(role: "claimer", spool: spool, count: 0)
         try child.send("go")
         let mine = try Self.claimAll(spool: spool, store: store, owner: ClaimOwner.current(runID: "parent"))
-        try child.finish()
+        try await child.finish()
         let theirs = try String(contentsOfFile: spool.root + "/child-claims.txt", encoding: .utf8).split(
             separator: "\n"
         ).map(String.init)
@@ -122,20 +122,25 @@ import Testing
 final class ChildProcess {
     let child: Spawned
 
-    init(role: String, spool: Spool, count: Int) throws {
+    init(role: String, spool: Spool, count: Int) async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         var environment = ProcessInfo.processInfo.environment
         environment["DOPESYNC_TEST_CHILD"] = role
         environment["DOPESYNC_TEST_SPOOL"] = spool.root
         environment["DOPESYNC_TEST_COUNT"] = String(count)
-        child = try Spawned(
+        child = try await Spawned(
             executable, ["--testing-library", "swift-testing", "--filter", "TwoProcessTests/child"],
             environment: environment)
-        // Swift Testing prints its own lines too: wait for ours.
-        while let line = child.output.readLine() {
-            if line == "ready" { return }
+        // Swift Testing prints its own lines too: wait for ours (on a thread of its own: the child
+        // takes seconds to start, and the cooperative pool has two threads).
+        let ready = await onOwnThread { [child] in
+            while let line = child.output.readLine() {
+                if line == "ready" { return true }
+            }
+            return false
         }
-        throw ChildError(message: "the child process ended before it was ready (exit \(child.wait()))")
+        if ready { return }
+        throw ChildError(message: "the child process ended before it was ready (exit \(await child.finished()))")
     }
 
     func send(_ line: String) throws {
@@ -143,10 +148,13 @@ final class ChildProcess {
     }
 
     /// Waits for the child and fails if its test failed.
-    func finish() throws {
-        var transcript: [String] = []
-        while let line = child.output.readLine() { transcript.append(line) }
-        let status = child.wait()
+    func finish() async throws {
+        let transcript = await onOwnThread { [child] in
+            var transcript: [String] = []
+            while let line = child.output.readLine() { transcript.append(line) }
+            return transcript
+        }
+        let status = await child.finished()
         guard status == 0 else {
             throw ChildError(message: "child exited with \(status):\n" + transcript.joined(separator: "\n"))
         }

@@ -5,8 +5,8 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
-/// The built `dopesync-devserver` executable as a real process (started with `Spawned`, the
-/// project's posix_spawn helper, as every other real-process test is).
+/// The built `dopesync-devserver` executable as a real process (started with `Spawned`, as every
+/// other real-process test is).
 @Suite struct BinaryTests {
     /// A started `dopesync-devserver`: its process and the port from its listening line.
     struct Launched {
@@ -21,7 +21,7 @@ import Testing
     static func launch(_ arguments: [String]) async throws -> Launched {
         let executable = builtProduct("dopesync-devserver").path
         try #require(FileManager.default.isExecutableFile(atPath: executable), "build it first: \(executable)")
-        let process = try Spawned(
+        let process = try await Spawned(
             executable, ["--port", "0", "--log-level", "warning"] + arguments, errors: .silenced)
         // Read stdout until the listening line (or the end of output, if the server died).
         let listening: String? = await onOwnThread {
@@ -86,7 +86,7 @@ import Testing
 
     @Test(arguments: [["--lookups-status", "405"], ["--no-lookups", "--lookups-status", "500"]])
     func refusesALookupsStatusItCannotUse(_ arguments: [String]) async throws {
-        let process = try Spawned(
+        let process = try await Spawned(
             builtProduct("dopesync-devserver").path, ["--port", "0"] + arguments, errors: .silenced)
         #expect(await process.finished() == 64)  // EX_USAGE, argument parser's ValidationError
     }

@@ -104,7 +104,7 @@ import Testing
             }
             #expect(sizes.filter { $0 < 1 << 20 }.count == 6, "\(sizes)")
             try await withDevServer { server in
-                let run = try spawnRunLogging(spool, against: server, ["--concurrency", "4"])
+                let run = try await spawnRunLogging(spool, against: server, ["--concurrency", "4"])
                 var output: [String] = []
                 for await line in run.lines() { output.append(line) }
                 let status = await run.finished()

@@ -38,14 +38,14 @@ import Testing
                 // Until 20 children died by SIGKILL mid-run (a child that finished first does not count).
                 while kills < 20, children < 80 {
                     children += 1
-                    let child = try spawnRun(spool, against: server)
+                    let child = try await spawnRun(spool, against: server)
                     let after = Int.random(in: 0...120, using: &generator)
                     killer.aim(at: child, after: after)
                     let status = await child.finished()
                     killer.disarm()
                     if status == 128 + SIGKILL { kills += 1 }
                 }
-                let last = try spawnRun(spool, against: server)
+                let last = try await spawnRun(spool, against: server)
                 #expect(await last.finished() == 0)
 
                 #expect(kills >= 20, "\(kills) kills in \(children) children")
@@ -62,7 +62,7 @@ import Testing
     /// A real `dopesync-devserver` process on `port` (0: a free one), its records in `database`; it
     /// logs a line for each request on its standard error, piped (read it, or it fills up).
     static func startServer(port: Int, database: String) async throws -> (server: Spawned, url: String) {
-        let server = try Spawned(
+        let server = try await Spawned(
             builtProduct("dopesync-devserver").path,
             ["--port", "\(port)", "--db", database, "--token", "t", "--latency-ms", "10-20", "--log-level", "info"],
             errors: .piped)

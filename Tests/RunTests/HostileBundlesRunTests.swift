@@ -55,7 +55,7 @@ import Testing
             try await HostileBundles.huge(
                 SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try await withDevServer { server in
-                let run = try spawnRunLogging(spool, against: server)
+                let run = try await spawnRunLogging(spool, against: server)
                 #expect(await run.firstLine(containing: "bundle.name=huge.tar", "reading the bundle") != nil)
                 let signalled = ContinuousClock.now
                 run.kill(SIGTERM)
@@ -82,14 +82,14 @@ import Testing
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try pack(SampleSession(seed: 12), into: spool, scratch: directory)
             try await withDevServer { server in
-                let first = try spawnRunLogging(spool, against: server, ["--concurrency", "1"])
+                let first = try await spawnRunLogging(spool, against: server, ["--concurrency", "1"])
                 #expect(await first.firstLine(containing: "bundle.name=huge.tar", "reading the bundle") != nil)
                 first.kill(SIGKILL)  // what a crash, the OOM killer, or a timer's kill after a hang does
                 #expect(await first.finished() == 128 + SIGKILL)
                 #expect(try spool.names(.processing) == ["huge.tar"])
 
                 // The next run reads the orphan in a child first; that child dies as the run did.
-                let second = try spawnRunLogging(spool, against: server, ["--concurrency", "1"])
+                let second = try await spawnRunLogging(spool, against: server, ["--concurrency", "1"])
                 let line = await second.firstLine(containing: "reading the bundle in a separate process")
                 let child = try #require(line?.firstMatch(of: /reader\.pid=(\d+)/).flatMap { pid_t($0.1) })
                 kill(child, SIGKILL)

@@ -27,7 +27,7 @@ struct ProducerOwnedBundlesTests {
         var environment = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
         environment["DOPESYNC_API_TOKEN"] = server.token
         environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // not the machine's free disk
-        let run = try Spawned("/usr/bin/setpriv", arguments, environment: environment)
+        let run = try await Spawned("/usr/bin/setpriv", arguments, environment: environment)
         let output = await onOwnThread { run.output.readDataToEndOfFile() }
         return (await run.finished(), String(decoding: output, as: UTF8.self))
     }

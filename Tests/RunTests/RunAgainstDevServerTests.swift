@@ -311,7 +311,8 @@ import Testing
             configuration.faults.latencyMilliseconds = 2...5
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
-                let children = try (0..<3).map { _ in try spawnRun(spool, against: server, ["--concurrency", "2"]) }
+                var children: [Spawned] = []
+                for _ in 0..<3 { children.append(try await spawnRun(spool, against: server, ["--concurrency", "2"])) }
                 var claimed: [Int] = []
                 for child in children {
                     let summary = await onOwnThread { child.output.readLine() ?? "" }

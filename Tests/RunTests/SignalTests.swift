@@ -21,7 +21,7 @@ import Testing
             // About 50 requests a bundle at 50 ms: seconds of uploads left when the signal comes.
             configuration.faults.latencyMilliseconds = 50...50
             try await withDevServer(configuration) { server async throws in
-                let (run, ticks) = try spawnRunShowingProgress(spool, against: server, ["--concurrency", "2"])
+                let (run, ticks) = try await spawnRunShowingProgress(spool, against: server, ["--concurrency", "2"])
                 var signalled: ContinuousClock.Instant? = nil
                 for await tick in ticks where signalled == nil && tick.requests >= 5 {
                     // Uploads are under way.

@@ -70,7 +70,7 @@ import Testing
             slow.slowBody = .init(method: "POST", pathPrefix: "/api/sessions", byteInterval: .seconds(5))
             slow.onRequest = { method, path in if method == "POST" && path == "/api/sessions" { post.yield() } }
             try await withDevServer(slow) { server in
-                let run = try spawnRun(spool, against: server)
+                let run = try await spawnRun(spool, against: server)
                 for await _ in posts { break }
                 let signalled = ContinuousClock.now
                 run.kill(SIGTERM)
@@ -85,7 +85,7 @@ import Testing
             var prompt = DevServerConfiguration()
             prompt.databasePath = slow.databasePath
             try await withDevServer(prompt) { server in
-                let run = try spawnRun(spool, against: server)
+                let run = try await spawnRun(spool, against: server)
                 #expect(await run.finished() == 0)
                 #expect(try spool.names(.done) == [name])
                 // The session, created before its slow answer, is looked up, not sent again.

@@ -4,12 +4,20 @@ import Testing
 
 @testable import DopeSync
 
-/// ``TokenCommand``: a real `/bin/sh` under `timeout(1)`, each way a command can end.
+/// ``TokenCommand``: a real `/bin/sh` in a process group of its own, each way a command can end.
 @Suite struct TokenCommandTests {
-    /// The command's token, or the message of its error.
-    static func outcome(_ command: String, seconds: Int = 5) async -> Result<String, TokenCommandError> {
-        await onOwnThread {
-            Result { () throws(TokenCommandError) in try TokenCommand(command: command, seconds: seconds).run() }
+    /// The command's token, or the message of its error; on NIO's loops, as in `dopesync run`.
+    /// A time limit far above what a command here takes: each of swift-subprocess's runs ends
+    /// through a task of Swift's global executor, which in `dopesync run` is NIO's loops, but here
+    /// the cooperative pool's two threads, which other suites fill for tens of seconds making
+    /// sample bundles.
+    static func outcome(_ command: String, seconds: Int = 120) async -> Result<String, TokenCommandError> {
+        await withTaskExecutorPreference(UploadExecutor.loops) {
+            do throws(TokenCommandError) {
+                return .success(try await TokenCommand(command: command, seconds: seconds).run())
+            } catch {
+                return .failure(error)
+            }
         }
     }
 
@@ -41,7 +49,7 @@ import Testing
     @Test("what a command leaves running in the background is ended once its token is read")
     func backgroundHelperIsEnded() async throws {
         let helper = "sleep 217.25"  // a command line no other test runs
-        // The token comes from the helper, once the shell and timeout(1) have ended: only the group
+        // The token comes from the helper, once the shell has ended: only the group
         // still reaches it. (Its standard error is not this runner's: left running by a regression,
         // it would hold swift-test's pipe open, and the suite would wait for it.)
         let command = "(sleep 0.2; echo tok-4; exec \(helper) 2>/dev/null) &"
@@ -50,13 +58,36 @@ import Testing
         #expect(left.status == 1, "still running: \(left.stdout)")
     }
 
-    @Test("a command that outlives its time is ended by timeout(1) and named")
-    func timesOut() async {
-        guard case .failure(let error) = await Self.outcome("sleep 30", seconds: 1) else {
+    @Test("a command that outlives its time is ended, with what it started, and named")
+    func timesOut() async throws {
+        let helper = "sleep 217.5"  // a command line no other test runs
+        // `exec`, and the helper's output elsewhere: the shell itself sleeps on, holding the output.
+        guard case .failure(let error) = await Self.outcome("\(helper) >/dev/null 2>&1 & exec sleep 30", seconds: 1)
+        else {
             Issue.record("a sleeping command gave a token")
             return
         }
-        #expect(error.message == "the token command `sleep 30` timed out after 1 s; its messages are above")
+        #expect(
+            error.message
+                == "the token command `\(helper) >/dev/null 2>&1 & exec sleep 30` timed out after 1 s; its messages are above"
+        )
+        let left = try await runProcess("pgrep", ["-f", "^\(helper)$"], allowFailure: true)
+        #expect(left.status == 1, "still running: \(left.stdout)")
+    }
+
+    @Test("a command that ignores SIGTERM is killed a grace after its time, with what it started")
+    func ignoringTheEndIsKilled() async throws {
+        let helper = "sleep 217.75"  // a command line no other test runs
+        let started = ContinuousClock.now
+        let command = "trap '' TERM; \(helper) >/dev/null 2>&1 & while :; do sleep 0.1; done"
+        guard case .failure(let error) = await Self.outcome(command, seconds: 1) else {
+            Issue.record("a sleeping command gave a token")
+            return
+        }
+        #expect(error.message.hasSuffix("timed out after 1 s; its messages are above"))
+        #expect(ContinuousClock.now - started >= .seconds(1) + TokenCommand.grace)
+        let left = try await runProcess("pgrep", ["-f", "^\(helper)$"], allowFailure: true)
+        #expect(left.status == 1, "still running: \(left.stdout)")
     }
 
     @Test("a token an HTTP header cannot carry is refused, and not shown")

@@ -23,7 +23,7 @@ import Testing
             // A request of each bundle in flight at almost any moment.
             configuration.faults.latencyMilliseconds = 100...100
             try await withDevServer(configuration) { server async throws in
-                let (run, ticks) = try spawnRunShowingProgress(spool, against: server, ["--concurrency", "4"])
+                let (run, ticks) = try await spawnRunShowingProgress(spool, against: server, ["--concurrency", "4"])
 
                 var holder: Spawned? = nil
                 var lockedAt: ContinuousClock.Instant? = nil
@@ -34,7 +34,7 @@ import Testing
                     // Past the three reference lists read before the first bundle's first step.
                     if lockedAt == nil, tick.requests > ReferenceList.allCases.count {
                         // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
-                        let locker = try Spawned(
+                        let locker = try await Spawned(
                             "/usr/bin/flock", ["-o", spool.databaseLockPath, "sh", "-c", "echo locked; exec cat"])
                         #expect(await onOwnThread { locker.output.readLine() } == "locked")
                         (holder, lockedAt, requestsWhenLocked) = (locker, .now, tick.requests)

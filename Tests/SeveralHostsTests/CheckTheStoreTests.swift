@@ -33,7 +33,7 @@ import Testing
                 #expect(checked.status == 78, "\(checked.stdout)")
                 #expect(
                     checked.stdout.contains("FAIL store") && checked.stdout.contains("password"), "\(checked.stdout)")
-                let run = try spawnSharedRun(
+                let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a",
                     environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
                 #expect(await run.finished() == 78)
@@ -55,7 +55,7 @@ import Testing
                     ])
                 #expect(checked.status == 75, "\(checked.stdout)")
                 #expect(checked.stdout.contains("is PostgreSQL up"), "\(checked.stdout)")
-                let run = try spawnRun(
+                let run = try await spawnRun(
                     spool, against: server, ["--database", down], environment: ["DOPESYNC_DATABASE_PASSWORD": "x"])
                 #expect(await run.finished() == 75)
             }
@@ -83,7 +83,7 @@ import Testing
                     "\(checked.stdout)")
                 let applied = try await database.psql("SELECT count(*) FROM dopesync.schema_migrations")
                 #expect(applied.trimmingCharacters(in: .whitespacesAndNewlines) == "1", "check migrated: \(applied)")
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0, "the run migrates it")
             }
         }
@@ -99,7 +99,7 @@ import Testing
                 in: directory, samples: [SampleSession(seed: 9_703), SampleSession(seed: 9_704)])
             try await withDevServer { server in
                 // One bundle done on SQLite, the other deferred there: its retry state would be lost.
-                let sqliteRun = try spawnRun(spool, against: server, ["--max-bundles", "1"])
+                let sqliteRun = try await spawnRun(spool, against: server, ["--max-bundles", "1"])
                 #expect(await sqliteRun.finished() == 0)
                 for binding in [true, false] {
                     // Bound to the SQLite file, or (a spool from before bindings) bound to none.
@@ -107,7 +107,7 @@ import Testing
                     let checked = try await Self.check(spool, server, database: database)
                     #expect(checked.status == 78, "\(checked.stdout)")
                     #expect(checked.stdout.contains("dopesync migrate --to"), "\(checked.stdout)")
-                    let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                    let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                     #expect(await run.finished() == 78)
                 }
             }

@@ -13,7 +13,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
             try await withDevServer { server in
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0)
                 // A claim held by a worker on host-c, as it would be mid-upload there.
                 let name = "held.tar.gz"
@@ -56,7 +56,7 @@ import Testing
             let unknown = SampleSession(seed: 4702).naming(ammunitionId: 9999, inDopeEntry: 1)
             let spool = try makeSpool(in: directory, samples: [good, unknown])
             try await withDevServer { server in
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 1)
                 let failed = try #require(try spool.names(.failed).first { !$0.hasSuffix(".error") })
                 #expect(

@@ -21,7 +21,7 @@ import Testing
             let spool = try makeSpool(in: directory, samples: samples)
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
-                let run = try spawnRun(
+                let run = try await spawnRun(
                     spool, against: server,
                     ["--database", "postgresql://dopesync@127.0.0.1:1/dopesync", "--metrics-file", metrics],
                     environment: ["DOPESYNC_DATABASE_PASSWORD": "unused"])
@@ -43,7 +43,7 @@ import Testing
             let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4310), SampleSession(seed: 4311)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
-                let run = try spawnSharedRun(
+                let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", ["--metrics-file", metrics],
                     environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
                 #expect(await run.finished() == 78)
@@ -68,7 +68,6 @@ import Testing
         arguments: Fault.allCases, keysHonouredOrIgnored)
     func lostMidRunLosesNothing(fault: Fault, keysHonoured: Bool) async throws {
         let cluster = try await PostgresCluster.start()
-        defer { cluster.remove() }
         let database = try await SharedDatabase.fresh(in: cluster)
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(4400 + $0), shape: .realistic) }
@@ -87,7 +86,7 @@ import Testing
                 // the run leaves it behind after 5 s and exits, by design. Under `make sanitize`
                 // LeakSanitizer then reports the abandoned pool's memory at exit, and its exit
                 // status would hide the run's; AddressSanitizer's other checks stay on.
-                let run = try spawnSharedRun(
+                let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "2s",
                     ["--concurrency", "4"], environment: ["ASAN_OPTIONS": "detect_leaks=0"])
                 for await _ in struck { break }
@@ -100,7 +99,7 @@ import Testing
                     status == 0 || status == 75, "exit \(status): finished, or stopped as for an unreachable database")
                 // Whatever the run left in processing/ is taken back once its leases have run out.
                 try await waitUntilEveryLeaseHasRunOut(database)
-                let next = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                let next = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await next.finished() == 0)
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }
@@ -175,7 +174,7 @@ import Testing
             }
             try await withDevServer { server in
                 let started = ContinuousClock.now
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 75)
                 #expect(ContinuousClock.now - started < .seconds(30), "the lock is held until the run has ended")
                 let waiting = try await database.psql(

@@ -18,7 +18,7 @@ import Testing
             let spool = try makeSpool(in: directory, samples: [sample])
             let environment = database.runArguments(host: "host-a").environment
             try await withDevServer { server in
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0)
             }
             let stepsBefore = try await database.psql(

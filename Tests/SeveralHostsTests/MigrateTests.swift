@@ -25,7 +25,7 @@ import Testing
             configuration.ignoreIdempotencyKeys = !keysHonoured
             configuration.onRequest = { _, _ in killer.requestArrived() }
             try await withDevServer(configuration) { server in
-                let onOneHost = try spawnRun(spool, against: server, ["--concurrency", "2"])
+                let onOneHost = try await spawnRun(spool, against: server, ["--concurrency", "2"])
                 killer.aim(at: onOneHost, after: 100)
                 #expect(await onOneHost.finished() == 128 + SIGKILL)
                 let doneInTheFile = try CheckpointStore(spool: spool).allSteps().filter { $0.state == .done }.count
@@ -51,7 +51,7 @@ import Testing
                 #expect(sqliteRun.stderr.contains("dopesync.store says"), "\(sqliteRun.stderr)")
 
                 let postsBefore = try await server.requestLog().filter { $0.method == "POST" }.count
-                let shared = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let shared = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await shared.finished() == 0)
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 let total = samples.reduce(0) { $0 + $1.expectedRequestCount }

@@ -20,11 +20,11 @@ import Testing
     /// `dopesync run` on SQLite or on the shared database, logging into its output.
     static func start(
         _ store: First, _ spool: Spool, server: RunningDevServer, database: SharedDatabase
-    ) throws -> Spawned {
+    ) async throws -> Spawned {
         let run =
             store == .sqlite
-            ? try spawnRunLogging(spool, against: server, ["--concurrency", "2"])
-            : try spawnSharedRun(
+            ? try await spawnRunLogging(spool, against: server, ["--concurrency", "2"])
+            : try await spawnSharedRun(
                 spool, against: server, database: database, host: "host-pg", logging: true, ["--concurrency", "2"])
         return run
     }
@@ -42,11 +42,11 @@ import Testing
             configuration.ignoreIdempotencyKeys = true
             try await withDevServer(configuration) { server in
                 // Its output is read to its end by `firstLine`'s reader, never left to fill a pipe.
-                let firstRun = try Self.start(first, spool, server: server, database: database)
+                let firstRun = try await Self.start(first, spool, server: server, database: database)
                 // The first holds a bundle: the spool is bound by then.
                 #expect(await firstRun.firstLine(containing: "reading the bundle") != nil)
                 let second: First = first == .sqlite ? .postgresql : .sqlite
-                let secondRun = try Self.start(second, spool, server: server, database: database)
+                let secondRun = try await Self.start(second, spool, server: server, database: database)
                 let refusal = String(
                     decoding: await onOwnThread { secondRun.output.readDataToEndOfFile() }, as: UTF8.self)
                 #expect(await secondRun.finished() == 78, "\(refusal)")
@@ -71,18 +71,18 @@ import Testing
             // bundle renamed into processing/ and its flock held, no lease in the database.
             let held = "\(samples[0].sessionID).tar.gz"
             #expect(rename(spool.path(.incoming, held), spool.path(.processing, held)) == 0)
-            let holder = try Spawned(
+            let holder = try await Spawned(
                 "/usr/bin/flock", [spool.path(.processing, held), "/bin/sh", "-c", "echo locked; exec cat"])
             #expect(holder.output.readLine() == "locked")
             try await withDevServer { server in
-                let run = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0)
                 #expect(try spool.names(.processing) == [held])
                 #expect(try spool.names(.done) == ["\(samples[1].sessionID).tar.gz"])
                 // Its claimer gone (the lock free), the next run takes it back and finishes it.
                 try holder.input.close()
                 #expect(await holder.finished() == 0)
-                let again = try spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let again = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await again.finished() == 0)
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }

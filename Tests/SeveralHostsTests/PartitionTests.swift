@@ -70,7 +70,6 @@ import Testing
         }
         try await Namespace.with { namespace in
             let cluster = try await PostgresCluster.start()
-            defer { cluster.remove() }
             // The database also listens on the namespace's link, with passwords, as on a real network.
             try await cluster.psql("ALTER SYSTEM SET listen_addresses = '127.0.0.1,\(namespace.databaseAddress)'")
             let hba = cluster.folder.appendingPathComponent("data/pg_hba.conf")
@@ -105,7 +104,7 @@ import Testing
                     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
                     environment["DOPESYNC_HOST"] = "host-a"
                     environment["DOPESYNC_DATABASE_PASSWORD"] = cluster.password
-                    let partitioned = try Spawned(
+                    let partitioned = try await Spawned(
                         "/usr/sbin/ip",
                         [
                             "netns", "exec", namespace.name, builtProduct("dopesync").path, "run", "--spool",
@@ -127,7 +126,7 @@ import Testing
 
                     try await Namespace.ip(["link", "set", namespace.databaseLink, "up"])
                     try await waitUntilEveryLeaseHasRunOut(database)
-                    let other = try spawnSharedRun(
+                    let other = try await spawnSharedRun(
                         spool, against: server, database: database, host: "host-b", ["--allow-insecure-http"])
                     #expect(await other.finished() == 0)
                     try await expectAllSyncedOnce(samples, spool: spool, server: server)

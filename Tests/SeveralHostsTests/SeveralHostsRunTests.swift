@@ -24,8 +24,11 @@ import Testing
             configuration.faults.latencyMilliseconds = 2...6
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
-                let workers = try ["host-a", "host-b", "host-c"].map { host in
-                    try spawnSharedRun(spool, against: server, database: database, host: host, ["--concurrency", "2"])
+                var workers: [Spawned] = []
+                for host in ["host-a", "host-b", "host-c"] {
+                    workers.append(
+                        try await spawnSharedRun(
+                            spool, against: server, database: database, host: host, ["--concurrency", "2"]))
                 }
                 for worker in workers { #expect(await worker.finished() == 0) }
                 let runs = try await database.psql(
@@ -56,7 +59,7 @@ import Testing
             configuration.ignoreIdempotencyKeys = !keysHonoured
             configuration.onRequest = { _, _ in killer.requestArrived() }
             try await withDevServer(configuration) { server in
-                let first = try spawnSharedRun(
+                let first = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "6s", ["--concurrency", "3"])
                 killer.aim(at: first, after: 70)  // mid-upload of several bundles, a request in flight
                 #expect(await first.finished() == 128 + SIGKILL)
@@ -64,12 +67,12 @@ import Testing
                 #expect(!orphans.isEmpty)
 
                 // Until its leases run out on the database's clock, no other host takes them.
-                let early = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                let early = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await early.finished() == 0)
                 #expect(try spool.names(.processing) == orphans)
                 try await waitUntilEveryLeaseHasRunOut(database)
 
-                let second = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                let second = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await second.finished() == 0)
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 // Each orphan was taken over once: its second claim. (A bundle the killed worker
@@ -100,14 +103,14 @@ import Testing
             configuration.ignoreIdempotencyKeys = !keysHonoured
             configuration.onRequest = { _, _ in sleeper.requestArrived() }
             try await withDevServer(configuration) { server in
-                let paused = try spawnSharedRun(
+                let paused = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "1s", logging: true)
                 sleeper.aim(at: paused, after: 20)
                 for await _ in sleeper.struck { break }
                 // The database's deadline is never earlier than the paused worker's own.
                 try await waitUntilEveryLeaseHasRunOut(database)
 
-                let other = try spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                let other = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await other.finished() == 0)
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 // The worker's requests only (the test's own reads of /admin are logged too).

@@ -21,7 +21,7 @@ import Testing
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5
             try await withDevServer(configuration) { server in
-                let run = try spawnSharedRun(
+                let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", lease: "2s", logging: true,
                     ["--concurrency", "3"], environment: stall.environment)
                 #expect(await stall.held())

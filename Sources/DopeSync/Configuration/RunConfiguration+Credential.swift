@@ -34,7 +34,7 @@ extension RunConfiguration {
         let passing = try settings.lookup(.tokenCommandEnvironment).map {
             $0.text.split(whereSeparator: { $0 == "," || $0 == " " }).map(String.init)
         }
-        try resolveTokenCommand(command.text, passing: passing ?? [], source: command.source)
+        resolveTokenCommand(command.text, passing: passing ?? [], source: command.source)
     }
 
     /// `DOPESYNC_API_TOKEN`, trimmed; nil when it is not set or blank.
@@ -43,18 +43,25 @@ extension RunConfiguration {
         return token?.isEmpty == false ? token : nil
     }
 
-    /// Runs the token command once, for the token a run starts with; it runs again after a refusal.
-    private mutating func resolveTokenCommand(_ command: String, passing: [String], source: SettingSource)
-        throws(ConfigurationError)
-    {
-        do {
-            token = try Credential.runTokenCommand(command, passing: passing)
-        } catch {
-            throw ConfigurationError(
-                .tokenCommandFailed, key: RunSetting.tokenCommand.key, source: source, message: error.message)
-        }
+    /// Records the token command, which ``runTokenCommand()`` runs, for the token a run starts
+    /// with; it runs again after a refusal. Not here: resolving is synchronous (it reads files,
+    /// on a thread that may block), running a child process is not.
+    private mutating func resolveTokenCommand(_ command: String, passing: [String], source: SettingSource) {
         tokenSource = .command(command, passing: passing)
         sources["token"] = source
+    }
+
+    /// Runs the token command, where the credential is one, for ``token``: the token a run starts
+    /// with. Nothing to do for a token from a file or the environment, which ``resolve`` read.
+    public mutating func runTokenCommand() async throws(ConfigurationError) {
+        guard case .command(let command, let passing) = tokenSource else { return }
+        do {
+            token = try await Credential.runTokenCommand(command, passing: passing)
+        } catch {
+            throw ConfigurationError(
+                .tokenCommandFailed, key: RunSetting.tokenCommand.key, source: sources["token"] ?? .commandLine,
+                message: error.message)
+        }
     }
 
     /// The token: `--token-file` on the command line, else `DOPESYNC_API_TOKEN`, else a

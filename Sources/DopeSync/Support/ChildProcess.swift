@@ -1,45 +1,65 @@
+import CPipe
+import Subprocess
+import SystemPackage
+
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// A child the worker started (``SpawnInheritance/spawn(_:_:environment:streams:)``), by its pid:
-/// whether it has ended, asked without waiting, and an end made sure of. The worker's children are
-/// waited for by asking again now and then: rare paths, for which a thread or a descriptor of
-/// their own would cost more than the asking.
-struct ChildProcess {
-    let pid: pid_t
-
-    /// How a child ended, read from its wait status.
-    enum Ending: Equatable {
-        case exited(status: Int32)
-        case killed(signal: Int32)
+/// How every child process starts, the worker's (the token command, the isolated reader) and the
+/// tests' alike: through swift-subprocess, which waits for it without a thread or a polling loop
+/// (a pidfd in its epoll), and which gives it descriptors 0, 1 and 2 and nothing else, its signals
+/// at their default action and none blocked.
+///
+/// Why those: a descriptor open in this process when a child starts would stay open in the child
+/// for as long as it lives. A pipe's end so kept (by a database server started through `pg_ctl`,
+/// a watchdog) makes its reader wait for ever; a claim's flock would be held while the child runs.
+/// A signal blocked or ignored here (a test runner's thread blocks SIGTERM and SIGINT) would be in
+/// the child too, and in every child of it: a token command under a time limit then could not be
+/// asked to stop. swift-subprocess 1.0.2 does all of it on Linux. With glibc 2.34 or later it spawns
+/// with the close-from file action (`closefrom(3)`, after the dup2s onto 0 to 2) and with the spawn
+/// attributes that set the signal mask empty and every signal but SIGKILL and SIGSTOP to its
+/// default. Where the C library has no close-from action, it forks instead and, in the child, sets
+/// each signal to SIG_DFL, empties the mask and marks every descriptor from 3 up close-on-exec
+/// (`close_range`, or each one listed in /dev/fd) before exec.
+public enum ChildProcess {
+    /// `executable` (a path: no lookup in PATH) with `arguments` after argv[0] and exactly
+    /// `environment`, in `directory` if one is given. With `ownProcessGroup`, the child leads a
+    /// process group of its own, which a signal reaches as a whole: the child and whatever it
+    /// starts and leaves behind. When the task running it is cancelled, it is asked to end
+    /// (SIGTERM, to its group if it has one) and killed (SIGKILL) `grace` later if it has not.
+    public static func configuration(
+        _ executable: String, _ arguments: [String], environment: [String: String], in directory: String? = nil,
+        ownProcessGroup: Bool = false, grace: Duration
+    ) -> Configuration {
+        var options = PlatformOptions()
+        // 0: a group whose id is the child's pid (setpgid(0, 0) in the child).
+        if ownProcessGroup { options.processGroupID = 0 }
+        options.teardownSequence = [
+            .gracefulShutDown(toProcessGroup: ownProcessGroup, allowedDurationToNextStep: grace)
+        ]
+        return Configuration(
+            executable: .path(FilePath(executable)), arguments: Arguments(arguments),
+            environment: .custom(
+                Dictionary(uniqueKeysWithValues: environment.map { (Environment.Key(stringLiteral: $0.key), $0.value) })
+            ),
+            workingDirectory: directory.map { FilePath($0) }, platformOptions: options)
     }
 
-    enum State: Equatable {
-        case running
-        case ended(Ending)
-        /// Not a child of this process (any more): reaped elsewhere, or never started.
-        case gone(errno: Int32)
-    }
-
-    /// Whether it has ended, without waiting; an ended child is reaped here.
-    func state() -> State {
-        var status: Int32 = 0
-        while true {
-            let reaped = waitpid(pid, &status, WNOHANG)
-            if reaped == 0 { return .running }
-            if reaped == pid {
-                let signal = status & 0x7f
-                return .ended(signal == 0 ? .exited(status: (status >> 8) & 0xff) : .killed(signal: signal))
-            }
-            if errno != EINTR { return .gone(errno: errno) }
+    /// How a child ended as a shell says it: its exit status, or 128 + the signal that ended it.
+    public static func shellStatus(_ status: TerminationStatus) -> Int32 {
+        switch status {
+        case .exited(let code): code
+        case .signaled(let signal): 128 + signal
         }
     }
 
-    /// Kills it (SIGKILL) and reaps it, which then takes no time.
-    func killAndReap() {
-        kill(pid, SIGKILL)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    /// A pipe, both ends close-on-exec from the start: the read end and the write end. Handed to a
+    /// child as its standard output (or input), the end is duplicated onto 1 (or 0), which clears
+    /// the flag there and only there.
+    public static func pipe() throws(Errno) -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [-1, -1]
+        guard dopesync_pipe_close_on_exec(&ends) == 0 else { throw Errno(rawValue: errno) }
+        return (ends[0], ends[1])
     }
 }

@@ -73,8 +73,7 @@ public final class Credential: Sendable {
             fresh = await SpoolCalls.run { try? Self.readTokenFile(path) }
         case .command(let command, let passing):
             do {
-                fresh = try await BlockingPool.run { Result { try Self.runTokenCommand(command, passing: passing) } }
-                    .get()
+                fresh = try await Self.runTokenCommand(command, passing: passing)
             } catch {
                 logger.error("the token command failed", metadata: ["error": "\(error)"])
                 fresh = nil
@@ -135,11 +134,13 @@ public final class Credential: Sendable {
 
     /// Runs `command` with `/bin/sh -c`, its standard error passed through to ours (the log), and
     /// returns the first line of its output; throws, naming the command, when it fails, times out
-    /// or prints nothing. Its output is never shown. The command runs under `timeout(1)` where there
-    /// is one, so a command that outlives ``commandTimeout`` is killed with what it started; once
-    /// its first line is read, the rest of it is not waited for.
-    public static func runTokenCommand(_ command: String, passing: [String] = []) throws(TokenCommandError) -> String {
-        try TokenCommand(command: command, seconds: Int(commandTimeout.components.seconds), passing: passing).run()
+    /// or prints nothing. Its output is never shown. A command that outlives ``commandTimeout`` is
+    /// ended with what it started; once its first line is read, the rest of it is not waited for.
+    public static func runTokenCommand(_ command: String, passing: [String] = []) async throws(TokenCommandError)
+        -> String
+    {
+        try await TokenCommand(command: command, seconds: Int(commandTimeout.components.seconds), passing: passing)
+            .run()
     }
 }
 

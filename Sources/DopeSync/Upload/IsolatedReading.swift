@@ -1,9 +1,6 @@
-import Foundation
 import Logging
-
-#if canImport(Glibc)
-    import Glibc
-#endif
+import Subprocess
+import SystemPackage
 
 /// Reads a bundle once more in a child process (`dopesync inspect`), for a bundle whose last
 /// reading never ended: the process that read it died, by a crash in the archive library, the
@@ -13,6 +10,9 @@ import Logging
 struct IsolatedReading: Sendable {
     /// A `dopesync` executable (`/proc/self/exe` for the running one).
     let executable: String
+
+    /// How long a reader past its time (or stopped) has between SIGTERM and SIGKILL.
+    static let grace = Duration.seconds(1)
 
     enum Outcome: Equatable, Sendable {
         /// The child ended by itself (0: valid, 65: invalid): reading is safe.
@@ -27,37 +27,47 @@ struct IsolatedReading: Sendable {
         case notStarted(errno: Int32)
     }
 
-    /// Runs `dopesync inspect BUNDLE` and waits for it at most `time`, polling every 20 ms: this
-    /// is a rare path, and polling needs no thread of its own.
+    /// Runs `dopesync inspect BUNDLE` and waits for it at most `time`, or until the run is asked to
+    /// stop: whichever comes first of its end, the time and the stop cancels the others, and a
+    /// cancelled child is ended by ``ChildProcess``'s teardown (SIGTERM, SIGKILL ``grace`` later).
     func read(_ bundle: String, time: Duration, stop: StopRequest, logger: Logger) async -> Outcome {
-        // Nothing else of the worker's: a claim's flock inherited would be held while it reads.
-        let spawned = SpawnInheritance.spawn(executable, [executable, "inspect", bundle], environment: []) {
-            for descriptor: Int32 in [0, 1, 2] {
-                posix_spawn_file_actions_addopen(&$0, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        // No environment, and standard input and output on /dev/null: nothing of the worker's (a
+        // claim's flock inherited would be held while it reads; its variables hold secrets).
+        let configuration = ChildProcess.configuration(
+            executable, ["inspect", bundle], environment: [:], grace: Self.grace)
+        let outcome = await withTaskGroup(of: Outcome?.self) { group in
+            group.addTask {
+                do {
+                    let result = try await Subprocess.run(
+                        configuration, input: .none, output: .discarded, error: .discarded
+                    ) { execution in
+                        logger.debug(
+                            "reading the bundle in a separate process",
+                            metadata: ["reader.pid": "\(execution.processIdentifier.value)"])
+                    }
+                    switch result.terminationStatus {
+                    case .exited(let status): return .survived(exitStatus: status)
+                    case .signaled(let signal): return .killed(signal: signal)
+                    }
+                } catch {
+                    return .notStarted(errno: (error as? SubprocessError)?.underlyingError?.rawValue ?? 0)
+                }
             }
-        }
-        let child: ChildProcess
-        switch spawned {
-        case .success(let pid): child = ChildProcess(pid: pid)
-        case .failure(let error): return .notStarted(errno: error.code.rawValue)
-        }
-        logger.debug("reading the bundle in a separate process", metadata: ["reader.pid": "\(child.pid)"])
-
-        let deadline = ContinuousClock.now + time
-        while true {
-            switch child.state() {
-            case .ended(.exited(let status)): return .survived(exitStatus: status)
-            case .ended(.killed(let signal)): return .killed(signal: signal)
-            case .gone(let error): return .notStarted(errno: error)
-            case .running: break
+            group.addTask {
+                switch await stop.sleep(for: time, endsAtRequest: true) {
+                case .timeUp: .timedOut
+                case .stopRequested, .graceOver: .stopped
+                // The reading ended first (or the run's task was cancelled: see below).
+                case .cancelled: nil
+                }
             }
-            let ending: Outcome? = stop.isRequested ? .stopped : ContinuousClock.now >= deadline ? .timedOut : nil
-            if let ending {
-                child.killAndReap()
-                return ending
-            }
-            // Cancellation is not how a run stops (the StopRequest is): keep waiting for the child.
-            try? await Task.sleep(for: .milliseconds(20))
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
         }
+        // Cancelled from outside, the child was ended as at a stop: what its end says is not the
+        // bundle's doing, so the bundle is given back, not failed.
+        if Task.isCancelled { return .stopped }
+        return outcome ?? .stopped
     }
 }

@@ -1,15 +1,19 @@
 import Foundation
+import NIOCore
+import NIOPosix
+import Subprocess
+import SystemPackage
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// One run of a token command (`token-command`): `/bin/sh -c COMMAND` under `timeout(1)` where
-/// there is one, so a command that outlives its time is killed with what it started. It starts as
-/// every child of the worker does (``SpawnInheritance``: descriptors 0 to 2 only, signals afresh),
-/// in a process group of its own, with its output in a pipe of its own and its standard error on
-/// ours (the log). Blocking: call it where a thread may wait (NIO's blocking pool in a run).
-struct TokenCommand {
+/// One run of a token command (`token-command`): `/bin/sh -c COMMAND`, started as every child of
+/// the worker is (``ChildProcess``: descriptors 0 to 2 only, signals at their defaults), in a
+/// process group of its own, with its output in a pipe of its own and its standard error on ours
+/// (the log). A command that outlives its time is ended with what it started: the task running it
+/// is cancelled, and swift-subprocess's teardown signals the whole group.
+struct TokenCommand: Sendable {
     let command: String
     let seconds: Int
     /// The variables of the worker's environment the command gets besides ``minimalEnvironment``.
@@ -38,124 +42,144 @@ struct TokenCommand {
 
     private var shown: String { DisplayText.escaped(command) }
 
+    /// How long the command, and what it started, have between SIGTERM and SIGKILL.
+    static let grace = Duration.seconds(3)
+
     /// The first line of the command's output, trimmed; throws, naming the command, when it fails,
     /// times out or prints nothing. Once the line is read, the command and what it left running
-    /// are told to end (SIGTERM) and waited for a few seconds at most: what they still do is not
+    /// are told to end (SIGTERM), and killed ``grace`` later at most: what they still do is not
     /// the run's business.
-    func run() throws(TokenCommandError) -> String {
-        let (child, output) = try start()
-        defer { close(output) }
-        let limit = ContinuousClock.now + .seconds(seconds + 3)
-        switch Self.firstLine(of: output, until: limit) {
+    func run() async throws(TokenCommandError) -> String {
+        let seconds = seconds
+        let ending = await withTaskGroup(of: Ending?.self) { group in
+            group.addTask { await self.runToItsEnd() }
+            group.addTask {
+                // The time limit: when it comes first, the command's task is cancelled, and the
+                // command ended as ``runToItsEnd()`` says.
+                guard (try? await Task.sleep(for: .seconds(seconds))) != nil else { return nil }
+                return .timedOut
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? .timedOut
+        }
+        switch ending {
+        case .notStarted(let why):
+            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(why)")
         case .timedOut:
-            Self.end(child)
-            throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
-        case .line(let line) where !line.isEmpty:
-            Self.end(child)
+            throw TokenCommandError(
+                message: "the token command `\(shown)` timed out after \(seconds) s; its messages are above")
+        case .finished(.line(let line), _) where !line.isEmpty:
             guard Credential.isUsableToken(line) else {
                 throw TokenCommandError(message: Credential.unusableToken("the token command `\(shown)`"))
             }
             return line
-        case .line, .ended:
+        case .finished(_, let status):
             // No token: the output ended (or its first line was empty); how the command ended says why.
             let why: String
-            switch Self.wait(for: child, until: limit) {
-            case .running:
-                Self.end(child)
-                throw TokenCommandError(message: "the token command `\(shown)` took longer than \(seconds) s")
-            case .ended(.killed(let signal)): why = "was killed by signal \(signal)"
-            case .ended(.exited(status: 124)): why = "timed out after \(seconds) s"
-            case .ended(.exited(let status)) where status != 0: why = "failed (exit \(status))"
-            case .ended, .gone:  // exit 0, or reaped elsewhere: its output said it all
-                throw TokenCommandError(message: "the token command `\(shown)` printed no token")
+            switch status {
+            case .signaled(let signal): why = "was killed by signal \(signal)"
+            case .exited(let status) where status != 0: why = "failed (exit \(status))"
+            case .exited: throw TokenCommandError(message: "the token command `\(shown)` printed no token")
             }
             throw TokenCommandError(message: "the token command `\(shown)` \(why); its messages are above")
         }
     }
 
-    /// Starts the command; the child and the read end of its output.
-    private func start() throws(TokenCommandError) -> (ChildProcess, Int32) {
-        var pipe: [Int32] = [-1, -1]
-        guard Glibc.pipe(&pipe) == 0 else {
-            throw TokenCommandError(
-                message: "the token command `\(shown)` could not be started: \(String(cString: strerror(errno)))")
+    /// How a run of the command ended.
+    private enum Ending: Sendable {
+        /// Its output's first line (or its end), and how the command ended.
+        case finished(FirstLine, TerminationStatus)
+        case timedOut
+        case notStarted(String)
+    }
+
+    /// Starts the command and reads its output's first line, while its time lasts (the task's):
+    /// then ends it if its line was a token (or its time is up), and waits for it to end. Its output
+    /// is a pipe of ours, read on NIO's event loops: a token may come from what the command left
+    /// running after its own end (`(sleep 1; echo TOKEN) &`), which swift-subprocess's own output
+    /// streams, ending with the command, would miss.
+    private func runToItsEnd() async -> Ending {
+        let output: (read: Int32, write: Int32)
+        do {
+            output = try ChildProcess.pipe()
+        } catch {
+            return .notStarted("\(error)")
         }
-        // Close-on-exec at once (Swift's Glibc has no pipe2): only this child gets it, as its fd 1.
-        for end in pipe { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-        let timeout = "/usr/bin/timeout"
-        let (path, arguments) =
-            access(timeout, X_OK) == 0
-            ? (timeout, ["timeout", "--kill-after=2", "\(seconds)", "/bin/sh", "-c", command])
-            : ("/bin/sh", ["sh", "-c", command])
-        let environment = Self.environment(passing: passing, from: ProcessInfo.processInfo.environment).map {
-            "\($0.key)=\($0.value)"
+        let configuration = ChildProcess.configuration(
+            "/bin/sh", ["-c", command],
+            environment: Self.environment(passing: passing, from: ProcessInfo.processInfo.environment),
+            ownProcessGroup: true, grace: Self.grace)
+        let reader: NIOAsyncChannel<ByteBuffer, Never>
+        do {
+            reader = try await NIOPipeBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .takingOwnershipOfDescriptor(input: output.read) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
+                    }
+                }
+        } catch {
+            close(output.read)
+            close(output.write)
+            return .notStarted("\(error)")
         }
-        let spawned = SpawnInheritance.spawn(path, arguments, environment: environment, ownProcessGroup: true) {
-            actions in
-            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-            posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
-        }
-        close(pipe[1])
-        switch spawned {
-        case .success(let pid):
-            return (ChildProcess(pid: pid), pipe[0])
-        case .failure(let error):
-            close(pipe[0])
-            throw TokenCommandError(message: "the token command `\(shown)` could not be started: \(error)")
+        do {
+            return try await reader.executeThenClose { inbound, _ in
+                let result = try await Subprocess.run(
+                    configuration, input: .none,
+                    output: .fileDescriptor(FileDescriptor(rawValue: output.write), closeAfterSpawningProcess: true),
+                    error: .currentStandardError
+                ) { execution in
+                    let line = await Self.firstLine(of: inbound)
+                    if case .line(let token) = line, !token.isEmpty {
+                        await Self.endGroup(of: execution)
+                    } else if Task.isCancelled {
+                        await Self.endGroup(of: execution)
+                    }
+                    return line
+                }
+                return .finished(result.closureResult, result.terminationStatus)
+            }
+        } catch {
+            return .notStarted("\(error)")
         }
     }
 
-    enum FirstLine: Equatable {
+    /// Ends the command's process group: the command, and what it left running in the background,
+    /// which outlives it (`helper & echo TOKEN`: the shell is gone at once, the helper would run on
+    /// for ever). SIGTERM to all of them; SIGKILL to the group ``grace`` later if the command has
+    /// not ended by then (swift-subprocess's teardown); then SIGKILL to what is left of the group.
+    /// The group's id stays taken until the command is reaped, after this, so the signals reach no
+    /// other process; a helper that is still there once the command has ended is not waited for,
+    /// as that would mean asking again and again whether the group is empty.
+    private static func endGroup<Input, Output, Error>(of execution: Execution<Input, Output, Error>) async {
+        try? execution.send(signal: .terminate, toProcessGroup: true)
+        await execution.teardown(using: [.gracefulShutDown(toProcessGroup: true, allowedDurationToNextStep: grace)])
+        try? execution.send(signal: .kill, toProcessGroup: true)
+    }
+
+    enum FirstLine: Equatable, Sendable {
         case line(String)
         case ended
-        case timedOut
     }
 
-    /// Reads `output` up to its first line break, its end, or 64 KiB, until `limit`.
-    static func firstLine(of output: Int32, until limit: ContinuousClock.Instant) -> FirstLine {
+    /// Reads `output` up to its first line break, its end, or 64 KiB; or until the task is
+    /// cancelled (what came until then).
+    static func firstLine(of output: NIOAsyncChannelInboundStream<ByteBuffer>) async -> FirstLine {
         var collected: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
         func line(_ bytes: some Collection<UInt8>) -> FirstLine {
             // A CR of a CRLF line end goes too.
             .line(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
         }
-        while true {
-            if let newline = collected.firstIndex(of: UInt8(ascii: "\n")) { return line(collected[..<newline]) }
-            if collected.count > 64 * 1024 { return line(collected) }
-            let left = limit - ContinuousClock.now
-            guard left > .zero else { return .timedOut }
-            var ready = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
-            let polled = poll(&ready, 1, Int32(min((left / .milliseconds(1)).rounded(.up), 60_000)))
-            if polled < 0 && errno != EINTR { return collected.isEmpty ? .ended : line(collected) }
-            guard polled > 0 else { continue }
-            let count = read(output, &buffer, buffer.count)
-            if count < 0 && (errno == EINTR || errno == EAGAIN) { continue }
-            guard count > 0 else { return collected.isEmpty ? .ended : line(collected) }
-            collected += buffer[..<count]
+        do {
+            for try await buffer in output {
+                collected += buffer.readableBytesView
+                if let newline = collected.firstIndex(of: UInt8(ascii: "\n")) { return line(collected[..<newline]) }
+                if collected.count > 64 * 1024 { return line(collected) }
+            }
+        } catch {
+            // A read error ends the output as its end does.
         }
-    }
-
-    /// Asks `child`'s process group to end (SIGTERM): the command, and what it left running in the
-    /// background, which outlives it (`helper & echo TOKEN`: the shell and `timeout` are gone at
-    /// once, the helper would run on for ever). Reaps the command and waits for the rest, 3 s at
-    /// most; then kills what is left.
-    private static func end(_ child: ChildProcess) {
-        let group = -child.pid
-        kill(group, SIGTERM)
-        let limit = ContinuousClock.now + .seconds(3)
-        if wait(for: child, until: limit) == .running { child.killAndReap() }
-        // The group's id stays taken while a member lives, so this reaches no other process.
-        while kill(group, 0) == 0 && ContinuousClock.now < limit { usleep(10_000) }
-        if kill(group, 0) == 0 { kill(group, SIGKILL) }
-    }
-
-    /// How `child` is at its end or at `limit`, asked every 10 ms: a token is read again once in a
-    /// while, and this wait needs no thread or descriptor of its own.
-    private static func wait(for child: ChildProcess, until limit: ContinuousClock.Instant) -> ChildProcess.State {
-        while true {
-            let state = child.state()
-            if state != .running || ContinuousClock.now >= limit { return state }
-            usleep(10_000)
-        }
+        return collected.isEmpty ? .ended : line(collected)
     }
 }
