@@ -56,8 +56,9 @@ let package = Package(
         // LeakSanitizer's suppressions, built into every binary (only an ASan build reads them).
         .target(name: "CLeakSuppressions"),
 
-        // pipe2(O_CLOEXEC), which Swift's Glibc module does not declare: the pipes of child processes.
-        .target(name: "CPipe"),
+        // glibc's pipe2(O_CLOEXEC) and renameat2(RENAME_NOREPLACE), which Swift's Glibc module does
+        // not declare: the pipes of child processes, and the spool's no-replace moves.
+        .target(name: "CSystemCalls"),
 
         // Where a call that may block its thread may run: never on an event loop (debug builds stop).
         .target(
@@ -100,7 +101,7 @@ let package = Package(
         .target(
             name: "DopeSync",
             dependencies: [
-                "CPipe",
+                "CSystemCalls",
                 "DopeSyncBundle",
                 "DopeSyncSupport",
                 "SQLiteSupport",

@@ -1,3 +1,4 @@
+import CSystemCalls
 import Foundation
 import ThreadRules
 
@@ -14,7 +15,7 @@ enum SpoolFiles {
     /// cannot be refused an unlink by permissions), or report an error for what it did, as over NFS
     /// (``with(_:on:at:)``).
     struct RenameCalls: Sendable {
-        /// `renameat2(RENAME_NOREPLACE)`; ENOSYS where the C library lacks it.
+        /// `renameat2(RENAME_NOREPLACE)`; ENOSYS where the kernel lacks it.
         var renameNoReplace: @Sendable (String, String) -> Int32
         var link: @Sendable (String, String) -> Int32
         var unlink: @Sendable (String) -> Int32
@@ -26,24 +27,20 @@ enum SpoolFiles {
         )
     }
 
-    // Constants of <linux/fs.h> and <sys/stat.h> that Swift does not import (macros, or not in glibc's headers).
-    /// `RENAME_NOREPLACE`: renameat2 fails with EEXIST rather than replace the target.
-    private static let renameNoReplace: UInt32 = 1
+    // Constants of <sys/stat.h> that Swift does not import (macros).
     /// `UTIME_OMIT`: utimensat leaves this time as it is.
     static let utimeOmit = (1 << 30) - 2
     /// `UTIME_NOW`: utimensat sets this time to now.
     static let utimeNow = (1 << 30) - 1
 
     private static func systemRenameNoReplace(_ source: String, _ target: String) -> Int32 {
-        guard let renameat2 = renameat2Function else { return ENOSYS }
-        return renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 ? 0 : errno
+        dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
     }
 
     /// `renameat2(RENAME_NOREPLACE)` of a source given as bytes (a name that is not UTF-8):
-    /// 0, or the error. ENOSYS where the system has no renameat2.
+    /// 0, or the error. ENOSYS where the kernel has no renameat2.
     static func renameNoReplace(bytes source: UnsafePointer<CChar>, to target: String) -> Int32 {
-        guard let renameat2 = renameat2Function else { return ENOSYS }
-        return renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) == 0 ? 0 : errno
+        dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
     }
 
     private static func systemLink(_ source: String, _ target: String) -> Int32 {
@@ -59,7 +56,7 @@ enum SpoolFiles {
     /// (EEXIST: another file holds `target`), unless someone else moved it away meanwhile.
     ///
     /// Linux's `renameat2(RENAME_NOREPLACE)` is atomic; glibc has it since 2.28 but Swift's Glibc module
-    /// does not export it, so it is looked up with `dlsym`. Where the file system refuses it (EINVAL: NFS,
+    /// does not declare it, so `CSystemCalls` calls it. Where the file system refuses it (EINVAL: NFS,
     /// some overlay mounts) or the kernel lacks it (ENOSYS), `link` + `unlink` does the same job: `link`
     /// fails with EEXIST atomically, so two processes still cannot both take one name. A crash between the
     /// two leaves the bundle under both names (one inode), never under none; the next move of it finishes
@@ -111,13 +108,6 @@ enum SpoolFiles {
         _ = calls.unlink(target)
         return error
     }
-
-    private typealias Renameat2 =
-        @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
-    private static let renameat2Function: Renameat2? = {
-        guard let symbol = dlsym(nil, "renameat2") else { return nil }
-        return unsafeBitCast(symbol, to: Renameat2.self)
-    }()
 
     /// Renames `source` into `folder` under `name` or, when taken, the first free suffixed name.
     /// Returns the name used. Never replaces a file. `file` and `calls` as for ``renameNoReplace(_:_:of:calls:)``:

@@ -1,4 +1,4 @@
-import CPipe
+import CSystemCalls
 import Subprocess
 import SystemPackage
 

@@ -1,0 +1,17 @@
+#ifndef C_SYSTEM_CALLS_H
+#define C_SYSTEM_CALLS_H
+
+// GNU extensions of glibc that Swift's Glibc module does not declare, called directly: no
+// lookup at run time.
+
+/// pipe2(descriptors, O_CLOEXEC): both ends close-on-exec from the start. pipe() then
+/// fcntl(FD_CLOEXEC) leaves a moment in which another thread's fork inherits the ends.
+/// 0, or -1 with errno set.
+int dopesync_pipe_close_on_exec(int descriptors[2]);
+
+/// renameat2(AT_FDCWD, source, AT_FDCWD, target, RENAME_NOREPLACE): the rename fails with
+/// EEXIST rather than replace the target. 0, or -1 with errno set (EINVAL where the file system
+/// refuses the flag, ENOSYS where the kernel lacks the call).
+int dopesync_rename_no_replace(const char *source, const char *target);
+
+#endif
