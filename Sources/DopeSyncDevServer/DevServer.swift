@@ -5,6 +5,7 @@ import HummingbirdTLS
 import Logging
 import NIOCore
 import NIOSSL
+import ServiceLifecycle
 
 /// The TrueDope API on loopback (api.yaml), for demos, tests and benchmarks.
 ///
@@ -16,8 +17,12 @@ public enum DevServer {
     public static let name = "dopesync-devserver"
 
     /// Opens the database, binds, calls `onListening` with the bound port once the server
-    /// accepts connections, and serves until the task is cancelled or, with `handlingSignals`,
-    /// until SIGTERM or SIGINT (graceful shutdown: in-flight requests finish).
+    /// accepts connections, and serves until the task is cancelled, until `shutdown` ends, or,
+    /// with `handlingSignals`, until SIGTERM or SIGINT. The last two shut it down gracefully: it
+    /// stops accepting, lets in-flight requests finish for up to `shutdownGrace`, then cancels
+    /// them. Cancelling the task instead can end it with a connection accepted but not yet
+    /// served, which traps in NIO ("Deinited NIOAsyncWriter without calling finish()",
+    /// apple/swift-nio#3481): a test's server is stopped through `shutdown`.
     ///
     /// Throws if the database cannot be opened, the TLS files cannot be read or the address
     /// cannot be bound.
@@ -25,6 +30,8 @@ public enum DevServer {
         configuration: DevServerConfiguration,
         logger: Logger,
         handlingSignals: Bool = false,
+        shutdown: AsyncStream<Void>? = nil,
+        shutdownGrace: Duration = .seconds(2),
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) async throws {
         let state = try DevServerState(configuration: configuration)
@@ -45,6 +52,10 @@ public enum DevServer {
         do {
             if handlingSignals {
                 try await application.runService()
+            } else if let shutdown {
+                var group = ServiceGroupConfiguration(services: [application], logger: logger)
+                group.maximumGracefulShutdownDuration = shutdownGrace
+                try await runUntilEnded(ServiceGroup(configuration: group), shutdown: shutdown)
             } else {
                 try await application.run()
             }
@@ -54,6 +65,25 @@ public enum DevServer {
         }
         await state.store.close()
         try served.get()
+    }
+
+    /// Runs `group` until it ends, shutting it down gracefully once `shutdown` ends.
+    private static func runUntilEnded(_ group: ServiceGroup, shutdown: AsyncStream<Void>) async throws {
+        try await withThrowingTaskGroup(of: Bool.self) { tasks in
+            tasks.addTask {
+                try await group.run()
+                return true
+            }
+            tasks.addTask {
+                for await _ in shutdown {}
+                await group.triggerGracefulShutdown()
+                return false
+            }
+            while let groupEnded = try await tasks.next() {
+                if groupEnded { break }
+            }
+            tasks.cancelAll()
+        }
     }
 
     /// HTTP/1.1 in the clear, HTTP/1.1 over TLS, or h2 and HTTP/1.1 over TLS (chosen by ALPN).

@@ -19,7 +19,8 @@ public struct RunningDevServer: Sendable {
 /// Runs a dev server on a free port for the length of `body`, then stops it.
 ///
 /// The port in `configuration` is ignored (0 is bound); `body` starts only once the server
-/// accepts connections (no sleeping), and the server is cancelled when `body` returns or throws.
+/// accepts connections (no sleeping), and the server is shut down gracefully when `body`
+/// returns or throws (requests a test left hanging are cancelled 2 s later).
 /// A server that cannot start (a bad database path, say) makes this throw.
 public func withDevServer<Result>(
     _ configuration: DevServerConfiguration = DevServerConfiguration(),
@@ -29,12 +30,14 @@ public func withDevServer<Result>(
     var configuration = configuration
     configuration.port = 0
     let serverConfiguration = configuration
+    let (shutdown, requestShutdown) = AsyncStream.makeStream(of: Void.self)
     return try await withThrowingTaskGroup(of: Void.self) { group in
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         group.addTask {
             // Finishing the stream on every exit lets a server that fails to start end the wait.
             defer { portContinuation.finish() }
-            try await DevServer.run(configuration: serverConfiguration, logger: logger) { port in
+            try await DevServer.run(configuration: serverConfiguration, logger: logger, shutdown: shutdown) {
+                port in
                 portContinuation.yield(port)
             }
         }
@@ -47,17 +50,16 @@ public func withDevServer<Result>(
             port: port, baseURL: "\(serverConfiguration.scheme)://\(serverConfiguration.host):\(port)",
             token: serverConfiguration.token,
             configuration: serverConfiguration)
+        let result: Swift.Result<Result, any Error>
         do {
-            let result = try await body(server)
-            group.cancelAll()
-            // Cancellation is how the server is stopped; what it throws on the way out is not news.
-            try? await group.waitForAll()
-            return result
+            result = .success(try await body(server))
         } catch {
-            group.cancelAll()
-            try? await group.waitForAll()
-            throw error
+            result = .failure(error)
         }
+        requestShutdown.finish()
+        // What the server throws on the way out is not news.
+        try? await group.waitForAll()
+        return try result.get()
     }
 }
 
