@@ -13,10 +13,18 @@ public func withTemporarySpool<T>(_ body: (Spool, URL) async throws -> T) async 
 }
 
 /// A spool under `directory` with each sample packed into `incoming/` as `dopesync pack` does.
-public func makeSpool(in directory: URL, samples: [SampleSession]) throws -> Spool {
+///
+/// Packing writes archives with blocking calls: on a thread of its own, so that the suite's
+/// other tests, which share the test process's two cooperative threads, are not held (an
+/// in-process dev server there once answered a request seconds late).
+public func makeSpool(in directory: URL, samples: [SampleSession]) async throws -> Spool {
     let spool = Spool(root: directory.appendingPathComponent("spool").path)
-    try spool.create()
-    for sample in samples { try pack(sample, into: spool, scratch: directory) }
+    try await onOwnThread { () -> Result<Void, any Error> in
+        Result {
+            try spool.create()
+            for sample in samples { try pack(sample, into: spool, scratch: directory) }
+        }
+    }.get()
     return spool
 }
 

@@ -68,7 +68,7 @@ import Testing
     func oddNamesAreNeverSkipped() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(3900 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let notUTF8 = Array("bad-".utf8) + [0xFF, 0xFE] + Array(".tgz".utf8)
             let decomposed = "cafe\u{301}.tgz"  // NFD: e and a combining acute accent
             let newline = "two\nlines.tgz"

@@ -31,7 +31,8 @@ import Testing
             // A third bundle, then a run against a port whose server is gone: deferred, waiting for retry.
             let later = SampleSession(seed: 603)
             let laterName = try pack(later, into: spool, scratch: directory)
-            let deadURL = try await withDevServer { $0.baseURL }
+            let refusing = try RefusingPort()
+            let deadURL = refusing.url
             // The same API at an address where it is down now (as `dopesync api --same-as` records).
             try CheckpointStore(spool: spool).recordAPIAddress(
                 APIAddress.normalized(deadURL), api: APIAddress.normalized(firstURL), adoptUnbound: false)

@@ -98,7 +98,7 @@ import Testing
             samples.append(
                 SampleSession(
                     seed: 950, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000)))
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let sizes = try spool.names(.incoming).map {
                 try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, $0))[.size] as! Int64
             }

@@ -25,7 +25,7 @@ import Testing
             let good = (1...4).map { SampleSession(seed: UInt64(3700 + $0)) }
             var blocked = SampleSession(seed: 3705)
             blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
-            let spool = try makeSpool(in: directory, samples: good + [blocked])
+            let spool = try await makeSpool(in: directory, samples: good + [blocked])
             let blockedName = "\(blocked.sessionID).tar.gz"
             var configuration = DevServerConfiguration()
             configuration.forbiddenBodyPattern = "<script>"
@@ -54,7 +54,7 @@ import Testing
     func aTokenRefusedEverywhereStopsTheRun() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(3710 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: "not-the-token")
                 #expect(status == .permissionDenied, "\(summary)")

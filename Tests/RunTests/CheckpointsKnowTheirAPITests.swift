@@ -17,7 +17,7 @@ import Testing
     static func stagedSpool(in directory: URL) async throws -> (Spool, [SampleSession], partial: String) {
         let good = (1...3).map { SampleSession(seed: UInt64(3500 + $0)) }
         let partial = SampleSession(seed: 3504).naming(ammunitionId: 9999, inDopeEntry: 2)
-        let spool = try makeSpool(in: directory, samples: good + [partial])
+        let spool = try await makeSpool(in: directory, samples: good + [partial])
         try await withDevServer(.withoutReferenceLists) { staging in
             let (summary, status) = await runWorker(spool, apiURL: staging.baseURL, token: staging.token)
             #expect(status == .bundlesFailed && summary.done == 3 && summary.failed == 1, "\(summary)")
@@ -122,7 +122,7 @@ import Testing
     func theSameAPIAtANewAddressResendsNothing() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...2).map { SampleSession(seed: UInt64(3520 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let database = directory.appendingPathComponent("api.sqlite").path
             var configuration = DevServerConfiguration()
             configuration.databasePath = database

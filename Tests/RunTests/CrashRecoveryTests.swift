@@ -22,7 +22,7 @@ import Testing
             // About 50 requests a bundle, and a server a few milliseconds slow: a request is in
             // flight when its child is killed.
             let samples = (1...30).map { SampleSession(seed: UInt64(900 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             // Each child is killed when the server has seen a random number of requests since it
             // started (0: at once, in its start-up), as the request that makes the count arrives:
             // mid-upload, whatever the machine's speed, with a request of it in flight.
@@ -96,7 +96,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             // About 50 requests a bundle at 10-20 ms, two at a time: the run lasts about 4 s.
             let samples = (1...10).map { SampleSession(seed: UInt64(870 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let database = directory.appendingPathComponent("server.sqlite").path
             var (server, url) = try await Self.startServerBelowTheEphemeralPorts(database: database)
             let port = try #require(url.split(separator: ":").last.flatMap { Int($0) })

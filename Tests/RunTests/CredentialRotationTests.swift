@@ -30,7 +30,7 @@ import Testing
     func tokenFileRotatedMidRun() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(2800 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let tokenFile = directory.appendingPathComponent("api-token").path
             try Self.write("old-token", to: tokenFile)
             let configuration = Self.rotatingServer(after: 20) {
@@ -54,7 +54,7 @@ import Testing
     func tokenCommand() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...2).map { SampleSession(seed: UInt64(2810 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let vault = directory.appendingPathComponent("vault").path
             try Self.write("old-token", to: vault)
             let command = "echo 'asking the vault' >&2; cat \(vault)"
@@ -81,7 +81,7 @@ import Testing
         .timeLimit(minutes: 1))
     func tokenCommandThatLingers() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2820)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2820)])
             var configuration = DevServerConfiguration()
             configuration.token = "the-token"
             try await withDevServer(configuration) { server in
@@ -101,7 +101,7 @@ import Testing
     @Test("a token with a control character is refused before it is sent, and never printed")
     func tokenWithControlCharacters() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2830)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2830)])
             let tokenFile = directory.appendingPathComponent("api-token").path
             try Self.write("secret\u{1B}[0mtoken", to: tokenFile)
             try await withDevServer { server in

@@ -18,7 +18,7 @@ import Testing
     @Test("the database and its lock file are created 0600, and a wider mode is narrowed")
     func createdPrivate() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2500)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2500)])
             try await withDevServer { server in
                 #expect(await runWorker(spool, apiURL: server.baseURL, token: server.token).1 == .success)
             }
@@ -37,7 +37,7 @@ import Testing
     func anotherUsersDatabaseIsRefused() async throws {
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 2510)
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             _ = try CheckpointStore(spool: spool)
             // The producer's copy, moved over the real file: the same bytes, another owner.
             let forged = directory.appendingPathComponent("forged.sqlite").path
@@ -63,7 +63,7 @@ import Testing
     @Test("a database that is a symlink is refused, not followed")
     func symlinkedDatabaseIsRefused() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2520)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2520)])
             let elsewhere = directory.appendingPathComponent("elsewhere.sqlite").path
             _ = try CheckpointStore(path: elsewhere)
             #expect(symlink(elsewhere, spool.databasePath) == 0)

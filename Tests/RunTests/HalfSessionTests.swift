@@ -30,7 +30,7 @@ import Testing
     func statusListsAHalfSessionUntilDone() async throws {
         try await withTemporaryDirectory { directory in
             let (sample, pattern) = Self.sampleRefusedAfterItsSession(seed: 9_600)
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             let name = try #require(try spool.names(.incoming).first)
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             let api = directory.appendingPathComponent("api.sqlite").path

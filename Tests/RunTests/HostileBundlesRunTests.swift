@@ -19,7 +19,7 @@ import Testing
     func hostileBundlesFailAndOthersSync() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try FileManager.default.copyItem(
                 at: HostileBundles.selfReproducingGzip, to: URL(fileURLWithPath: spool.path(.incoming, "quine.gz")))
             for (outer, name) in [("gzip", "gzip-in-gzip"), ("xz", "gzip-in-xz")] {
@@ -77,7 +77,7 @@ import Testing
     func readerKillingBundleIsIsolatedThenFailed() async throws {
         try await withTemporaryDirectory { directory in
             // The huge bundle first: it arrives first (a run takes bundles in the order they arrived).
-            let spool = try makeSpool(in: directory, samples: [])
+            let spool = try await makeSpool(in: directory, samples: [])
             try await HostileBundles.huge(
                 SampleSession(seed: 13), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))
             try pack(SampleSession(seed: 12), into: spool, scratch: directory)
@@ -111,7 +111,7 @@ import Testing
     @Test("in-process (no child to read in), a bundle goes to failed/ unread once three readings were cut short")
     func cutShortReadingsWithoutAChild() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 14)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 14)])
             let name = try spool.names(.incoming)[0]
             let store = try CheckpointStore(spool: spool)
             // Three processes died reading it.

@@ -72,7 +72,7 @@ import Testing
     func boundaryInImageCannotCutIt(size: Int) async throws {
         try await withTemporaryDirectory { directory in
             let (sample, fileName) = Self.sampleWithBoundaryInImage(seed: 2400 + UInt64(size), size: size)
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .success && summary.done == 1)
@@ -112,7 +112,7 @@ import Testing
             shape.imageBytes = 400 * 1024  // streamed from the archive, not kept from validation
             let edited = SampleSession(seed: 2420, shape: shape)
             let others = (1...2).map { SampleSession(seed: 2420 + UInt64($0)) }
-            let spool = try makeSpool(in: directory, samples: others)
+            let spool = try await makeSpool(in: directory, samples: others)
             try await Self.packUncompressed(edited, named: "edited.tar", into: spool, scratch: directory)
             let (name, bytes) = edited.images.sorted { $0.key < $1.key }[0]
             let rewritten = Mutex(false)
@@ -188,7 +188,7 @@ import Testing
             shape.imageBytes = 400 * 1024  // streamed: the archive is opened again for the images
             let swapped = SampleSession(seed: 2440, shape: shape)
             let others = (1...2).map { SampleSession(seed: 2440 + UInt64($0)) }
-            let spool = try makeSpool(in: directory, samples: others)
+            let spool = try await makeSpool(in: directory, samples: others)
             try await Self.packUncompressed(swapped, named: "swapped.tar", into: spool, scratch: directory)
             let fifo = directory.appendingPathComponent("fifo").path
             #expect(mkfifo(fifo, 0o600) == 0)

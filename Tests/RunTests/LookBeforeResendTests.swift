@@ -23,7 +23,7 @@ import Testing
     func cleanPathBudget() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...5).map { SampleSession(seed: UInt64(1100 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let (summary, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == .success && summary.done == samples.count)
@@ -52,7 +52,7 @@ import Testing
     func conflictingRecordFails() async throws {
         try await withTemporaryDirectory { directory in
             let original = SampleSession(seed: 1200)
-            let spool = try makeSpool(in: directory, samples: [original])
+            let spool = try await makeSpool(in: directory, samples: [original])
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = true
             try await withDevServer(configuration) { server in
@@ -91,7 +91,7 @@ import Testing
             early.json["chronoSessions"] = [[String: any Sendable]]()
             early.json["groupEntries"] = [[String: any Sendable]]()
             early.images = [:]
-            let spool = try makeSpool(in: directory, samples: [early])
+            let spool = try await makeSpool(in: directory, samples: [early])
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = true
             try await withDevServer(configuration) { server in
@@ -120,7 +120,7 @@ import Testing
     func noLookups(answer: MissingLookupsStatus) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(1400 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.lookups = false
             configuration.lookupsStatus = answer
@@ -153,7 +153,7 @@ import Testing
     func noLookAfterA429() async throws {
         for (status, rateLimited) in [(429, true), (500, false)] {
             try await withTemporaryDirectory { directory in
-                let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 1300)])
+                let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 1300)])
                 var configuration = DevServerConfiguration()
                 if rateLimited { configuration.faults.rateLimitRate = 1 } else { configuration.faults.failRate = 1 }
                 configuration.faults.retryAfterSeconds = 0

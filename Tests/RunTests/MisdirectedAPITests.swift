@@ -22,7 +22,7 @@ import Testing
     func redirectsAreNeverFollowed(status: Int) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(2300 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.redirectStatus = status
             try await withDevServer(configuration) { server in
@@ -43,7 +43,8 @@ import Testing
     @Test("a misdirected API (exit 78) still rewrites the metrics file: 78 and the bundles given back")
     func misdirectedRunWritesItsMetrics() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2311), SampleSession(seed: 2312)])
+            let spool = try await makeSpool(
+                in: directory, samples: [SampleSession(seed: 2311), SampleSession(seed: 2312)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try "dopesync_last_run_exit_code 0\n".write(toFile: metrics, atomically: true, encoding: .utf8)
             var configuration = DevServerConfiguration()
@@ -65,7 +66,7 @@ import Testing
     @Test("the run says why it stopped: the redirect's status, where it pointed and the URL, its password masked")
     func redirectIsExplained() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2310)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2310)])
             var configuration = DevServerConfiguration()
             configuration.redirectStatus = 302
             try await withDevServer(configuration) { server in
@@ -86,7 +87,7 @@ import Testing
     func wrongBaseURLFailsNoBundle() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(2320 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let wrong = server.baseURL + "/api"
                 let (status, output) = try await runToEnd(spool, apiURL: wrong, token: server.token)
@@ -111,7 +112,7 @@ import Testing
     func createWithoutClientIDIsNotRecorded() async throws {
         try await withTemporaryDirectory { directory in
             let samples = [SampleSession(seed: 2330)]
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.answerCreatesWithoutClientID = true
             configuration.lookups = false
@@ -133,7 +134,7 @@ import Testing
     func createWithoutClientIDIsConfirmedByLooking() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...2).map { SampleSession(seed: UInt64(2340 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.answerCreatesWithoutClientID = true
             try await withDevServer(configuration) { server in

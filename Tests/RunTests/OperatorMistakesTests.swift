@@ -39,7 +39,7 @@ import Testing
         .enabled(if: geteuid() == 0, "needs root"))
     func rootOnAnotherUsersSpoolIsRefused() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2700)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2700)])
             #expect(chown(spool.root, 65534, 65534) == 0)
             let metrics = spool.root + "/dopesync.prom"
             try await withDevServer { server in
@@ -62,7 +62,7 @@ import Testing
     @Test("a bundle out of attempts fails as gave_up, with the last error beside it")
     func outOfAttemptsSaysGaveUp() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2710)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2710)])
             var configuration = DevServerConfiguration()
             configuration.faults.failRate = 1
             try await withDevServer(configuration) { server in
@@ -177,7 +177,7 @@ import Testing
     @Test("a spool reached through a symlinked folder works; its database file itself may not be a link")
     func spoolThroughASymlink() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2730)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2730)])
             let link = directory.appendingPathComponent("spool-link").path
             #expect(symlink(spool.root, link) == 0)
             try await withDevServer { server in
@@ -194,7 +194,7 @@ import Testing
     )
     func freeSpaceFloor() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2740)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2740)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             // A floor no file system meets: the whole of it free.
             try await withDevServer { server in
@@ -223,7 +223,7 @@ import Testing
     func maxBundlesWithParallelSlots() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...12).map { SampleSession(seed: UInt64(2750 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 for _ in 1...3 {
                     var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)

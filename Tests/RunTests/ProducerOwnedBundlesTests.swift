@@ -39,7 +39,7 @@ struct ProducerOwnedBundlesTests {
         try await withTemporaryDirectory { directory in
             #expect(chmod(directory.path, 0o755) == 0)
             let samples = (1...3).map { SampleSession(seed: UInt64(2600 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             for folder in [""] + Spool.Folder.allCases.map({ "/" + $0.rawValue }) {
                 #expect(chown(spool.root + folder, Self.worker, Self.worker) == 0)
             }
@@ -102,7 +102,7 @@ struct ProducerOwnedBundlesTests {
     func statusOnASpoolItCannotWrite() async throws {
         try await withTemporaryDirectory { directory in
             #expect(chmod(directory.path, 0o755) == 0)
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 2610)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2610)])
             // A run in a process of its own: when it has exited, its database is closed and whole.
             try await withDevServer { server in
                 let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
@@ -132,7 +132,7 @@ struct ProducerOwnedBundlesTests {
     func unwritableSpoolSaysWhose() async throws {
         try await withTemporaryDirectory { directory in
             #expect(chmod(directory.path, 0o755) == 0)
-            let spool = try makeSpool(in: directory, samples: [])  // root's, 0755: nobody may only read it
+            let spool = try await makeSpool(in: directory, samples: [])  // root's, 0755: nobody may only read it
             try await withDevServer { server in
                 let (status, output) = try await Self.runAsWorker(spool, server: server)
                 #expect(status == 73, "\(output)")

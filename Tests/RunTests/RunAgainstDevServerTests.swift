@@ -29,7 +29,7 @@ import Testing
     func orderAndContent() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(100 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             try await withDevServer { server in
                 let (summary, status) = await Self.run(spool, server)
                 #expect(status == .success)
@@ -63,7 +63,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(
                 seed: 77, shape: SampleSession.Shape().withImages(groups: 2, perGroup: 2, bytes: 1_200_000))
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             let name = "\(sample.sessionID).tar.gz"
             let size = try FileManager.default.attributesOfItem(atPath: spool.path(.incoming, name))[.size] as! Int64
             #expect(size >= 1 << 20, "the bundle must be over 1 MiB, its images read again from the archive when sent")
@@ -85,7 +85,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 200).naming(ammunitionId: 9999, inDopeEntry: 2)
             let dope = sample.dopeEntryIDs
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             // An API without reference lists: only the create's 422 finds the id, mid-bundle.
             try await withDevServer(.withoutReferenceLists) { server in
                 let (_, status) = await Self.run(spool, server)
@@ -115,7 +115,8 @@ import Testing
     @Test("a wrong token: exit 77 and every bundle back in incoming/, no attempt counted")
     func wrongToken() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(300 + $0)) })
+            let spool = try await makeSpool(
+                in: directory, samples: (1...3).map { SampleSession(seed: UInt64(300 + $0)) })
             try await withDevServer { server in
                 let (_, status) = await Self.run(spool, server, token: "wrong")
                 #expect(status == .permissionDenied)
@@ -134,7 +135,8 @@ import Testing
     )
     func checkpointDatabaseHeldElsewhere() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
+            let spool = try await makeSpool(
+                in: directory, samples: (1...3).map { SampleSession(seed: UInt64(350 + $0)) })
             _ = try CheckpointStore(spool: spool)  // migrated, as after earlier runs
             // A process stopped while it holds the write lock (another open file description
             // conflicts as another process would).
@@ -165,7 +167,8 @@ import Testing
         .timeLimit(minutes: 1))
     func checkpointDatabaseHeldMidRun() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
+            let spool = try await makeSpool(
+                in: directory, samples: (1...3).map { SampleSession(seed: UInt64(360 + $0)) })
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 20...20  // time to take the lock between two steps
             let (requests, arrived) = AsyncStream.makeStream(of: Void.self)
@@ -195,9 +198,10 @@ import Testing
     func noServer() async throws {
         try await withTemporaryDirectory { directory in
             // One bundle is enough: an API that does not answer at all opens the breaker.
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 401)])
-            // A port that was just free: the server that had it is gone.
-            let deadURL = try await withDevServer { $0.baseURL }
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 401)])
+            // A port nobody listens on, and no other test's server can take meanwhile.
+            let refusing = try RefusingPort()
+            let deadURL = refusing.url
             var options = RunOptions(spoolRoot: spool.root, apiURL: deadURL, token: "t")
             options.minAge = .zero
             options.retry.base = .milliseconds(1)
@@ -218,7 +222,7 @@ import Testing
     func faultsConverge(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(500 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             configuration.faults.failRate = 0.1
@@ -250,7 +254,7 @@ import Testing
     func lostCheckpointDatabase(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(600 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
@@ -282,7 +286,7 @@ import Testing
     func threeConcurrentRuns(keysHonoured: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...12).map { SampleSession(seed: UInt64(700 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
@@ -306,7 +310,7 @@ import Testing
             // About 50 requests a bundle at a few milliseconds each: the batch lasts about a second,
             // far longer than starting a process, so the three runs overlap.
             let samples = (1...12).map { SampleSession(seed: UInt64(750 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5
             configuration.ignoreIdempotencyKeys = !keysHonoured
@@ -333,7 +337,7 @@ import Testing
     func maxTimeStopsClaiming() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...10).map { SampleSession(seed: UInt64(800 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             // The run's clock jumps past the deadline as the server takes the first bundle's
             // first create: no claim can come after it, and none was late because the machine was.
             let jumped = Atomic(false)
@@ -370,7 +374,7 @@ import Testing
     func failingStepsOpenTheBreaker() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(850 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.failRate = 1  // the server answers, but only with errors
             configuration.faults.retryAfterSeconds = 0
@@ -397,7 +401,7 @@ import Testing
     @Test("with --log-format json a metadata key named like a field never replaces it: the event text stays in message")
     func jsonLogsKeepTheirMessage() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 3950)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 3950)])
             var configuration = DevServerConfiguration()
             configuration.faults.failRate = 0.3
             configuration.faults.seed = 7

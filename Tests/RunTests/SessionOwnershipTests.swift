@@ -43,7 +43,7 @@ struct SessionOwnershipTests {
             let (alice, mallory) = (uids[0], uids[1])
             try await withTemporaryDirectory { directory in
                 let victim = SampleSession(seed: 3600)
-                let spool = try makeSpool(in: directory, samples: [victim])
+                let spool = try await makeSpool(in: directory, samples: [victim])
                 Self.chownBundle(spool, "\(victim.sessionID).tar.gz", to: alice)
                 var configuration = DevServerConfiguration()
                 configuration.ignoreIdempotencyKeys = !keysHonoured

@@ -16,7 +16,7 @@ import Testing
     @Test("an incoming/ the run cannot read is not 'nothing to do': exit 73, naming the folder")
     func unreadableIncoming() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 41)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 41)])
             // Tests run as root, whom permissions do not stop: the run runs as nobody instead.
             for path in [directory.path, spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {
                 chmod(path, 0o777)
@@ -45,7 +45,7 @@ import Testing
             try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: false)
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mount])
             defer { _ = umount2(mount, Int32(MNT_DETACH)) }
-            let spool = try makeSpool(in: URL(fileURLWithPath: mount), samples: [SampleSession(seed: 42)])
+            let spool = try await makeSpool(in: URL(fileURLWithPath: mount), samples: [SampleSession(seed: 42)])
             try await withDevServer { server in
                 let (first, firstOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(first == 0, "\(firstOutput)")
@@ -64,7 +64,7 @@ import Testing
     func checkpointUpdateAfterMoveFails() async throws {
         try await withTemporaryDirectory { directory in
             let samples = [SampleSession(seed: 42)]
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             // The database refuses to record any bundle as done, as a full or failing disk would.
             let store = try CheckpointStore(spool: spool)
             let database = try SQLiteDatabase(path: spool.databasePath)

@@ -105,7 +105,7 @@ import Testing
     )
     func aTokenCommandGetsAMinimalEnvironment() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 3800)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 3800)])
             let seen = directory.appendingPathComponent("env.txt").path
             try await withDevServer { server in
                 let (status, output) = try await runToEnd(

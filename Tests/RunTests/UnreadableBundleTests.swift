@@ -21,7 +21,7 @@ struct UnreadableBundleTests {
         try await SessionOwnershipTests.withProducers([worker]) { uids in
             try await withTemporaryDirectory { directory in
                 let sample = SampleSession(seed: 9_800)
-                let spool = try makeSpool(in: directory, samples: [sample])
+                let spool = try await makeSpool(in: directory, samples: [sample])
                 let name = "\(sample.sessionID).tar.gz"
                 // The spool is the worker's; the bundle stays root's, 0600.
                 for path in [spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {

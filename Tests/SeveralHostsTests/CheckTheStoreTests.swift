@@ -27,7 +27,7 @@ import Testing
     func wrongPassword() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_700)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_700)])
             try await withDevServer { server in
                 let checked = try await Self.check(spool, server, database: database, password: "wrong")
                 #expect(checked.status == 78, "\(checked.stdout)")
@@ -44,7 +44,7 @@ import Testing
     @Test("check with the database down: FAIL store asking whether PostgreSQL is up, exit 75, as the run")
     func databaseDown() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_701)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_701)])
             try await withDevServer { server in
                 let down = "postgresql://dopesync@127.0.0.1:1/dopesync"
                 let checked = try await dopesync(
@@ -72,7 +72,7 @@ import Testing
                 + "applied_at double precision NOT NULL); " + first.sql.joined(separator: ";\n")
                 + "; INSERT INTO dopesync.schema_migrations VALUES ('\(first.name)', 0)")
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_702)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_702)])
             try await withDevServer { server in
                 let checked = try await Self.check(spool, server, database: database)
                 #expect(checked.status == 0, "\(checked.stdout)")
@@ -95,7 +95,7 @@ import Testing
     func unmigratedSQLite() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(
+            let spool = try await makeSpool(
                 in: directory, samples: [SampleSession(seed: 9_703), SampleSession(seed: 9_704)])
             try await withDevServer { server in
                 // One bundle done on SQLite, the other deferred there: its retry state would be lost.
@@ -119,7 +119,7 @@ import Testing
         .enabled(if: geteuid() == 0, "mounts a read-only tmpfs"))
     func unwritableMetricsFolder() async throws {
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [])
+            let spool = try await makeSpool(in: directory, samples: [])
             let folder = directory.appendingPathComponent("node-exporter")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             // Read-only for root too: root passes every permission check, not a read-only mount.

@@ -11,7 +11,7 @@ import Testing
     func statusFromAnyHost() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0)
@@ -54,7 +54,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let good = SampleSession(seed: 4701)
             let unknown = SampleSession(seed: 4702).naming(ammunitionId: 9999, inDopeEntry: 1)
-            let spool = try makeSpool(in: directory, samples: [good, unknown])
+            let spool = try await makeSpool(in: directory, samples: [good, unknown])
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 1)

@@ -18,7 +18,7 @@ import Testing
     func unreachableAtTheStart() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(4300 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
                 let run = try await spawnRun(
@@ -40,7 +40,8 @@ import Testing
     func wrongPasswordIsInTheMetrics() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 4310), SampleSession(seed: 4311)])
+            let spool = try await makeSpool(
+                in: directory, samples: [SampleSession(seed: 4310), SampleSession(seed: 4311)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
                 let run = try await spawnSharedRun(
@@ -71,7 +72,7 @@ import Testing
         let database = try await SharedDatabase.fresh(in: cluster)
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(4400 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let seen = Atomic(0)
             let (struck, strike) = AsyncStream.makeStream(of: Void.self)
             var configuration = DevServerConfiguration()
@@ -115,7 +116,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_610)
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             let api = directory.appendingPathComponent("api.sqlite").path
             func run(_ server: RunningDevServer) async -> (RunSummary, DopeSync.ExitStatus) {
                 var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
@@ -157,7 +158,7 @@ import Testing
     func aLockWaitIsCancelledByTheServer() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
-            let spool = try makeSpool(in: directory, samples: [SampleSession(seed: 9_900)])
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_900)])
             let environment = database.runArguments(host: "host-a").environment
             // The schema first (status migrates it), then a session that holds every claim row.
             _ = try await dopesync(
@@ -202,10 +203,11 @@ extension CancelledStatementTests {
     func aTransactionThatOutlastsTheWaitIsRolledBack() async throws {
         let database = try await SharedCluster.freshDatabase()
         let owner = ClaimOwner(host: "host-a", pid: 1, runID: "run-a")
-        // A wait of 2.5 s: each statement may take 2 s, and each of the failure's two updates
-        // (its bundle's row, then its claim's) takes 1.5 s.
+        // A wait of 8 s: each statement may take 6.4 s, and each of the failure's two updates
+        // (its bundle's row, then its claim's) takes 5 s. (The claim before them needs a wait
+        // that a loaded machine keeps within.)
         try await PostgresCheckpoints.with(
-            database.settings(lease: .seconds(3600)), owner: owner, statementTimeout: .milliseconds(2500),
+            database.settings(lease: .seconds(3600)), owner: owner, statementTimeout: .seconds(8),
             logger: quietLogger
         ) { store in
             #expect(try await store.acquireClaim(of: "x.tar.gz", orphan: false, owner: owner))
@@ -215,7 +217,7 @@ extension CancelledStatementTests {
             try await database.psql(
                 """
                 CREATE FUNCTION dopesync.slow() RETURNS trigger LANGUAGE plpgsql
-                    AS $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$;
+                    AS $$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$;
                 CREATE TRIGGER slow BEFORE UPDATE ON dopesync.bundles FOR EACH ROW EXECUTE FUNCTION dopesync.slow();
                 CREATE TRIGGER slow BEFORE UPDATE ON dopesync.claims FOR EACH ROW EXECUTE FUNCTION dopesync.slow();
                 """)

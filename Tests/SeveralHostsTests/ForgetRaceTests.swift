@@ -15,7 +15,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_950)
-            let spool = try makeSpool(in: directory, samples: [sample])
+            let spool = try await makeSpool(in: directory, samples: [sample])
             let environment = database.runArguments(host: "host-a").environment
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")

@@ -18,7 +18,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...4).map { SampleSession(seed: UInt64(4600 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let killer = SignalAtRequest(SIGKILL)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...5

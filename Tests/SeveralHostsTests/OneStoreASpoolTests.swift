@@ -36,7 +36,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...8).map { SampleSession(seed: UInt64(4800 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 3...8
             configuration.ignoreIdempotencyKeys = true
@@ -66,7 +66,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...2).map { SampleSession(seed: UInt64(4820 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             // A claim made outside the store (an older dopesync, a run given the SQLite file): the
             // bundle renamed into processing/ and its flock held, no lease in the database.
             let held = "\(samples[0].sessionID).tar.gz"

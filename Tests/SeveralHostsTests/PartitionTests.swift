@@ -81,7 +81,7 @@ import Testing
 
             try await withTemporaryDirectory { directory in
                 let samples = (1...6).map { SampleSession(seed: UInt64(4800 + $0), shape: .realistic) }
-                let spool = try makeSpool(in: directory, samples: samples)
+                let spool = try await makeSpool(in: directory, samples: samples)
                 let arrivals = Mutex<[ContinuousClock.Instant]>([])
                 let (struck, strike) = AsyncStream.makeStream(of: Void.self)
                 var configuration = DevServerConfiguration()

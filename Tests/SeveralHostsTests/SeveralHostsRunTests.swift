@@ -19,7 +19,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...18).map { SampleSession(seed: UInt64(4000 + $0), shape: SampleSession.Shape()) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 2...6
             configuration.ignoreIdempotencyKeys = !keysHonoured
@@ -52,7 +52,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(4100 + $0), shape: .realistic) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let killer = SignalAtRequest(SIGKILL)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 5...10
@@ -96,7 +96,7 @@ import Testing
             let samples = [
                 SampleSession(seed: 4201, shape: .realistic.withImages(groups: 2, perGroup: 2, bytes: 600_000))
             ]
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let sleeper = SignalAtRequest(SIGSTOP)
             var configuration = DevServerConfiguration()
             configuration.faults.latencyMilliseconds = 3...6

@@ -15,7 +15,7 @@ import Testing
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(4900 + $0)) }
-            let spool = try makeSpool(in: directory, samples: samples)
+            let spool = try await makeSpool(in: directory, samples: samples)
             let held = "\(samples[0].sessionID).tar.gz"
             let stall = try await StalledRename(in: directory, holdingRenamesOf: held)
             var configuration = DevServerConfiguration()
