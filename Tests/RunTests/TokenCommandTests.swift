@@ -90,6 +90,21 @@ import Testing
         #expect(left.status == 1, "still running: \(left.stdout)")
     }
 
+    @Test("a token read before the time limit counts, though the command takes its grace to end after it")
+    func aTokenInTimeCountsWhateverTheEnding() async throws {
+        // The token at once, then SIGTERM ignored: the command ends only when killed, 3 s later,
+        // past its 1 s limit. The limit is for the token, which came in time.
+        let command = "trap '' TERM; echo tok-in-time; while :; do sleep 0.1; done"
+        let outcome = await Self.outcome(command, seconds: 1)
+        #expect(try outcome.get() == "tok-in-time")
+    }
+
+    @Test("a command runs under timeout(1) as well, set past the worker's own limit and grace")
+    func aBackstopOutlastsTheWorkersLimit() {
+        let backstop = TokenCommand.backstop(30)
+        #expect(backstop == ["/usr/bin/timeout", "--kill-after=3s", "36s"])
+    }
+
     @Test("a token an HTTP header cannot carry is refused, and not shown")
     func unusable() async {
         guard case .failure(let error) = await Self.outcome("printf 'ab\\001cd\\n'") else {

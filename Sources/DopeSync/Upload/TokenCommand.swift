@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import Subprocess
+import Synchronization
 import SystemPackage
 
 #if canImport(Glibc)
@@ -51,17 +52,23 @@ struct TokenCommand: Sendable {
     /// the run's business.
     func run() async throws(TokenCommandError) -> String {
         let seconds = seconds
+        let lineRead = LineRead()
         let ending = await withTaskGroup(of: Ending?.self) { group in
-            group.addTask { await self.runToItsEnd() }
+            group.addTask { await self.runToItsEnd(lineRead: lineRead.happened) }
             group.addTask {
                 // The time limit: when it comes first, the command's task is cancelled, and the
-                // command ended as ``runToItsEnd()`` says.
+                // command ended as ``runToItsEnd(lineRead:)`` says. A line already read stands it
+                // down: the command is being ended, within its grace, and its token is good.
                 guard (try? await Task.sleep(for: .seconds(seconds))) != nil else { return nil }
-                return .timedOut
+                return lineRead.hasHappened ? nil : .timedOut
             }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? .timedOut
+            for await ending in group {
+                if let ending {
+                    group.cancelAll()
+                    return ending
+                }
+            }
+            return .timedOut
         }
         switch ending {
         case .notStarted(let why):
@@ -86,6 +93,13 @@ struct TokenCommand: Sendable {
         }
     }
 
+    /// Whether the command's line is in: from then on its time limit no longer applies.
+    private final class LineRead: Sendable {
+        private let state = Mutex(false)
+        var hasHappened: Bool { state.withLock { $0 } }
+        @Sendable func happened() { state.withLock { $0 = true } }
+    }
+
     /// How a run of the command ended.
     private enum Ending: Sendable {
         /// Its output's first line (or its end), and how the command ended.
@@ -99,15 +113,16 @@ struct TokenCommand: Sendable {
     /// is a pipe of ours, read on NIO's event loops: a token may come from what the command left
     /// running after its own end (`(sleep 1; echo TOKEN) &`), which swift-subprocess's own output
     /// streams, ending with the command, would miss.
-    private func runToItsEnd() async -> Ending {
+    private func runToItsEnd(lineRead: @escaping @Sendable () -> Void) async -> Ending {
         let output: (read: Int32, write: Int32)
         do {
             output = try ChildProcess.pipe()
         } catch {
             return .notStarted("\(error)")
         }
+        let command = Self.backstop(seconds) + ["/bin/sh", "-c", self.command]
         let configuration = ChildProcess.configuration(
-            "/bin/sh", ["-c", command],
+            command[0], Array(command.dropFirst()),
             environment: Self.environment(passing: passing, from: ProcessInfo.processInfo.environment),
             ownProcessGroup: true, grace: Self.grace)
         let reader: NIOAsyncChannel<ByteBuffer, Never>
@@ -132,6 +147,7 @@ struct TokenCommand: Sendable {
                 ) { execution in
                     let line = await Self.firstLine(of: inbound)
                     if case .line(let token) = line, !token.isEmpty {
+                        lineRead()
                         await Self.endGroup(of: execution)
                     } else if Task.isCancelled {
                         await Self.endGroup(of: execution)
@@ -143,6 +159,17 @@ struct TokenCommand: Sendable {
         } catch {
             return .notStarted("\(error)")
         }
+    }
+
+    /// `timeout(1)` in front of the shell, where the system has it: a limit that holds if the
+    /// worker itself is killed while the command runs (before a run handles signals, or by a
+    /// wrapper's own timeout), when nothing would end a command in a process group of its own.
+    /// Set past the worker's own limit and grace, so the worker's comes first.
+    static func backstop(_ seconds: Int) -> [String] {
+        let timeout = "/usr/bin/timeout"
+        guard FileManager.default.isExecutableFile(atPath: timeout) else { return [] }
+        let grace = Int(Self.grace / .seconds(1))
+        return [timeout, "--kill-after=\(grace)s", "\(seconds + 2 * grace)s"]
     }
 
     /// Ends the command's process group: the command, and what it left running in the background,
