@@ -25,6 +25,12 @@ extension APIClient {
                 message: "TLS to \(MaskedURL.string(baseURL)) got an answer that is not TLS: the server speaks plain "
                     + "HTTP: use http://")
         }
+        if Self.isHangUp(error), await speaksPlainHTTPInstead() {
+            // A plain server may hang up on a TLS hello before its "400" reaches us.
+            return .misdirected(
+                message: "TLS to \(MaskedURL.string(baseURL)) was hung up on, and the server answers plain HTTP there: "
+                    + "the server speaks plain HTTP: use http://")
+        }
         if let error = error as? HTTPClientError, error == .remoteConnectionClosed, await speaksTLSInstead() {
             return .misdirected(
                 message: "plain HTTP to \(MaskedURL.string(baseURL)) was hung up on, and the server answers TLS there: "
@@ -45,7 +51,21 @@ extension APIClient {
     private func speaksTLSInstead() async -> Bool {
         guard proxy == nil, let url = URL(string: baseURL), url.scheme?.lowercased() == "http", let host = url.host
         else { return false }
-        return await tlsProbe.speaksTLS(host: host, port: url.port ?? 80)
+        return await schemeProbe.speaks(.https, host: host, port: url.port ?? 80)
+    }
+
+    /// Whether the API's URL is `https://` to a server that speaks plain HTTP (as above).
+    private func speaksPlainHTTPInstead() async -> Bool {
+        guard proxy == nil, let url = URL(string: baseURL), url.scheme?.lowercased() == "https", let host = url.host
+        else { return false }
+        return await schemeProbe.speaks(.http, host: host, port: url.port ?? 443)
+    }
+
+    /// The server hung up before an answer (or a TLS handshake) was complete.
+    private static func isHangUp(_ error: any Error) -> Bool {
+        if let error = error as? HTTPClientError { return error == .remoteConnectionClosed }
+        if let error = error as? NIOSSLError, case .uncleanShutdown = error { return true }
+        return false
     }
 
     /// Why TLS with the API failed, if that is what `error` is.
@@ -110,14 +130,18 @@ extension APIClient {
     }
 }
 
-/// Whether a server speaks TLS, for an `http://` URL whose server hangs up without an answer
-/// (a TLS server does that to plain HTTP). One TLS request, any certificate taken, asked once
-/// per client: the answer is the same for every request.
-final class TLSProbe: Sendable {
-    private let answer = Mutex<Bool?>(nil)
+/// Whether a server speaks the other scheme than its URL's, for a URL whose server hangs up
+/// without an answer (a TLS server does that to plain HTTP, and a plain one, often, to a TLS
+/// hello). One request, any certificate taken, asked once per client and scheme: the answer is
+/// the same for every request.
+final class SchemeProbe: Sendable {
+    enum Scheme: String, Sendable {
+        case http, https
+    }
+    private let answers = Mutex<[Scheme: Bool]>([:])
 
-    func speaksTLS(host: String, port: Int) async -> Bool {
-        if let known = answer.withLock({ $0 }) { return known }
+    func speaks(_ scheme: Scheme, host: String, port: Int) async -> Bool {
+        if let known = answers.withLock({ $0[scheme] }) { return known }
         var configuration = HTTPClient.Configuration()
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .none  // only whether TLS is spoken; nothing is sent
@@ -126,13 +150,13 @@ final class TLSProbe: Sendable {
         let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         let spoken =
             (try? await HTTPClient.withHTTPClient(configuration: configuration) { http in
-                var request = HTTPClientRequest(url: "https://\(bracketed):\(port)/api/health")
+                var request = HTTPClientRequest(url: "\(scheme.rawValue)://\(bracketed):\(port)/api/health")
                 request.method = .GET
                 let response = try await http.execute(request, timeout: .seconds(3))
                 _ = try? await response.body.collect(upTo: 1 << 16)
                 return true
             }) ?? false
-        answer.withLock { $0 = spoken }
+        answers.withLock { $0[scheme] = spoken }
         return spoken
     }
 }

@@ -67,8 +67,8 @@ public struct APIClient: Sendable {
     let slowestBytesPerSecond: Int64
     /// The run's stop: once its grace is over, requests still in flight are cancelled.
     let stop: StopRequest
-    /// Whether the server of an `http://` URL speaks TLS instead, asked once (``TLSProbe``).
-    let tlsProbe = TLSProbe()
+    /// Whether the server of the URL speaks the other scheme instead, asked once (``SchemeProbe``).
+    let schemeProbe = SchemeProbe()
     var rateLimit: UploadRateLimit? { network.rateLimit }
     var proxy: HTTPProxy? { network.proxy }
 
