@@ -77,7 +77,7 @@ public final class Spawned: Sendable {
         let childErrors = errorOutput == .piped ? FileDescriptor(rawValue: pipes[2].write) : nil
         let ended = Ended()
         let (started, starting) = AsyncStream.makeStream(of: Result<pid_t, any Error>.self)
-        run = Task(executorPreference: UploadExecutor.loops) {
+        let running = Task(executorPreference: UploadExecutor.loops) {
             defer { ended.flag.store(true, ordering: .sequentiallyConsistent) }
             func run(error: some ErrorOutputProtocol) async throws -> TerminationStatus {
                 try await Subprocess.run(
@@ -103,6 +103,7 @@ public final class Spawned: Sendable {
         }
         // The child's ends are closed by swift-subprocess once it has started (or failed to).
         let ownEnds = [pipes[0].write] + pipes.dropFirst().map(\.read)
+        run = running
         var pids = started.makeAsyncIterator()
         switch await pids.next() {
         case .success(let pid):
@@ -111,7 +112,9 @@ public final class Spawned: Sendable {
             for descriptor in ownEnds { close(descriptor) }
             throw error
         case nil:
-            preconditionFailure("the child's run ended before it told whether it started")
+            // Only when the task starting it was cancelled: the child is ended with its run.
+            running.cancel()
+            throw CancellationError()
         }
         let handles = ownEnds.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
         input = handles[0]
