@@ -3,7 +3,7 @@
 import PackageDescription
 
 // Module boundaries the compiler enforces, as Hummingbird 2's: the bundle reader
-// (DopeSyncBundle) knows no HTTP or database.
+// (DopeSyncBundle) knows no HTTP, no database and no spool; the store (DopeSyncStore) no HTTP.
 let strictness: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
@@ -97,12 +97,32 @@ let package = Package(
             swiftSettings: strictness
         ),
 
-        // The worker: the spool, the checkpoint stores, the upload and the commands.
+        // The spool's folders and the checkpoint stores (SQLite, PostgreSQL): no HTTP.
+        .target(
+            name: "DopeSyncStore",
+            dependencies: [
+                "CSystemCalls",
+                "DopeSyncBundle",
+                "DopeSyncSupport",
+                "SQLiteSupport",
+                "ThreadRules",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // The worker: the upload, the run, the configuration and the commands.
         .target(
             name: "DopeSync",
             dependencies: [
                 "CSystemCalls",
                 "DopeSyncBundle",
+                "DopeSyncStore",
                 "DopeSyncSupport",
                 "SQLiteSupport",
                 "ThreadRules",
@@ -211,7 +231,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CheckpointTests",
-            dependencies: ["DopeSync", "SQLiteSupport", "DopeSyncTestSupport"],
+            dependencies: ["DopeSync", "DopeSyncStore", "SQLiteSupport", "DopeSyncTestSupport"],
             swiftSettings: strictness
         ),
         .testTarget(
@@ -225,19 +245,19 @@ let package = Package(
         .testTarget(
             name: "RunTests",
             dependencies: [
-                "DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport", "SQLiteSupport",
+                "DopeSync", "DopeSyncDevServer", "DopeSyncStore", "DopeSyncTestSupport", "SQLiteSupport",
             ],
             swiftSettings: strictness
         ),
         // Claims as leases and checkpoints in a real PostgreSQL server, shared by several workers.
         .testTarget(
             name: "SeveralHostsTests",
-            dependencies: ["DopeSync", "DopeSyncDevServer", "DopeSyncTestSupport"],
+            dependencies: ["DopeSync", "DopeSyncStore", "DopeSyncDevServer", "DopeSyncTestSupport"],
             swiftSettings: strictness
         ),
         .testTarget(
             name: "CLITests",
-            dependencies: ["DopeSync", "DopeSyncTestSupport"],
+            dependencies: ["DopeSync", "DopeSyncStore", "DopeSyncTestSupport"],
             swiftSettings: strictness
         ),
     ]

@@ -2,7 +2,7 @@
 # `make deb`: builds dist/dopesync_VERSION_ARCH.deb and dist/dopesync-devserver_VERSION_ARCH.deb
 # with dpkg-deb, then runs lintian on both (failing on any error or warning).
 #
-#   1. VERSION is DopeSyncInfo.version (Sources/DopeSync/DopeSync.swift), what `dopesync
+#   1. VERSION is DopeSyncInfo.version (Sources/DopeSyncSupport/DopeSyncInfo.swift), what `dopesync
 #      --version` prints; packaging/deb/changelog must have an entry for it (its date and author
 #      become the packages' timestamps and Maintainer).
 #   2. The binaries: `swift build -c release --static-swift-stdlib` (the Swift runtime and
@@ -42,9 +42,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 fail() { echo "deb-build: $*" >&2; exit 1; }
 
 # --- 1. Version, date, maintainer ---------------------------------------------------------------
-VERSION=$(sed -n 's/^ *public static let version = "\([^"]*\)".*/\1/p' Sources/DopeSync/DopeSync.swift)
+VERSION=$(sed -n 's/^ *public static let version = "\([^"]*\)".*/\1/p' Sources/DopeSyncSupport/DopeSyncInfo.swift)
 [ -n "$VERSION" ] && [ "$(printf '%s\n' "$VERSION" | wc -l)" = 1 ] ||
-  fail "cannot read DopeSyncInfo.version from Sources/DopeSync/DopeSync.swift"
+  fail "cannot read DopeSyncInfo.version from Sources/DopeSyncSupport/DopeSyncInfo.swift"
 CHANGELOG_VERSION=$(dpkg-parsechangelog -l "$PKG/changelog" -S Version)
 [ "$CHANGELOG_VERSION" = "$VERSION" ] ||
   fail "packaging/deb/changelog's latest entry is $CHANGELOG_VERSION, the package is $VERSION: add an entry (dch -c packaging/deb/changelog -v $VERSION)"

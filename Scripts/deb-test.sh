@@ -98,7 +98,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say() { printf '   %s\n' "$*"; }
 fail() { echo "deb-test: FAILED: $*" >&2; exit 1; }
 
-VERSION=$(sed -n 's/^ *public static let version = "\([^"]*\)".*/\1/p' Sources/DopeSync/DopeSync.swift)
+VERSION=$(sed -n 's/^ *public static let version = "\([^"]*\)".*/\1/p' Sources/DopeSyncSupport/DopeSyncInfo.swift)
 ARCH=$(dpkg --print-architecture)
 DEB="dist/dopesync_${VERSION}_${ARCH}.deb"
 DEVDEB="dist/dopesync-devserver_${VERSION}_${ARCH}.deb"

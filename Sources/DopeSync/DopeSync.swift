@@ -1,9 +1,4 @@
-// The layers below, for the executables and tests that import the worker.
+// The layers below, for the executables and tests that import the worker (ARCHITECTURE.md).
 @_exported import DopeSyncBundle
+@_exported import DopeSyncStore
 @_exported import DopeSyncSupport
-
-/// dopesync: claims session bundles from a spool and uploads them, in order and exactly once,
-/// to the TrueDope API. See ARCHITECTURE.md for the parts and how one bundle flows through them.
-public enum DopeSyncInfo {
-    public static let version = "0.1.0"
-}

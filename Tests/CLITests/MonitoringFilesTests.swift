@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 /// jobs/prometheus/dopesync.rules.yml, its promtool tests and jobs/grafana/dopesync-dashboard.json:
 /// every metric they name is one the worker writes, so a renamed metric cannot leave an alert that

@@ -4,6 +4,7 @@ import SQLiteSupport
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 @Suite struct CheckpointStoreTests {
     let folder: TemporaryFolder

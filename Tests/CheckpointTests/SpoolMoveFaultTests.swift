@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 #if canImport(Glibc)
     import Glibc

@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 #if canImport(Glibc)
     import Glibc

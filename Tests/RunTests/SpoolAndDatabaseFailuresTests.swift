@@ -5,6 +5,7 @@ import SQLiteSupport
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 #if canImport(Glibc)
     import Glibc

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 /// `migrate --to`'s import into PostgreSQL (``PostgresCheckpoints/importCheckpoints(steps:bundles:runs:referenceLists:sessions:apiAddresses:)``):
 /// what the database already holds is kept, a step only sent there and done in the file becomes

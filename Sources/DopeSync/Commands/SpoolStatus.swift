@@ -3,13 +3,7 @@ import Foundation
 /// The document `dopesync status --json` prints. Field names are stable; times are ISO 8601 UTC,
 /// ages and durations in seconds.
 public struct SpoolStatus: Sendable, Codable, Equatable {
-    public struct Folder: Sendable, Codable, Equatable {
-        public var count: Int
-        public var bytes: Int64
-        /// Seconds since the oldest file's mtime; in `incoming/`, since the checkpoint database first
-        /// saw it, which a file's mtime (its producer's clock) need not say. Nil when empty.
-        public var oldestAgeSeconds: Double?
-    }
+    public typealias Folder = SpoolFolderStatus
     public struct Incoming: Sendable, Codable, Equatable {
         public var dueNow: Int
         /// Deferred bundles whose next attempt (in the checkpoint database) is still to come.

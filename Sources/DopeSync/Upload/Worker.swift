@@ -178,7 +178,7 @@ public struct Worker: Sendable {
                 let now = Date()
                 let backlog =
                     (try? SpoolBacklog.list(spool, inFlight: [:], now: now))
-                    ?? SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
+                    ?? SpoolBacklog.empty
                 let metrics = RunMetrics(
                     finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
                     backlog: backlog, floor: floor)

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// An API base URL as the store records it: scheme and host in lower case, the port always

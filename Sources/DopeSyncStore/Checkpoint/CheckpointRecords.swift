@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// A step whose response arrived: what the planner needs to skip it and to notice a changed record.

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// How a run holds a bundle against the other workers, beside the spool's own claim (the flock

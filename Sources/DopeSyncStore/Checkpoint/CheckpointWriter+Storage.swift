@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// The one-host store: the SQLite file in the spool, reached through the writer's thread. Its

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import NIOPosix
 import Synchronization
 import ThreadRules

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -12,7 +14,7 @@ import Foundation
 /// file must be regular files (never a symlink) owned by the user running dopesync, and are kept
 /// at mode 0600. Anything else is refused with what it is, whose it is, and the command that
 /// fixes it, never used.
-enum DatabaseOwnership {
+package enum DatabaseOwnership {
     /// The files of the database at `path` (with its lock file at `lockPath`).
     static func files(path: String, lockPath: String) -> [String] {
         [path, path + "-wal", path + "-shm", lockPath]
@@ -30,7 +32,7 @@ enum DatabaseOwnership {
 
     /// Checks the files that exist, changing nothing; returns each with its mode.
     @discardableResult
-    static func check(path: String, lockPath: String) throws(CheckpointError) -> [(String, mode_t)] {
+    package static func check(path: String, lockPath: String) throws(CheckpointError) -> [(String, mode_t)] {
         let me = geteuid()
         var found: [(String, mode_t)] = []
         for file in files(path: path, lockPath: lockPath) {

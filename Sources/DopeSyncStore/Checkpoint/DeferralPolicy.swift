@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// When a deferred bundle is tried again, and when deferring stops and the bundle fails.
@@ -52,7 +54,7 @@ public struct DeferralPolicy: Sendable, Hashable {
     }
 
     /// `20 attempts or 6 days`, for a person.
-    var limitsText: String {
+    package var limitsText: String {
         let attempts = maxAttempts.map { "\($0) attempts" }
         let age = maxAge.map { "\(Int(($0 / .seconds(86_400)).rounded())) days" }
         return [attempts, age].compactMap { $0 }.joined(separator: " or ")

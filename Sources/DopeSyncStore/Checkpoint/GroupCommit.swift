@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Synchronization
 
 /// When the results of upload steps commit: the run's group commit, as a value type that decides

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import SQLiteSupport
 
 /// The checkpoint schema's history: ordered and append-only (``SQLiteMigrator`` applies each once,
@@ -130,7 +132,7 @@ let checkpointMigrations: [SQLiteMigration] = [
             """),
 ]
 
-enum CheckpointMigrator {
+package enum CheckpointMigrator {
     /// Applies what the database lacks (``SQLiteMigrator``); a database a newer dopesync migrated
     /// is ``CheckpointError/Code/schemaTooNew``, before anything changes.
     static func migrate(_ database: SQLiteDatabase, migrations: [SQLiteMigration], now: Double) throws {

@@ -1,3 +1,6 @@
+import DopeSyncBundle
+import DopeSyncSupport
+
 /// An id one record of a bundle names that the server must already have: a rifle setup, a
 /// location, an ammunition or an ammo lot (docs/api.md, "Reference lists").
 public struct ReferenceUse: Sendable, Equatable {
@@ -40,7 +43,7 @@ public struct ReferenceUse: Sendable, Equatable {
     }
 
     /// The failure of a bundle naming an id the server's list does not hold.
-    var unknownFailure: BundleFailure {
+    package var unknownFailure: BundleFailure {
         BundleFailure(
             reason: .unknownReference, field: field,
             message:
@@ -57,7 +60,7 @@ public enum ReferenceList: String, Sendable, CaseIterable {
     public var path: String { "/api/\(rawValue)" }
 
     /// The kinds of id this list holds.
-    var kinds: [ReferenceUse.Kind] {
+    package var kinds: [ReferenceUse.Kind] {
         switch self {
         case .rifles: [.rifleSetup]
         case .locations: [.location]
@@ -69,7 +72,7 @@ public enum ReferenceList: String, Sendable, CaseIterable {
     /// else, or an id that is not a positive integer, is nil: the list cannot be read. An
     /// ammunition list in which no item names `lots` says nothing of lots (an API from before
     /// them, which may take any `ammoLotId`): lots are then not checked, and the create judges.
-    func ids(fromBody bytes: [UInt8]) -> [ReferenceUse.Kind: Set<Int64>]? {
+    package func ids(fromBody bytes: [UInt8]) -> [ReferenceUse.Kind: Set<Int64>]? {
         guard let items = (try? JSONValue.parse(bytes))?.objectValue?["items"]?.arrayValue else { return nil }
         var ids = Dictionary(uniqueKeysWithValues: kinds.map { ($0, Set<Int64>()) })
         func positive(_ value: JSONValue?) -> Int64? {
@@ -100,7 +103,7 @@ public struct ReferenceIDs: Sendable, Equatable {
 
     public init() {}
 
-    mutating func add(_ list: [ReferenceUse.Kind: Set<Int64>]) { ids.merge(list) { $1 } }
+    package mutating func add(_ list: [ReferenceUse.Kind: Set<Int64>]) { ids.merge(list) { $1 } }
 
     /// The first use (in plan order) whose id its list does not hold.
     public func firstUnknown(in uses: [ReferenceUse]) -> ReferenceUse? {

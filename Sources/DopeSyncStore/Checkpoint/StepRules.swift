@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// The rules of the `steps` table, written once for both stores: given a step's row as stored (or

@@ -1,4 +1,6 @@
 import Crypto
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// `failed/NAME.error`: why a bundle needs a person. Plain text, one `key: value` a line, for people and

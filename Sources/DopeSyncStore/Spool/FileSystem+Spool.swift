@@ -30,7 +30,7 @@ extension FileSystem {
     /// is never replaced: the spool's suffix rule applies (`s.tar.gz` → `s.1.tar.gz`) and the
     /// final path is returned. The file gets `mode` (mkstemp makes it 0600 first).
     @discardableResult
-    static func writeAtomically(
+    package static func writeAtomically(
         to target: String,
         temporaryDirectory: String,
         replace: Bool,
@@ -71,7 +71,7 @@ extension FileSystem {
     /// The process's file mode creation mask, read without changing it (`Umask:` in
     /// /proc/self/status; `umask(2)` can only be read by setting it, which would race other
     /// threads). 022 where it cannot be read.
-    static var processUmask: mode_t {
+    package static var processUmask: mode_t {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }),
             let mask = mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)

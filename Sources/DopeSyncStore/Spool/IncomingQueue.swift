@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// What `incoming/` holds for a run at one moment: the bundles due now, in the order they are
@@ -71,7 +73,7 @@ public struct IncomingQueue: Sendable {
     }
 
     /// When the worker first saw the bundle.
-    static func arrival(of entry: SpoolEntry, state: BundleState?) -> Date {
+    package static func arrival(of entry: SpoolEntry, state: BundleState?) -> Date {
         min(state?.firstSeen ?? entry.changed, entry.changed)
     }
 }

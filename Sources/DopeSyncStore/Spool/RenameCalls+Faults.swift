@@ -1,3 +1,6 @@
+import DopeSyncBundle
+import DopeSyncSupport
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import ThreadRules
 
@@ -270,11 +272,11 @@ extension Spool {
     }
 }
 
-func spoolDate(_ time: timespec) -> Date {
+package func spoolDate(_ time: timespec) -> Date {
     Date(timeIntervalSince1970: Double(time.tv_sec) + Double(time.tv_nsec) / 1e9)
 }
 
-func spoolTimespec(_ date: Date) -> timespec {
+package func spoolTimespec(_ date: Date) -> timespec {
     let interval = date.timeIntervalSince1970
     var seconds = interval.rounded(.down)
     var nanoseconds = ((interval - seconds) * 1e9).rounded()

@@ -1,25 +1,30 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// The spool's folders listed once: count, bytes and oldest age of each, as `status` and the
 /// metrics file show them.
-struct SpoolBacklog: Sendable {
-    var listings: [Spool.Folder: [SpoolEntry]]
-    var folders: [String: SpoolStatus.Folder]
+package struct SpoolBacklog: Sendable {
+    package var listings: [Spool.Folder: [SpoolEntry]]
+    package var folders: [String: SpoolFolderStatus]
 
     /// The checkpoint store's rows of the bundles not done or failed, by name.
     var inFlight: [String: BundleState]
+
+    /// Nothing listed: what a run that could not read its spool reports.
+    package static let empty = SpoolBacklog(listings: [:], folders: [:], inFlight: [:])
     /// Free bytes on the spool's file system, when they could be read.
-    var freeBytes: Int64? { space?.free }
-    var space: FileSystemSpace? = nil
+    package var freeBytes: Int64? { space?.free }
+    package var space: FileSystemSpace? = nil
 
     /// Bundles in `incoming/` whose next attempt is still to come (``IncomingQueue``).
-    func waitingForRetry(now: Date) -> Int {
+    package func waitingForRetry(now: Date) -> Int {
         IncomingQueue(incoming: listings[.incoming] ?? [], states: inFlight, now: now, minAge: .zero)
             .waitingForRetry.count
     }
 
     /// Ages in `incoming/` count from the store's first-seen times where it has them.
-    static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
+    package static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
         let firstSeen = inFlight.mapValues(\.firstSeen)
         var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
         backlog.space = FileSystemSpace(of: spool.root)
@@ -27,7 +32,7 @@ struct SpoolBacklog: Sendable {
         // (what `min-free-space` stops runs for); left out where this user cannot list it.
         if let files = try? spool.listAllFiles(.tmp) {
             let oldest = files.lazy.map(\.modified).min()
-            backlog.folders[Spool.Folder.tmp.rawValue] = SpoolStatus.Folder(
+            backlog.folders[Spool.Folder.tmp.rawValue] = SpoolFolderStatus(
                 count: files.count, bytes: files.reduce(0) { $0 + $1.size },
                 oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
         }
@@ -37,10 +42,19 @@ struct SpoolBacklog: Sendable {
             let oldest = entries.lazy.map { entry in
                 folder == .incoming ? min(firstSeen[entry.name] ?? entry.modified, now) : entry.modified
             }.min()
-            backlog.folders[folder.rawValue] = SpoolStatus.Folder(
+            backlog.folders[folder.rawValue] = SpoolFolderStatus(
                 count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
                 oldestAgeSeconds: oldest.map { max(0, now.timeIntervalSince($0)) })
         }
         return backlog
     }
+}
+
+/// One folder of the spool as `status` and the metrics show it.
+public struct SpoolFolderStatus: Sendable, Codable, Equatable {
+    public var count: Int
+    public var bytes: Int64
+    /// Seconds since the oldest file's mtime; in `incoming/`, since the checkpoint database first
+    /// saw it, which a file's mtime (its producer's clock) need not say. Nil when empty.
+    public var oldestAgeSeconds: Double?
 }

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -54,6 +56,10 @@ public struct SpoolBindingError: Error, Sendable, CustomStringConvertible {
     public let message: String
     /// The binding file.
     public let path: String
+
+    package init(code: Code, message: String, path: String) {
+        (self.code, self.message, self.path) = (code, message, path)
+    }
 
     public var description: String { message }
 
@@ -128,7 +134,7 @@ public enum SpoolBinding {
     }
 
     /// The refusal of `given` by a spool bound to `bound`, with the fix.
-    static func mismatch(_ spool: Spool, bound: StoreIdentity, given: StoreIdentity) -> SpoolBindingError {
+    package static func mismatch(_ spool: Spool, bound: StoreIdentity, given: StoreIdentity) -> SpoolBindingError {
         let fix: String
         switch (bound.kind, given.kind) {
         case (.sqlite, _):

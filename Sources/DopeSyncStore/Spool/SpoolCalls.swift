@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import NIOPosix
 
 /// Where a run's spool system calls run: a thread pool of their own, never an event loop, and
@@ -9,7 +11,7 @@ import NIOPosix
 ///
 /// Every spool call a run makes goes through ``run(_:)``: the claim (open, flock, rename), the
 /// free-space check, the listings of the spool, the moves, the metrics file, the token file.
-enum SpoolCalls {
+package enum SpoolCalls {
     /// Eight threads, started once for the process: up to seven stalled calls leave one to work.
     /// A pool this size costs nothing while idle.
     static let pool: NIOThreadPool = {
@@ -20,12 +22,12 @@ enum SpoolCalls {
 
     /// Runs `body` on the pool and returns its value, whether or not the calling task is
     /// cancelled meanwhile (a call half made must be seen to its end).
-    static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
+    package static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
         await pool.runToCompletion(body)
     }
 
     /// ``run(_:)`` for a call that throws.
-    static func run<Value: Sendable, Failure: Error>(_ body: @escaping @Sendable () throws(Failure) -> Value)
+    package static func run<Value: Sendable, Failure: Error>(_ body: @escaping @Sendable () throws(Failure) -> Value)
         async throws(Failure) -> Value
     {
         try await run { Result { () throws(Failure) in try body() } }.get()

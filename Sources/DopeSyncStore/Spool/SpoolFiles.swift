@@ -1,4 +1,6 @@
 import CSystemCalls
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import ThreadRules
 
@@ -9,7 +11,7 @@ import ThreadRules
 #endif
 
 /// The file-system calls the spool's moves are made of.
-enum SpoolFiles {
+package enum SpoolFiles {
     /// The system calls a no-replace rename is made of, each returning 0 or an errno. A value, so
     /// a test can make one of them fail the way a file system does (root, which tests run as,
     /// cannot be refused an unlink by permissions), or report an error for what it did, as over NFS

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)

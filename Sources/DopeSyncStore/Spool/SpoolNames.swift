@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -9,7 +11,7 @@ import Foundation
 /// invisible to a scan that turned it into a string, so the run renames it, once, to a name that
 /// is: each byte that is not part of a UTF-8 character written `%XX` (`bad-\xff.tgz` becomes
 /// `bad-%FF.tgz`), suffixed if that name is taken. It is then processed like any other bundle.
-enum SpoolNames {
+package enum SpoolNames {
     /// `bytes` as a UTF-8 string; nil when they are not UTF-8.
     static func utf8(_ bytes: [UInt8]) -> String? {
         String(validating: bytes, as: UTF8.self)

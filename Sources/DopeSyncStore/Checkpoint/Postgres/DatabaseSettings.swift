@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// Where the shared checkpoint database is (`database:`, `--database`, `DOPESYNC_DATABASE_URL`):

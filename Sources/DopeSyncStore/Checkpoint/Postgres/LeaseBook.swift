@@ -1,3 +1,6 @@
+import DopeSyncBundle
+import DopeSyncSupport
+
 /// The leases one worker holds, by bundle name, and when each runs out on the worker's own
 /// monotonic clock. A value: events in (acquired, renewed, refused, released), answers out; the
 /// store keeps it behind a lock and does the I/O.
@@ -6,7 +9,7 @@
 /// took or renewed it, never from the answer: the database's own deadline (its clock, when it ran
 /// the statement, plus the lease) is then never earlier, so the worker stops acting on a bundle
 /// before any other worker can take it over, whatever the network delayed.
-struct LeaseBook: Sendable {
+package struct LeaseBook: Sendable {
     struct Lease: Sendable, Equatable {
         /// The claim's fence: each claim of the bundle increments it, and every write about the
         /// bundle must name it.
@@ -21,18 +24,18 @@ struct LeaseBook: Sendable {
     let duration: Duration
     private(set) var leases: [String: Lease] = [:]
 
-    init(duration: Duration) {
+    package init(duration: Duration) {
         self.duration = duration
     }
 
     /// The database granted the claim of `name` with `epoch`, asked for at `askedAt`.
-    mutating func acquired(_ name: String, epoch: Int64, askedAt: ContinuousClock.Instant) {
+    package mutating func acquired(_ name: String, epoch: Int64, askedAt: ContinuousClock.Instant) {
         leases[name] = Lease(epoch: epoch, deadline: askedAt + duration)
     }
 
     /// The database renewed the leases named, asked for at `askedAt`; those asked for and not
     /// renewed are lost.
-    mutating func renewed(_ renewed: Set<String>, of asked: [String: Int64], askedAt: ContinuousClock.Instant) {
+    package mutating func renewed(_ renewed: Set<String>, of asked: [String: Int64], askedAt: ContinuousClock.Instant) {
         for (name, epoch) in asked {
             guard var lease = leases[name], lease.epoch == epoch, !lease.lost else { continue }
             if renewed.contains(name) {
@@ -46,25 +49,25 @@ struct LeaseBook: Sendable {
     }
 
     /// The database refused a write or a confirmation for `name` under `epoch`.
-    mutating func lost(_ name: String, epoch: Int64) {
+    package mutating func lost(_ name: String, epoch: Int64) {
         guard var lease = leases[name], lease.epoch == epoch else { return }
         lease.lost = true
         leases[name] = lease
     }
 
     /// The claim ended (an outcome recorded, or released).
-    mutating func released(_ name: String) {
+    package mutating func released(_ name: String) {
         leases[name] = nil
     }
 
     /// The epoch to fence a write about `name` with, if the lease is still held at `now`.
-    func fence(_ name: String, at now: ContinuousClock.Instant) -> Int64? {
+    package func fence(_ name: String, at now: ContinuousClock.Instant) -> Int64? {
         guard let lease = leases[name], !lease.lost, now < lease.deadline else { return nil }
         return lease.epoch
     }
 
     /// The leases to renew at `now`: every one still held.
-    func renewable(at now: ContinuousClock.Instant) -> [String: Int64] {
+    package func renewable(at now: ContinuousClock.Instant) -> [String: Int64] {
         var due: [String: Int64] = [:]
         for (name, lease) in leases where !lease.lost && now < lease.deadline { due[name] = lease.epoch }
         return due

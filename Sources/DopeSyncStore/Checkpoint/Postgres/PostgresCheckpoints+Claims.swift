@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import PostgresNIO
 import Synchronization
@@ -197,7 +199,7 @@ extension PostgresCheckpoints: ClaimStorage {
 /// with. A statement that writes about a claimed bundle locks the claim's row under it first
 /// (its `fence` CTE, ``ClaimFence/sql(_:)``) and writes nothing when
 /// the row no longer matches: the lease ran out and another worker took the bundle over.
-struct ClaimFence: Sendable {
+package struct ClaimFence: Sendable {
     let name: String
     let epoch: Int64
     let runID: String

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import Logging
 import PostgresNIO
@@ -86,7 +88,7 @@ extension PostgresCheckpoints {
     }
 
     /// Rows a statement of an import carries.
-    static let importBatch = 5000
+    package static let importBatch = 5000
 
     /// Steps, unless there; a step only sent there and done in the file becomes done. A step done
     /// there under another server id than the file's comes back (and nothing is written);

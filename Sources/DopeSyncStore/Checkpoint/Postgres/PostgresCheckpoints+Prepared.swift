@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import PostgresNIO
 
 /// The statements a run makes for every bundle and every step, prepared once on each pooled
@@ -10,7 +12,7 @@ import PostgresNIO
 ///
 /// Each is a `PostgresPreparedStatement` with its parameters in the order of their `$n`. A
 /// fenced statement's first three parameters are always its fence's (``ClaimFence/sql(_:)``).
-protocol HotStatement: PostgresPreparedStatement where Row == PostgresRandomAccessRow {}
+package protocol HotStatement: PostgresPreparedStatement where Row == PostgresRandomAccessRow {}
 
 extension HotStatement {
     func decodeRow(_ row: PostgresRow) throws -> PostgresRandomAccessRow { row.makeRandomAccess() }
@@ -47,7 +49,7 @@ extension ClaimFence {
 }
 
 /// The hot statements themselves, each documented where it is used.
-enum HotStatements {
+package enum HotStatements {
     /// A bundle never claimed: its claim row, epoch 1, unless another host deferred it past
     /// `$6` (the worker's clock, as `IncomingQueue` reads it). Returns `epoch`; no row when the
     /// bundle is known (then a takeover of a free or expired claim is tried) or deferred.

@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import Logging
 import NIOCore
@@ -247,7 +249,9 @@ public final class PostgresCheckpoints: Sendable {
         return state == "40001" || state == "40P01"
     }
 
-    static func checkpointError(_ error: any Error, settings: DatabaseSettings, doing: String) -> CheckpointError {
+    package static func checkpointError(_ error: any Error, settings: DatabaseSettings, doing: String)
+        -> CheckpointError
+    {
         if error is CancellationError {
             return CheckpointError(code: .cancelled, message: "stopped waiting for PostgreSQL while \(doing)")
         }

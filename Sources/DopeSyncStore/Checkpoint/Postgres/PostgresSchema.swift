@@ -1,3 +1,5 @@
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 import Logging
 import NIOPosix
@@ -6,14 +8,14 @@ import PostgresNIO
 /// The shared store's schema: the tables of the SQLite file, in a schema of their own
 /// (`dopesync`), plus the claims as leases. Named migrations, ordered and append-only, recorded
 /// in `dopesync.schema_migrations`.
-enum PostgresSchema {
-    struct Migration {
-        let name: String
-        let sql: [String]
+package enum PostgresSchema {
+    package struct Migration {
+        package let name: String
+        package let sql: [String]
     }
 
     /// Times are seconds since 1970 (`double precision`), as in the SQLite file.
-    static let migrations: [Migration] = [
+    package static let migrations: [Migration] = [
         Migration(
             name: "v1-shared-store",
             sql: [
@@ -170,24 +172,25 @@ enum PostgresSchema {
     }
 
     /// What `check` finds in the database, read without changing anything (a run would migrate).
-    struct Found: Sendable {
+    package struct Found: Sendable {
         /// The migrations applied, in order; empty when there is no schema yet.
-        var applied: [String]
+        package var applied: [String]
         /// The store's id (`store_meta`), once the schema has it.
-        var storeID: String?
+        package var storeID: String?
         /// Whether it holds any checkpoint of a step.
-        var holdsSteps = false
+        package var holdsSteps = false
 
         /// Migrations this dopesync knows that the database lacks: the next run applies them.
-        var missing: [String] { migrations.map(\.name).filter { !applied.contains($0) } }
+        package var missing: [String] { migrations.map(\.name).filter { !applied.contains($0) } }
         /// A migration this dopesync does not know: a newer version wrote it.
-        var unknown: String? { applied.first { name in !migrations.contains { $0.name == name } } }
+        package var unknown: String? { applied.first { name in !migrations.contains { $0.name == name } } }
     }
 
     /// Connects, authenticates and reads the applied migrations and the store's id, in one
     /// read-only transaction: `check` reports a database as a run would find it, and changes
     /// nothing in it.
-    static func inspect(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError)
+    package static func inspect(_ settings: DatabaseSettings, timeout: Duration, logger: Logger)
+        async throws(CheckpointError)
         -> Found
     {
         try await withConnection(settings, timeout: timeout, logger: logger) { connection in

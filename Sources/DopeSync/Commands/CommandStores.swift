@@ -1,0 +1,52 @@
+import Foundation
+
+/// Runs a command's `body` with the shared database's ledger; a database that cannot be used is
+/// the command's outcome (exit 75 when unreachable, 78 when it refuses us, else 73).
+/// With `spool`, a database that is not the one the spool is bound to is refused first (exit 78).
+func withSharedLedger(
+    _ database: DatabaseSettings, spool: Spool? = nil, _ body: (PostgresCheckpoints) async -> CommandOutcome
+) async -> CommandOutcome {
+    do {
+        return try await PostgresCheckpoints.with(database, logger: SpoolStatus.commandLogger) { ledger in
+            if let spool, let refused = storeRefusal(spool, store: try await ledger.storeIdentity()) { return refused }
+            return await body(ledger)
+        }
+    } catch {
+        let code = (error as? CheckpointError)?.code
+        let status: ExitStatus =
+            code == .unreachable ? .temporaryFailure : code == .refused ? .configuration : .cannotCreate
+        return CommandOutcome(
+            output: "", diagnostics: "cannot use the checkpoint database \(database.url): \(error)", status: status)
+    }
+}
+
+/// A command's refusal of `store` when the spool is bound to another (``SpoolBinding``); nil
+/// when it may go on. A command binds nothing: only a run or `migrate` does.
+func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
+    do {
+        _ = try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
+        return nil
+    } catch {
+        return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+    }
+}
+
+/// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file
+/// was moved to one by `migrate`.
+func sqliteRefusal(_ spool: Spool) -> CommandOutcome? {
+    let bound: Bool
+    do {
+        bound = try SpoolBinding.check(spool, store: .sqlite(spool), bindIfUnbound: false)
+    } catch {
+        return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+    }
+    // A spool bound to its SQLite file has never been migrated away: only an unbound one's file
+    // is opened (a private copy) to see whether `migrate` retired it.
+    guard !bound, FileManager.default.fileExists(atPath: spool.databasePath),
+        let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
+        let movedTo = try? file.movedTo()
+    else { return nil }
+    let error = SpoolBinding.mismatch(
+        spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: .sqlite(spool))
+    return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+}
