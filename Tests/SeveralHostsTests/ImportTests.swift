@@ -74,4 +74,23 @@ import Testing
         }
         #expect(try await database.psql("SELECT count(*) FROM dopesync.steps") == "1")
     }
+
+    @Test func aValueTheFileCannotCarryFailsAsCorruptNotAsAnOutage() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        let run = RunRecord(
+            runID: "r1", host: "h", pid: 1, startedAt: Date(), finishedAt: Date(),
+            summary: RunSummary(seconds: .nan))
+        await #expect {
+            try await PostgresCheckpoints.with(database.settings(), statementTimeout: .seconds(30), logger: quietLogger)
+            {
+                store in
+                try await store.importCheckpoints(
+                    steps: [step("s1", "a", done: 1)], bundles: [], runs: [run], referenceLists: [:])
+            }
+        } throws: { error in
+            let error = error as? CheckpointError
+            return error?.code == .corrupt && error?.message.contains("cannot be copied") == true
+        }
+        #expect(try await database.psql("SELECT count(*) FROM dopesync.steps") == "0")
+    }
 }

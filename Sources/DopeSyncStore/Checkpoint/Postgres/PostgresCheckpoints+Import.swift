@@ -187,10 +187,17 @@ extension PostgresCheckpoints {
 /// rows: one parameter whatever their number, where arrays for `unnest` could not carry a NULL
 /// (a step's server id before it is done). Keys are the columns' names; a nil is left out, and
 /// read as NULL.
-private func recordset<Row: Encodable>(_ rows: ArraySlice<Row>) throws -> String {
+/// A value JSON cannot carry (a time that is not a number) is the file's fault, not the
+/// database's: the import fails as `corrupt`, and nothing is copied.
+private func recordset<Row: Encodable>(_ rows: ArraySlice<Row>) throws(CheckpointError) -> String {
     let encoder = JSONEncoder()
     encoder.keyEncodingStrategy = .convertToSnakeCase
-    return String(decoding: try encoder.encode(Array(rows)), as: UTF8.self)
+    do {
+        return String(decoding: try encoder.encode(Array(rows)), as: UTF8.self)
+    } catch {
+        throw CheckpointError(
+            code: .corrupt, message: "a row of the SQLite file holds a value that cannot be copied: \(error)")
+    }
 }
 
 private struct ImportedStep: Encodable {
