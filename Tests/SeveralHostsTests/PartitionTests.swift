@@ -23,19 +23,54 @@ import Testing
         var databaseLink: String { "dsp\(subnet)d" }
 
         static func make() async throws -> Namespace {
-            let subnet = Int.random(in: 10...250)
+            let subnet = try await freeSubnet()
             let namespace = Namespace(name: "dopesync-test-\(subnet)-\(getpid())", subnet: subnet)
-            try await ip(["netns", "add", namespace.name])
-            for (link, prefix) in [("dsp\(subnet)a", "10.91"), ("dsp\(subnet)d", "10.92")] {
-                try await ip(["link", "add", link, "type", "veth", "peer", "name", link + "n"])
-                try await ip(["link", "set", link + "n", "netns", namespace.name])
-                try await ip(["addr", "add", "\(prefix).\(subnet).1/24", "dev", link])
-                try await ip(["link", "set", link, "up"])
-                try await ip(["-n", namespace.name, "addr", "add", "\(prefix).\(subnet).2/24", "dev", link + "n"])
-                try await ip(["-n", namespace.name, "link", "set", link + "n", "up"])
+            do {
+                try await ip(["netns", "add", namespace.name])
+                for (link, prefix) in [("dsp\(subnet)a", "10.91"), ("dsp\(subnet)d", "10.92")] {
+                    try await ip(["link", "add", link, "type", "veth", "peer", "name", link + "n"])
+                    try await ip(["link", "set", link + "n", "netns", namespace.name])
+                    try await ip(["addr", "add", "\(prefix).\(subnet).1/24", "dev", link])
+                    try await ip(["link", "set", link, "up"])
+                    try await ip(["-n", namespace.name, "addr", "add", "\(prefix).\(subnet).2/24", "dev", link + "n"])
+                    try await ip(["-n", namespace.name, "link", "set", link + "n", "up"])
+                }
+                try await ip(["-n", namespace.name, "link", "set", "lo", "up"])
+            } catch {
+                await namespace.remove()
+                throw error
             }
-            try await ip(["-n", namespace.name, "link", "set", "lo", "up"])
             return namespace
+        }
+
+        /// A subnet no namespace or link of a live test process uses. Those of a test process that
+        /// died (killed, or crashed before removing them) are removed first: their names carry
+        /// the process's pid.
+        static func freeSubnet() async throws -> Int {
+            let namespaces = try await runProcess("/usr/sbin/ip", ["netns", "list"]).stdout
+            for line in namespaces.split(separator: "\n") {
+                let name = line.split(separator: " ").first.map(String.init) ?? ""
+                let parts = name.split(separator: "-")
+                guard name.hasPrefix("dopesync-test-"), parts.count == 4, let subnet = Int(parts[2]),
+                    let pid = pid_t(parts[3]), kill(pid, 0) != 0, errno == ESRCH
+                else { continue }
+                await Namespace(name: name, subnet: subnet).remove()
+            }
+            let links =
+                try await runProcess("/usr/sbin/ip", ["-br", "link"]).stdout
+                + (try await runProcess("/usr/sbin/ip", ["netns", "list"]).stdout)
+            let used = Set(
+                links.split(whereSeparator: { !$0.isNumber && !$0.isLetter && $0 != "-" }).compactMap { word in
+                    word.hasPrefix("dsp") ? Int(word.dropFirst(3).dropLast()) : nil
+                }
+                    + links.split(separator: "\n").compactMap { line in
+                        let parts = line.split(separator: " ").first?.split(separator: "-") ?? []
+                        return parts.count == 4 ? Int(parts[2]) : nil
+                    })
+            guard let subnet = (10...250).filter({ !used.contains($0) }).randomElement() else {
+                throw POSIXError(.EADDRINUSE)
+            }
+            return subnet
         }
 
         /// A namespace for `body`, deleted (with its links) when `body` returns or throws.
