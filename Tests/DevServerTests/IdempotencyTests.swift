@@ -72,12 +72,20 @@ import Testing
 
     @Test func aConcurrentTwinGets409WhileTheFirstIsInFlight() async throws {
         var configuration = DevServerConfiguration()
-        // Every POST holds its key for a second: the twin arrives while the first holds it.
-        configuration.faults.latencyMilliseconds = 1000...1000
+        // Every POST holds its key for 10 s, and the twin is sent once the first has reached the
+        // server: whichever claims the key first, the other arrives while it holds it, however
+        // long the suite's load delays either (seconds, seen).
+        configuration.faults.latencyMilliseconds = 10_000...10_000
+        let (arrivals, arrived) = AsyncStream.makeStream(of: Void.self)
+        configuration.onRequest = { method, path in
+            if method == "POST" && path == "/api/sessions" { arrived.yield() }
+        }
         try await withDevServer(configuration) { server in
             let client = DevServerClient(server)
             let body = Bodies.session()
             async let first = client.post("/api/sessions", json: body, idempotencyKey: "twin")
+            var arrival = arrivals.makeAsyncIterator()
+            _ = await arrival.next()
             async let second = client.post("/api/sessions", json: body, idempotencyKey: "twin")
             let responses = try await [first, second]
             #expect(responses.map(\.status).sorted() == [201, 409])
