@@ -47,26 +47,26 @@ import Testing
         /// died (killed, or crashed before removing them) are removed first: their names carry
         /// the process's pid.
         static func freeSubnet() async throws -> Int {
+            var used: Set<Int> = []
             let namespaces = try await runProcess("/usr/sbin/ip", ["netns", "list"]).stdout
             for line in namespaces.split(separator: "\n") {
-                let name = line.split(separator: " ").first.map(String.init) ?? ""
+                // `dopesync-test-SUBNET-PID (id: N)`
+                let name = String(line.prefix { $0 != " " })
                 let parts = name.split(separator: "-")
                 guard name.hasPrefix("dopesync-test-"), parts.count == 4, let subnet = Int(parts[2]),
-                    let pid = pid_t(parts[3]), kill(pid, 0) != 0, errno == ESRCH
+                    let pid = pid_t(parts[3])
                 else { continue }
-                await Namespace(name: name, subnet: subnet).remove()
-            }
-            let links =
-                try await runProcess("/usr/sbin/ip", ["-br", "link"]).stdout
-                + (try await runProcess("/usr/sbin/ip", ["netns", "list"]).stdout)
-            let used = Set(
-                links.split(whereSeparator: { !$0.isNumber && !$0.isLetter && $0 != "-" }).compactMap { word in
-                    word.hasPrefix("dsp") ? Int(word.dropFirst(3).dropLast()) : nil
+                if kill(pid, 0) != 0 && errno == ESRCH {
+                    await Namespace(name: name, subnet: subnet).remove()
+                } else {
+                    used.insert(subnet)
                 }
-                    + links.split(separator: "\n").compactMap { line in
-                        let parts = line.split(separator: " ").first?.split(separator: "-") ?? []
-                        return parts.count == 4 ? Int(parts[2]) : nil
-                    })
+            }
+            // A link `dspNa` or `dspNd` left without its namespace still holds its name.
+            let links = try await runProcess("/usr/sbin/ip", ["-br", "link"]).stdout
+            for line in links.split(separator: "\n") where line.hasPrefix("dsp") {
+                if let subnet = Int(line.dropFirst(3).prefix { $0.isNumber }) { used.insert(subnet) }
+            }
             guard let subnet = (10...250).filter({ !used.contains($0) }).randomElement() else {
                 throw POSIXError(.EADDRINUSE)
             }
