@@ -89,6 +89,25 @@ import Testing
         }
     }
 
+    @Test("check on a database a newer dopesync migrated: FAIL store naming the migration, exit 73, as the run")
+    func newerSchema() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_705)])
+            try await withDevServer { server in
+                // The schema as this dopesync makes it, then a migration only a later one knows.
+                let first = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await first.finished() == 0)
+                try await database.psql("INSERT INTO dopesync.schema_migrations VALUES ('v99-from-the-future', 0)")
+                let checked = try await Self.check(spool, server, database: database)
+                #expect(checked.status == 73, "\(checked.stdout)")
+                #expect(checked.stdout.contains("\"v99-from-the-future\""), "\(checked.stdout)")
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 73)
+            }
+        }
+    }
+
     @Test(
         "check with database: set over SQLite checkpoints never migrated: FAIL store naming `dopesync migrate`, exit 78, as the run"
     )

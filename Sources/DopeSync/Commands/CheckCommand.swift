@@ -82,31 +82,25 @@ public enum CheckCommand {
         do {
             found = try await PostgresSchema.inspect(database, timeout: .seconds(10), logger: SpoolStatus.commandLogger)
         } catch {
+            let status = error.exitStatusWhenUnusable
             switch error.code {
             case .unreachable:
                 return failed(
-                    "\(error.message): is PostgreSQL up, and are the host and port in `database:` right?",
-                    .temporaryFailure)
+                    "\(error.message): is PostgreSQL up, and are the host and port in `database:` right?", status)
             case .refused:
                 return failed(
                     "\(error.message): check the user in `database:` and the password "
-                        + "(DOPESYNC_DATABASE_PASSWORD or `database-password-file:`)", .configuration)
-            case .schemaTooNew:
-                return failed("cannot use the checkpoint database \(database.url): \(error)", .cannotCreate)
+                        + "(DOPESYNC_DATABASE_PASSWORD or `database-password-file:`)", status)
             default:
-                // As `Worker.runSharing` ends a run that cannot use the database: an outage.
-                return failed("cannot use the checkpoint database \(database.url): \(error)", .temporaryFailure)
+                return failed("cannot use the checkpoint database \(database.url): \(error)", status)
             }
         }
-        if let unknown = found.unknown {
-            return failed(
-                "the database \(database.url) has migration \"\(unknown)\", which this dopesync "
-                    + "\(DopeSyncInfo.version) does not know: a newer dopesync migrated it; upgrade dopesync on this host",
-                .cannotCreate)
+        if let tooNew = found.tooNew {
+            return failed("\(database.url): \(tooNew.message)", tooNew.exitStatusWhenUnusable)
         }
         if let bound {
             let store = StoreIdentity(kind: .postgresql, id: found.storeID, name: database.url)
-            if bound.kind != .postgresql || found.storeID == nil || bound.id != found.storeID {
+            if !bound.isSame(as: store) {
                 return failed("\(SpoolBinding.mismatch(spool, bound: bound, given: store))", .configuration)
             }
         } else if !found.holdsSteps, CheckpointStore.fileHoldsSteps(spool) {

@@ -12,9 +12,7 @@ func withSharedLedger(
             return await body(ledger)
         }
     } catch {
-        let code = (error as? CheckpointError)?.code
-        let status: ExitStatus =
-            code == .unreachable ? .temporaryFailure : code == .refused ? .configuration : .cannotCreate
+        let status = (error as? CheckpointError)?.exitStatusWhenUnusable ?? .temporaryFailure
         return CommandOutcome(
             output: "", diagnostics: "cannot use the checkpoint database \(database.url): \(error)", status: status)
     }

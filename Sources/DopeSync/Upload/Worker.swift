@@ -90,12 +90,7 @@ public struct Worker: Sendable {
                     spool: spool, checkpoints: checkpoints, claims: checkpoints, runID: runID, started: started)
             }
         } catch {
-            let status: ExitStatus
-            switch (error as? CheckpointError)?.code {
-            case .refused?: status = .configuration
-            case .schemaTooNew?: status = .cannotCreate
-            default: status = .temporaryFailure
-            }
+            let status = (error as? CheckpointError)?.exitStatusWhenUnusable ?? .temporaryFailure
             logger.critical(
                 "the shared checkpoint database cannot be used: the run claims nothing (exit \(status.rawValue))",
                 metadata: ["database": "\(database.url)", "error": "\(error)"])

@@ -114,6 +114,17 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
         CheckpointError(code: .noIntent, message: "step \(stepKey) of session \(sessionID) has no recorded intent")
     }
 
+    /// The exit status of a run or command that cannot use the shared database at all: 78 when
+    /// it refuses the user or password, 73 when a newer dopesync migrated it, else 75 (an
+    /// outage: the next run may find it back).
+    public var exitStatusWhenUnusable: ExitStatus {
+        switch code {
+        case .refused: .configuration
+        case .schemaTooNew: .cannotCreate
+        default: .temporaryFailure
+        }
+    }
+
     /// This worker's lease on `name` ran out (another may have taken the bundle over): nothing written.
     static func leaseLost(_ name: String) -> CheckpointError {
         CheckpointError(

@@ -183,7 +183,7 @@ package enum PostgresSchema {
         /// Migrations this dopesync knows that the database lacks: the next run applies them.
         package var missing: [String] { migrations.map(\.name).filter { !applied.contains($0) } }
         /// A migration this dopesync does not know: a newer version wrote it.
-        package var unknown: String? { applied.first { name in !migrations.contains { $0.name == name } } }
+        package var tooNew: CheckpointError? { PostgresSchema.tooNew(applied) }
     }
 
     /// Connects, authenticates and reads the applied migrations and the store's id, in one
@@ -221,13 +221,7 @@ package enum PostgresSchema {
                 found.holdsSteps = any
             }
         }
-        if hasMigrations {
-            for try await name in try await connection.query(
-                "SELECT name FROM dopesync.schema_migrations ORDER BY applied_at, name", logger: logger
-            ).decode(String.self) {
-                found.applied.append(name)
-            }
-        }
+        if hasMigrations { found.applied = try await appliedMigrations(on: connection, logger: logger) }
         if hasMeta {
             for try await id in try await connection.query(
                 "SELECT value FROM dopesync.store_meta WHERE key = 'store_id'", logger: logger
@@ -268,20 +262,8 @@ package enum PostgresSchema {
                     name text PRIMARY KEY, applied_at double precision NOT NULL
                 )
                 """, logger: logger)
-            var applied: [String] = []
-            for try await name in try await connection.query(
-                "SELECT name FROM dopesync.schema_migrations ORDER BY applied_at, name", logger: logger
-            ).decode(String.self) {
-                applied.append(name)
-            }
-            let known = Set(migrations.map(\.name))
-            if let unknown = applied.first(where: { !known.contains($0) }) {
-                throw CheckpointError(
-                    code: .schemaTooNew,
-                    message:
-                        "the database has migration \"\(unknown)\", unknown to this dopesync \(DopeSyncInfo.version): a newer version wrote it; upgrade dopesync"
-                )
-            }
+            let applied = try await appliedMigrations(on: connection, logger: logger)
+            if let tooNew = tooNew(applied) { throw tooNew }
             let now = Date().timeIntervalSince1970
             for migration in migrations where !applied.contains(migration.name) {
                 for statement in migration.sql {
@@ -296,5 +278,29 @@ package enum PostgresSchema {
             _ = try? await connection.query("ROLLBACK", logger: logger)
             throw error
         }
+    }
+
+    /// The migrations the database records, in the order they were applied.
+    private static func appliedMigrations(on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        var applied: [String] = []
+        for try await name in try await connection.query(
+            "SELECT name FROM dopesync.schema_migrations ORDER BY applied_at, name", logger: logger
+        ).decode(String.self) {
+            applied.append(name)
+        }
+        return applied
+    }
+
+    /// ``CheckpointError/Code/schemaTooNew`` when `applied` holds a migration this dopesync does
+    /// not know: a newer version wrote it.
+    static func tooNew(_ applied: [String]) -> CheckpointError? {
+        guard let unknown = applied.first(where: { name in !migrations.contains { $0.name == name } }) else {
+            return nil
+        }
+        return CheckpointError(
+            code: .schemaTooNew,
+            message:
+                "the database has migration \"\(unknown)\", unknown to this dopesync \(DopeSyncInfo.version): "
+                + "a newer version wrote it; upgrade dopesync on this host")
     }
 }
