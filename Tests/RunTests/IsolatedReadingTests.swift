@@ -64,11 +64,15 @@ import Testing
     @Test("a stop of the run ends the reader, however long its time")
     func stopped() async throws {
         let stop = StopRequest()
-        let (reading, bundle) = (try reader("exec sleep 30"), folder.sub("bundle.tar.gz"))
+        // The reader says it has started on a FIFO, so the stop comes while it runs.
+        let started = folder.sub("started")
+        #expect(mkfifo(started, 0o600) == 0)
+        let (reading, bundle) = (try reader("echo started > \(started); exec sleep 30"), folder.sub("bundle.tar.gz"))
         async let outcome = withTaskExecutorPreference(UploadExecutor.loops) {
             await reading.read(bundle, time: .seconds(120), stop: stop, logger: quietLogger)
         }
-        try await Task.sleep(for: .milliseconds(200))
+        let said = await onOwnThread { FileHandle(forReadingAtPath: started)?.readLine() }
+        #expect(said == "started")
         stop.request()
         #expect(await outcome == .stopped)
     }
