@@ -6,10 +6,11 @@ import Logging
 import NIOCore
 import NIOSSL
 import ServiceLifecycle
+import UnixSignals
 
 /// The TrueDope API on loopback (api.yaml), for demos, tests and benchmarks.
 ///
-/// Start it in-process with ``run(configuration:logger:handlingSignals:onListening:)`` (tests
+/// Start it in-process with ``run(configuration:logger:handlingSignals:shutdown:shutdownGrace:onListening:)`` (tests
 /// usually go through `withDevServer` in DopeSyncTestSupport), or as the `dopesync-devserver`
 /// executable. Routes: every path of api.yaml under `/api`, and the admin routes documented on
 /// ``AdminRoutes`` under `/admin`.
@@ -50,15 +51,13 @@ public enum DevServer {
         )
         let served: Result<Void, any Error>
         do {
-            if handlingSignals {
-                try await application.runService()
-            } else if let shutdown {
-                var group = ServiceGroupConfiguration(services: [application], logger: logger)
-                group.maximumGracefulShutdownDuration = shutdownGrace
-                try await runUntilEnded(ServiceGroup(configuration: group), shutdown: shutdown)
-            } else {
-                try await application.run()
-            }
+            var group = ServiceGroupConfiguration(
+                services: [application], gracefulShutdownSignals: handlingSignals ? [.sigterm, .sigint] : [],
+                logger: logger)
+            group.maximumGracefulShutdownDuration = shutdownGrace
+            // No `shutdown`: a stream that never ends, so only a signal or cancellation stops it.
+            try await runUntilEnded(
+                ServiceGroup(configuration: group), shutdown: shutdown ?? AsyncStream { _ in })
             served = .success(())
         } catch {
             served = .failure(error)
