@@ -29,3 +29,13 @@ int dopesync_rename_no_replace(const char *source, const char *target) {
     return -1;
 #endif
 }
+
+int dopesync_open_path_only(const char *path) {
+#ifdef __linux__
+    return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+#else
+    (void)path;
+    errno = ENOSYS;
+    return -1;
+#endif
+}

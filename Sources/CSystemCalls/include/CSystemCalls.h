@@ -14,4 +14,9 @@ int dopesync_pipe_close_on_exec(int descriptors[2]);
 /// refuses the flag, ENOSYS where the kernel lacks the call).
 int dopesync_rename_no_replace(const char *source, const char *target);
 
+/// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC): a descriptor that names the file and reads
+/// nothing, so a file this user may not read can still be held. -1 with errno set (ENOSYS
+/// where the system has no O_PATH).
+int dopesync_open_path_only(const char *path);
+
 #endif

@@ -1,3 +1,4 @@
+import CSystemCalls
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
@@ -275,12 +276,6 @@ extension Spool {
             size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
     }
 
-    #if os(Linux)
-        /// Linux's `O_PATH` (a descriptor that names the file and reads nothing), which Swift's
-        /// Glibc module does not declare (it needs `_GNU_SOURCE`).
-        private static let pathOnly: Int32 = 0o10_000_000
-    #endif
-
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
     /// that the path still names the locked inode. Nil when it is gone, replaced, not a regular file, or
     /// locked by someone else. `unreadableAllowed`: a file this user may not read is opened path-only
@@ -296,18 +291,15 @@ extension Spool {
         // must not inherit (and keep alive) our lock.
         var descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         var unreadable = false
-        #if os(Linux)
-            let pathOnly: Int32? = Self.pathOnly
-        #else
-            let pathOnly: Int32? = nil
-        #endif
-        if descriptor < 0 && (errno == EACCES || errno == EPERM) && unreadableAllowed, let pathOnly {
+        if descriptor < 0 && (errno == EACCES || errno == EPERM) && unreadableAllowed {
             // A producer's file this user may not read (its mode, 0600 say): claimed all the same,
             // without a lock (a path-only descriptor takes none; the no-replace renames keep it to
             // one claimer), so that reading it fails it with its reason, in failed/ for a person
             // to see, instead of leaving it in incoming/ for good with a line in a log.
-            descriptor = open(path, pathOnly | O_NOFOLLOW | O_CLOEXEC)
+            let refused = errno
+            descriptor = dopesync_open_path_only(path)
             unreadable = descriptor >= 0
+            if !unreadable { errno = refused }  // the first open's reason is the one to report
         }
         guard descriptor >= 0 else {
             let error = errno
