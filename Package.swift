@@ -3,7 +3,8 @@
 import PackageDescription
 
 // Module boundaries the compiler enforces, as Hummingbird 2's: the bundle reader
-// (DopeSyncBundle) knows no HTTP, no database and no spool; the store (DopeSyncStore) no HTTP.
+// (DopeSyncBundle) knows no HTTP, no database and no spool; the store (DopeSyncStore) no HTTP
+// and no PostgreSQL, which is DopeSyncPostgres's.
 let strictness: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
@@ -97,7 +98,8 @@ let package = Package(
             swiftSettings: strictness
         ),
 
-        // The spool's folders and the checkpoint stores (SQLite, PostgreSQL): no HTTP.
+        // The spool's folders and the checkpoint store of one host (SQLite), with the interfaces
+        // every store implements: no HTTP, no PostgreSQL.
         .target(
             name: "DopeSyncStore",
             dependencies: [
@@ -107,6 +109,18 @@ let package = Package(
                 "SQLiteSupport",
                 "ThreadRules",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictness
+        ),
+
+        // The checkpoint store several hosts share (PostgreSQL): the store's interfaces, no HTTP.
+        .target(
+            name: "DopeSyncPostgres",
+            dependencies: [
+                "DopeSyncBundle",
+                "DopeSyncStore",
+                "DopeSyncSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -122,6 +136,7 @@ let package = Package(
             dependencies: [
                 "CSystemCalls",
                 "DopeSyncBundle",
+                "DopeSyncPostgres",
                 "DopeSyncStore",
                 "DopeSyncSupport",
                 "SQLiteSupport",

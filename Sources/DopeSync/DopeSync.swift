@@ -1,4 +1,5 @@
 // The layers below, for the executables and tests that import the worker (ARCHITECTURE.md).
 @_exported import DopeSyncBundle
+@_exported import DopeSyncPostgres
 @_exported import DopeSyncStore
 @_exported import DopeSyncSupport

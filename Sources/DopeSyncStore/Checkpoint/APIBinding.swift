@@ -36,7 +36,7 @@ public struct APIBook: Sendable, Equatable {
     /// Counts, by API, the sessions with at least one step done: a session whose steps were only
     /// sent has no fact to lose by a change of API. One statement for both stores (`schema`:
     /// `dopesync.` on PostgreSQL).
-    static func sessionsWithStepsDone(schema: String) -> String {
+    package static func sessionsWithStepsDone(schema: String) -> String {
         """
         SELECT s.api, count(*) AS sessions FROM \(schema)sessions s
         WHERE EXISTS (SELECT 1 FROM \(schema)steps t WHERE t.session_id = s.session_id AND t.state = 'done')

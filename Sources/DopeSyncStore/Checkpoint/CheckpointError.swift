@@ -99,9 +99,9 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     }
 
     /// A step already done under one server id, reported done under another: both stores say so alike.
-    static func conflictingResult(sessionID: String, stepKey: String, doneAs: Int64, reportedAs: Int64, how: String)
-        -> CheckpointError
-    {
+    package static func conflictingResult(
+        sessionID: String, stepKey: String, doneAs: Int64, reportedAs: Int64, how: String
+    ) -> CheckpointError {
         CheckpointError(
             code: .conflictingResult,
             message:
@@ -126,7 +126,7 @@ public struct CheckpointError: Error, CustomStringConvertible, Sendable {
     }
 
     /// This worker's lease on `name` ran out (another may have taken the bundle over): nothing written.
-    static func leaseLost(_ name: String) -> CheckpointError {
+    package static func leaseLost(_ name: String) -> CheckpointError {
         CheckpointError(
             code: .leaseLost,
             message: "the claim of \(name) is no longer this worker's (its lease ran out); nothing was written")

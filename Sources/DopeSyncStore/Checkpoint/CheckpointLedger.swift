@@ -4,7 +4,7 @@ import Foundation
 
 /// What the operator's commands (`status`, `requeue`, `prune`, `inspect`) read and change in the
 /// checkpoint store, whichever it is: the spool's SQLite file (``CheckpointStore``) or the
-/// database several hosts share (``PostgresCheckpoints``), so they work from any host.
+/// database several hosts share (`PostgresCheckpoints`), so they work from any host.
 public protocol CheckpointLedger: Sendable {
     func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState]
     func bundles(withOutcome outcome: BundleOutcome?) async throws(CheckpointError) -> [BundleState]

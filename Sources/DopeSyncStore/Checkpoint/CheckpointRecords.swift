@@ -36,6 +36,22 @@ public struct StepRecord: Sendable, Hashable {
     public let doneAt: Date?
     /// The bundle that last recorded this step's intent.
     public let bundleName: String?
+
+    package init(
+        sessionID: String, stepKey: String, idempotencyKey: String, requestFingerprint: String, contentDigest: String,
+        state: State, serverID: Int64?, sentAt: Date, doneAt: Date?, bundleName: String?
+    ) {
+        self.sessionID = sessionID
+        self.stepKey = stepKey
+        self.idempotencyKey = idempotencyKey
+        self.requestFingerprint = requestFingerprint
+        self.contentDigest = contentDigest
+        self.state = state
+        self.serverID = serverID
+        self.sentAt = sentAt
+        self.doneAt = doneAt
+        self.bundleName = bundleName
+    }
 }
 
 /// What ``CheckpointStore/recordIntent(sessionID:stepKey:idempotencyKey:requestFingerprint:contentDigest:bundleName:now:)`` found.
@@ -172,6 +188,16 @@ public struct ClaimRecord: Sendable, Hashable {
     public var leaseExpiresAt: Date? = nil
     /// The shared database's clock when the claims were read (to tell a lease's age and time left).
     public var readAt: Date? = nil
+
+    package init(
+        bundleName: String, owner: ClaimOwner, claimedAt: Date, leaseExpiresAt: Date? = nil, readAt: Date? = nil
+    ) {
+        self.bundleName = bundleName
+        self.owner = owner
+        self.claimedAt = claimedAt
+        self.leaseExpiresAt = leaseExpiresAt
+        self.readAt = readAt
+    }
 }
 
 /// The last thing that happened to a bundle.
@@ -206,6 +232,22 @@ public struct BundleState: Sendable, Hashable {
     public let stepsDone: Int?
     /// Steps in the bundle's plan, when the run loop recorded it.
     public let stepsTotal: Int?
+
+    package init(
+        name: String, sessionID: String?, attempts: Int, firstSeen: Date, nextAttemptAt: Date?,
+        lastError: BundleFailure?, lastOutcome: BundleOutcome?, updatedAt: Date, stepsDone: Int?, stepsTotal: Int?
+    ) {
+        self.name = name
+        self.sessionID = sessionID
+        self.attempts = attempts
+        self.firstSeen = firstSeen
+        self.nextAttemptAt = nextAttemptAt
+        self.lastError = lastError
+        self.lastOutcome = lastOutcome
+        self.updatedAt = updatedAt
+        self.stepsDone = stepsDone
+        self.stepsTotal = stepsTotal
+    }
 }
 
 /// What ``CheckpointStore/recordDeferral(name:sessionID:error:now:policy:)`` decided.
@@ -237,6 +279,19 @@ public struct RunRecord: Sendable, Hashable, Codable {
     public let summary: RunSummary?
     /// Whether the API answered the session lookups in this run; nil when none was needed.
     public var apiLookups: Bool? = nil
+
+    package init(
+        runID: String, host: String, pid: Int32, startedAt: Date, finishedAt: Date?, summary: RunSummary?,
+        apiLookups: Bool? = nil
+    ) {
+        self.runID = runID
+        self.host = host
+        self.pid = pid
+        self.startedAt = startedAt
+        self.finishedAt = finishedAt
+        self.summary = summary
+        self.apiLookups = apiLookups
+    }
 }
 
 /// The numbers of a run's summary line.
@@ -275,7 +330,7 @@ extension BundleState {
     /// `"dopesync."` for PostgreSQL). `countingStepsDone`: with each one's steps done counted from
     /// its session's steps (by the primary key's prefix), what a resumed upload skips; else
     /// `steps_done` is NULL. Counted only for one bundle's read: a list of thousands would count each.
-    static func selectSQL(schema: String, countingStepsDone: Bool) -> String {
+    package static func selectSQL(schema: String, countingStepsDone: Bool) -> String {
         let stepsDone =
             countingStepsDone
             ? "(SELECT count(*) FROM \(schema)steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')"
@@ -305,7 +360,7 @@ public struct HalfSession: Sendable, Hashable {
     /// The same `SELECT` for either store, its tables in `schema` (`""` for SQLite, `"dopesync."`
     /// for PostgreSQL): each bundle not done whose session has a step done, and fewer steps done
     /// than its plan holds (or a plan size never recorded), oldest first.
-    static func selectSQL(schema: String) -> String {
+    package static func selectSQL(schema: String) -> String {
         """
         SELECT b.name AS name, b.session_id AS session_id, b.steps_total AS steps_total,
                CAST(count(*) AS integer) AS records, min(s.done_at) AS since
@@ -318,7 +373,7 @@ public struct HalfSession: Sendable, Hashable {
         """
     }
 
-    init(name: String, sessionID: String, records: Int, stepsTotal: Int?, since: Double) {
+    package init(name: String, sessionID: String, records: Int, stepsTotal: Int?, since: Double) {
         self.name = name
         self.sessionID = sessionID
         self.recordsOnServer = records

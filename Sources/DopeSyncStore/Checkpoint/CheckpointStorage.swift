@@ -4,7 +4,7 @@ import Foundation
 
 /// How a run holds a bundle against the other workers, beside the spool's own claim (the flock
 /// and rename into `processing/`, ``ClaimedBundle``): a lease with an epoch in the PostgreSQL
-/// database several hosts share (``PostgresCheckpoints``), or nothing more on one host
+/// database several hosts share (`PostgresCheckpoints`), or nothing more on one host
 /// (``SpoolClaims``), where the flock alone is the claim.
 ///
 /// Every write about a claimed bundle is fenced: a store that holds claims as leases refuses
@@ -47,7 +47,7 @@ public struct SpoolClaims: ClaimStorage {
 
 /// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool
 /// (``CheckpointWriter``, one host) or the PostgreSQL database that several hosts share
-/// (``PostgresCheckpoints``). The upload code talks to this alone, and to ``ClaimStorage`` for
+/// (`PostgresCheckpoints`). The upload code talks to this alone, and to ``ClaimStorage`` for
 /// its claims.
 public protocol CheckpointStorage: Sendable {
     /// Whether the store's last statement failed because the database could not be reached (a

@@ -10,6 +10,12 @@ public struct CachedReferenceList: Sendable, Equatable {
     public let etag: String?
     /// The list's JSON as the server sent it.
     public let body: [UInt8]
+
+    package init(list: ReferenceList, etag: String?, body: [UInt8]) {
+        self.list = list
+        self.etag = etag
+        self.body = body
+    }
 }
 
 extension CheckpointStore {

@@ -132,5 +132,5 @@ public final class CheckpointWriter: Sendable {
         try await perform { try $0.recordIntents(sessionID: sessionID, intents) }
     }
 
-    static let stopped = CheckpointError(code: .database, message: "the checkpoint writer has stopped")
+    package static let stopped = CheckpointError(code: .database, message: "the checkpoint writer has stopped")
 }

@@ -1,4 +1,5 @@
 import DopeSyncBundle
+import DopeSyncStore
 import DopeSyncSupport
 
 /// The leases one worker holds, by bundle name, and when each runs out on the worker's own

@@ -1,4 +1,5 @@
 import DopeSyncBundle
+import DopeSyncStore
 import DopeSyncSupport
 import Foundation
 import Logging
