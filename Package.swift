@@ -15,6 +15,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "dopesync", targets: ["dopesync"]),
+        .executable(name: "dopesync-bundle", targets: ["dopesync-bundle"]),
         .executable(name: "dopesync-devserver", targets: ["dopesync-devserver"]),
         .executable(name: "dopesync-bench", targets: ["dopesync-bench"]),
         .library(name: "DopeSync", targets: ["DopeSync"]),
@@ -130,12 +131,29 @@ let package = Package(
             swiftSettings: strictness
         ),
 
+        // What a producer's machine needs of the worker, below its HTTP and PostgreSQL: `inspect`
+        // (progress from any ledger it is given), `pack`, and the upload plan `inspect` maps a
+        // session to; the command definitions `dopesync` and `dopesync-bundle` share.
+        .target(
+            name: "DopeSyncBundleCommands",
+            dependencies: [
+                "DopeSyncBundle",
+                "DopeSyncStore",
+                "DopeSyncSupport",
+                "SQLiteSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness
+        ),
+
         // The worker: the upload, the run, the configuration and the commands.
         .target(
             name: "DopeSync",
             dependencies: [
                 "CSystemCalls",
                 "DopeSyncBundle",
+                "DopeSyncBundleCommands",
                 "DopeSyncPostgres",
                 "DopeSyncStore",
                 "DopeSyncSupport",
@@ -185,6 +203,15 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+        // `inspect` and `pack` alone, for the producers' machines: no HTTP, no PostgreSQL.
+        .executableTarget(
+            name: "dopesync-bundle",
+            dependencies: [
+                "DopeSyncBundleCommands",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
         ),

@@ -1,6 +1,5 @@
 import ArgumentParser
 import DopeSync
-import Foundation
 
 @main
 struct DopeSyncCommand: AsyncParsableCommand {
@@ -31,13 +30,4 @@ struct DopeSyncCommand: AsyncParsableCommand {
             exit(withError: error)
         }
     }
-}
-
-/// Prints what a library command said and ends the process with its status.
-func finish(_ outcome: CommandOutcome) throws {
-    if !outcome.output.isEmpty { print(outcome.output) }
-    if let diagnostics = outcome.diagnostics {
-        FileHandle.standardError.write(Data((diagnostics + "\n").utf8))
-    }
-    if outcome.status != .success { throw ExitCode(outcome.status.rawValue) }
 }

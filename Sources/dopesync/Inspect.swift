@@ -2,24 +2,9 @@ import ArgumentParser
 import DopeSync
 
 struct Inspect: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Validate a bundle without uploading it and show what it holds.",
-        discussion: """
-            Exit 0 for a valid bundle, 65 with every reason for an invalid one. When the spool's checkpoint \
-            database knows the session, the steps already uploaded are listed with their server ids, and the ids \
-            its records still to upload name that the server's reference lists (as the last run kept them) do not hold.
-            """
-    )
+    static let configuration = InspectOptions.configuration
 
-    @Argument(help: "The bundle file (tar or zip, any supported compression).")
-    var bundle: String
-
-    @Flag(help: "Print one JSON document instead of text.")
-    var json = false
-
-    @Option(
-        help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress and reference lists.")
-    var spool = "./spool"
+    @OptionGroup var options: InspectOptions
 
     @Option(
         help: ArgumentHelp(
@@ -35,6 +20,6 @@ struct Inspect: AsyncParsableCommand {
         }
         try finish(
             await InspectCommand.run(
-                bundlePath: bundle, json: json, databasePath: Spool(root: spool).databasePath, database: shared))
+                bundlePath: options.bundle, json: options.json, databasePath: options.databasePath, database: shared))
     }
 }

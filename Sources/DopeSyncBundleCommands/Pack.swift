@@ -1,8 +1,8 @@
 import ArgumentParser
-import DopeSync
 
-struct Pack: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `pack`, the same subcommand in `dopesync` and `dopesync-bundle`.
+public struct Pack: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
         abstract: "Build a valid bundle (with manifest) from a session JSON file and its images.",
         discussion: "Validates first (exit 65 with every reason); writes atomically."
     )
@@ -19,13 +19,15 @@ struct Pack: AsyncParsableCommand {
     @Option(help: "Drop the bundle into this spool's incoming/ folder.")
     var spool: String?
 
-    func validate() throws {
+    public init() {}
+
+    public func validate() throws {
         guard (output == nil) != (spool == nil) else {
             throw ValidationError("Give exactly one of --output FILE or --spool DIR.")
         }
     }
 
-    func run() async throws {
+    public func run() async throws {
         let destination: BundlePacker.Destination = output.map { .file($0) } ?? .spool(root: spool!)
         try finish(PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination))
     }

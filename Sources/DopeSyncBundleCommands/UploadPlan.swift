@@ -158,7 +158,7 @@ public struct UploadPlan: Sendable {
     /// Derived only from the bundle's own ids: the same after a crash, a requeue or a lost
     /// checkpoint database. Hashed, because a step key with a 255-byte file name would pass
     /// the header's 255-character limit.
-    static func idempotencyKey(sessionID: String, stepKey: String) -> String {
+    package static func idempotencyKey(sessionID: String, stepKey: String) -> String {
         "dopesync-v1-" + SHA256.hash(data: Array("\(sessionID)\n\(stepKey)".utf8)).hexString
     }
 }

@@ -1,13 +1,20 @@
 import Foundation
 
-/// `dopesync inspect BUNDLE [--json]`: validates a bundle without uploading and says what it holds.
+/// `inspect BUNDLE [--json]`, of `dopesync` and `dopesync-bundle`: validates a bundle without
+/// uploading and says what it holds.
 public enum InspectCommand {
+    /// Runs `body` with a checkpoint ledger it opens, and closes it after: where the progress of a
+    /// valid bundle is read when not from the spool's file. A ledger that cannot be opened is
+    /// no progress (`body` does not run): a valid bundle stays valid.
+    public typealias LedgerScope = (_ body: (any CheckpointLedger) async -> Void) async -> Void
+
     /// - Parameters:
     ///   - databasePath: the spool's checkpoint database; when it exists and knows the session, the
     ///     report lists the steps done with their server ids. It is only read (a missing one is not created).
-    ///   - database: the shared database instead, when the spool's hosts share one.
+    ///   - ledger: the ledger to read instead (`dopesync inspect --database`: the database the
+    ///     spool's hosts share), opened only once the bundle is known valid.
     public static func run(
-        bundlePath: String, json: Bool, databasePath: String? = nil, database: DatabaseSettings? = nil,
+        bundlePath: String, json: Bool, databasePath: String? = nil, ledger: LedgerScope? = nil,
         limits: BundleLimits = .default
     ) async -> CommandOutcome {
         var report: BundleReport
@@ -19,11 +26,8 @@ public enum InspectCommand {
             // Best effort, and only read (a private copy): a database that cannot be read does
             // not make a valid bundle invalid.
             if let plan = try? UploadPlan(session: bundle.session, images: bundle.images) {
-                if let database {
-                    _ = await withSharedLedger(database) { ledger in
-                        await addCheckpoints(of: plan, from: ledger, to: &report)
-                        return CommandOutcome(output: "", status: .success)
-                    }
+                if let ledger {
+                    await ledger { await addCheckpoints(of: plan, from: $0, to: &report) }
                 } else if let databasePath, FileManager.default.fileExists(atPath: databasePath),
                     let store = try? CheckpointStore(readingSnapshotOf: databasePath)
                 {
@@ -61,7 +65,8 @@ public enum InspectCommand {
     }
 }
 
-/// `dopesync pack SESSION.json [--images DIR] (--output FILE | --spool DIR)`.
+/// `pack SESSION.json [--images DIR] (--output FILE | --spool DIR)`, of `dopesync` and
+/// `dopesync-bundle`.
 public enum PackCommand {
     public static func run(
         sessionFile: String,
