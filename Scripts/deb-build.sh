@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make deb`: builds dist/dopesync_VERSION_ARCH.deb and dist/dopesync-devserver_VERSION_ARCH.deb
-# with dpkg-deb, then runs lintian on both (failing on any error or warning).
+# `make deb`: builds dist/dopesync_VERSION_ARCH.deb (dopesync and dopesync-bundle) and
+# dist/dopesync-devserver_VERSION_ARCH.deb with dpkg-deb, then runs lintian on both (failing on
+# any error or warning).
 #
 #   1. VERSION is DopeSyncInfo.version (Sources/DopeSyncSupport/DopeSyncInfo.swift), what `dopesync
 #      --version` prints; packaging/deb/changelog must have an entry for it (its date and author
@@ -10,9 +11,10 @@
 #      libraries), in SCRATCH (default .build-deb, so it never fights `make build`/`make bench`
 #      over .build's lock). Checked: `ldd` names no Swift library. Then stripped.
 #   3. Man pages: dopesync's is docs/dopesync.1, written by hand (commands, the job file, the
-#      environment, the files, exit status; its .TH must name this version). dopesync-devserver's
-#      is made from its command definitions by the tool of swift-argument-parser's
-#      generate-manual plugin, run on the binary being packaged, as the plugin runs it.
+#      environment, the files, exit status; its .TH must name this version). dopesync-bundle's and
+#      dopesync-devserver's are made from their command definitions by the tool of
+#      swift-argument-parser's generate-manual plugin, run on the binary being packaged, as the
+#      plugin runs it.
 #      (`swift package --scratch-path SCRATCH generate-manual` works too, but it first builds
 #      every product without --static-swift-stdlib, which SwiftPM also passes to every compile:
 #      the plugin's build and this one would recompile everything, 7-15 minutes, at each switch.)
@@ -33,7 +35,10 @@ SWIFT=${SWIFT:-swift}
 SCRATCH=${SCRATCH:-.build-deb}
 DIST=dist
 PKG=packaging/deb
-PRODUCTS=(dopesync dopesync-devserver)
+# The executables, and the packages: dopesync-bundle (inspect and pack, for producers' machines)
+# ships in dopesync, beside it.
+PRODUCTS=(dopesync dopesync-bundle dopesync-devserver)
+PACKAGES=(dopesync dopesync-devserver)
 # --disable-local-rpath: no RUNPATH $ORIGIN (nothing to find beside /usr/bin; lintian flags it).
 # -z now: full RELRO. Both are link flags only: the objects of an earlier build in SCRATCH are reused.
 BUILD_FLAGS=(-c release --static-swift-stdlib --disable-local-rpath -Xlinker -z -Xlinker now --scratch-path "$SCRATCH")
@@ -57,9 +62,11 @@ echo "dopesync $VERSION ($ARCH), dated $(date -u -d "@$SOURCE_DATE_EPOCH" +%F), 
 RELEASE="$SCRATCH/release"
 MAN_OUT="$SCRATCH/manual"
 GENERATE_MANUAL="$SCRATCH/generate-manual/debug/generate-manual"
-# The man page of each product: dopesync's written by hand, the dev server's generated (step 3).
-declare -A MAN_PAGE=([dopesync]=docs/dopesync.1 [dopesync-devserver]="$MAN_OUT/dopesync-devserver/dopesync-devserver.1")
-GENERATED_MAN=(dopesync-devserver)
+# The man page of each product: dopesync's written by hand, the others generated (step 3).
+declare -A MAN_PAGE=([dopesync]=docs/dopesync.1
+  [dopesync-bundle]="$MAN_OUT/dopesync-bundle/dopesync-bundle.1"
+  [dopesync-devserver]="$MAN_OUT/dopesync-devserver/dopesync-devserver.1")
+GENERATED_MAN=(dopesync-bundle dopesync-devserver)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # --- 2. Binaries --------------------------------------------------------------------------------
   for product in "${PRODUCTS[@]}"; do
@@ -89,8 +96,10 @@ for product in "${PRODUCTS[@]}"; do
     fail "$product still needs the Swift libraries above"
   fi
 done
-printed=$("$RELEASE/dopesync" --version)
-[ "$printed" = "$VERSION" ] || fail "dopesync --version prints '$printed', DopeSyncInfo.version says '$VERSION'"
+for product in dopesync dopesync-bundle; do
+  printed=$("$RELEASE/$product" --version)
+  [ "$printed" = "$VERSION" ] || fail "$product --version prints '$printed', DopeSyncInfo.version says '$VERSION'"
+done
 # The hand-written page says which version it describes: `.TH DOPESYNC 1 DATE "dopesync VERSION" ...`.
 th=$(sed -n 's/^\.TH //p' docs/dopesync.1)
 case "$th" in
@@ -112,9 +121,9 @@ install_binary() {
   strip --remove-section=.comment --remove-section=.note --strip-unneeded "$2/usr/bin/$1"
 }
 
-# install_common PACKAGE ROOT PRODUCT: man page, completions, copyright, changelog.
-install_common() {
-  local package=$1 root=$2 product=$3 bin="$2/usr/bin/$3"
+# install_manual ROOT PRODUCT: the product's man page and completions.
+install_manual() {
+  local root=$1 product=$2 bin="$1/usr/bin/$2"
   install -d "$root/usr/share/man/man1"
   gzip -9n < "${MAN_PAGE[$product]}" > "$root/usr/share/man/man1/$product.1.gz"
   install -d "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
@@ -123,6 +132,12 @@ install_common() {
   "$bin" --generate-completion-script bash | sed '1{/^#!/d}' > "$root/usr/share/bash-completion/completions/$product"
   "$bin" --generate-completion-script zsh > "$root/usr/share/zsh/vendor-completions/_$product"
   "$bin" --generate-completion-script fish > "$root/usr/share/fish/vendor_completions.d/$product.fish"
+}
+
+# install_common PACKAGE ROOT PRODUCT: man page, completions, copyright, changelog.
+install_common() {
+  local package=$1 root=$2 product=$3
+  install_manual "$root" "$product"
   install -D -m 0644 "$PKG/copyright" "$root/usr/share/doc/$package/copyright"
   gzip -9n < "$PKG/changelog" > "$root/usr/share/doc/$package/changelog.gz"
   if [ -f "$PKG/$package/lintian-overrides" ]; then
@@ -136,6 +151,9 @@ ROOT="$STAGE/debian/dopesync"
 install_binary dopesync "$ROOT"
 "$ROOT/usr/bin/dopesync" --version > /dev/null || fail "the stripped dopesync does not start"
 install_common dopesync "$ROOT" dopesync
+install_binary dopesync-bundle "$ROOT"
+"$ROOT/usr/bin/dopesync-bundle" --version > /dev/null || fail "the stripped dopesync-bundle does not start"
+install_manual "$ROOT" dopesync-bundle
 
 # The units: the service is jobs/systemd/dopesync.service (one source for its sandboxing) with
 # the package's header, /usr/bin instead of /usr/local/bin, and a Documentation= line.
@@ -246,11 +264,14 @@ printf 'Source: dopesync\n\nPackage: dopesync\nArchitecture: any\n\nPackage: dop
   > "$STAGE/debian/control"
 
 rm -f "$DIST"/dopesync_*.deb "$DIST"/dopesync-devserver_*.deb
-for package in "${PRODUCTS[@]}"; do
+for package in "${PACKAGES[@]}"; do
   step "Building $DIST/${package}_${VERSION}_${ARCH}.deb"
   ROOT="$STAGE/debian/$package"
   install -d "$ROOT/DEBIAN"
-  depends=$(cd "$STAGE" && dpkg-shlibdeps -O -e"debian/$package/usr/bin/$package" | sed -n 's/^shlibs:Depends=//p')
+  # Every binary the package ships (dopesync's two) goes into its Depends.
+  binaries=()
+  for binary in "$ROOT"/usr/bin/*; do binaries+=(-e"debian/$package/usr/bin/${binary##*/}"); done
+  depends=$(cd "$STAGE" && dpkg-shlibdeps -O "${binaries[@]}" | sed -n 's/^shlibs:Depends=//p')
   [ -n "$depends" ] || fail "dpkg-shlibdeps found no dependencies for $package"
   echo "Depends: $depends"
   case "$package" in
@@ -281,7 +302,7 @@ done
 
 step "Packages"
 ls -l "$DIST"/*_"${VERSION}_${ARCH}".deb
-for package in "${PRODUCTS[@]}"; do
+for package in "${PACKAGES[@]}"; do
   dpkg-deb --info "$DIST/${package}_${VERSION}_${ARCH}.deb" | sed -n 's/^ \(Installed-Size\|Depends\):/  \1:/p'
 done
 

@@ -12,8 +12,8 @@
 #      dopesync-prune.service and dopesync-prune.timer installed, none enabled; postinst's line
 #      `check the setup with: runuser -u dopesync -- dopesync check --job
 #      /etc/dopesync/production.yaml`;
-#   2. ldd of the installed binaries: no Swift library;
-#   3. dopesync --version, man -w dopesync, the completions, systemd-analyze verify on the five
+#   2. ldd of the installed binaries (dopesync-bundle's too): no Swift library;
+#   3. dopesync --version, man -w dopesync (and dopesync-bundle), the completions, systemd-analyze verify on the five
 #      installed units; the man page is the hand-written one (sections JOB FILE, ENVIRONMENT,
 #      FILES, EXIT STATUS); /usr/share/doc/dopesync/ holds README.md and every docs/*.md in docs/;
 #      /usr/share/dopesync/ holds the alerting rules, their tests and the Grafana dashboard of
@@ -21,7 +21,8 @@
 #      rules` pass on the installed copies (Scripts/rules-test.sh, which installs Debian's
 #      prometheus package for promtool if missing: purged again by the clean-up);
 #   4. two producers, users in group dopesync-producers, each with umask 022: as the first
-#      (runuser), a bundle packed by the installed dopesync is written into tmp/ (0640 and the ACL
+#      (runuser), a bundle packed by the installed dopesync (which the installed dopesync-bundle
+#      inspect finds valid: exit 0) is written into tmp/ (0640 and the ACL
 #      user::rw-, user:dopesync:r--, group::---, mask::r--, other::---, group dopesync-producers
 #      from the setgid folder) and renamed into incoming/; it cannot create a file in the spool
 #      root, processing/, done/ or failed/. The second producer writes its own bundle into tmp/
@@ -302,7 +303,7 @@ say "conffile: /etc/dopesync/production.yaml, shipped with \"$(grep '^api:' /etc
 
 # --- 2. ldd ---------------------------------------------------------------------------------------
 step "ldd of the installed binaries (no Swift library may appear)"
-for bin in dopesync dopesync-devserver; do
+for bin in dopesync dopesync-bundle dopesync-devserver; do
   say "ldd /usr/bin/$bin:"
   ldd "/usr/bin/$bin" | sed 's/^/     /'
   ! ldd "/usr/bin/$bin" | grep -E 'libswift|libFoundation|lib_Foundation|libdispatch|libBlocksRuntime|/opt/swift|not found' ||
@@ -317,6 +318,7 @@ printed=$(dopesync --version)
 [ "$printed" = "$VERSION" ] || fail "dopesync --version printed '$printed', expected $VERSION"
 say "dopesync --version: $printed"
 say "man -w dopesync: $(man -w dopesync)"
+say "man -w dopesync-bundle: $(man -w dopesync-bundle)"
 say "man -w dopesync-devserver: $(man -w dopesync-devserver)"
 drop_cat_pages | sed 's/^/   removed a stale formatted page (an earlier package of this version): /'
 page=$(MANWIDTH=80 man -P cat dopesync 2> /dev/null)
@@ -403,6 +405,10 @@ step "A bundle into $SPOOL/incoming/, as $PRODUCER: written into tmp/, then rena
 cp -r "$SAMPLE" "$WORK/sample"
 chmod -R a+rX "$WORK/sample"
 /usr/bin/dopesync pack "$WORK/sample/session.json" --output "$WORK/bundle.tar.gz" | sed 's/^/   /'
+# The producers' half of dopesync, as a producer's machine checks a bundle before it delivers it.
+/usr/bin/dopesync-bundle inspect "$WORK/bundle.tar.gz" > "$WORK/bundle-inspect.out" ||
+  fail "the installed dopesync-bundle inspect exited $? on the bundle dopesync packed: $(cat "$WORK/bundle-inspect.out")"
+say "dopesync-bundle inspect (exit 0): $(head -1 "$WORK/bundle-inspect.out")"
 BUNDLE=$(basename "$SAMPLE").tar.gz
 as_producer "$PRODUCER" cp "$WORK/bundle.tar.gz" "$SPOOL/tmp/$BUNDLE"
 got=$(stat -c '%a %U:%G' "$SPOOL/tmp/$BUNDLE")
@@ -852,7 +858,8 @@ say "the fallback (groupadd/useradd/usermod, mkdir and perl, setfacl) gives the 
 # --- 7. Remove -----------------------------------------------------------------------------------
 step "dpkg -r dopesync dopesync-devserver"
 dpkg -r dopesync-devserver dopesync
-[ ! -e /usr/bin/dopesync ] && [ ! -e /usr/bin/dopesync-devserver ] || fail "a binary is still installed"
+[ ! -e /usr/bin/dopesync ] && [ ! -e /usr/bin/dopesync-bundle ] && [ ! -e /usr/bin/dopesync-devserver ] ||
+  fail "a binary is still installed"
 [ -f "$SPOOL/done/$BUNDLE" ] || fail "removing the package lost done/$BUNDLE"
 [ -f "$SPOOL/dopesync.sqlite" ] || fail "removing the package lost the checkpoint database"
 [ -f /etc/dopesync/production.yaml ] || fail "removing the package deleted the conffile (only purge should)"
