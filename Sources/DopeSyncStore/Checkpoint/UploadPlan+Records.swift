@@ -1,4 +1,6 @@
 import Crypto
+import DopeSyncBundle
+import DopeSyncSupport
 
 /// Builds an ``UploadPlan``'s steps, one record at a time, in plan order.
 struct StepBuilder {

@@ -1,4 +1,6 @@
 import Crypto
+import DopeSyncBundle
+import DopeSyncSupport
 import Foundation
 
 /// One upload request of a bundle: what to send, where, and under which idempotency key.
