@@ -29,6 +29,7 @@ public struct Pack: AsyncParsableCommand {
 
     public func run() async throws {
         let destination: BundlePacker.Destination = output.map { .file($0) } ?? .spool(root: spool!)
-        try finish(PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination))
+        try (PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination))
+            .printAndExit()
     }
 }

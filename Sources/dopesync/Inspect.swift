@@ -18,8 +18,9 @@ struct Inspect: AsyncParsableCommand {
         let shared = try database.flatMap { url in
             try resolveSettings(commandLine: [.database: url], job: nil, purpose: .spoolOnly).database
         }
-        try finish(
-            await InspectCommand.run(
+        try
+            (await InspectCommand.run(
                 bundlePath: options.bundle, json: options.json, databasePath: options.databasePath, database: shared))
+            .printAndExit()
     }
 }

@@ -32,8 +32,9 @@ struct Prune: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try finish(
-            await PruneCommand.run(
+        try
+            (await PruneCommand.run(
                 spoolRoot: settings.spool, olderThan: olderThan ?? settings.pruneAfter, database: settings.database))
+            .printAndExit()
     }
 }

@@ -28,8 +28,9 @@ struct Requeue: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try finish(
-            await RequeueCommand.run(
+        try
+            (await RequeueCommand.run(
                 spoolRoot: settings.spool, selection: all ? .all : .names(names), database: settings.database))
+            .printAndExit()
     }
 }
