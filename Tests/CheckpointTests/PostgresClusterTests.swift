@@ -95,18 +95,24 @@ import Testing
 
     /// A test process that dies without `remove()`: its cluster's watchdog stops the server and
     /// deletes the folder. The watchdog holds the child's standard error until it is done, so the
-    /// child's output ends when the cleanup has.
+    /// child's error output ends when the cleanup has. It is read here to its end: swift-subprocess
+    /// (`runProcess`) stops reading once the child itself has exited, before the watchdog is done.
     @Test(.enabled(if: !isChild)) func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let child = try await runProcess(
+        let child = try await Spawned(
             executable, ["--testing-library", "swift-testing", "--filter", "PostgresClusterTests/child"],
-            environment: ["DOPESYNC_TEST_CHILD": "postgres-cluster"], allowFailure: true)
-        let line = try #require(child.stdout.split(separator: "\n").first { $0.hasPrefix("cluster ") })
-        let fields = line.split(separator: " ")
+            environment: ProcessInfo.processInfo.environment.merging(["DOPESYNC_TEST_CHILD": "postgres-cluster"]) {
+                $1
+            },
+            errors: .piped)
+        let line = await child.firstLine(containing: "cluster ")
+        let errors = try #require(child.errors)
+        let errorOutput = await onOwnThread { String(decoding: (try? errors.readToEnd()) ?? Data(), as: UTF8.self) }
+        let fields = try #require(line).split(separator: " ")
         let folder = String(fields[1])
         let postmaster = try #require(pid_t(fields[2]))
 
-        #expect(child.status == 128 + SIGKILL, "\(child.stderr)")
+        #expect(await child.finished() == 128 + SIGKILL, "\(errorOutput)")
         #expect(!processIsRunning(postmaster))
         #expect(!FileManager.default.fileExists(atPath: folder))
     }
