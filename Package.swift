@@ -132,15 +132,14 @@ let package = Package(
         ),
 
         // What a producer's machine needs of the worker, below its HTTP and PostgreSQL: `inspect`
-        // (progress from any ledger it is given), `pack`, and the upload plan `inspect` maps a
-        // session to; the command definitions `dopesync` and `dopesync-bundle` share.
+        // (progress from the spool's file or any ledger it is given) and `pack`; the command
+        // definitions `dopesync` and `dopesync-bundle` share.
         .target(
             name: "DopeSyncBundleCommands",
             dependencies: [
                 "DopeSyncBundle",
                 "DopeSyncStore",
                 "DopeSyncSupport",
-                "SQLiteSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

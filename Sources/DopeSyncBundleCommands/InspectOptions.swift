@@ -2,9 +2,9 @@ import ArgumentParser
 
 /// `inspect`'s bundle, `--json` and `--spool`: the whole of `dopesync-bundle inspect`, and
 /// `dopesync inspect` but for its `--database`.
-public struct InspectOptions: ParsableArguments {
+package struct InspectOptions: ParsableArguments {
     /// `inspect`'s abstract and discussion, the same in both executables.
-    public static let configuration = CommandConfiguration(
+    package static let configuration = CommandConfiguration(
         abstract: "Validate a bundle without uploading it and show what it holds.",
         discussion: """
             Exit 0 for a valid bundle, 65 with every reason for an invalid one. When the spool's checkpoint \
@@ -14,17 +14,17 @@ public struct InspectOptions: ParsableArguments {
     )
 
     @Argument(help: "The bundle file (tar or zip, any supported compression).")
-    public var bundle: String
+    package var bundle: String
 
     @Flag(help: "Print one JSON document instead of text.")
-    public var json = false
+    package var json = false
 
     @Option(
         help: "The spool whose checkpoint database (SPOOL/dopesync.sqlite) is read for progress and reference lists.")
-    public var spool = "./spool"
+    package var spool = "./spool"
 
-    public init() {}
+    package init() {}
 
     /// The spool's checkpoint database (read only if it exists).
-    public var databasePath: String { Spool(root: spool).databasePath }
+    package var databasePath: String { Spool(root: spool).databasePath }
 }

@@ -1,8 +1,8 @@
 import ArgumentParser
 
 /// `pack`, the same subcommand in `dopesync` and `dopesync-bundle`.
-public struct Pack: AsyncParsableCommand {
-    public static let configuration = CommandConfiguration(
+package struct Pack: AsyncParsableCommand {
+    package static let configuration = CommandConfiguration(
         abstract: "Build a valid bundle (with manifest) from a session JSON file and its images.",
         discussion: "Validates first (exit 65 with every reason); writes atomically."
     )
@@ -19,15 +19,15 @@ public struct Pack: AsyncParsableCommand {
     @Option(help: "Drop the bundle into this spool's incoming/ folder.")
     var spool: String?
 
-    public init() {}
+    package init() {}
 
-    public func validate() throws {
+    package func validate() throws {
         guard (output == nil) != (spool == nil) else {
             throw ValidationError("Give exactly one of --output FILE or --spool DIR.")
         }
     }
 
-    public func run() async throws {
+    package func run() async throws {
         let destination: BundlePacker.Destination = output.map { .file($0) } ?? .spool(root: spool!)
         try (PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination))
             .printAndExit()
