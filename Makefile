@@ -3,7 +3,8 @@ SWIFT ?= swift
 SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # Tools the tests drive as real archive producers (GNU tar, bsdtar, zip, zstd, xz, bzip2), what
 # the demo and the benchmark's plain-script comparison call (curl, jq, python3), and the C
-# compiler that builds the stalled file system's preloaded library (StalledSpoolTests).
+# compiler that builds the stalled file system's preloaded library (StalledSpoolTests), and `nm`, which
+# reads which modules `dopesync-bundle` links (BundleToolLinkageTests).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
 .PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test rules-test
@@ -14,7 +15,7 @@ TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 deps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq /usr/bin/cc:gcc; do \
+	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq /usr/bin/cc:gcc nm:binutils; do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
 	{ ls /usr/lib/postgresql/*/bin/initdb && ls /usr/lib/postgresql/*/bin/psql; } >/dev/null 2>&1 || \
 	  missing="$$missing postgresql postgresql-client"; \
