@@ -317,9 +317,11 @@ hash -r
 printed=$(dopesync --version)
 [ "$printed" = "$VERSION" ] || fail "dopesync --version printed '$printed', expected $VERSION"
 say "dopesync --version: $printed"
-say "man -w dopesync: $(man -w dopesync)"
-say "man -w dopesync-bundle: $(man -w dopesync-bundle)"
-say "man -w dopesync-devserver: $(man -w dopesync-devserver)"
+# `say "$(man -w …)"` would pass whatever man said: set -e ignores a substitution in an argument.
+for page in dopesync dopesync-bundle dopesync-devserver; do
+  found=$(man -w "$page") || fail "man -w $page: no man page installed"
+  say "man -w $page: $found"
+done
 drop_cat_pages | sed 's/^/   removed a stale formatted page (an earlier package of this version): /'
 page=$(MANWIDTH=80 man -P cat dopesync 2> /dev/null)
 grep -q -- '--token-file' <<< "$page" || fail "man dopesync does not describe run's --token-file"
