@@ -260,7 +260,7 @@ private struct ClusterServer: Sendable {
         guard let postmaster else { return }
         // A pid file left by a server that died may name another process by now.
         if !stopped && processName(postmaster) == "postgres" { kill(postmaster, SIGKILL) }
-        await Self.waitUntilEnded(postmaster)
+        _ = await processEnds(postmaster)
     }
 
     /// Has the watchdog stop the server and delete the folder, as this process's end would, without
@@ -272,10 +272,6 @@ private struct ClusterServer: Sendable {
     /// `pg_ctl stop -w` returns once the postmaster has deleted its pid file, its last act before
     /// it exits; this waits out that last moment (a millisecond or so). The postmaster is no child
     /// of this process (pg_ctl's, adopted by init): nothing tells of its end but asking.
-    private static func waitUntilEnded(_ pid: pid_t) async {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while processIsRunning(pid) && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
-    }
 
     /// A child that stops the server (if its pid file is there) and deletes the folder once its
     /// standard input closes: when `remove()` closes it, or when this process dies, however it
@@ -301,6 +297,17 @@ private struct ClusterServer: Sendable {
         return try await Spawned(
             "/bin/bash", ["-c", script, "postgres-cluster-watchdog", folder.path] + stop, in: folder)
     }
+}
+
+/// Whether process `pid` (not a child of this one: nothing to wait for) has ended, or ends within
+/// `limit`. `pg_ctl stop -w` returns once the pid file is gone, a moment before the postmaster is.
+public func processEnds(_ pid: pid_t, within limit: Duration = .seconds(5)) async -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while processIsRunning(pid) {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return true
 }
 
 /// Whether process `pid` exists and has not ended (a zombie has ended: only its exit status is left).

@@ -97,7 +97,10 @@ import Testing
     /// deletes the folder. The watchdog holds the child's standard error until it is done, so the
     /// child's error output ends when the cleanup has. It is read here to its end: swift-subprocess
     /// (`runProcess`) stops reading once the child itself has exited, before the watchdog is done.
-    @Test(.enabled(if: !isChild)) func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() async throws {
+    /// Read as it comes, from the start (a full pipe would stop the child), and within the time
+    /// limit (a watchdog that never ends fails the test instead of holding it).
+    @Test(.enabled(if: !isChild), .timeLimit(minutes: 2))
+    func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let child = try await Spawned(
             executable, ["--testing-library", "swift-testing", "--filter", "PostgresClusterTests/child"],
@@ -105,15 +108,17 @@ import Testing
                 $1
             },
             errors: .piped)
+        let errorLines = try #require(child.errors).lines()
         let line = await child.firstLine(containing: "cluster ")
-        let errors = try #require(child.errors)
-        let errorOutput = await onOwnThread { String(decoding: (try? errors.readToEnd()) ?? Data(), as: UTF8.self) }
-        let fields = try #require(line).split(separator: " ")
+        var errorOutput = ""
+        for await errorLine in errorLines { errorOutput += errorLine + "\n" }
+        try #require(!Task.isCancelled, "the watchdog did not end within the time limit")
+        let fields = try #require(line, "the child said nothing of its cluster: \(errorOutput)").split(separator: " ")
         let folder = String(fields[1])
         let postmaster = try #require(pid_t(fields[2]))
 
         #expect(await child.finished() == 128 + SIGKILL, "\(errorOutput)")
-        #expect(!processIsRunning(postmaster))
+        #expect(await processEnds(postmaster))
         #expect(!FileManager.default.fileExists(atPath: folder))
     }
 
