@@ -27,7 +27,7 @@ extension PostgresCheckpoints {
 
     /// A claimed bundle's session whose row the claim's statement could not settle (bound to
     /// another API or producer, from before bindings, or being made by another worker this
-    /// instant), bound as ``SessionBinding/decide(existing:producer:api:)`` says, under the claim's
+    /// instant), bound as `SessionBinding/decide(existing:producer:api:)` says, under the claim's
     /// fence and the session row's lock.
     func bindSession(_ name: String, sessionID: String, producer: Producer, api: String, now: Date)
         async throws(CheckpointError) -> SessionClaim
@@ -107,7 +107,7 @@ extension PostgresCheckpoints {
         return bindings
     }
 
-    /// The APIs the store knows (``APIBook``).
+    /// The APIs the store knows (`APIBook`).
     public func apiBook(countingSessions: Bool) async throws(CheckpointError) -> APIBook {
         var book = APIBook()
         for row in try await rows("reading the APIs", "SELECT url, api FROM dopesync.api_addresses") {

@@ -8,7 +8,7 @@ import Synchronization
 
 /// The `bundles` table: each bundle's attempts, outcome and last error, written under its claim.
 extension PostgresCheckpoints {
-    /// Bundles' rows (``BundleState/selectSQL(schema:countingStepsDone:)``).
+    /// Bundles' rows (`BundleState/selectSQL(schema:countingStepsDone:)`).
     static func bundleColumns(countingStepsDone: Bool = false) -> String {
         BundleState.selectSQL(schema: "dopesync.", countingStepsDone: countingStepsDone)
     }

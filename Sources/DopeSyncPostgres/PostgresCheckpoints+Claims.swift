@@ -140,7 +140,7 @@ extension PostgresCheckpoints: ClaimStorage {
         }
     }
 
-    /// The claim under which this worker may write about `name` now, or ``CheckpointError/Code/leaseLost``.
+    /// The claim under which this worker may write about `name` now, or `CheckpointError/Code/leaseLost`.
     func fence(_ name: String) throws(CheckpointError) -> ClaimFence {
         guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {
             throw CheckpointError.leaseLost(name)

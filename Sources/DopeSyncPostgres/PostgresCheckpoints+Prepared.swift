@@ -192,7 +192,7 @@ package enum HotStatements {
             return bindings
         }
 
-        /// Only a missing row or a `sent` one is written (``StepRules``). `foundDone`: the steps
+        /// Only a missing row or a `sent` one is written (`StepRules`). `foundDone`: the steps
         /// are written `done` at once, with the server ids in `$10`.
         static func writing(foundDone: Bool) -> String {
             let serverIDs = foundDone ? ", $10::bigint[]" : ""

@@ -7,7 +7,7 @@ import PostgresNIO
 import Synchronization
 
 /// The `steps` table: each step's intent, then its server id, as in the SQLite file
-/// (``CheckpointStore`` `+Steps`), each write fenced by the claim of the bundle that sends it.
+/// (`CheckpointStore` `+Steps`), each write fenced by the claim of the bundle that sends it.
 extension PostgresCheckpoints {
     /// Steps found on the server, in one statement (``HotStatements/RecordFound``) inside a fenced
     /// transaction: a conflict undoes it, so nothing found is recorded, as in the SQLite file.
@@ -49,7 +49,7 @@ extension PostgresCheckpoints {
         if !queued { then(.failure(CheckpointWriter.stopped)) }
     }
 
-    /// A step's row as ``StepRules`` reads it.
+    /// A step's row as `StepRules` reads it.
     static func storedStep(_ row: PostgresRandomAccessRow) throws(CheckpointError) -> StepRules.Stored {
         if try decode(row, "state") as String == StepRecord.State.done.rawValue { return .done(try completedStep(row)) }
         return .sent(

@@ -19,9 +19,9 @@ import Synchronization
 ///   each claim of a bundle increments its epoch. See ``LeaseBook`` for the worker's side.
 /// - Every write about a claimed bundle runs in a transaction that first locks the claim's row
 ///   (`FOR SHARE`) under this worker's epoch and run: a worker whose claim was taken over writes
-///   nothing (``CheckpointError/Code/leaseLost``). No transaction spans an HTTP request.
+///   nothing (`CheckpointError/Code/leaseLost`). No transaction spans an HTTP request.
 /// - Every statement has a time limit (``statementTimeout``): a database that stops answering is
-///   ``CheckpointError/Code/unreachable`` within it, never a wait for ever (postgres-nio's pool
+///   `CheckpointError/Code/unreachable` within it, never a wait for ever (postgres-nio's pool
 ///   waits for a connection as long as it is asked to: vapor/postgres-nio#489, #599).
 /// - Times are seconds since 1970 (`double precision`), as in the SQLite file, so `migrate --to`
 ///   copies them as they are. Lease deadlines are on the database's clock alone.
@@ -62,7 +62,7 @@ public final class PostgresCheckpoints: Sendable {
     /// Connects, brings the schema up to date, and runs `body` with the store; the pool, the
     /// lease renewals and the results' commits run beside it and stop when it returns.
     ///
-    /// Throws ``CheckpointError/Code/unreachable`` when the database cannot be reached at all,
+    /// Throws `CheckpointError/Code/unreachable` when the database cannot be reached at all,
     /// before anything is claimed.
     public static func with<Value: Sendable>(
         _ settings: DatabaseSettings, owner: ClaimOwner? = nil, statementTimeout: Duration = .seconds(10),
@@ -169,7 +169,7 @@ public final class PostgresCheckpoints: Sendable {
 
     // MARK: - Running statements
 
-    /// Runs `body` with a time limit and gives every failure a ``CheckpointError`` code. A
+    /// Runs `body` with a time limit and gives every failure a `CheckpointError` code. A
     /// transaction that lost a serialization or deadlock race is run again (twice at most).
     func perform<Value: Sendable>(
         _ doing: @autoclosure () -> String, timeout: Duration? = nil,

@@ -138,7 +138,7 @@ package enum PostgresSchema {
     static let migrationLock: Int64 = 0x646f_7065_7379_6e63
 
     /// Connects once (no pool), applies what the database lacks, and disconnects. A database
-    /// that a newer dopesync migrated is ``CheckpointError/Code/schemaTooNew``.
+    /// that a newer dopesync migrated is `CheckpointError/Code/schemaTooNew`.
     static func migrate(_ settings: DatabaseSettings, timeout: Duration, logger: Logger) async throws(CheckpointError) {
         try await withConnection(settings, timeout: timeout, logger: logger) { connection in
             try await apply(on: connection, logger: logger)
@@ -146,7 +146,7 @@ package enum PostgresSchema {
     }
 
     /// `body` on one connection of its own (no pool), closed after it whatever it did, all within
-    /// `timeout`; any failure as a ``CheckpointError``.
+    /// `timeout`; any failure as a `CheckpointError`.
     private static func withConnection<Value: Sendable>(
         _ settings: DatabaseSettings, timeout: Duration, logger: Logger,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
@@ -292,7 +292,7 @@ package enum PostgresSchema {
         return applied
     }
 
-    /// ``CheckpointError/Code/schemaTooNew`` when `applied` holds a migration this dopesync does
+    /// `CheckpointError/Code/schemaTooNew` when `applied` holds a migration this dopesync does
     /// not know: a newer version wrote it.
     static func tooNew(_ applied: [String]) -> CheckpointError? {
         guard let unknown = applied.first(where: { name in !migrations.contains { $0.name == name } }) else {

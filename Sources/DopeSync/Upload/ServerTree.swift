@@ -1,5 +1,5 @@
 /// What the server holds of one session, from `GET /api/sessions/{id}` (api.yaml's SessionTree),
-/// indexed by the step keys of ``UploadPlan``: the look before a step is sent again.
+/// indexed by the step keys of `UploadPlan`: the look before a step is sent again.
 ///
 /// A value, built from the answer's bytes and asked about steps; no I/O, so every rule of the
 /// match is tested on its own. Records match by `clientId` (a measurement by its group's),

@@ -38,7 +38,7 @@ public struct UploadStep: Sendable, Equatable {
     /// SHA-256 of what the record says; a done step whose digest changed is `changed_after_upload`.
     public let contentDigest: String
     /// The ids of records the server must already have that this record names, checked against
-    /// the server's lists before the bundle's first request (``ReferenceCatalog``).
+    /// the server's lists before the bundle's first request (`ReferenceCatalog`).
     public var references: [ReferenceUse] = []
     /// Where the record is, as a failure's `field` names it: `session`, `dope[2]`,
     /// `chrono[0].readings[3]`, `groups[1].measurement`, `groups[1].images[target.jpg]`.
