@@ -174,9 +174,10 @@ public func runProcess(
     allowFailure: Bool = false
 ) async throws -> ProcessOutput {
     let variables = ProcessInfo.processInfo.environment.merging(environment ?? [:]) { $1 }
-    let configuration = ChildProcess.configuration(
-        try executablePath(executable, in: variables["PATH"]), arguments, environment: variables, in: directory?.path,
-        grace: Spawned.grace)
+    var configuration = ChildProcess.configuration(
+        executable, arguments, environment: variables, in: directory?.path, grace: Spawned.grace)
+    // A bare name is looked up in the child's PATH, as a shell finds it (swift-subprocess's `.name`).
+    if !executable.contains("/") { configuration.executable = .name(executable) }
     _ = brokenPipesIgnored
     // On NIO's loops (see ``Spawned``): each chunk of output read resumes the reader.
     let result = try await withTaskExecutorPreference(UploadExecutor.loops) {
@@ -209,16 +210,6 @@ private let brokenPipesIgnored: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
 /// of its errors, at most: more fails the test (swift-subprocess throws). Far more than any test
 /// reads; a child that writes more is one to stream with ``Spawned``.
 private let collectedOutputLimit = 256 * 1024 * 1024
-
-/// `name`'s path: itself if it holds a "/", else the first executable file of that name in `path`
-/// (a PATH), as a shell finds it.
-private func executablePath(_ name: String, in path: String?) throws -> String {
-    if name.contains("/") { return name }
-    let candidates = (path ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":").map { "\($0)/\(name)" as String }
-    let found = candidates.first { access($0, X_OK) == 0 }
-    guard let found else { throw POSIXError(.ENOENT, userInfo: [NSLocalizedDescriptionKey: "\(name) is not in PATH"]) }
-    return found
-}
 
 /// Runs blocking work (waiting for a child process, reading or writing its pipes: all of
 /// `runProcess`'s waiting) on a thread of its own, so it never holds one of the cooperative pool's
