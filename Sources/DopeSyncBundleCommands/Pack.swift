@@ -29,7 +29,6 @@ package struct Pack: AsyncParsableCommand {
 
     package func run() async throws {
         let destination: BundlePacker.Destination = output.map { .file($0) } ?? .spool(root: spool!)
-        try (PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination))
-            .printAndExit()
+        try PackCommand.run(sessionFile: sessionFile, imagesDirectory: images, destination: destination).printAndExit()
     }
 }

@@ -19,8 +19,8 @@ struct Inspect: AsyncParsableCommand {
     @OptionGroup var options: InspectOptions
 
     func run() async throws {
-        try
-            (await InspectCommand.run(
-                bundlePath: options.bundle, json: options.json, databasePath: options.databasePath)).printAndExit()
+        try await InspectCommand.run(
+            bundlePath: options.bundle, json: options.json, databasePath: options.databasePath
+        ).printAndExit()
     }
 }

@@ -44,9 +44,8 @@ struct API: AsyncParsableCommand {
             throw ValidationError("which API? give --api URL, or --job with `api:` (or DOPESYNC_API_URL)")
         }
         let answer: APICommand.Answer = sameAs.map { .sameAs($0) } ?? (anotherServer ? .anotherServer : .list)
-        try
-            (await APICommand.run(
-                spoolRoot: settings.spool, database: settings.database, apiURL: settings.apiURL, answer: answer))
-            .printAndExit()
+        try await APICommand.run(
+            spoolRoot: settings.spool, database: settings.database, apiURL: settings.apiURL, answer: answer
+        ).printAndExit()
     }
 }

@@ -38,6 +38,6 @@ struct Check: AsyncParsableCommand {
         }
         for warning in settings.warnings { print("warn \(warning)") }
         let network = APIClient.Network(caFile: settings.caFile, proxy: settings.proxy.proxy)
-        try (await CheckCommand.run(settings: settings, network: network)).printAndExit()
+        try await CheckCommand.run(settings: settings, network: network).printAndExit()
     }
 }

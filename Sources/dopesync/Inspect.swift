@@ -18,9 +18,8 @@ struct Inspect: AsyncParsableCommand {
         let shared = try database.flatMap { url in
             try resolveSettings(commandLine: [.database: url], job: nil, purpose: .spoolOnly).database
         }
-        try
-            (await InspectCommand.run(
-                bundlePath: options.bundle, json: options.json, databasePath: options.databasePath, database: shared))
-            .printAndExit()
+        try await InspectCommand.run(
+            bundlePath: options.bundle, json: options.json, databasePath: options.databasePath, database: shared
+        ).printAndExit()
     }
 }

@@ -32,6 +32,6 @@ struct Migrate: AsyncParsableCommand {
         typed[.spool] = place.spool
         let settings = try resolveSettings(commandLine: typed, job: place.job, purpose: .spoolOnly)
         guard let database = settings.database else { throw ExitCode(ExitStatus.usage.rawValue) }
-        try (await MigrateCommand.run(spoolRoot: settings.spool, to: database, rebind: rebind)).printAndExit()
+        try await MigrateCommand.run(spoolRoot: settings.spool, to: database, rebind: rebind).printAndExit()
     }
 }

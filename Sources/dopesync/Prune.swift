@@ -32,9 +32,8 @@ struct Prune: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try
-            (await PruneCommand.run(
-                spoolRoot: settings.spool, olderThan: olderThan ?? settings.pruneAfter, database: settings.database))
-            .printAndExit()
+        try await PruneCommand.run(
+            spoolRoot: settings.spool, olderThan: olderThan ?? settings.pruneAfter, database: settings.database
+        ).printAndExit()
     }
 }

@@ -28,9 +28,8 @@ struct Requeue: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try
-            (await RequeueCommand.run(
-                spoolRoot: settings.spool, selection: all ? .all : .names(names), database: settings.database))
-            .printAndExit()
+        try await RequeueCommand.run(
+            spoolRoot: settings.spool, selection: all ? .all : .names(names), database: settings.database
+        ).printAndExit()
     }
 }

@@ -29,10 +29,10 @@ struct Status: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try spool.settings()
-        try
-            (await StatusCommand.run(
-                spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
-                runs: runs, database: settings.database,
-                apiURL: api ?? (settings.apiURL.isEmpty ? nil : settings.apiURL))).printAndExit()
+        try await StatusCommand.run(
+            spoolRoot: settings.spool, json: json, minAge: settings.minAge, minFreeSpace: settings.minFreeSpace,
+            runs: runs, database: settings.database,
+            apiURL: api ?? (settings.apiURL.isEmpty ? nil : settings.apiURL)
+        ).printAndExit()
     }
 }
