@@ -3,8 +3,8 @@ SWIFT ?= swift
 SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
 # Tools the tests drive as real archive producers (GNU tar, bsdtar, zip, zstd, xz, bzip2), what
 # the demo and the benchmark's plain-script comparison call (curl, jq, python3), and the C
-# compiler that builds the stalled file system's preloaded library (StalledSpoolTests), and `nm`, which
-# reads which modules `dopesync-bundle` links (BundleToolLinkageTests).
+# compiler that builds the stalled file system's preloaded library (StalledSpoolTests), and `nm`,
+# which reads which modules `dopesync-bundle` links (BundleToolLinkageTests).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
 .PHONY: deps build lint format test demo bench fuzz sanitize clean deb deb-test rules-test
