@@ -244,6 +244,7 @@ let package = Package(
         .target(
             name: "DopeSyncTestSupport",
             dependencies: [
+                "CSystemCalls",
                 "DopeSync",
                 "DopeSyncDevServer",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

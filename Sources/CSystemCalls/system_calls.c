@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include "CSystemCalls.h"
 
@@ -35,6 +38,16 @@ int dopesync_open_path_only(const char *path) {
     return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 #else
     (void)path;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int dopesync_pidfd_open(int pid) {
+#if defined(__linux__) && defined(SYS_pidfd_open)
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
     errno = ENOSYS;
     return -1;
 #endif

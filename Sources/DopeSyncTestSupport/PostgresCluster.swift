@@ -1,3 +1,4 @@
+import CSystemCalls
 import Foundation
 import Synchronization
 
@@ -301,13 +302,18 @@ private struct ClusterServer: Sendable {
 
 /// Whether process `pid` (not a child of this one: nothing to wait for) has ended, or ends within
 /// `limit`. `pg_ctl stop -w` returns once the pid file is gone, a moment before the postmaster is.
+/// Waits on a pidfd, which polls readable at the process's end, on a thread of its own.
 public func processEnds(_ pid: pid_t, within limit: Duration = .seconds(5)) async -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while processIsRunning(pid) {
-        guard ContinuousClock.now < deadline else { return false }
-        try? await Task.sleep(for: .milliseconds(1))
+    let descriptor = dopesync_pidfd_open(pid)
+    guard descriptor >= 0 else { return errno == ESRCH }  // no such process: it has ended
+    defer { close(descriptor) }
+    let milliseconds = Int32(limit / .milliseconds(1))
+    return await onOwnThread {
+        var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        var ready: Int32
+        repeat { ready = poll(&entry, 1, milliseconds) } while ready < 0 && errno == EINTR
+        return ready == 1
     }
-    return true
 }
 
 /// Whether process `pid` exists and has not ended (a zombie has ended: only its exit status is left).

@@ -130,6 +130,16 @@ import Testing
         kill(getpid(), SIGKILL)
     }
 
+    /// `processEnds`, which the test above and `remove()` wait with: not while the process runs,
+    /// at once when it has ended.
+    @Test(.enabled(if: !isChild)) func processEndsWhenTheProcessHasEnded() async throws {
+        let running = try await Spawned("/bin/cat", [])
+        #expect(await !processEnds(running.pid, within: .milliseconds(50)))
+        try running.input.close()  // cat ends at the end of its input
+        #expect(await processEnds(running.pid))
+        _ = await running.finished()
+    }
+
     @Test(.enabled(if: !isChild)) func withoutPostgreSQLTheErrorSaysToRunMakeDeps() async throws {
         let folder = try TemporaryFolder("no-postgresql")
         let error = await #expect(throws: PostgresClusterError.self) {

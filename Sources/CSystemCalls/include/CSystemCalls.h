@@ -19,4 +19,9 @@ int dopesync_rename_no_replace(const char *source, const char *target);
 /// where the system has no O_PATH).
 int dopesync_open_path_only(const char *path);
 
+/// pidfd_open(pid, 0): a descriptor that polls readable once process `pid` has ended, which
+/// lets a process wait for one that is not its child without polling its state. -1 with errno set
+/// (ESRCH: no such process; ENOSYS where the kernel lacks the call, before Linux 5.3).
+int dopesync_pidfd_open(int pid);
+
 #endif
