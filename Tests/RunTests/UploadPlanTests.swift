@@ -1,4 +1,5 @@
 import DopeSyncTestSupport
+import Foundation
 import Testing
 
 @testable import DopeSync
@@ -16,6 +17,33 @@ import Testing
         let images = plan.steps.filter { $0.kind == .image }.map(\.recordPath)
         #expect(!images.isEmpty && images.allSatisfy { $0.hasPrefix("groups[") && $0.contains("].images[") })
         #expect(Set(paths).count == paths.count, "one record, one path")
+    }
+
+    /// The keys and digests are what a run checkpoints and the server remembers: a version that
+    /// wrote them differently would send a backlog's records again after an upgrade (new keys) or
+    /// fail them as `changed_after_upload` (new digests). `sha256sum` says what they must be.
+    @Test("every step's idempotency key and content digest are sha256sum's lowercase hex, as every version writes them")
+    func keysAndDigestsAreSha256sumHex() async throws {
+        let plan = try ServerTreeTests.plan(
+            SampleSession(seed: 7, shape: .init().withImages(groups: 1, perGroup: 1, bytes: 300)))
+        let session = try #require(plan.steps.first { $0.kind == .session })
+        let image = try #require(plan.steps.first { $0.kind == .image })
+        guard case .json(let body) = session.payload, case .image(let bundleImage, let role, _) = image.payload else {
+            Issue.record("the session step carries JSON and the image step an image")
+            return
+        }
+        func sha256sum(_ bytes: [UInt8]) async throws -> String {
+            let output = try await runProcess("sha256sum", ["-"], stdin: Data(bytes))
+            return String(output.stdout.prefix(64))
+        }
+        #expect(
+            session.idempotencyKey == "dopesync-v1-" + (try await sha256sum(Array("\(plan.sessionID)\nsession".utf8))))
+        #expect(session.contentDigest == (try await sha256sum(body)))
+        let described = "image\n\(role)\n\(bundleImage.fileName)\n\(bundleImage.sha256)"
+        #expect(image.contentDigest == (try await sha256sum(Array(described.utf8))))
+        #expect(
+            image.idempotencyKey == "dopesync-v1-"
+                + (try await sha256sum(Array("\(plan.sessionID)\n\(image.key)".utf8))))
     }
 
     @Test("an image a record names but not handed over with the bundle: the plan is refused, naming the file")
