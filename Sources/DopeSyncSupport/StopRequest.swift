@@ -21,6 +21,10 @@ public final class StopRequest: Sendable {
         var graceOver = false
         var nextID: UInt64 = 0
         var waiting: [UInt64: Waiter] = [:]
+        /// Waits made and not begun yet (``makeWait()``), and those of them already ended
+        /// (``Wait/end()``), which return at once. A wait begun is in neither.
+        var notBegun: Set<UInt64> = []
+        var endedEarly: Set<UInt64> = []
     }
     private let flag = Atomic<Bool>(false)
     private let waiters = Mutex(Waiters())
@@ -54,21 +58,47 @@ public final class StopRequest: Sendable {
         /// The run was asked to stop, and the grace of what was in flight is over.
         case graceOver
         case cancelled
+        /// The wait was ended by whoever it waited for (``Wait/end()``).
+        case ended
+    }
+
+    /// A wait that another task ends when what it waits for is done (``sleep(_:for:)``): one
+    /// task waits for another, or for a deadline or the stop, whichever comes first.
+    package struct Wait: Sendable {
+        fileprivate let id: UInt64
+        fileprivate let stop: StopRequest
+
+        /// Ends the wait (``Wake/ended``), whether it has begun or not; later calls do nothing.
+        package func end() { stop.end(id) }
+    }
+
+    /// A wait to begin with ``sleep(_:for:)`` and end with ``Wait/end()``.
+    package func makeWait() -> Wait {
+        let id = waiters.withLock { waiters in
+            defer { waiters.nextID += 1 }
+            waiters.notBegun.insert(waiters.nextID)
+            return waiters.nextID
+        }
+        return Wait(id: id, stop: self)
     }
 
     /// Waits `duration`, or less: until the grace after a stop is over (or, with `endsAtRequest`,
     /// until the stop is requested), or the task is cancelled. One continuation and one
     /// event-loop timer, cancelled when woken otherwise; no task.
     package func sleep(for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
-        // Taken before the handler, which must know whom to wake; registered under the same lock
-        // as its wake-ups below.
-        let id = waiters.withLock { waiters in
-            defer { waiters.nextID += 1 }
-            return waiters.nextID
-        }
+        // Made before the handler, which must know whom to wake.
+        await sleep(makeWait(), for: duration, endsAtRequest: endsAtRequest)
+    }
+
+    /// ``sleep(for:endsAtRequest:)``, which `wait`'s ``Wait/end()`` also ends (``Wake/ended``).
+    package func sleep(_ wait: Wait, for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
+        // Registered under the same lock as its wake-ups below.
+        let id = wait.id
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ended = waiters.withLock { waiters -> Wake? in
+                    waiters.notBegun.remove(id)
+                    if waiters.endedEarly.remove(id) != nil { return .ended }
                     if waiters.graceOver { return .graceOver }
                     if endsAtRequest && isRequested { return .stopRequested }
                     waiters.waiting[id] = Waiter(continuation: continuation, endsAtRequest: endsAtRequest, timer: nil)
@@ -90,6 +120,16 @@ public final class StopRequest: Sendable {
         } onCancel: {
             self.wake(id, .cancelled)
         }
+    }
+
+    /// Ends the wait `id`: wakes it, or makes it return at once when it begins; a wait already
+    /// over is left alone.
+    private func end(_ id: UInt64) {
+        let waiter = waiters.withLock { waiters in
+            if waiters.notBegun.contains(id) { waiters.endedEarly.insert(id) }
+            return waiters.waiting.removeValue(forKey: id)
+        }
+        waiter?.resume(.ended)
     }
 
     /// Resumes the waiter `id` once, whoever comes first, and cancels its timer.

@@ -129,25 +129,27 @@ public struct APIClient: Sendable {
     func exchange(_ request: HTTPClientRequest, within limit: Duration, upTo maxBytes: Int) async throws -> (
         HTTPClientResponse, ByteBuffer
     ) {
-        try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer)?.self) { group in
+        // The request in a child task, this task waiting beside it for its end, its deadline or
+        // the stop's grace: one task a request, not a second one that sleeps (BENCHMARKS.md,
+        // 2026-11-28).
+        let wait = stop.makeWait()
+        return try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer).self) { group in
             group.addTask {
-                // The timer below is the one deadline: AsyncHTTPClient's own would end at the head.
+                defer { wait.end() }
+                // The wait is the one deadline: AsyncHTTPClient's own would end at the head.
                 let response = try await http.execute(request, deadline: .distantFuture)
                 return (response, try await response.body.collect(upTo: maxBytes))
             }
-            group.addTask {
-                switch await stop.sleep(for: limit) {
-                case .timeUp: throw HTTPClientError.deadlineExceeded
-                case .graceOver: throw StoppedInFlight(grace: stop.grace)
-                case .stopRequested: preconditionFailure("a request's wait ends at the grace, not the request")
-                case .cancelled: return nil  // the request ended first
-                }
+            let wake = await stop.sleep(wait, for: limit)
+            if wake != .ended { group.cancelAll() }
+            // The request always ends, cancelled or not: its answer, or why there is none.
+            guard let answer = await group.nextResult() else { throw CancellationError() }
+            switch wake {
+            case .ended, .cancelled: return try answer.get()
+            case .timeUp: throw HTTPClientError.deadlineExceeded
+            case .graceOver: throw StoppedInFlight(grace: stop.grace)
+            case .stopRequested: preconditionFailure("a request's wait ends at the grace, not the request")
             }
-            defer { group.cancelAll() }
-            while let next = try await group.next() {
-                if let answer = next { return answer }
-            }
-            throw CancellationError()
         }
     }
 

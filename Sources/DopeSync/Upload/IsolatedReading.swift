@@ -58,7 +58,7 @@ struct IsolatedReading: Sendable {
                 case .timeUp: .timedOut
                 case .stopRequested, .graceOver: .stopped
                 // The reading ended first (or the run's task was cancelled: see below).
-                case .cancelled: nil
+                case .cancelled, .ended: nil
                 }
             }
             let first = await group.next() ?? nil
