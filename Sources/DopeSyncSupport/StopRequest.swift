@@ -5,7 +5,8 @@ import Synchronization
 /// A request to stop a run early (SIGINT, SIGTERM), safe to make from a signal handler's queue.
 ///
 /// Once requested, the run claims nothing more and its steps in flight may finish for ``grace``;
-/// then every wait made through ``sleep(for:)`` ends, which cancels the requests still in flight
+/// then every wait made through ``sleep(for:endsAtRequest:)`` or ``sleep(_:for:endsAtRequest:)``
+/// ends, which cancels the requests still in flight
 /// (`APIClient`), so a server that answers one byte at a time cannot hold the run past the
 /// unit's `TimeoutStopSec`. What they were doing is an unknown outcome, looked up next run.
 public final class StopRequest: Sendable {
@@ -50,7 +51,7 @@ public final class StopRequest: Sendable {
         }
     }
 
-    /// Why ``sleep(for:)`` returned.
+    /// Why a wait (``sleep(for:endsAtRequest:)``, ``sleep(_:for:endsAtRequest:)``) returned.
     package enum Wake: Sendable, Equatable {
         case timeUp
         /// The run was asked to stop (a wait that ends at the request).
@@ -62,8 +63,10 @@ public final class StopRequest: Sendable {
         case ended
     }
 
-    /// A wait that another task ends when what it waits for is done (``sleep(_:for:)``): one
-    /// task waits for another, or for a deadline or the stop, whichever comes first.
+    /// A wait that another task ends when what it waits for is done
+    /// (``sleep(_:for:endsAtRequest:)``): one task waits for another, or for a deadline or the
+    /// stop, whichever comes first. Sleep on each exactly once, on the ``StopRequest`` that made
+    /// it: a wait made and never slept on stays in its books.
     package struct Wait: Sendable {
         fileprivate let id: UInt64
         fileprivate let stop: StopRequest
@@ -72,7 +75,7 @@ public final class StopRequest: Sendable {
         package func end() { stop.end(id) }
     }
 
-    /// A wait to begin with ``sleep(_:for:)`` and end with ``Wait/end()``.
+    /// A wait to begin with ``sleep(_:for:endsAtRequest:)`` and end with ``Wait/end()``.
     package func makeWait() -> Wait {
         let id = waiters.withLock { waiters in
             defer { waiters.nextID += 1 }
@@ -93,11 +96,13 @@ public final class StopRequest: Sendable {
     /// ``sleep(for:endsAtRequest:)``, which `wait`'s ``Wait/end()`` also ends (``Wake/ended``).
     package func sleep(_ wait: Wait, for duration: Duration, endsAtRequest: Bool = false) async -> Wake {
         // Registered under the same lock as its wake-ups below.
+        precondition(wait.stop === self, "a wait is slept on where it was made")
         let id = wait.id
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ended = waiters.withLock { waiters -> Wake? in
-                    waiters.notBegun.remove(id)
+                    let made = waiters.notBegun.remove(id) != nil
+                    assert(made, "each wait is slept on once")
                     if waiters.endedEarly.remove(id) != nil { return .ended }
                     if waiters.graceOver { return .graceOver }
                     if endsAtRequest && isRequested { return .stopRequested }
@@ -121,6 +126,15 @@ public final class StopRequest: Sendable {
             self.wake(id, .cancelled)
         }
     }
+
+    /// The waits made and not over yet (made, begun, or ended before they began): none once
+    /// every wait made has been slept on and has returned. For the tests.
+    package var waitsNotOver: Int {
+        waiters.withLock { $0.notBegun.count + $0.endedEarly.count + $0.waiting.count }
+    }
+
+    /// Whether the wait has begun and waits now. For the tests.
+    package func isWaiting(_ wait: Wait) -> Bool { waiters.withLock { $0.waiting[wait.id] != nil } }
 
     /// Ends the wait `id`: wakes it, or makes it return at once when it begins; a wait already
     /// over is left alone.

@@ -143,7 +143,7 @@ public struct APIClient: Sendable {
             let wake = await stop.sleep(wait, for: limit)
             if wake != .ended { group.cancelAll() }
             // The request always ends, cancelled or not: its answer, or why there is none.
-            guard let answer = await group.nextResult() else { throw CancellationError() }
+            guard let answer = await group.nextResult() else { preconditionFailure("the request is the group's child") }
             switch wake {
             case .ended, .cancelled: return try answer.get()
             case .timeUp: throw HTTPClientError.deadlineExceeded

@@ -57,7 +57,8 @@ struct IsolatedReading: Sendable {
                 switch await stop.sleep(for: time, endsAtRequest: true) {
                 case .timeUp: .timedOut
                 case .stopRequested, .graceOver: .stopped
-                // The reading ended first (or the run's task was cancelled: see below).
+                // The reading ended first (or the run's task was cancelled: see below). Never
+                // `.ended`: this wait is sleep(for:)'s own, which nobody else can end.
                 case .cancelled, .ended: nil
                 }
             }
