@@ -270,10 +270,6 @@ private struct ClusterServer: Sendable {
         try? watchdog.input.close()
     }
 
-    /// `pg_ctl stop -w` returns once the postmaster has deleted its pid file, its last act before
-    /// it exits; this waits out that last moment (a millisecond or so). The postmaster is no child
-    /// of this process (pg_ctl's, adopted by init): nothing tells of its end but asking.
-
     /// A child that stops the server (if its pid file is there) and deletes the folder once its
     /// standard input closes: when `remove()` closes it, or when this process dies, however it
     /// dies; it exits with `pg_ctl stop`'s status. It ignores the terminal's signals, which reach
@@ -301,7 +297,9 @@ private struct ClusterServer: Sendable {
 }
 
 /// Whether process `pid` (not a child of this one: nothing to wait for) has ended, or ends within
-/// `limit`. `pg_ctl stop -w` returns once the pid file is gone, a moment before the postmaster is.
+/// `limit`. `pg_ctl stop -w` returns once the postmaster has deleted its pid file, its last act
+/// before it exits: this waits out that last moment (a millisecond or so). The postmaster is
+/// pg_ctl's child, adopted by init, so no exit status of it ever reaches this process.
 /// Waits on a pidfd, which polls readable at the process's end, on a thread of its own.
 public func processEnds(_ pid: pid_t, within limit: Duration = .seconds(5)) async -> Bool {
     let descriptor = dopesync_pidfd_open(pid)
