@@ -18,14 +18,36 @@ public final class StopRequest: Sendable {
         let endsAtRequest: Bool
         var timer: Scheduled<Void>?
     }
+    /// Where a wait is: made (``makeWait()``), ended before it began (``Wait/end()``; it returns
+    /// at once when it begins), or waiting. A wait that has returned is gone.
+    fileprivate enum Entry {
+        case made
+        case endedEarly
+        case waiting(Waiter)
+    }
     private struct Waiters {
         var graceOver = false
         var nextID: UInt64 = 0
-        var waiting: [UInt64: Waiter] = [:]
-        /// Waits made and not begun yet (``makeWait()``), and those of them already ended
-        /// (``Wait/end()``), which return at once. A wait begun is in neither.
-        var notBegun: Set<UInt64> = []
-        var endedEarly: Set<UInt64> = []
+        var waits: [UInt64: Entry] = [:]
+
+        /// Takes out the waiters that `isWoken` picks.
+        mutating func removeWaiters(where isWoken: (Waiter) -> Bool) -> [Waiter] {
+            var woken: [Waiter] = []
+            for (id, entry) in waits {
+                if case .waiting(let waiter) = entry, isWoken(waiter) {
+                    woken.append(waiter)
+                    waits[id] = nil
+                }
+            }
+            return woken
+        }
+
+        /// Takes out the waiter `id`, if it waits.
+        mutating func removeWaiter(_ id: UInt64) -> Waiter? {
+            guard case .waiting(let waiter) = waits[id] else { return nil }
+            waits[id] = nil
+            return waiter
+        }
     }
     private let flag = Atomic<Bool>(false)
     private let waiters = Mutex(Waiters())
@@ -40,11 +62,7 @@ public final class StopRequest: Sendable {
     /// request counts.
     public func request() {
         guard !flag.exchange(true, ordering: .relaxed) else { return }
-        let woken = waiters.withLock { waiters in
-            let woken = waiters.waiting.filter { $0.value.endsAtRequest }
-            for id in woken.keys { waiters.waiting[id] = nil }
-            return Array(woken.values)
-        }
+        let woken = waiters.withLock { $0.removeWaiters { $0.endsAtRequest } }
         for waiter in woken { waiter.resume(.stopRequested) }
         MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(grace)) {
             self.endGrace()
@@ -79,7 +97,7 @@ public final class StopRequest: Sendable {
     package func makeWait() -> Wait {
         let id = waiters.withLock { waiters in
             defer { waiters.nextID += 1 }
-            waiters.notBegun.insert(waiters.nextID)
+            waiters.waits[waiters.nextID] = .made
             return waiters.nextID
         }
         return Wait(id: id, stop: self)
@@ -101,12 +119,15 @@ public final class StopRequest: Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ended = waiters.withLock { waiters -> Wake? in
-                    let made = waiters.notBegun.remove(id) != nil
-                    assert(made, "each wait is slept on once")
-                    if waiters.endedEarly.remove(id) != nil { return .ended }
+                    switch waiters.waits.removeValue(forKey: id) {
+                    case .made: break
+                    case .endedEarly: return .ended
+                    case .waiting, nil: preconditionFailure("each wait is slept on once")
+                    }
                     if waiters.graceOver { return .graceOver }
                     if endsAtRequest && isRequested { return .stopRequested }
-                    waiters.waiting[id] = Waiter(continuation: continuation, endsAtRequest: endsAtRequest, timer: nil)
+                    let waiter = Waiter(continuation: continuation, endsAtRequest: endsAtRequest, timer: nil)
+                    waiters.waits[id] = .waiting(waiter)
                     return nil
                 }
                 if let ended { return continuation.resume(returning: ended) }
@@ -114,8 +135,9 @@ public final class StopRequest: Sendable {
                     in: TimeAmount(duration)
                 ) { self.wake(id, .timeUp) }
                 let waiting = waiters.withLock { waiters -> Bool in
-                    guard waiters.waiting[id] != nil else { return false }
-                    waiters.waiting[id]?.timer = timer
+                    guard case .waiting(var waiter) = waiters.waits[id] else { return false }
+                    waiter.timer = timer
+                    waiters.waits[id] = .waiting(waiter)
                     return true
                 }
                 if !waiting { timer.cancel() }
@@ -129,33 +151,35 @@ public final class StopRequest: Sendable {
 
     /// The waits made and not over yet (made, begun, or ended before they began): none once
     /// every wait made has been slept on and has returned. For the tests.
-    package var waitsNotOver: Int {
-        waiters.withLock { $0.notBegun.count + $0.endedEarly.count + $0.waiting.count }
-    }
+    package var waitsNotOver: Int { waiters.withLock { $0.waits.count } }
 
     /// Whether the wait has begun and waits now. For the tests.
-    package func isWaiting(_ wait: Wait) -> Bool { waiters.withLock { $0.waiting[wait.id] != nil } }
+    package func isWaiting(_ wait: Wait) -> Bool {
+        waiters.withLock { waiters in
+            if case .waiting = waiters.waits[wait.id] { return true }
+            return false
+        }
+    }
 
     /// Ends the wait `id`: wakes it, or makes it return at once when it begins; a wait already
     /// over is left alone.
     private func end(_ id: UInt64) {
-        let waiter = waiters.withLock { waiters in
-            if waiters.notBegun.contains(id) { waiters.endedEarly.insert(id) }
-            return waiters.waiting.removeValue(forKey: id)
+        let waiter = waiters.withLock { waiters -> Waiter? in
+            if case .made = waiters.waits[id] { waiters.waits[id] = .endedEarly }
+            return waiters.removeWaiter(id)
         }
         waiter?.resume(.ended)
     }
 
     /// Resumes the waiter `id` once, whoever comes first, and cancels its timer.
     private func wake(_ id: UInt64, _ wake: Wake) {
-        waiters.withLock { $0.waiting.removeValue(forKey: id) }?.resume(wake)
+        waiters.withLock { $0.removeWaiter(id) }?.resume(wake)
     }
 
     private func endGrace() {
         let woken = waiters.withLock { waiters in
             waiters.graceOver = true
-            defer { waiters.waiting = [:] }
-            return Array(waiters.waiting.values)
+            return waiters.removeWaiters { _ in true }
         }
         for waiter in woken { waiter.resume(.graceOver) }
     }
