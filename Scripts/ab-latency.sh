@@ -26,13 +26,8 @@ trap 'kill ${SERVER_PID:-} 2>/dev/null || true; rm -rf "$DB_DIR"' EXIT
 "$BIN/dopesync-bench" make-bundles --spool "$WORK/make" --count $((CONCURRENCY * 10)) --seed 5000 > /dev/null
 mv "$WORK/make/incoming" "$WORK/pristine"
 
-start_server() {  # start_server NAME → URL
-  "$BIN/dopesync-devserver" --port 0 --db "$DB_DIR/$1.sqlite" --token bench --log-level warning \
-    --latency-ms "$LATENCY_MS" > "$WORK/$1.out" 2> "$WORK/$1.server.log" &
-  SERVER_PID=$!
-  for _ in $(seq 200); do grep -q "listening on" "$WORK/$1.out" 2>/dev/null && break; sleep 0.05; done
-  URL=$(grep -o "https*://[0-9.:]*" "$WORK/$1.out")
-}
+source "$(dirname "$0")/lib/devserver.sh"
+start_server() { start_devserver "$WORK/$1.server" "$DB_DIR/$1.sqlite" --latency-ms "$LATENCY_MS"; }  # → URL
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; rm -f "$DB_DIR"/*; }
 
 for round in $(seq "$ROUNDS"); do

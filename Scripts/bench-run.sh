@@ -34,13 +34,10 @@ LATENCY_PAIRS=${LATENCY_PAIRS:-3}
 # times a second, and with them about a sixth of the POSTs: raw then reached 0.77 of the latency
 # bound at concurrency 32 instead of 0.90 (run/raw was about the same both ways).
 SERVER_DB_DIR=$WORK
+source "$(dirname "$0")/lib/devserver.sh"
 start_server() {  # start_server NAME [OPTION...] → sets URL; the server logs to $WORK/NAME.log
   local name=$1; shift
-  rm -f "$WORK/$name.out" "$SERVER_DB_DIR/$name.sqlite"*
-  "$BIN/dopesync-devserver" --port 0 --db "$SERVER_DB_DIR/$name.sqlite" --token bench --log-level warning "$@" > "$WORK/$name.out" 2> "$WORK/$name.log" &
-  SERVER_PID=$!
-  for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.out" 2>/dev/null && break; sleep 0.05; done
-  URL=$(grep -o "https*://[0-9.:]*" "$WORK/$name.out")
+  start_devserver "$WORK/$name" "$SERVER_DB_DIR/$name.sqlite" "$@"
 }
 stop_server() { kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 # The server's CPU seconds so far (user + system), from /proc: call it before stop_server.

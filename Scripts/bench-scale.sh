@@ -131,14 +131,9 @@ minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", a - b }'; }
 
 # --- the dev server ------------------------------------------------------------------------------
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then SERVER_DB_DIR=$(mktemp -d /dev/shm/dopesync-bench-scale.XXXXXX); else SERVER_DB_DIR=$WORK; fi
+source "$(dirname "$0")/lib/devserver.sh"
 start_server() {  # start_server NAME LATENCY_MS → sets URL and SERVER_PID; logs to $WORK/NAME.server.log
-  local name=$1 latency=$2
-  rm -f "$WORK/$name.server.out" "$SERVER_DB_DIR/$name.sqlite"*
-  "$BIN/dopesync-devserver" --port 0 --db "$SERVER_DB_DIR/$name.sqlite" --token bench --log-level warning \
-    --latency-ms "$latency" --request-log-capacity 1000000 > "$WORK/$name.server.out" 2> "$WORK/$name.server.log" &
-  SERVER_PID=$!
-  for _ in $(seq 200); do grep -q "listening on" "$WORK/$name.server.out" 2>/dev/null && break; sleep 0.05; done
-  URL=$(grep -o "https*://[0-9.:]*" "$WORK/$name.server.out")
+  start_devserver "$WORK/$1.server" "$SERVER_DB_DIR/$1.sqlite" --latency-ms "$2" --request-log-capacity 1000000
 }
 stop_server() {
   kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
