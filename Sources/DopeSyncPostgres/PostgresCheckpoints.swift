@@ -40,6 +40,10 @@ public final class PostgresCheckpoints: Sendable {
     /// Whether the last statement to end failed for want of the database.
     private let unreachable = Atomic(false)
     public var isUnreachable: Bool { unreachable.load(ordering: .relaxed) }
+    /// Whether a statement waited its whole limit unanswered since the last one answered: the
+    /// next ones ask first whether the database answers at all (``answersAgain(_:)``). Not set
+    /// by a shorter wait (a lease renewal's), which a loaded machine may outlast.
+    private let waitedInVain = Atomic(false)
 
     /// Writes no caller waits for (result batches, reference lists), run one after another in
     /// the order queued, in the store's own task.
@@ -175,12 +179,15 @@ public final class PostgresCheckpoints: Sendable {
         _ doing: @autoclosure () -> String, timeout: Duration? = nil,
         _ body: @escaping @Sendable () async throws -> Value
     ) async throws(CheckpointError) -> Value {
+        if waitedInVain.load(ordering: .relaxed) { try await answersAgain(doing()) }
+        let wait = timeout ?? statementTimeout
         var tries = 0
         while true {
             tries += 1
             do {
-                let value = try await Self.withTimeout(timeout ?? statementTimeout, body)
+                let value = try await Self.withTimeout(wait, body)
                 unreachable.store(false, ordering: .relaxed)
+                waitedInVain.store(false, ordering: .relaxed)
                 return value
             } catch {
                 // A transaction's failure comes wrapped: what failed inside it is what counts
@@ -190,9 +197,39 @@ public final class PostgresCheckpoints: Sendable {
                 if let cause = cause as? PSQLError, tries < 3, Self.isRetryableRace(cause) { continue }
                 let failure = Self.checkpointError(cause, settings: settings, doing: doing())
                 unreachable.store(failure.isUnreachable, ordering: .relaxed)
+                if cause is TimedOut, wait >= statementTimeout { waitedInVain.store(true, ordering: .relaxed) }
                 throw failure
             }
         }
+    }
+
+    /// Whether the database answers again, asked before any statement once one waited its whole
+    /// limit in vain: `SELECT 1`, given a fifth of a statement's time (``recheckLimit(_:)``).
+    ///
+    /// Why: a run cut off from the database still has writes to settle (the results of its
+    /// bundles in flight, one batch after another, then its own record), and each waited out the
+    /// whole limit: a worker partitioned from PostgreSQL took 40 s to exit 75 with the default
+    /// 10 s. A database that came back answers in milliseconds and the statement then has its full
+    /// time. The statement itself is not sent with a shorter limit: its outcome must be known
+    /// when the run stops waiting, which only the full limit (as `statement_timeout`) ensures.
+    private func answersAgain(_ doing: String) async throws(CheckpointError) {
+        let logger = self.logger
+        do {
+            _ = try await Self.withTimeout(Self.recheckLimit(statementTimeout)) { [client] in
+                try await client.query("SELECT 1", logger: logger).collect()
+            }
+        } catch {
+            let failure = Self.checkpointError(Self.cause(of: error), settings: settings, doing: doing)
+            // Anything but the database's absence (a cancelled wait) is left to the statement.
+            guard failure.isUnreachable else { return }
+            unreachable.store(true, ordering: .relaxed)
+            throw failure
+        }
+    }
+
+    /// How long ``answersAgain(_:)`` waits: a fifth of a statement's limit, half a second at least.
+    static func recheckLimit(_ statementTimeout: Duration) -> Duration {
+        max(statementTimeout / 5, .milliseconds(500))
     }
 
     /// A transaction on one pooled connection (BEGIN … COMMIT; ROLLBACK when `body` throws).

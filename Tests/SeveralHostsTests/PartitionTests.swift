@@ -153,6 +153,12 @@ import Testing
                     let status = await partitioned.finished()
                     let exited = ContinuousClock.now
                     #expect(status == 75, "a worker that lost its database ends as for one unreachable")
+                    // One write waits out the statement limit (10 s by default); the writes after it
+                    // (the next result batches, the run's record) ask first whether the database
+                    // answers, for 2 s each. Each waited the whole limit before: 40 s to exit.
+                    #expect(
+                        exited - cut < .seconds(30),
+                        "the run settled in \(exited - cut), not within three statement limits")
                     // Its last renewal was asked before the cut: its leases ran out by `cut + lease`
                     // on its own clock. Nothing of it may arrive after that (a little for the wire).
                     let late = arrivals.withLock { $0.filter { $0 > cut + lease + .milliseconds(250) && $0 < exited } }
