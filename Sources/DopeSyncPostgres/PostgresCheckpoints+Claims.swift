@@ -89,7 +89,7 @@ extension PostgresCheckpoints: ClaimStorage {
         }
         guard let owner, let epoch = held else { return }
         _ = try? await rows(
-            "releasing the claim of \(name)",
+            "releasing the claim of \(name)", waitInVain: .asksFirst,
             """
             UPDATE dopesync.claims SET run_id = NULL, lease_expires_at = NULL
             WHERE bundle_name = \(name) AND epoch = \(epoch) AND run_id = \(owner.runID)
@@ -116,7 +116,7 @@ extension PostgresCheckpoints: ClaimStorage {
                 // Bounded well inside the renewal interval: one slow renewal must not use up
                 // the time every lease has left.
                 let rows = try await rows(
-                    "renewing \(names.count) claims", timeout: min(statementTimeout, interval / 2),
+                    "renewing \(names.count) claims", timeout: min(statementTimeout, interval / 2), waitInVain: .exempt,
                     HotStatements.RenewLeases(
                         runID: owner.runID, leaseSeconds: settings.lease / .seconds(1),
                         claims: names.map { ($0, due[$0]!) }))

@@ -20,12 +20,14 @@ extension HotStatement {
 }
 
 extension PostgresCheckpoints {
-    /// Runs a prepared statement with a time limit, its rows collected (see ``perform(_:timeout:_:)``).
+    /// Runs a prepared statement with a time limit, its rows collected (see
+    /// ``perform(_:timeout:waitInVain:_:)``).
     func rows<Statement: HotStatement>(
-        _ doing: @autoclosure () -> String, timeout: Duration? = nil, _ statement: Statement
+        _ doing: @autoclosure () -> String, timeout: Duration? = nil, waitInVain rule: WaitInVain = .counts,
+        _ statement: Statement
     ) async throws(CheckpointError) -> [PostgresRandomAccessRow] {
         let logger = self.logger
-        return try await perform(doing(), timeout: timeout) { [client] in
+        return try await perform(doing(), timeout: timeout, waitInVain: rule) { [client] in
             var rows: [PostgresRandomAccessRow] = []
             for try await row in try await client.execute(statement, logger: logger) { rows.append(row) }
             return rows

@@ -64,7 +64,7 @@ extension PostgresCheckpoints: CheckpointStorage {
         let queued = enqueue {
             do throws(CheckpointError) {
                 _ = try await self.rows(
-                    "keeping the \(list.rawValue) list",
+                    "keeping the \(list.rawValue) list", waitInVain: .asksFirst,
                     """
                     INSERT INTO dopesync.reference_lists (name, etag, body, read_at)
                     VALUES (\(list.rawValue), \(etag), \(ByteBuffer(bytes: body)), \(now))

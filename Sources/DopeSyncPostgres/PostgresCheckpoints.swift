@@ -37,12 +37,12 @@ public final class PostgresCheckpoints: Sendable {
     let logger: Logger
     /// The longest one statement or transaction may take before the database counts as unreachable.
     let statementTimeout: Duration
-    /// Whether the last statement to end failed for want of the database.
+    /// Whether the last statement to end, or the question asked before one (``answersAgain(_:within:)``),
+    /// failed for want of the database.
     private let unreachable = Atomic(false)
     public var isUnreachable: Bool { unreachable.load(ordering: .relaxed) }
-    /// Whether a statement waited its whole limit unanswered since the last one answered: the
-    /// next ones ask first whether the database answers at all (``answersAgain(_:)``). Not set
-    /// by a shorter wait (a lease renewal's), which a loaded machine may outlast.
+    /// Whether one of the run's checkpoints ran out of time since the last statement succeeded
+    /// (``WaitInVain/counts``): the next ones ask first whether the database answers at all.
     private let waitedInVain = Atomic(false)
 
     /// Writes no caller waits for (result batches, reference lists), run one after another in
@@ -173,14 +173,27 @@ public final class PostgresCheckpoints: Sendable {
 
     // MARK: - Running statements
 
+    /// How a statement takes part in the rule of ``answersAgain(_:_:)``.
+    enum WaitInVain {
+        /// One of the run's checkpoints, whose failure stops the run: it asks first while a wait
+        /// was in vain, and its own time running out is one.
+        case counts
+        /// Something the run does without (a claim let go, a reference list kept): it asks first,
+        /// but its time running out says nothing the run acts on.
+        case asksFirst
+        /// A lease renewal: bounded well inside its interval by a wait of its own, which a loaded
+        /// machine may outlast, and that a question first would lengthen.
+        case exempt
+    }
+
     /// Runs `body` with a time limit and gives every failure a `CheckpointError` code. A
     /// transaction that lost a serialization or deadlock race is run again (twice at most).
     func perform<Value: Sendable>(
-        _ doing: @autoclosure () -> String, timeout: Duration? = nil,
+        _ doing: @autoclosure () -> String, timeout: Duration? = nil, waitInVain rule: WaitInVain = .counts,
         _ body: @escaping @Sendable () async throws -> Value
     ) async throws(CheckpointError) -> Value {
-        if waitedInVain.load(ordering: .relaxed) { try await answersAgain(doing()) }
         let wait = timeout ?? statementTimeout
+        if rule != .exempt, waitedInVain.load(ordering: .relaxed) { try await answersAgain(doing(), within: wait) }
         var tries = 0
         while true {
             tries += 1
@@ -197,29 +210,37 @@ public final class PostgresCheckpoints: Sendable {
                 if let cause = cause as? PSQLError, tries < 3, Self.isRetryableRace(cause) { continue }
                 let failure = Self.checkpointError(cause, settings: settings, doing: doing())
                 unreachable.store(failure.isUnreachable, ordering: .relaxed)
-                if cause is TimedOut, wait >= statementTimeout { waitedInVain.store(true, ordering: .relaxed) }
+                if rule == .counts, cause is TimedOut { waitedInVain.store(true, ordering: .relaxed) }
                 throw failure
             }
         }
     }
 
-    /// Whether the database answers again, asked before any statement once one waited its whole
-    /// limit in vain: `SELECT 1`, given a fifth of a statement's time (``recheckLimit(_:)``).
+    /// Whether the database answers again, asked before a statement once one of the run's
+    /// checkpoints ran out of time: `SELECT 1`, given a fifth of a statement's time
+    /// (``recheckLimit(_:)``), and no more than the statement's own `wait`. On no answer the
+    /// statement is not sent, and fails as unreachable.
     ///
     /// Why: a run cut off from the database still has writes to settle (the results of its
     /// bundles in flight, one batch after another, then its own record), and each waited out the
-    /// whole limit: a worker partitioned from PostgreSQL took 40 s to exit 75 with the default
-    /// 10 s. A database that came back answers in milliseconds and the statement then has its full
-    /// time. The statement itself is not sent with a shorter limit: its outcome must be known
-    /// when the run stops waiting, which only the full limit (as `statement_timeout`) ensures.
-    private func answersAgain(_ doing: String) async throws(CheckpointError) {
+    /// whole limit before the run could exit 75 (`PartitionTests` bounds it now). A database that
+    /// came back answers in milliseconds, and the statement then has its full time. The statement
+    /// itself is never sent with a shorter limit: its outcome must be known when the run stops
+    /// waiting, which only the full limit (as `statement_timeout`) ensures.
+    private func answersAgain(_ doing: String, within wait: Duration) async throws(CheckpointError) {
         let logger = self.logger
         do {
-            _ = try await Self.withTimeout(Self.recheckLimit(statementTimeout)) { [client] in
+            _ = try await Self.withTimeout(min(Self.recheckLimit(statementTimeout), wait)) { [client] in
                 try await client.query("SELECT 1", logger: logger).collect()
             }
         } catch {
-            let failure = Self.checkpointError(Self.cause(of: error), settings: settings, doing: doing)
+            let cause = Self.cause(of: error)
+            let failure =
+                cause is TimedOut
+                ? CheckpointError(
+                    code: .unreachable,
+                    message: "PostgreSQL at \(settings.url) did not answer SELECT 1, so \(doing) was not sent")
+                : Self.checkpointError(cause, settings: settings, doing: "asking whether it answers before \(doing)")
             // Anything but the database's absence (a cancelled wait) is left to the statement.
             guard failure.isUnreachable else { return }
             unreachable.store(true, ordering: .relaxed)
@@ -227,7 +248,8 @@ public final class PostgresCheckpoints: Sendable {
         }
     }
 
-    /// How long ``answersAgain(_:)`` waits: a fifth of a statement's limit, half a second at least.
+    /// How long ``answersAgain(_:within:)`` waits at most: a fifth of a statement's limit, half a
+    /// second at least.
     static func recheckLimit(_ statementTimeout: Duration) -> Duration {
         max(statementTimeout / 5, .milliseconds(500))
     }
@@ -260,11 +282,11 @@ public final class PostgresCheckpoints: Sendable {
 
     /// One statement outside a transaction, its rows collected, each made random-access once (a
     /// row read for several columns builds its name index once, not once a column).
-    func rows(_ doing: @autoclosure () -> String, _ query: PostgresQuery)
+    func rows(_ doing: @autoclosure () -> String, waitInVain rule: WaitInVain = .counts, _ query: PostgresQuery)
         async throws(CheckpointError) -> [PostgresRandomAccessRow]
     {
         let logger = self.logger
-        return try await perform(doing()) { [client] in
+        return try await perform(doing(), waitInVain: rule) { [client] in
             try await client.query(query, logger: logger).collect().map { $0.makeRandomAccess() }
         }
     }
