@@ -648,33 +648,6 @@ import Testing
                     answered: true))
     }
 
-    /// Each phase holds only what its own events need: an event its phase does not wait for is
-    /// a driver's bug, and stops the process there rather than act on data that is not there.
-    @Test(
-        "an event its phase does not wait for stops the process: a send never made, a second start, a finished bundle")
-    func anEventOutOfItsPhaseStops() async {
-        await #expect(processExitsWith: .failure) {
-            var state = BundleUploadStateTests.fresh()
-            _ = state.answered(.created(id: 1, replayed: false), stopping: false)
-        }
-        await #expect(processExitsWith: .failure) {
-            var state = BundleUploadStateTests.fresh()
-            _ = state.start(stopping: false)
-            _ = state.start(stopping: false)
-        }
-        await #expect(processExitsWith: .failure) {
-            var state = BundleUploadStateTests.fresh()
-            guard case .recordIntents = state.start(stopping: false) else { return }
-            _ = state.tokenChecked(true, stopping: false)
-        }
-        await #expect(processExitsWith: .failure) {
-            var state = BundleUploadStateTests.fresh(
-                completed: BundleUploadStateTests.done(BundleUploadStateTests.plan.steps))
-            guard case .finish(.done) = state.start(stopping: false) else { return }
-            _ = state.settled(committed: true, stopping: false)
-        }
-    }
-
     /// A session tree as the API shows it, holding these records (the session first, then DOPE
     /// entries), each with its bundle content and the given server id; `distance` overrides the
     /// DOPE entries' distance.
