@@ -62,23 +62,27 @@ public enum HostileArchive {
         try await runProcess("python3", ["-c", script, output.path, container], stdin: json)
     }
 
-    /// A tar.gz holding `session.json` followed by `size` bytes of zeros: about 1 MB compressed
-    /// for 1 GiB unpacked. Streamed by Python, so no gigabyte ever touches the disk.
+    /// A tar.gz holding `session.json` followed by `unpackedBytes` of zeros: about 1 MB compressed
+    /// for 1 GiB unpacked. Written by Python as a series of gzip members, as `cat` of gzip files
+    /// makes one (RFC 1952; GNU gzip and libarchive read it as one stream): the tar headers, then
+    /// one member of 1 MiB of zeros compressed once and written again for each MiB, then the
+    /// rest and the end-of-archive blocks. No gigabyte is compressed or touches the disk: one
+    /// stream at level 9 took seconds of CPU for each of the suite's bombs (BENCHMARKS.md).
     public static func writeBomb(to output: URL, unpackedBytes: Int, session: [UInt8]) async throws {
         let script = """
-            import io, sys, tarfile
+            import gzip, io, sys, tarfile
             out, size = sys.argv[1], int(sys.argv[2])
             session = sys.stdin.buffer.read()
-            class Zeros(io.RawIOBase):
-                def __init__(self, n): self.left = n
-                def readinto(self, b):
-                    n = min(len(b), self.left); b[:n] = bytes(n); self.left -= n; return n
-                def readable(self): return True
-            with tarfile.open(out, "w:gz", compresslevel=9) as t:
-                info = tarfile.TarInfo("session.json"); info.size = len(session)
-                t.addfile(info, io.BytesIO(session))
-                info = tarfile.TarInfo("images/zeros.jpg"); info.size = size
-                t.addfile(info, io.BufferedReader(Zeros(size), 1 << 20))
+            head = io.BytesIO()
+            info = tarfile.TarInfo("session.json"); info.size = len(session)
+            head.write(info.tobuf(tarfile.GNU_FORMAT)); head.write(session); head.write(bytes(-len(session) % 512))
+            info = tarfile.TarInfo("images/zeros.jpg"); info.size = size
+            head.write(info.tobuf(tarfile.GNU_FORMAT))
+            mebibyte = gzip.compress(bytes(1 << 20), 9)
+            with open(out, "wb") as f:
+                f.write(gzip.compress(head.getvalue(), 9))
+                for _ in range(size >> 20): f.write(mebibyte)
+                f.write(gzip.compress(bytes((size & ((1 << 20) - 1)) + (-size % 512) + 1024), 9))
             """
         try await runProcess("python3", ["-c", script, output.path, String(unpackedBytes)], stdin: Data(session))
     }
