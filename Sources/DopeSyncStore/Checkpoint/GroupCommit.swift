@@ -1,5 +1,7 @@
 import DopeSyncBundle
 import DopeSyncSupport
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// When the results of upload steps commit: the run's group commit, as a value type that decides
@@ -145,9 +147,12 @@ public struct GroupCommitState<Waiter> {
 /// Batches are committed on the writer's thread, which resumes the bundles waiting for them: no
 /// task's thread (an event loop in `dopesync`) ever waits for the database.
 ///
-/// Its timer runs in a task of its own, scoped by ``with(storage:batchSize:maximumDelay:onCommitted:_:)``:
-/// when the scope ends, what still waits commits at once and nothing of the group commit (nor the
-/// database it holds) outlives the run.
+/// Its timer is a task scheduled on one of NIO's event loops, scoped by
+/// ``with(storage:batchSize:maximumDelay:onCommitted:_:)``: when the scope ends, the timer is
+/// cancelled, what still waits commits at once, and a timer that fires late finds the scope ended
+/// and does nothing, so nothing of the group commit (nor the database it holds) outlives the run.
+/// Not `Task.sleep`: NIO's global executor takes no delayed job, so each sleep would wake
+/// Dispatch's timer thread and one of its workers before the loop, for every batch.
 public final class GroupCommit: Sendable {
     public typealias Ticket = GroupCommitState<Void>.Ticket
     private typealias State = GroupCommitState<CheckedContinuation<CheckpointError?, Never>>
@@ -156,9 +161,8 @@ public final class GroupCommit: Sendable {
     private let state: Mutex<State>
     private let tally = Mutex<(transactions: Int, results: Int)>((0, 0))
     private let onCommitted: @Sendable (_ results: Int) -> Void
-    /// One element for each timer started; ``runTimers()`` waits out each.
-    private let timers: AsyncStream<Void>
-    private let timerStarts: AsyncStream<Void>.Continuation
+    /// The timer started last (cancelled when the scope ends), and whether the scope has ended.
+    private let timer = Mutex<(scheduled: Scheduled<Void>?, scopeEnded: Bool)>((nil, false))
 
     /// - Parameters:
     ///   - batchSize: results that commit together as soon as they wait.
@@ -172,11 +176,10 @@ public final class GroupCommit: Sendable {
         self.maximumDelay = maximumDelay
         self.state = Mutex(State(batchSize: batchSize))
         self.onCommitted = onCommitted
-        (timers, timerStarts) = AsyncStream.makeStream(of: Void.self)
     }
 
-    /// Runs `body` with a group commit over `storage`, its timer running beside it. When `body`
-    /// returns, the timer stops and whatever still waits is committed (queued on the store).
+    /// Runs `body` with a group commit over `storage`. When `body` returns, the timer stops and
+    /// whatever still waits is committed (queued on the store).
     public static func with<Value: Sendable>(
         storage: any CheckpointStorage, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
         onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in },
@@ -184,23 +187,30 @@ public final class GroupCommit: Sendable {
     ) async -> Value {
         let commits = GroupCommit(
             storage: storage, batchSize: batchSize, maximumDelay: maximumDelay, onCommitted: onCommitted)
-        return await withTaskGroup(of: Void.self) { group in
-            group.addTask { await commits.runTimers() }
-            let value = await body(commits)
-            commits.timerStarts.finish()
-            group.cancelAll()
-            await group.waitForAll()
-            return value
-        }
+        let value = await body(commits)
+        commits.endScope()
+        return value
     }
 
-    /// Waits out each timer started, then commits what waits; stopped, commits what waits at once.
-    private func runTimers() async {
-        for await _ in timers {
-            // Cancelled: the scope is ending; committing early is what the timer would do anyway.
-            try? await Task.sleep(for: maximumDelay)
+    /// The first result to wait starts the timer; when it fires, whatever waits commits.
+    private func startTimer() {
+        let scheduled = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(maximumDelay)) {
+            [self] in
+            // A timer the scope's end could not cancel in time: the end committed what waited.
+            guard !timer.withLock({ $0.scopeEnded }) else { return }
             timerFired()
         }
+        timer.withLock { $0.scheduled = scheduled }
+    }
+
+    /// Cancels the timer and commits what still waits: committing early is what it would do anyway.
+    private func endScope() {
+        let pending = timer.withLock { timer in
+            timer.scopeEnded = true
+            defer { timer.scheduled = nil }
+            return timer.scheduled
+        }
+        pending?.cancel()
         timerFired()
     }
 
@@ -222,9 +232,9 @@ public final class GroupCommit: Sendable {
             // Queued on the writer: the bundle that filled the batch goes on sending its next step.
             commit(batch)
         case .startTimer:
-            // The timer belongs to the batch, not to the bundle that started it: it runs in the
-            // group commit's own task (``runTimers()``).
-            timerStarts.yield()
+            // The timer belongs to the batch, not to the bundle that started it: it fires on a loop,
+            // whatever the bundle does meanwhile.
+            startTimer()
         }
         return ticket
     }
