@@ -1,3 +1,5 @@
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// Waits for `body` at most `limit`, and then stops waiting whether or not `body` stops.
@@ -30,7 +32,7 @@ private final class BoundedWaitRace<Value: Sendable>: Sendable {
     private struct State {
         var waiter: CheckedContinuation<Value, any Error>?
         var work: Task<Void, Never>?
-        var timer: Task<Void, Never>?
+        var timer: Scheduled<Void>?
         var finished = false
     }
     private let state = Mutex(State())
@@ -55,12 +57,9 @@ private final class BoundedWaitRace<Value: Sendable>: Sendable {
                 self.finish(.failure(error))
             }
         }
-        let timer = Task(executorPreference: UploadExecutor.loops) {
-            do {
-                try await Task.sleep(for: limit)
-            } catch {
-                return  // the work ended first
-            }
+        // Scheduled on a loop, not `Task.sleep`: NIO's global executor takes no delayed job, so a
+        // sleep would wake Dispatch's timer thread and a worker of its own, for every statement.
+        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(limit)) {
             self.finish(.failure(TimedOut()))
         }
         state.withLock { state in
@@ -75,7 +74,7 @@ private final class BoundedWaitRace<Value: Sendable>: Sendable {
 
     func finish(_ result: Result<Value, any Error>) {
         let (waiter, work, timer) = state.withLock {
-            state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Task<Void, Never>?) in
+            state -> (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Scheduled<Void>?) in
             if state.finished { return (nil, nil, nil) }
             state.finished = true
             defer { state.waiter = nil }
