@@ -59,8 +59,11 @@ private final class BoundedWaitRace<Value: Sendable>: Sendable {
         }
         // Scheduled on a loop, not `Task.sleep`: NIO's global executor takes no delayed job, so a
         // sleep would wake Dispatch's timer thread and a worker of its own, for every statement.
+        // Weak: what the wait holds is let go with it, not on the loop that drops the closure.
         let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(limit)) {
-            self.finish(.failure(TimedOut()))
+            [weak self] in
+            guard let self else { return }
+            finish(.failure(TimedOut()))
         }
         state.withLock { state in
             state.work = work

@@ -194,10 +194,12 @@ public final class GroupCommit: Sendable {
 
     /// The first result to wait starts the timer; when it fires, whatever waits commits.
     private func startTimer() {
+        // Weak: the loop drops the closure, fired or cancelled, on its own thread, and the last
+        // reference to the group commit would close the store there (an event loop never blocks).
         let scheduled = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(maximumDelay)) {
-            [self] in
+            [weak self] in
             // A timer the scope's end could not cancel in time: the end committed what waited.
-            guard !timer.withLock({ $0.scopeEnded }) else { return }
+            guard let self, !timer.withLock({ $0.scopeEnded }) else { return }
             timerFired()
         }
         timer.withLock { $0.scheduled = scheduled }
