@@ -104,7 +104,7 @@ extension PostgresCheckpoints: ClaimStorage {
         let interval = settings.lease / 3
         while !Task.isCancelled {
             do {
-                try await Task.sleep(for: interval)
+                try await sleepOnLoop(for: interval)
             } catch {
                 return
             }

@@ -317,7 +317,7 @@ struct BundleUploader: Sendable {
                 ])
         }
         do {
-            try await Task.sleep(for: delay)
+            try await sleepOnLoop(for: delay)
             return .waited
         } catch {
             return .cancelled  // not this bundle's attempt, as for a run stopping

@@ -159,7 +159,7 @@ actor ReferenceCatalog {
             logger.info(
                 "retrying the read of a reference list",
                 metadata: ["list": "\(list.path)", "message": "\(message)", "retry": "\(retry)"])
-            do { try await Task.sleep(for: delay) } catch { return answer }
+            do { try await sleepOnLoop(for: delay) } catch { return answer }
         }
     }
 }

@@ -59,7 +59,7 @@ struct TokenCommand: Sendable {
                 // The time limit: when it comes first, the command's task is cancelled, and the
                 // command ended as ``runToItsEnd(lineRead:)`` says. A line already read stands it
                 // down: the command is being ended, within its grace, and its token is good.
-                guard (try? await Task.sleep(for: .seconds(seconds))) != nil else { return nil }
+                guard (try? await sleepOnLoop(for: .seconds(seconds))) != nil else { return nil }
                 return lineRead.hasHappened ? nil : .timedOut
             }
             for await ending in group {

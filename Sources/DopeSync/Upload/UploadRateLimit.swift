@@ -48,7 +48,7 @@ public final class UploadRateLimit: Sendable {
     /// cancelled while waiting (the request is being abandoned anyway).
     func send(_ bytes: Int) async throws {
         let wait = take(bytes)
-        if wait > .zero { try await Task.sleep(for: wait) }
+        if wait > .zero { try await sleepOnLoop(for: wait) }
     }
 }
 

@@ -530,7 +530,7 @@ extension Worker {
                 + "\(summary.requests) requests, \(ByteCount(summary.bytes)) at \(ByteRate.text(Double(summary.bytes) / seconds)), "
                 + "\(Int(Double(summary.requests) / seconds)) req/s"
             FileHandle.standardError.write(Data(line.utf8))
-            do { try await Task.sleep(for: .milliseconds(500)) } catch { break }  // cancelled: the run is over
+            do { try await sleepOnLoop(for: .milliseconds(500)) } catch { break }  // cancelled: the run is over
         }
         FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
     }

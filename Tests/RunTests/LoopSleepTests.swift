@@ -1,0 +1,42 @@
+import DopeSyncSupport
+import Testing
+
+@testable import DopeSync
+
+/// ``sleepOnLoop(for:)``, the run's `Task.sleep` on NIO's loops: it waits its time, no less, and a
+/// cancellation ends it at once, before or while it waits. A sleep that missed its cancellation
+/// would hold a retry's slot or a stopping run for its whole time (here ten minutes, past the
+/// suite's time limit).
+@Suite(.timeLimit(.minutes(1))) struct LoopSleepTests {
+    @Test("a sleep lasts its time, then returns")
+    func lastsItsTime() async throws {
+        let start = ContinuousClock.now
+        try await sleepOnLoop(for: .milliseconds(30))
+        #expect(ContinuousClock.now - start >= .milliseconds(30))
+    }
+
+    @Test("cancelled while it sleeps, or before it begins: it throws CancellationError at once")
+    func cancelledEndsIt() async {
+        for cancelFirst in [false, true] {
+            let sleeper = Task {
+                if cancelFirst { withUnsafeCurrentTask { $0?.cancel() } }
+                try await sleepOnLoop(for: .seconds(600))
+            }
+            if !cancelFirst { await Task.yield() }
+            sleeper.cancel()
+            await #expect(throws: CancellationError.self) { try await sleeper.value }
+        }
+    }
+
+    @Test("200 sleeps cancelled as they begin: each ends, whichever comes first")
+    func cancelledInEitherOrder() async {
+        await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<200 {
+                let sleeper = Task { try await sleepOnLoop(for: .seconds(600)) }
+                sleeper.cancel()
+                group.addTask { (try? await sleeper.value) == nil }
+            }
+            for await threw in group { #expect(threw) }
+        }
+    }
+}
