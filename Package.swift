@@ -110,6 +110,7 @@ let package = Package(
                 "SQLiteSupport",
                 "ThreadRules",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strictness

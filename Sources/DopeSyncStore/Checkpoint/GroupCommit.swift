@@ -180,7 +180,7 @@ public final class GroupCommit: Sendable {
 
     /// Runs `body` with a group commit over `storage`. When `body` returns, the timer stops and
     /// whatever still waits is committed (queued on the store).
-    public static func with<Value: Sendable>(
+    public static func with<Value>(
         storage: any CheckpointStorage, batchSize: Int, maximumDelay: Duration = .milliseconds(10),
         onCommitted: @escaping @Sendable (_ results: Int) -> Void = { _ in },
         _ body: (GroupCommit) async -> Value
@@ -193,16 +193,26 @@ public final class GroupCommit: Sendable {
     }
 
     /// The first result to wait starts the timer; when it fires, whatever waits commits.
+    ///
+    /// The `timer` lock is held from the check that the scope goes on until the batch is queued on
+    /// the store, and ``endScope()`` takes it first: a timer that fires as the scope ends has
+    /// queued its batch before `with` returns, or commits nothing. Scheduled under that lock too,
+    /// so the handle kept is always the newest timer's (a timer that fires waits for it).
     private func startTimer() {
-        // Weak: the loop drops the closure, fired or cancelled, on its own thread, and the last
-        // reference to the group commit would close the store there (an event loop never blocks).
-        let scheduled = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(maximumDelay)) {
-            [weak self] in
-            // A timer the scope's end could not cancel in time: the end committed what waited.
-            guard let self, !timer.withLock({ $0.scopeEnded }) else { return }
-            timerFired()
+        timer.withLock { timer in
+            // Weak: the loop drops the closure it ran on its own thread, and the last reference to
+            // the group commit would close the store there (an event loop never blocks).
+            timer.scheduled = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(
+                in: TimeAmount(maximumDelay)
+            ) { [weak self] in
+                guard let self else { return }
+                self.timer.withLock { timer in
+                    // Too late to be cancelled: the scope's end committed what waited.
+                    guard !timer.scopeEnded else { return }
+                    timerFired()
+                }
+            }
         }
-        timer.withLock { $0.scheduled = scheduled }
     }
 
     /// Cancels the timer and commits what still waits: committing early is what it would do anyway.
