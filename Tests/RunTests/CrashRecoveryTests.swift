@@ -158,18 +158,27 @@ import Testing
 }
 
 /// A log handler that hands each message's text to `heard`: for a test that waits for what the
-/// run says.
+/// run says, or (`withMetadata`, the event's metadata after the text) shows it when it fails.
 struct MessageHandler: LogHandler {
     let heard: @Sendable (String) -> Void
+    let withMetadata: Bool
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
 
-    init(_ heard: @escaping @Sendable (String) -> Void) { self.heard = heard }
+    init(withMetadata: Bool = false, _ heard: @escaping @Sendable (String) -> Void) {
+        self.withMetadata = withMetadata
+        self.heard = heard
+    }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    func log(event: LogEvent) { heard(event.message.description) }
+    func log(event: LogEvent) {
+        guard withMetadata, let metadata = event.metadata, !metadata.isEmpty else {
+            return heard(event.message.description)
+        }
+        heard("\(event.message) \(metadata)")
+    }
 }

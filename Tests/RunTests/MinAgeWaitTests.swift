@@ -2,6 +2,7 @@ import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 @testable import DopeSync
@@ -44,11 +45,17 @@ import Testing
         try await withTemporarySpool { spool, scratch in
             let name = try pack(SampleSession(seed: 9_501, shape: .realistic), into: spool, scratch: scratch)
             try await withDevServer { server async throws in
+                // What the run said, shown if it fails (once under a loaded suite: exit 75 from the
+                // idle run's API check, the reason not seen).
+                let said = Mutex<[String]>([])
+                let logger = Logger(label: "test") { _ in
+                    MessageHandler(withMetadata: true) { line in said.withLock { $0.append(line) } }
+                }
                 let started = ContinuousClock.now
                 let (summary, status) = await Worker(
-                    options: options(spool, server, minAge: .seconds(30), maxTime: .seconds(5)), logger: quietLogger
+                    options: options(spool, server, minAge: .seconds(30), maxTime: .seconds(5)), logger: logger
                 ).run()
-                #expect(status == .success)
+                #expect(status == .success, "\(said.withLock { $0 })")
                 #expect(ContinuousClock.now - started < .seconds(25), "it waited for the 30 s min-age")
                 #expect(try spool.names(.incoming) == [name])
                 #expect(summary.heldByMinAge == 1)
