@@ -15,4 +15,7 @@ export DOPESYNC_SANITIZER=address
 ASAN_SYMBOLIZER_PATH="$(command -v llvm-symbolizer || echo /opt/swift/usr/bin/llvm-symbolizer)"
 export ASAN_SYMBOLIZER_PATH
 swift build --scratch-path "$scratch" --build-tests --sanitize=address
-swift test --scratch-path "$scratch" --skip-build --sanitize=address --parallel
+# The exit tests in a process of their own, as `make test` runs them (the Makefile says why: here
+# the spinning monitor also slowed every other test of the process, and once hung it).
+swift test --scratch-path "$scratch" --skip-build --sanitize=address --parallel --skip 'ExitTests/'
+swift test --scratch-path "$scratch" --skip-build --sanitize=address --filter 'ExitTests/'

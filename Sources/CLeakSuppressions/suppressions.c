@@ -12,6 +12,10 @@
 //   the case tag. The pattern matches the mangled name (`..._makePerpetualStartedC0...`), which
 //   is what LSan's symbolizer shows. What the queue holds is reported as indirect leaks of it
 //   and suppressed with it.
+// - SpoolCallsO4pool_WZ: the spool's own pool (`SpoolCalls.pool`, eight threads, started on first
+//   use) is the same: a NIOThreadPool for the whole process, its queue in the same enum payload.
+//   The pattern is its static initializer's mangled name, so only what starting the pool
+//   allocates is matched, not what the calls run on it allocate.
 //
 // print_suppressions=0: LSan otherwise lists the suppressions it used on standard error at exit,
 // and a `dopesync run` that used NIO's blocking pool (every run: its settings are read there) would
@@ -24,5 +28,6 @@ const char *__lsan_default_options(void) {
 
 const char *__lsan_default_suppressions(void) {
     return "leak:formWeakReference\n"
-           "leak:_makePerpetualStarted\n";
+           "leak:_makePerpetualStarted\n"
+           "leak:SpoolCallsO4pool_WZ\n";
 }

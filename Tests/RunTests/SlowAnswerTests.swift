@@ -12,10 +12,11 @@ import Testing
     @Test("an answer sent one byte a second fails at the request's deadline, not a byte's read timeout later")
     func aSlowBodyEndsAtTheDeadline() async throws {
         var configuration = DevServerConfiguration()
-        configuration.slowBody = .init(pathPrefix: "/api/health", byteInterval: .seconds(1))
+        // A byte a second (three under a sanitizer, whose load slows the timers as much).
+        configuration.slowBody = .init(pathPrefix: "/api/health", byteInterval: .seconds(sanitizerSlowdown))
         try await withDevServer(configuration) { server in
             var timeouts = APIClient.Timeouts()
-            timeouts.request = .seconds(2)  // the health answer's 15 bytes take 15 s
+            timeouts.request = .seconds(2)  // the health answer's 15 bytes take 15 s (45 s)
             let (answer, took) = try await APIClient.with(
                 baseURL: server.baseURL, credential: Credential(token: server.token), connections: 1,
                 timeouts: timeouts
@@ -29,8 +30,8 @@ import Testing
                 return
             }
             #expect(message == "timed out")
-            // Well under the body's 15 s, with room for a loaded machine's timers.
-            #expect(took < .seconds(10), "\(took)")
+            // Well under the body's 15 s (45 s), with room for a loaded machine's timers.
+            #expect(took < .seconds(10 * sanitizerSlowdown), "\(took)")
         }
     }
 
