@@ -4,29 +4,15 @@ import Testing
 @testable import DopeSync
 
 /// ``sleepOnLoop(for:)``, the run's `Task.sleep` on NIO's loops: it waits its time, no less, and a
-/// cancellation ends it at once, before or while it waits. A sleep that missed its cancellation
-/// would hold a retry's slot or a stopping run for its whole time.
+/// cancellation ends it with `CancellationError`. (A cancellation while it waits, at once or
+/// racing its start, is ``StopRequest``'s: `StopRequestTests`.) A sleep that missed its
+/// cancellation would hold a retry's slot or a stopping run for its whole time.
 @Suite(.timeLimit(.minutes(1))) struct LoopSleepTests {
     @Test("a sleep lasts its time, then returns")
     func lastsItsTime() async throws {
         let start = ContinuousClock.now
         try await sleepOnLoop(for: .milliseconds(30))
         #expect(ContinuousClock.now - start >= .milliseconds(30))
-    }
-
-    @Test("cancelled while it sleeps, or before it begins: it throws CancellationError at once")
-    func cancelledEndsIt() async throws {
-        for cancelFirst in [false, true] {
-            // 90 s: a sleep that ignored its cancellation returns then without throwing, and fails.
-            let sleeper = Task {
-                if cancelFirst { withUnsafeCurrentTask { $0?.cancel() } }
-                try await sleepOnLoop(for: .seconds(90))
-            }
-            // Time for the sleep to begin (if it has not, the cancellation comes first: still right).
-            if !cancelFirst { try await Task.sleep(for: .milliseconds(50)) }
-            sleeper.cancel()
-            await #expect(throws: CancellationError.self) { try await sleeper.value }
-        }
     }
 
     @Test("200 sleeps cancelled as they begin: each ends, whichever comes first")
