@@ -37,7 +37,10 @@ public struct SharedDatabase: Sendable {
     }
 }
 
-/// `dopesync run` on `spool` as host `host` of several sharing `database` (see ``spawnRun(_:against:_:environment:)``).
+/// `dopesync run` on `spool` as host `host` of several sharing `database` (see
+/// ``spawnRun(_:against:_:environment:errors:)``). Without `logging`, its standard error goes to a
+/// file beside the spool, for a failing test to show (``Spawned/errorText``): a worker of several
+/// that exits 75 or 73 says why there.
 public func spawnSharedRun(
     _ spool: Spool, against server: RunningDevServer, database: SharedDatabase, host: String, lease: String = "30s",
     logging: Bool = false, _ extra: [String] = [], environment more: [String: String] = [:]
@@ -46,5 +49,9 @@ public func spawnSharedRun(
     let environment = shared.merging(more) { $1 }
     return logging
         ? try await spawnRunLogging(spool, against: server, options + extra, environment: environment)
-        : try await spawnRun(spool, against: server, options + extra, environment: environment)
+        : try await spawnRun(
+            spool, against: server, options + extra, environment: environment,
+            errors: .file(
+                URL(fileURLWithPath: spool.root).deletingLastPathComponent()
+                    .appendingPathComponent("\(host)-\(UUID().uuidString.prefix(8)).stderr").path))
 }

@@ -19,13 +19,16 @@ import SystemPackage
 /// was killed, and its pipes are not close-on-exec. Every pipe end this side keeps is close-on-exec.
 public final class Spawned: Sendable {
     /// Where the child's standard error goes.
-    public enum ErrorOutput: Sendable {
+    public enum ErrorOutput: Sendable, Equatable {
         /// Where this process's goes.
         case inherited
         /// To /dev/null.
         case silenced
         /// Into a pipe of its own, read through ``Spawned/errors``.
         case piped
+        /// Appended to the file at this path (created if need be), read through
+        /// ``Spawned/errorText``: kept for a failure's message without a reader draining a pipe.
+        case file(String)
     }
 
     public let pid: pid_t
@@ -33,6 +36,8 @@ public final class Spawned: Sendable {
     public let output: FileHandle
     /// The child's standard error, when it was started with ``ErrorOutput/piped``.
     public let errors: FileHandle?
+    /// The file the child's standard error goes to, when it was started with ``ErrorOutput/file(_:)``.
+    public let errorFile: String?
     /// swift-subprocess's run of the child, to its end (which it waits for without a thread): the
     /// child's status as a shell says it. A task of its own, as this object outlives the call that
     /// starts it; ``finished()`` awaits it. On NIO's loops, as ``runProcess(_:_:in:environment:stdin:allowFailure:)``
@@ -74,7 +79,19 @@ public final class Spawned: Sendable {
             executable, arguments, environment: environment, in: directory?.path, grace: Self.grace)
         let childInput = FileDescriptor(rawValue: pipes[0].read)
         let childOutput = FileDescriptor(rawValue: pipes[1].write)
-        let childErrors = errorOutput == .piped ? FileDescriptor(rawValue: pipes[2].write) : nil
+        var childErrors = errorOutput == .piped ? FileDescriptor(rawValue: pipes[2].write) : nil
+        if case .file(let path) = errorOutput {
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+            guard descriptor >= 0 else {
+                let error = Errno(rawValue: errno)
+                for ends in pipes {
+                    close(ends.read)
+                    close(ends.write)
+                }
+                throw error
+            }
+            childErrors = FileDescriptor(rawValue: descriptor)
+        }
         let ended = Ended()
         let (started, starting) = AsyncStream.makeStream(of: Result<pid_t, any Error>.self)
         let running = Task(executorPreference: UploadExecutor.loops) {
@@ -92,7 +109,7 @@ public final class Spawned: Sendable {
                 switch errorOutput {
                 case .inherited: status = try await run(error: .currentStandardError)
                 case .silenced: status = try await run(error: .discarded)
-                case .piped:
+                case .piped, .file:
                     status = try await run(error: .fileDescriptor(childErrors!, closeAfterSpawningProcess: true))
                 }
                 return ChildProcess.shellStatus(status)
@@ -120,6 +137,7 @@ public final class Spawned: Sendable {
         input = handles[0]
         output = handles[1]
         errors = handles.count > 2 ? handles[2] : nil
+        if case .file(let path) = errorOutput { errorFile = path } else { errorFile = nil }
         self.ended = ended
     }
 
@@ -131,6 +149,13 @@ public final class Spawned: Sendable {
     public func kill(_ signal: Int32) {
         guard !ended.flag.load(ordering: .sequentiallyConsistent) else { return }
         _ = Glibc.kill(pid, signal)
+    }
+
+    /// What the child wrote to its standard error so far, when it was started with
+    /// ``ErrorOutput/file(_:)``: for a test's failure message.
+    public var errorText: String {
+        guard let errorFile else { return "(standard error not kept)" }
+        return (try? String(contentsOfFile: errorFile, encoding: .utf8)) ?? "(\(errorFile) unreadable)"
     }
 
     /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it. Any

@@ -72,16 +72,18 @@ public func runWorker(_ spool: Spool, apiURL: String, token: String) async -> (R
 }
 
 /// The built `dopesync run` as a child process on `spool` against `server` (its token in the
-/// environment, no min-age guard), standard error silenced; `extra` adds options.
+/// environment, no min-age guard), standard error silenced unless `errors` says otherwise;
+/// `extra` adds options.
 public func spawnRun(
-    _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
+    _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:],
+    errors: Spawned.ErrorOutput = .silenced
 ) async throws -> Spawned {
     var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
         ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never"] + extra
-    return try await Spawned(builtProduct("dopesync").path, arguments, environment: environment, errors: .silenced)
+    return try await Spawned(builtProduct("dopesync").path, arguments, environment: environment, errors: errors)
 }
 
 /// The built `dopesync run` as ``spawnRun(_:against:_:)`` starts it, but logging at debug level

@@ -97,7 +97,7 @@ import Testing
             try await withDevServer { server in
                 // The schema as this dopesync makes it, then a migration only a later one knows.
                 let first = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await first.finished() == 0)
+                #expect(await first.finished() == 0, "\(first.errorText)")
                 try await database.psql("INSERT INTO dopesync.schema_migrations VALUES ('v99-from-the-future', 0)")
                 let checked = try await Self.check(spool, server, database: database)
                 #expect(checked.status == 73, "\(checked.stdout)")

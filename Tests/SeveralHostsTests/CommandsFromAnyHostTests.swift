@@ -14,7 +14,7 @@ import Testing
             let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 4501)])
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await run.finished() == 0)
+                #expect(await run.finished() == 0, "\(run.errorText)")
                 // A claim held by a worker on host-c, as it would be mid-upload there.
                 let name = "held.tar.gz"
                 _ = FileManager.default.createFile(atPath: spool.path(.processing, name), contents: Data("x".utf8))

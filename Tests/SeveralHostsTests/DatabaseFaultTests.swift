@@ -101,7 +101,7 @@ import Testing
                 // Whatever the run left in processing/ is taken back once its leases have run out.
                 try await waitUntilEveryLeaseHasRunOut(database)
                 let next = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
-                #expect(await next.finished() == 0)
+                #expect(await next.finished() == 0, "\(next.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }
         }

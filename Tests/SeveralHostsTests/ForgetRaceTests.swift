@@ -19,7 +19,7 @@ import Testing
             let environment = database.runArguments(host: "host-a").environment
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await run.finished() == 0)
+                #expect(await run.finished() == 0, "\(run.errorText)")
             }
             let stepsBefore = try await database.psql(
                 "SELECT count(*) FROM dopesync.steps WHERE session_id = '\(sample.sessionID)'"

@@ -52,7 +52,7 @@ import Testing
 
                 let postsBefore = try await server.requestLog().filter { $0.method == "POST" }.count
                 let shared = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await shared.finished() == 0)
+                #expect(await shared.finished() == 0, "\(shared.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 let total = samples.reduce(0) { $0 + $1.expectedRequestCount }
                 let postsAfter = try await server.requestLog().filter { $0.method == "POST" }.count

@@ -76,14 +76,14 @@ import Testing
             #expect(holder.output.readLine() == "locked")
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await run.finished() == 0)
+                #expect(await run.finished() == 0, "\(run.errorText)")
                 #expect(try spool.names(.processing) == [held])
                 #expect(try spool.names(.done) == ["\(samples[1].sessionID).tar.gz"])
                 // Its claimer gone (the lock free), the next run takes it back and finishes it.
                 try holder.input.close()
                 #expect(await holder.finished() == 0)
                 let again = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
-                #expect(await again.finished() == 0)
+                #expect(await again.finished() == 0, "\(again.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }
         }

@@ -169,7 +169,7 @@ import Testing
                     try await waitUntilEveryLeaseHasRunOut(database)
                     let other = try await spawnSharedRun(
                         spool, against: server, database: database, host: "host-b", ["--allow-insecure-http"])
-                    #expect(await other.finished() == 0)
+                    #expect(await other.finished() == 0, "\(other.errorText)")
                     try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 }
             }

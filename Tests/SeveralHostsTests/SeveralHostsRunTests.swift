@@ -30,7 +30,7 @@ import Testing
                         try await spawnSharedRun(
                             spool, against: server, database: database, host: host, ["--concurrency", "2"]))
                 }
-                for worker in workers { #expect(await worker.finished() == 0) }
+                for worker in workers { #expect(await worker.finished() == 0, "\(worker.errorText)") }
                 let runs = try await database.psql(
                     "SELECT string_agg(host || ' ' || claimed || ' claimed ' || done || ' done ' || deferred || ' deferred', '; ') FROM dopesync.runs"
                 )
@@ -68,12 +68,12 @@ import Testing
 
                 // Until its leases run out on the database's clock, no other host takes them.
                 let early = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
-                #expect(await early.finished() == 0)
+                #expect(await early.finished() == 0, "\(early.errorText)")
                 #expect(try spool.names(.processing) == orphans)
                 try await waitUntilEveryLeaseHasRunOut(database)
 
                 let second = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
-                #expect(await second.finished() == 0)
+                #expect(await second.finished() == 0, "\(second.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 // Each orphan was taken over once: its second claim. (A bundle the killed worker
                 // had claimed but not yet moved may be taken over too, from incoming/.)
@@ -111,7 +111,7 @@ import Testing
                 try await waitUntilEveryLeaseHasRunOut(database)
 
                 let other = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
-                #expect(await other.finished() == 0)
+                #expect(await other.finished() == 0, "\(other.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
                 // The worker's requests only (the test's own reads of /admin are logged too).
                 let requestsBeforeWaking = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }

@@ -43,7 +43,7 @@ import Testing
                     """)
                 #expect(lease == "t|1", "\(lease)")
                 stall.release()
-                #expect(await run.finished() == 0)
+                #expect(await run.finished() == 0, "\(run.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }
         }
