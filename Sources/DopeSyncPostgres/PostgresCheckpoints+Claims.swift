@@ -69,6 +69,9 @@ extension PostgresCheckpoints: ClaimStorage {
         leaseBook.withLock { $0.fence(name, at: .now) } != nil
     }
 
+    /// Leases run out on their own: a paused worker's may be another's when it wakes.
+    public var claimsRunOut: Bool { true }
+
     public func confirmClaim(of name: String) async -> Bool {
         guard let fence = try? fence(name) else { return false }
         let askedAt = ContinuousClock.now

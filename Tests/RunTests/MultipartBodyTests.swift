@@ -97,7 +97,7 @@ import Testing
                     }
                 })
             var sent: [UInt8] = []
-            await #expect(throws: MultipartBody.ClaimLost.self) {
+            await #expect(throws: ClaimLostMidBody.self) {
                 for try await buffer in body { sent += buffer.readableBytesView }
             }
             let whole = framing.head.count + sample.images[image.fileName]!.count + framing.tail.count

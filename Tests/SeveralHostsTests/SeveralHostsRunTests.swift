@@ -87,7 +87,7 @@ import Testing
     }
 
     @Test(
-        "a worker stopped (SIGSTOP) past its lease and woken after another host finished its bundle sends and moves nothing",
+        "a worker stopped (SIGSTOP) past its lease and woken after another host finished its bundle completes no request and moves nothing",
         arguments: keysHonouredOrIgnored)
     func aWorkerWokenAfterItsLeaseSendsNothing(keysHonoured: Bool) async throws {
         let database = try await SharedCluster.freshDatabase()
@@ -117,13 +117,25 @@ import Testing
                 let requestsBeforeWaking = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
 
                 paused.kill(SIGCONT)
-                let said = await paused.firstLine(containing: "claim", "ran out")
-                #expect(said != nil, "the woken worker says its claim ran out")
+                // Everything it logged, before the pause and after: shown if it sent anything.
+                var said: [String] = []
+                for await line in paused.lines() { said.append(line) }
+                #expect(
+                    said.contains { $0.contains("claim") && $0.contains("ran out") },
+                    "the woken worker says its claim ran out")
                 _ = await paused.finished()
                 let after = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
+                // The server may see the rest of a request whose head went out just before the
+                // pause (the pause here comes as the head arrives): its body is cut short, so the
+                // server answers it with no record. Nothing the woken worker sends completes.
+                let afterWaking = after.dropFirst(requestsBeforeWaking.count)
                 #expect(
-                    after.count == requestsBeforeWaking.count,
-                    "sent after waking: \(after.dropFirst(requestsBeforeWaking.count).map { "\($0.method) \($0.path)" })"
+                    afterWaking.allSatisfy { !(200..<300).contains($0.status) } && afterWaking.count <= 1,
+                    """
+                    sent after waking: \(afterWaking.map { "\($0.method) \($0.path) \($0.status)" })
+                    the woken worker's log:
+                    \(said.joined(separator: "\n"))
+                    """
                 )
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }

@@ -156,11 +156,12 @@ public struct APIClient: Sendable {
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
     /// Returns the bytes sent alongside, for the run's counters. An image kept from validation
     /// (small) is sent from memory; others stream from the archive.
-    /// `claimHeld` is asked between the chunks of an image streamed from the archive: once it
-    /// says no, the body stops and the request fails as a transport would.
+    /// `claimHeld`, for a claim that can run out, is asked before each part of the body, once the
+    /// request's head has gone: once it says no, the body stops and the request fails as a
+    /// transport would.
     public func send(
         _ step: UploadStep, path: String, images: ArchiveImages?,
-        claimHeld: @escaping @Sendable () -> Bool = { true }
+        claimHeld: (@Sendable () -> Bool)? = nil
     ) async -> (StepResponse, bytesSent: Int64) {
         await send(step, path: path, bytesInMemory: { $0.bytes }, archive: images, claimHeld: claimHeld)
     }
@@ -168,17 +169,17 @@ public struct APIClient: Sendable {
     /// The same request with every image's bytes already in memory: for measuring the API's raw
     /// capacity without the archive (`dopesync-bench raw-capacity`).
     public func sendPrepared(_ step: UploadStep, path: String, images: [String: [UInt8]]) async -> StepResponse {
-        await send(step, path: path, bytesInMemory: { images[$0.fileName] }, archive: nil, claimHeld: { true }).0
+        await send(step, path: path, bytesInMemory: { images[$0.fileName] }, archive: nil, claimHeld: nil).0
     }
 
     private func send(
         _ step: UploadStep, path: String, bytesInMemory: (BundleImage) -> [UInt8]?, archive: ArchiveImages?,
-        claimHeld: @escaping @Sendable () -> Bool
+        claimHeld: (@Sendable () -> Bool)?
     ) async -> (StepResponse, bytesSent: Int64) {
         var request = makeRequest(step, path: path)
         switch step.payload {
         case .json(let bytes):
-            request.body = body(ByteBuffer(bytes: bytes))
+            request.body = body(ByteBuffer(bytes: bytes), claimHeld: claimHeld)
             return await execute(request, clientID: step.clientID, length: Int64(bytes.count))
         case .image(let image, let role, let groupID):
             let framing = MultipartFraming(
@@ -193,14 +194,14 @@ public struct APIClient: Sendable {
                 body.writeBytes(framing.head)
                 body.writeBytes(bytes)
                 body.writeBytes(framing.tail)
-                request.body = self.body(body)
+                request.body = self.body(body, claimHeld: claimHeld)
                 return await execute(request, clientID: step.clientID, length: length)
             }
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
                 let reading = try await archive.open(image)
                 let parts = MultipartBody(
-                    framing: framing, image: image, images: archive, reading: reading, claimHeld: claimHeld)
+                    framing: framing, image: image, images: archive, reading: reading, claimHeld: claimHeld ?? { true })
                 request.body =
                     if let rateLimit {
                         .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))
@@ -214,12 +215,23 @@ public struct APIClient: Sendable {
         }
     }
 
-    /// A body in memory: as it is, or in chunks through the rate cap.
-    private func body(_ bytes: ByteBuffer) -> HTTPClientRequest.Body {
-        guard let rateLimit else { return .bytes(bytes) }
-        return .stream(
-            RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit),
-            length: .known(Int64(bytes.readableBytes)))
+    /// A body in memory: as it is, or in chunks through the rate cap, and behind the claim's
+    /// fence when the claim can run out (``ClaimFencedBody``).
+    private func body(_ bytes: ByteBuffer, claimHeld: (@Sendable () -> Bool)?) -> HTTPClientRequest.Body {
+        let length = HTTPClientRequest.Body.Length.known(Int64(bytes.readableBytes))
+        switch (rateLimit, claimHeld) {
+        case (nil, nil):
+            return .bytes(bytes)
+        case (let rateLimit?, nil):
+            return .stream(RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit), length: length)
+        case (nil, let claimHeld?):
+            return .stream(ClaimFencedBody(base: OneBuffer(buffer: bytes), claimHeld: claimHeld), length: length)
+        case (let rateLimit?, let claimHeld?):
+            return .stream(
+                ClaimFencedBody(
+                    base: RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit), claimHeld: claimHeld),
+                length: length)
+        }
     }
 
     private func makeRequest(_ step: UploadStep, path: String) -> HTTPClientRequest {

@@ -233,8 +233,9 @@ struct BundleUploader: Sendable {
 
     /// Sends one step, its image (if any) streamed from the archive while the bundle's claim holds.
     private func send(_ step: UploadStep, path: String, images: ArchiveImages, of name: String) async -> StepResponse {
-        let (answer, bytes) = await client.send(
-            step, path: path, images: images, claimHeld: { [claims] in claims.holdsClaim(of: name) })
+        var claimHeld: (@Sendable () -> Bool)? = nil
+        if claims.claimsRunOut { claimHeld = { [claims] in claims.holdsClaim(of: name) } }
+        let (answer, bytes) = await client.send(step, path: path, images: images, claimHeld: claimHeld)
         counters.request(bytes: bytes)
         return answer
     }

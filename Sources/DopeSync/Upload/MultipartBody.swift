@@ -78,13 +78,6 @@ struct MultipartBody: AsyncSequence, Sendable {
         self.claimHeld = claimHeld
     }
 
-    /// The claim ran out while the body was being sent: the request is cut short, never completed.
-    struct ClaimLost: Error, CustomStringConvertible {
-        var description: String {
-            "the bundle's claim ran out while its image was being sent; the request was cut short"
-        }
-    }
-
     /// A second pass over one body: the request fails as the transport would, not as the bundle.
     struct UsedTwice: Error, CustomStringConvertible {
         var description: String { "an image's request body was asked for twice; the step is tried again" }
@@ -100,7 +93,7 @@ struct MultipartBody: AsyncSequence, Sendable {
         var search: StreamingSearch
 
         mutating func next() async throws -> ByteBuffer? {
-            if part != .end && part != .usedTwice && !body.claimHeld() { throw ClaimLost() }
+            if part != .end && part != .usedTwice && !body.claimHeld() { throw ClaimLostMidBody() }
             switch part {
             case .head:
                 part = .image

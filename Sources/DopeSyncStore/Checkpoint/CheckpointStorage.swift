@@ -23,6 +23,9 @@ public protocol ClaimStorage: Sendable {
     /// Whether this worker may still send requests for `name` and move it, by its own monotonic
     /// clock. Checked before every request and between the chunks of a body: cheap, no I/O.
     func holdsClaim(of name: String) -> Bool
+    /// Whether a claim can run out while this process lives (a lease): then every request body
+    /// is sent behind ``holdsClaim(of:)``, asked once the request's head has gone.
+    var claimsRunOut: Bool { get }
     /// Checks with the store that the claim of `name` is still this worker's, just before a move.
     func confirmClaim(of name: String) async -> Bool
     /// Ends the claim of `name` without an outcome (the bundle stays where it is, or its spool
@@ -41,6 +44,8 @@ public struct SpoolClaims: ClaimStorage {
     /// One host holds no leases: a claim never takes over a lock.
     public func tookOverExpiredLease(of name: String) -> Bool { false }
     public func holdsClaim(of name: String) -> Bool { true }
+    /// The flock lasts as long as the process: a paused worker still holds its bundles.
+    public var claimsRunOut: Bool { false }
     public func confirmClaim(of name: String) async -> Bool { true }
     public func releaseClaim(of name: String) async {}
 }

@@ -1,0 +1,63 @@
+import NIOCore
+import Synchronization
+import Testing
+
+@testable import DopeSync
+
+/// The body of a request whose claim can run out: handed over only while the claim holds, asked
+/// after each part is ready, so a worker woken past its lease does not complete a request whose
+/// head went out before its pause.
+@Suite struct ClaimFencedBodyTests {
+    static let json = ByteBuffer(string: #"{"clientId":"6f1c","distance":300}"#)
+
+    @Test("a claim that holds: the body goes out whole, byte for byte")
+    func aHeldClaimSendsTheWholeBody() async throws {
+        let body = ClaimFencedBody(base: OneBuffer(buffer: Self.json), claimHeld: { true })
+        var sent = ByteBuffer()
+        for try await part in body { sent.writeImmutableBuffer(part) }
+        #expect(sent == Self.json)
+    }
+
+    @Test("a claim gone by the time the head has gone: nothing of the body goes out, and the request fails")
+    func aClaimGoneAfterTheHeadSendsNoBody() async throws {
+        let body = ClaimFencedBody(base: OneBuffer(buffer: Self.json), claimHeld: { false })
+        var sent = 0
+        await #expect(throws: ClaimLostMidBody.self) {
+            for try await part in body { sent += part.readableBytes }
+        }
+        #expect(sent == 0)
+    }
+
+    @Test("asked after each part is ready: a claim lost after the first part stops the body before the second")
+    func theClaimIsAskedBeforeEachPart() async throws {
+        let parts = [ByteBuffer(string: "first"), ByteBuffer(string: "second")]
+        let asked = Mutex(0)
+        let body = ClaimFencedBody(
+            base: PartsBody(parts: parts),
+            claimHeld: {
+                asked.withLock { count in
+                    count += 1
+                    return count == 1
+                }
+            })
+        var sent: [String] = []
+        await #expect(throws: ClaimLostMidBody.self) {
+            for try await part in body { sent.append(String(buffer: part)) }
+        }
+        #expect(sent == ["first"])
+        #expect(asked.withLock { $0 } == 2, "asked once for each part, none after the refusal")
+    }
+}
+
+/// A body in a few parts, as the rate cap or an image hands them over.
+private struct PartsBody: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let parts: [ByteBuffer]
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var remaining: [ByteBuffer]
+        mutating func next() async -> ByteBuffer? { remaining.isEmpty ? nil : remaining.removeFirst() }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(remaining: parts) }
+}
