@@ -109,6 +109,28 @@ import Testing
     }
 
     @Test(
+        "check without database: on a spool bound to a PostgreSQL database: FAIL store naming it, exit 78, as the run"
+    )
+    func boundToADatabaseCheckedWithout() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_706)])
+            try await withDevServer { server in
+                let shared = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await shared.finished() == 0, "\(shared.errorText)")
+                let checked = try await dopesync(
+                    ["check", "--spool", spool.root, "--api", server.baseURL],
+                    environment: ["DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0"])
+                #expect(checked.status == 78, "\(checked.stdout)")
+                #expect(checked.stdout.contains("FAIL store"), "\(checked.stdout)")
+                #expect(checked.stdout.contains(database.url), "the database it is bound to: \(checked.stdout)")
+                let run = try await spawnRun(spool, against: server)
+                #expect(await run.finished() == 78)
+            }
+        }
+    }
+
+    @Test(
         "check with database: set over SQLite checkpoints never migrated: FAIL store naming `dopesync migrate`, exit 78, as the run"
     )
     func unmigratedSQLite() async throws {

@@ -61,7 +61,7 @@ public enum CheckCommand {
         let state =
             bound == nil ? "the spool is bound to no store yet; the first run binds it to this one" : "the spool's own"
         guard let database else {
-            if let refused = sqliteRefusal(spool) {
+            if let refused = sqliteRefusal(spool, bound: bound) {
                 return (Line(ok: false, what: "store", detail: refused.diagnostics ?? ""), refused.status)
             }
             return (Line(ok: true, what: "store", detail: "\(StoreIdentity.sqlite(spool)): \(state)"), .success)

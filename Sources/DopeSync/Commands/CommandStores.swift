@@ -32,19 +32,32 @@ func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
 /// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file
 /// was moved to one by `migrate`.
 func sqliteRefusal(_ spool: Spool) -> CommandOutcome? {
-    let bound: Bool
+    let bound: StoreIdentity?
     do {
-        bound = try SpoolBinding.check(spool, store: .sqlite(spool), bindIfUnbound: false)
+        bound = try SpoolBinding.read(spool)
     } catch {
         return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
     }
-    // A spool bound to its SQLite file has never been migrated away: only an unbound one's file
-    // is opened (a private copy) to see whether `migrate` retired it.
-    guard !bound, FileManager.default.fileExists(atPath: spool.databasePath),
-        let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
-        let movedTo = try? file.movedTo()
-    else { return nil }
-    let error = SpoolBinding.mismatch(
-        spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: .sqlite(spool))
-    return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
+    return sqliteRefusal(spool, bound: bound)
+}
+
+/// ``sqliteRefusal(_:)`` with the spool's binding as the caller read it (`check` reports it too):
+/// the file is read once, so both say the same of it.
+func sqliteRefusal(_ spool: Spool, bound: StoreIdentity?) -> CommandOutcome? {
+    let file = StoreIdentity.sqlite(spool)
+    let refusal: SpoolBindingError
+    if let bound {
+        // A spool bound to its SQLite file has never been migrated away.
+        guard !bound.isSame(as: file) else { return nil }
+        refusal = SpoolBinding.mismatch(spool, bound: bound, given: file)
+    } else {
+        // Only an unbound spool's file is opened (a private copy), to see whether `migrate` retired it.
+        guard FileManager.default.fileExists(atPath: spool.databasePath),
+            let snapshot = try? CheckpointStore(readingSnapshotOf: spool.databasePath),
+            let movedTo = try? snapshot.movedTo()
+        else { return nil }
+        refusal = SpoolBinding.mismatch(
+            spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: file)
+    }
+    return CommandOutcome(output: "", diagnostics: "\(refusal)", status: refusal.exitStatus)
 }
