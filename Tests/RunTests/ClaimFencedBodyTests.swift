@@ -47,17 +47,41 @@ import Testing
         #expect(sent == ["first"])
         #expect(asked.withLock { $0 } == 2, "asked once for each part, none after the refusal")
     }
+
+    @Test(
+        "asked once the part is ready: a lease that runs out while the rate cap waits or the archive reads sends nothing of it"
+    )
+    func theClaimIsAskedAfterThePartIsReady() async throws {
+        let held = Atomic(true)
+        // The part takes a while to be ready (a rate cap's wait, an archive's read), and the
+        // claim runs out meanwhile.
+        let body = ClaimFencedBody(
+            base: PartsBody(parts: [Self.json], beforeEachPart: { held.store(false, ordering: .relaxed) }),
+            claimHeld: { held.load(ordering: .relaxed) })
+        var sent = 0
+        await #expect(throws: ClaimLostMidBody.self) {
+            for try await part in body { sent += part.readableBytes }
+        }
+        #expect(sent == 0)
+    }
 }
 
 /// A body in a few parts, as the rate cap or an image hands them over.
 private struct PartsBody: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let parts: [ByteBuffer]
+    /// Runs while each part is being made ready.
+    var beforeEachPart: @Sendable () -> Void = {}
 
     struct AsyncIterator: AsyncIteratorProtocol {
         var remaining: [ByteBuffer]
-        mutating func next() async -> ByteBuffer? { remaining.isEmpty ? nil : remaining.removeFirst() }
+        let beforeEachPart: @Sendable () -> Void
+        mutating func next() async -> ByteBuffer? {
+            guard !remaining.isEmpty else { return nil }
+            beforeEachPart()
+            return remaining.removeFirst()
+        }
     }
 
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(remaining: parts) }
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(remaining: parts, beforeEachPart: beforeEachPart) }
 }

@@ -80,7 +80,7 @@ import Testing
     }
 
     @Test(
-        "a claim that runs out while the image is being sent cuts the body short before its next chunk, never completing it"
+        "behind the claim's fence, a claim that runs out while the image is being sent cuts the body short before its next chunk, never completing it"
     )
     func aClaimLostMidBodyCutsItShort() async throws {
         try await Self.withImageStep(seed: 32) { sample, bundle, image, framing in
@@ -88,8 +88,8 @@ import Testing
             let asked = Mutex(0)
             let images = ArchiveImages(bundle: bundle)
             let reading = try await images.open(image)
-            let body = MultipartBody(
-                framing: framing, image: image, images: images, reading: reading,
+            let body = ClaimFencedBody(
+                base: MultipartBody(framing: framing, image: image, images: images, reading: reading),
                 claimHeld: {
                     asked.withLock {
                         $0 += 1

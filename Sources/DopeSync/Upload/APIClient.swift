@@ -200,14 +200,8 @@ public struct APIClient: Sendable {
             guard let archive else { preconditionFailure("an image step needs its bytes or the bundle's entry reader") }
             do {
                 let reading = try await archive.open(image)
-                let parts = MultipartBody(
-                    framing: framing, image: image, images: archive, reading: reading, claimHeld: claimHeld ?? { true })
-                request.body =
-                    if let rateLimit {
-                        .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))
-                    } else {
-                        .stream(parts, length: .known(length))
-                    }
+                let parts = MultipartBody(framing: framing, image: image, images: archive, reading: reading)
+                request.body = streamed(parts, length: length, claimHeld: claimHeld)
             } catch {
                 return (.imageUnreadable(message: "\(error)"), 0)
             }
@@ -215,22 +209,29 @@ public struct APIClient: Sendable {
         }
     }
 
-    /// A body in memory: as it is, or in chunks through the rate cap, and behind the claim's
-    /// fence when the claim can run out (``ClaimFencedBody``).
+    /// A body in memory: as it is when nothing stands between it and the connection, else as
+    /// one part of a stream (``streamed(_:length:claimHeld:)``).
     private func body(_ bytes: ByteBuffer, claimHeld: (@Sendable () -> Bool)?) -> HTTPClientRequest.Body {
-        let length = HTTPClientRequest.Body.Length.known(Int64(bytes.readableBytes))
+        guard rateLimit != nil || claimHeld != nil else { return .bytes(bytes) }
+        return streamed(OneBuffer(buffer: bytes), length: Int64(bytes.readableBytes), claimHeld: claimHeld)
+    }
+
+    /// A body in parts: through the rate cap, if any, then behind the claim's fence when the claim
+    /// can run out (``ClaimFencedBody``), which asks after the cap's wait and the archive's read.
+    private func streamed<Parts: AsyncSequence & Sendable>(
+        _ parts: Parts, length: Int64, claimHeld: (@Sendable () -> Bool)?
+    ) -> HTTPClientRequest.Body where Parts.Element == ByteBuffer {
         switch (rateLimit, claimHeld) {
         case (nil, nil):
-            return .bytes(bytes)
+            return .stream(parts, length: .known(length))
         case (let rateLimit?, nil):
-            return .stream(RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit), length: length)
+            return .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))
         case (nil, let claimHeld?):
-            return .stream(ClaimFencedBody(base: OneBuffer(buffer: bytes), claimHeld: claimHeld), length: length)
+            return .stream(ClaimFencedBody(base: parts, claimHeld: claimHeld), length: .known(length))
         case (let rateLimit?, let claimHeld?):
             return .stream(
-                ClaimFencedBody(
-                    base: RateLimitedBody(base: OneBuffer(buffer: bytes), limit: rateLimit), claimHeld: claimHeld),
-                length: length)
+                ClaimFencedBody(base: RateLimitedBody(base: parts, limit: rateLimit), claimHeld: claimHeld),
+                length: .known(length))
         }
     }
 

@@ -8,7 +8,9 @@ import NIOCore
 /// out and another worker had sent the same step: against a server that ignores
 /// `Idempotency-Key`, a second record. The claim is asked as each part is handed over, after the
 /// head has gone; once it says no, the body stops and the request is cut short, which no server
-/// takes for a whole one. What remains is the instant between that question and the write.
+/// takes for a whole one. What remains is the time between that question and the bytes leaving:
+/// the call from here to the socket's write, and for a large body what NIO and the kernel still
+/// buffer (ARCHITECTURE.md, "The worker's clock").
 struct ClaimFencedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable where Base.Element == ByteBuffer {
     typealias Element = ByteBuffer
     let base: Base

@@ -61,21 +61,14 @@ struct MultipartBody: AsyncSequence, Sendable {
     /// Positioned at `image` by ``ArchiveImages/open(_:)``, which returned `reading`.
     let images: ArchiveImages
     let reading: Int
-    /// Whether the bundle's claim still allows sending: asked before every chunk, so a worker
-    /// paused past its lease abandons the body instead of completing it when it wakes.
-    let claimHeld: @Sendable () -> Bool
     /// Shared by copies of the body: one iterator for all of them.
     private let iterated = OnceFlag()
 
-    init(
-        framing: MultipartFraming, image: BundleImage, images: ArchiveImages, reading: Int,
-        claimHeld: @escaping @Sendable () -> Bool = { true }
-    ) {
+    init(framing: MultipartFraming, image: BundleImage, images: ArchiveImages, reading: Int) {
         self.framing = framing
         self.image = image
         self.images = images
         self.reading = reading
-        self.claimHeld = claimHeld
     }
 
     /// A second pass over one body: the request fails as the transport would, not as the bundle.
@@ -93,7 +86,6 @@ struct MultipartBody: AsyncSequence, Sendable {
         var search: StreamingSearch
 
         mutating func next() async throws -> ByteBuffer? {
-            if part != .end && part != .usedTwice && !body.claimHeld() { throw ClaimLostMidBody() }
             switch part {
             case .head:
                 part = .image
