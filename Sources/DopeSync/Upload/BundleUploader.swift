@@ -198,6 +198,11 @@ struct BundleUploader: Sendable {
                 }
                 tokenSent = client.credential.current
                 let answer = await send(step, path: path, images: images, of: claimed.name)
+                // No create, and the claim ran out meanwhile (its body cut short, say): leave the
+                // bundle now, not after a retry's backoff counted against it.
+                if case .retryable = answer, !claims.holdsClaim(of: claimed.name) {
+                    return await abandon(claimed, settling: pendingResults, logger: logger)
+                }
                 action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
