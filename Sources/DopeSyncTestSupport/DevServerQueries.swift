@@ -77,9 +77,12 @@ public struct LoggedRequest: Decodable, Sendable {
     /// The `Idempotency-Key` sent, if any.
     public var key: String?
     public var status: Int
+    /// When its head arrived, in milliseconds since the server started (entries are listed as
+    /// they are answered).
+    public var receivedMs: Double
 
     enum CodingKeys: String, CodingKey {
-        case method, path, status
+        case method, path, status, receivedMs
         case key = "idempotencyKey"
     }
 }

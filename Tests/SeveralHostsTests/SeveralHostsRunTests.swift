@@ -113,8 +113,8 @@ import Testing
                 let other = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await other.finished() == 0, "\(other.errorText)")
                 try await expectAllSyncedOnce(samples, spool: spool, server: server)
-                // The worker's requests only (the test's own reads of /admin are logged too).
-                let requestsBeforeWaking = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
+                // This read of the log is itself logged, once answered: the mark of the wake below.
+                let loggedBeforeWaking = try await server.requestLog()
 
                 paused.kill(SIGCONT)
                 // Everything it logged, before the pause and after: shown if it sent anything.
@@ -124,15 +124,21 @@ import Testing
                     said.contains { $0.contains("claim") && $0.contains("ran out") },
                     "the woken worker says its claim ran out")
                 _ = await paused.finished()
-                let after = try await server.requestLog().filter { !$0.path.hasPrefix("/admin") }
+                let logged = try await server.requestLog().dropFirst(loggedBeforeWaking.count)
+                let wake = logged.first { $0.path.hasPrefix("/admin/requests") }?.receivedMs ?? 0
                 // The server may see the rest of a request whose head went out just before the
                 // pause (the pause here comes as the head arrives): its body is cut short, so the
-                // server answers it with no record. Nothing the woken worker sends completes.
-                let afterWaking = after.dropFirst(requestsBeforeWaking.count)
+                // server answers it with no record. Nothing the woken worker sends completes, and
+                // nothing it starts after waking reaches the server at all. (A pause that falls
+                // between the fence's last question and the body's write still completes it: no
+                // client can close that, ARCHITECTURE.md says; under ASan with the cores
+                // oversubscribed it was 1 case in 8.)
+                let afterWaking = logged.filter { !$0.path.hasPrefix("/admin") }
                 #expect(
-                    afterWaking.allSatisfy { !(200..<300).contains($0.status) } && afterWaking.count <= 1,
+                    afterWaking.allSatisfy { !(200..<300).contains($0.status) && $0.receivedMs < wake }
+                        && afterWaking.count <= 1,
                     """
-                    sent after waking: \(afterWaking.map { "\($0.method) \($0.path) \($0.status)" })
+                    sent after waking (woken at \(wake) ms): \(afterWaking.map { "\($0.method) \($0.path) \($0.status), head at \($0.receivedMs) ms" })
                     the woken worker's log:
                     \(said.joined(separator: "\n"))
                     """
