@@ -129,8 +129,10 @@ public final class Spawned: Sendable {
             for descriptor in ownEnds { close(descriptor) }
             throw error
         case nil:
-            // Only when the task starting it was cancelled: the child is ended with its run.
+            // Only when the task starting it was cancelled: the child is ended with its run, and
+            // this side's ends of its pipes closed, as no handle will own them.
             running.cancel()
+            for descriptor in ownEnds { close(descriptor) }
             throw CancellationError()
         }
         let handles = ownEnds.map { FileHandle(fileDescriptor: $0, closeOnDealloc: true) }
