@@ -64,6 +64,22 @@ import Testing
         }
         #expect(sent == 0)
     }
+
+    @Test("a part that cannot be made once the claim is gone is the lost claim, not the bundle's fault")
+    func aFailedPartAfterTheClaimIsGoneIsTheLostClaim() async throws {
+        struct Rewritten: Error {}
+        let held = Atomic(true)
+        let failing = PartsBody(
+            parts: [Self.json], beforeEachPart: { held.store(false, ordering: .relaxed) }, fails: Rewritten())
+        await #expect(throws: ClaimLostMidBody.self) {
+            for try await _ in ClaimFencedBody(base: failing, claimHeld: { held.load(ordering: .relaxed) }) {}
+        }
+        // While the claim holds, the part's own error is the answer.
+        let stillHeld = PartsBody(parts: [Self.json], fails: Rewritten())
+        await #expect(throws: Rewritten.self) {
+            for try await _ in ClaimFencedBody(base: stillHeld, claimHeld: { true }) {}
+        }
+    }
 }
 
 /// A body in a few parts, as the rate cap or an image hands them over.
@@ -72,16 +88,22 @@ private struct PartsBody: AsyncSequence, Sendable {
     let parts: [ByteBuffer]
     /// Runs while each part is being made ready.
     var beforeEachPart: @Sendable () -> Void = {}
+    /// Thrown instead of the first part, as an image rewritten since validation is.
+    var fails: (any Error & Sendable)? = nil
 
     struct AsyncIterator: AsyncIteratorProtocol {
         var remaining: [ByteBuffer]
         let beforeEachPart: @Sendable () -> Void
-        mutating func next() async -> ByteBuffer? {
+        let fails: (any Error & Sendable)?
+        mutating func next() async throws -> ByteBuffer? {
             guard !remaining.isEmpty else { return nil }
             beforeEachPart()
+            if let fails { throw fails }
             return remaining.removeFirst()
         }
     }
 
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(remaining: parts, beforeEachPart: beforeEachPart) }
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(remaining: parts, beforeEachPart: beforeEachPart, fails: fails)
+    }
 }

@@ -156,8 +156,8 @@ public struct APIClient: Sendable {
     /// Sends one step and classifies the answer. Never throws: every failure is a response kind.
     /// Returns the bytes sent alongside, for the run's counters. An image kept from validation
     /// (small) is sent from memory; others stream from the archive.
-    /// `claimHeld`, for a claim that can run out, is asked before each part of the body, once the
-    /// request's head has gone: once it says no, the body stops and the request fails as a
+    /// `claimHeld`, for a claim that can run out, is asked as each part of the body is ready, once
+    /// the request's head has gone: once it says no, the body stops and the request fails as a
     /// transport would.
     public func send(
         _ step: UploadStep, path: String, images: ArchiveImages?,

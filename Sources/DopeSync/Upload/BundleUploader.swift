@@ -198,8 +198,10 @@ struct BundleUploader: Sendable {
                 }
                 tokenSent = client.credential.current
                 let answer = await send(step, path: path, images: images, of: claimed.name)
-                // No create, and the claim ran out meanwhile (its body cut short, say): leave the
-                // bundle now, not after a retry's backoff counted against it.
+                // No confirmed create (a body cut short, a 5xx, no answer, a 2xx naming no record),
+                // and the claim ran out meanwhile: leave the bundle now, not after a retry's
+                // backoff counted against it. Its intent stays, so the worker that takes it over
+                // looks on the server before sending the step again.
                 if case .retryable = answer, !claims.holdsClaim(of: claimed.name) {
                     return await abandon(claimed, settling: pendingResults, logger: logger)
                 }

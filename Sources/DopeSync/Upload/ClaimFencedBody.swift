@@ -22,7 +22,16 @@ struct ClaimFencedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable 
 
         mutating func next() async throws -> ByteBuffer? {
             // After the part is ready (a rate cap may have waited for it), just before it goes.
-            guard let part = try await base.next() else { return nil }
+            let part: ByteBuffer?
+            do {
+                part = try await base.next()
+            } catch {
+                // A part that could not be made (an image rewritten, an unreadable archive) is
+                // the bundle's fault only while the bundle is still this worker's.
+                guard claimHeld() else { throw ClaimLostMidBody() }
+                throw error
+            }
+            guard let part else { return nil }
             guard claimHeld() else { throw ClaimLostMidBody() }
             return part
         }

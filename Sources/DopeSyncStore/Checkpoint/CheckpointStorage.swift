@@ -21,10 +21,10 @@ public protocol ClaimStorage: Sendable {
     /// store (another store's run, an older dopesync): never taken over.
     func tookOverExpiredLease(of name: String) -> Bool
     /// Whether this worker may still send requests for `name` and move it, by its own monotonic
-    /// clock. Checked before every request and between the chunks of a body: cheap, no I/O.
+    /// clock. Checked before every request and as each part of a body is ready: cheap, no I/O.
     func holdsClaim(of name: String) -> Bool
     /// Whether a claim can run out while this process lives (a lease): then every request body
-    /// is sent behind ``holdsClaim(of:)``, asked once the request's head has gone.
+    /// is sent behind ``holdsClaim(of:)``, asked as each part is ready, after the request's head.
     var claimsRunOut: Bool { get }
     /// Checks with the store that the claim of `name` is still this worker's, just before a move.
     func confirmClaim(of name: String) async -> Bool
