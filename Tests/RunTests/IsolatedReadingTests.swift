@@ -50,7 +50,9 @@ import Testing
 
     @Test("a reader killed by a signal says which")
     func killed() async throws {
-        #expect(try await read("kill -SEGV $$") == .killed(signal: SIGSEGV))
+        // The outcome named, if it is another (once under a loaded machine, not seen).
+        let outcome = try await read("kill -SEGV $$")
+        #expect(outcome == .killed(signal: SIGSEGV))
     }
 
     @Test("a reader past its time is ended (SIGTERM) and the reading timed out")
