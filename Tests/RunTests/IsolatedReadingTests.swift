@@ -14,8 +14,10 @@ import Testing
     /// A reader that runs `script` (a shell script's lines).
     func reader(_ script: String) throws -> IsolatedReading {
         let path = folder.sub("reader.sh")
-        try FileManager.default.createFile(
-            atPath: path, contents: Data("#!/bin/sh\n\(script)\n".utf8), attributes: [.posixPermissions: 0o755])
+        try #require(
+            FileManager.default.createFile(
+                atPath: path, contents: Data("#!/bin/sh\n\(script)\n".utf8), attributes: [.posixPermissions: 0o755]),
+            "cannot write \(path)")
         return IsolatedReading(executable: path)
     }
 
