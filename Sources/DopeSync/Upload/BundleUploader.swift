@@ -176,6 +176,12 @@ struct BundleUploader: Sendable {
         var tokenSent = client.credential.current
         var action = state.start(stopping: counters.shouldStop)
         while true {
+            // Before every request, and before waiting to send one again: a claim whose lease ran
+            // out (a paused process, a lost database, a body cut short) sends nothing more, and
+            // waits for nothing; another worker may hold the bundle now.
+            if action.needsTheClaim, !claims.holdsClaim(of: claimed.name) {
+                return await abandon(claimed, settling: pendingResults, logger: logger)
+            }
             switch action {
             case .checkReferences(let uses):
                 guard let references else { preconditionFailure("references are checked only with a catalog") }
@@ -183,28 +189,13 @@ struct BundleUploader: Sendable {
             case .recordIntents(let intents):
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
-                guard claims.holdsClaim(of: claimed.name) else {
-                    return await abandon(claimed, settling: pendingResults, logger: logger)
-                }
                 tokenSent = client.credential.current
                 action = state.looked(await look(target, logger: logger), stopping: counters.shouldStop)
             case .recordFound(let found):
                 action = await recordFound(found, in: &state, sessionID: plan.sessionID, logger: logger)
             case .send(let step, let path):
-                // Before every request: a claim whose lease ran out (a paused process, a lost
-                // database) sends nothing more; another worker may hold the bundle now.
-                guard claims.holdsClaim(of: claimed.name) else {
-                    return await abandon(claimed, settling: pendingResults, logger: logger)
-                }
                 tokenSent = client.credential.current
                 let answer = await send(step, path: path, images: images, of: claimed.name)
-                // No confirmed create (a body cut short, a 5xx, no answer, a 2xx naming no record),
-                // and the claim ran out meanwhile: leave the bundle now, not after a retry's
-                // backoff counted against it. Its intent stays, so the worker that takes it over
-                // looks on the server before sending the step again.
-                if case .retryable = answer, !claims.holdsClaim(of: claimed.name) {
-                    return await abandon(claimed, settling: pendingResults, logger: logger)
-                }
                 action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
@@ -405,4 +396,16 @@ struct BundleUploader: Sendable {
         return await BlockingPool.run(inspect)
     }
 
+}
+
+extension BundleUploadState.Action {
+    /// A request about the bundle, or a wait to send one again: only while the claim holds.
+    /// (A step left unconfirmed keeps its intent, so the worker that takes the bundle over looks
+    /// on the server before sending it again.)
+    fileprivate var needsTheClaim: Bool {
+        switch self {
+        case .lookUp, .send, .backOff: true
+        default: false
+        }
+    }
 }
