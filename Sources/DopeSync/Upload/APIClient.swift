@@ -216,23 +216,22 @@ public struct APIClient: Sendable {
         return streamed(OneBuffer(buffer: bytes), length: Int64(bytes.readableBytes), claimHeld: claimHeld)
     }
 
-    /// A body in parts: through the rate cap, if any, then behind the claim's fence when the claim
-    /// can run out (``ClaimFencedBody``), which asks after the cap's wait and the archive's read.
+    /// A body in parts: through the rate cap, if any, then behind the claim's fence
+    /// (``fenced(_:length:claimHeld:)``), which so asks after the cap's wait.
     private func streamed<Parts: AsyncSequence & Sendable>(
         _ parts: Parts, length: Int64, claimHeld: (@Sendable () -> Bool)?
     ) -> HTTPClientRequest.Body where Parts.Element == ByteBuffer {
-        switch (rateLimit, claimHeld) {
-        case (nil, nil):
-            return .stream(parts, length: .known(length))
-        case (let rateLimit?, nil):
-            return .stream(RateLimitedBody(base: parts, limit: rateLimit), length: .known(length))
-        case (nil, let claimHeld?):
-            return .stream(ClaimFencedBody(base: parts, claimHeld: claimHeld), length: .known(length))
-        case (let rateLimit?, let claimHeld?):
-            return .stream(
-                ClaimFencedBody(base: RateLimitedBody(base: parts, limit: rateLimit), claimHeld: claimHeld),
-                length: .known(length))
-        }
+        guard let rateLimit else { return fenced(parts, length: length, claimHeld: claimHeld) }
+        return fenced(RateLimitedBody(base: parts, limit: rateLimit), length: length, claimHeld: claimHeld)
+    }
+
+    /// `parts` behind the claim's fence when the claim can run out (``ClaimFencedBody``), asked
+    /// as each part is ready: after the archive's read and any wait before it.
+    private func fenced<Parts: AsyncSequence & Sendable>(
+        _ parts: Parts, length: Int64, claimHeld: (@Sendable () -> Bool)?
+    ) -> HTTPClientRequest.Body where Parts.Element == ByteBuffer {
+        guard let claimHeld else { return .stream(parts, length: .known(length)) }
+        return .stream(ClaimFencedBody(base: parts, claimHeld: claimHeld), length: .known(length))
     }
 
     private func makeRequest(_ step: UploadStep, path: String) -> HTTPClientRequest {
