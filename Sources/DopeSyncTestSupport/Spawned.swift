@@ -80,7 +80,8 @@ public final class Spawned: Sendable {
         let childInput = FileDescriptor(rawValue: pipes[0].read)
         let childOutput = FileDescriptor(rawValue: pipes[1].write)
         var childErrors = errorOutput == .piped ? FileDescriptor(rawValue: pipes[2].write) : nil
-        if case .file(let path) = errorOutput {
+        let errorFile: String? = if case .file(let path) = errorOutput { path } else { nil }
+        if let path = errorFile {
             let descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
             guard descriptor >= 0 else {
                 let error = Errno(rawValue: errno)
@@ -139,7 +140,7 @@ public final class Spawned: Sendable {
         input = handles[0]
         output = handles[1]
         errors = handles.count > 2 ? handles[2] : nil
-        if case .file(let path) = errorOutput { errorFile = path } else { errorFile = nil }
+        self.errorFile = errorFile
         self.ended = ended
     }
 

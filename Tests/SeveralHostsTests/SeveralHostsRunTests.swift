@@ -126,15 +126,12 @@ import Testing
                 _ = await paused.finished()
                 let logged = try await server.requestLog().dropFirst(loggedBeforeWaking.count)
                 let wake = try #require(logged.first { $0.path.hasPrefix("/admin/requests") }).receivedMs
-                // The server may see the rest of a request whose head went out just before the
-                // pause (the pause here comes as the head arrives): its body is cut short, so the
-                // server answers it with no record. Nothing the woken worker sends completes, and
-                // nothing it starts after waking reaches the server at all (one bundle: one request
-                // in flight, the one whose head struck; with more, a head sent just before the
-                // pause could arrive after it, its body cut short all the same). (A pause that falls
-                // between the fence's last question and the body's write still completes it: no
-                // client can close that, ARCHITECTURE.md says; under ASan with the cores
-                // oversubscribed it was 1 case in 8.)
+                // The pause comes as a request's head arrives, so the server may see the rest of
+                // that request after the wake: the fence cuts its body short, and the server
+                // creates nothing. Nothing else reaches it (one bundle, one request in flight), and
+                // nothing completes. What still gets through is a pause between the fence's last
+                // question and the body's write, which no client can close (ARCHITECTURE.md): 1 case
+                // in 8 under ASan with the cores oversubscribed.
                 let afterWaking = logged.filter { !$0.path.hasPrefix("/admin") }
                 #expect(
                     afterWaking.allSatisfy { !(200..<300).contains($0.status) && $0.receivedMs < wake }
