@@ -3,7 +3,8 @@ import DopeSyncStore
 import DopeSyncSupport
 
 /// The leases one worker holds, by bundle name, and when each runs out on the worker's own
-/// monotonic clock. A value: events in (acquired, renewed, refused, released), answers out; the
+/// `ContinuousClock`, which on Linux counts the time the machine was suspended (`CLOCK_BOOTTIME`):
+/// a host that sleeps past a lease wakes without it. A value: events in (acquired, renewed, refused, released), answers out; the
 /// store keeps it behind a lock and does the I/O.
 ///
 /// A lease's local deadline is counted from the instant the worker *sent* the statement that
