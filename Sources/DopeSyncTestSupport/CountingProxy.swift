@@ -15,8 +15,11 @@ public final class CountingProxy: Sendable {
         public var refused = 0
         /// Bytes the client sent into tunnels.
         public var bytesFromClient: Int64 = 0
-        /// HTTP requests seen inside tunnels (plain HTTP only; TLS hides them), by method.
+        /// HTTP requests seen inside tunnels (plain HTTP only; TLS hides them), by method, counted
+        /// at their heads.
         public var requests: [String: Int] = [:]
+        /// Those of them whose whole body (`Content-Length` bytes) passed too: what the server got whole.
+        public var wholeRequests: [String: Int] = [:]
         /// When each read from a client arrived, and the bytes from clients so far then.
         public var progress: [(at: ContinuousClock.Instant, bytes: Int64)] = []
         /// What CONNECT asked for, in order (`127.0.0.1:8443`).
@@ -193,11 +196,12 @@ private final class GlueHandler: ChannelDuplexHandler {
         let buffer = unwrapInboundIn(data)
         if let counter {
             let now = ContinuousClock.now
-            let methods = requests.consume(buffer)
+            let seen = requests.consume(buffer)
             counter.update { counts in
                 counts.bytesFromClient += Int64(buffer.readableBytes)
                 counts.progress.append((now, counts.bytesFromClient))
-                for method in methods { counts.requests[method, default: 0] += 1 }
+                for method in seen.heads { counts.requests[method, default: 0] += 1 }
+                for method in seen.whole { counts.wholeRequests[method, default: 0] += 1 }
             }
         }
         partner?.context?.write(wrapOutboundOut(buffer), promise: nil)
@@ -213,34 +217,45 @@ private final class GlueHandler: ChannelDuplexHandler {
 /// Follows HTTP/1.1 request framing in a byte stream (heads, then `Content-Length` bodies) and
 /// reports each request's method. Bytes that are not HTTP (TLS) stop it for good.
 struct HTTPRequestCounter {
+    /// The methods of the requests whose heads, and of those whose whole bodies, a read completed.
+    struct Seen {
+        var heads: [String] = []
+        var whole: [String] = []
+    }
+
     private var head: [UInt8] = []
     private var bodyLeft = 0
+    /// The method of the request whose body is still arriving.
+    private var inBody: String?
     private var gaveUp = false
 
-    mutating func consume(_ buffer: ByteBuffer) -> [String] {
-        guard !gaveUp else { return [] }
-        var methods: [String] = []
+    mutating func consume(_ buffer: ByteBuffer) -> Seen {
+        var seen = Seen()
+        guard !gaveUp else { return seen }
         var bytes = buffer.readableBytesView[...]
         while !bytes.isEmpty {
             if bodyLeft > 0 {
                 let skipped = min(bodyLeft, bytes.count)
                 bodyLeft -= skipped
                 bytes = bytes.dropFirst(skipped)
+                if bodyLeft == 0, let method = inBody.take() { seen.whole.append(method) }
                 continue
             }
             head.append(bytes.removeFirst())
             guard head.count >= 4, head.suffix(4).elementsEqual("\r\n\r\n".utf8) else {
                 if head.count == 1 && !(UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(head[0]) { gaveUp = true }
-                if gaveUp { return methods }
+                if gaveUp { return seen }
                 continue
             }
             let text = String(decoding: head, as: UTF8.self)
             head = []
-            methods.append(String(text.prefix { $0 != " " }))
+            let method = String(text.prefix { $0 != " " })
+            seen.heads.append(method)
             for line in text.split(separator: "\r\n") where line.lowercased().hasPrefix("content-length:") {
                 bodyLeft = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
             }
+            if bodyLeft == 0 { seen.whole.append(method) } else { inBody = method }
         }
-        return methods
+        return seen
     }
 }
