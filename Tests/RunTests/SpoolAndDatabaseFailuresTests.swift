@@ -61,6 +61,35 @@ import Testing
         }
     }
 
+    @Test(
+        "done/ on another file system: the run says it cannot move the bundle there, stops claiming and exits 73; once mended, the next run moves it without sending a record again",
+        .enabled(if: geteuid() == 0, "needs root to mount a tmpfs over done/"))
+    func doneOnAnotherFileSystem() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = [SampleSession(seed: 44), SampleSession(seed: 45)]
+            let spool = try await makeSpool(in: directory, samples: samples)
+            let done = spool.path(.done)
+            // As an operator who mounts an archive disk at done/: every rename into it is EXDEV.
+            _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", done])
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--concurrency", "1"])
+                _ = umount2(done, Int32(MNT_DETACH))
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("cannot move a bundle to done/: the spool cannot be written"), "\(output)")
+                #expect(output.contains(String(cString: strerror(EXDEV))), "\(output)")
+                // The first bundle waits in processing/, uploaded; the second was never claimed.
+                #expect(try spool.names(.processing).count == 1 && spool.names(.incoming).count == 1)
+                #expect(try await server.createdCounts()["session"] == 1)
+
+                let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(again == 0, "\(againOutput)")
+                #expect(try spool.names(.done).count == 2 && spool.names(.processing).isEmpty)
+                #expect(try await server.createdCounts()["session"] == 2, "each session sent once")
+            }
+        }
+    }
+
     @Test("a checkpoint update that fails after the move to done/ is reported with where the bundle went: exit 73")
     func checkpointUpdateAfterMoveFails() async throws {
         try await withTemporaryDirectory { directory in

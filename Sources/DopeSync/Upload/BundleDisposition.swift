@@ -30,9 +30,8 @@ struct BundleDisposition: Sendable {
                 logger.info("bundle synced", metadata: ["steps": "\(steps)", "moved.to": "done/\(final)"])
                 return .done
             } catch {
-                logger.error("cannot move the bundle to done/", metadata: ["error": "\(error)"])
-                claimed.release()  // stays in processing/, resumed (all steps done) by the next run
-                return .returned
+                // Stays in processing/, resumed (all steps done) by the next run.
+                return moveFailed(claimed, to: .done, error, logger: logger)
             }
         case .fail(let failure, let stepAnswered):
             if stepAnswered { counters.stepAnswered() }
@@ -95,9 +94,7 @@ struct BundleDisposition: Sendable {
             logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
             return .failed(reason: failure.reason)
         } catch {
-            logger.error("cannot move the bundle to failed/", metadata: ["error": "\(error)"])
-            claimed.release()
-            return .returned
+            return moveFailed(claimed, to: .failed, error, logger: logger)
         }
     }
 
@@ -165,11 +162,37 @@ struct BundleDisposition: Sendable {
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
             try? await checkpoints.recordGivenBack(name: claimed.name, finalName: final, counted: false)
         } catch {
-            logger.error("cannot give the bundle back", metadata: ["error": "\(error)"])
-            claimed.release()  // stays in processing/; the next run takes it back as an orphan
+            // Stays in processing/; the next run takes it back as an orphan.
+            return moveFailed(claimed, to: .incoming, error, logger: logger)
         }
         return .returned
     }
+
+    /// A move out of `processing/` failed: the bundle stays there, claimed by nobody, and the next
+    /// run takes it back, so nothing is lost; but no run can finish it until a person fixes the
+    /// spool, so the run exits 73 ("the spool cannot be written") instead of 0, and says which
+    /// folder refused. When the folder refuses as such (``spoolWideErrors``), every other bundle's
+    /// move would fail too: the run stops claiming, as at the free-space floor. Any other error
+    /// (a name the folder cannot take, say) is this bundle's, and the others go on.
+    func moveFailed(_ claimed: ClaimedBundle, to folder: Spool.Folder, _ error: any Error, logger: Logger)
+        -> UploadOutcome
+    {
+        let errno = (error as? SpoolError)?.errno
+        let spoolWide = errno.map(Self.spoolWideErrors.contains) ?? false
+        _ = counters.report(\.moveFailed)
+        let stops = spoolWide && counters.report(\.spoolNotWritable)
+        logger.critical(
+            stops
+                ? "cannot move a bundle to \(folder.rawValue)/: the spool cannot be written; the run stops claiming, leaves the bundle in processing/ for the next run, and exits 73"
+                : "cannot move a bundle to \(folder.rawValue)/: it stays in processing/ for the next run; exit 73",
+            metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
+        claimed.release()
+        return .returned
+    }
+
+    /// What a folder answers for every move into it, whichever the bundle: read-only, no
+    /// permission, no space or quota, another file system (`done/` mounted elsewhere), I/O errors.
+    static let spoolWideErrors: Set<Int32> = [EROFS, EACCES, EPERM, ENOSPC, EDQUOT, EXDEV, EIO]
 
     /// Whether the claim still allows a move: asked of the store just before it (a shared store
     /// checks the lease and renews it; the spool's flock always allows).

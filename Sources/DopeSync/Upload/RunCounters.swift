@@ -17,6 +17,11 @@ final class RunCounters: Sendable {
         var claimsReserved = 0
         /// The spool's file system fell below `min-free-space`.
         var belowFreeSpaceFloor = false
+        /// A bundle could not be moved out of `processing/` (``BundleDisposition/moveFailed``).
+        var moveFailed = false
+        /// The spool's folders refuse moves as such (read-only, no permission, full, another file
+        /// system, I/O errors): no bundle could be moved, so the run stops claiming.
+        var spoolNotWritable = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
         /// The shared database (PostgreSQL) could not be reached (``CheckpointError/isUnreachable``).
@@ -29,7 +34,7 @@ final class RunCounters: Sendable {
             if credentialsRefused { return .permissionDenied }
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
-            if checkpointsFailed || belowFreeSpaceFloor { return .cannotCreate }
+            if checkpointsFailed || belowFreeSpaceFloor || moveFailed || spoolNotWritable { return .cannotCreate }
             if breaker.isOpen || databaseUnreachable { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }
@@ -48,7 +53,7 @@ final class RunCounters: Sendable {
         stop.isRequested
             || state.withLock {
                 $0.credentialsRefused || $0.apiNotTrusted || $0.apiMisdirected || $0.checkpointsFailed
-                    || $0.databaseUnreachable || $0.belowFreeSpaceFloor
+                    || $0.databaseUnreachable || $0.belowFreeSpaceFloor || $0.spoolNotWritable
                     || $0.breaker.isOpen
             }
     }
