@@ -97,6 +97,58 @@ struct BundleUploader: Sendable {
                 reason: FailureReason(error.code), field: error.culprit, message: error.description)
             return await disposition.fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
         }
+        // One bundle of a session at a time in the whole spool (``SessionHold``): another of it
+        // under way now means this one waits for a later run, uncounted.
+        let hold: SessionHold?
+        switch await holdSession(sessionID, of: claimed, logger: logger) {
+        case .held(let held): hold = held
+        case .busy: return await disposition.giveBack(claimed, logger: logger)
+        }
+        let outcome = await upload(claimed, bundle: bundle, plan: plan, logger: logger)
+        if let hold { await SpoolCalls.run { hold.release() } }
+        return outcome
+    }
+
+    private enum SessionHoldAnswer {
+        /// The session is this bundle's until released (nil: held without a lock, see below).
+        case held(SessionHold?)
+        /// Another bundle of the session is being uploaded.
+        case busy
+    }
+
+    /// Takes the session's hold. A spool whose file system cannot lock (a `local_lock` or
+    /// `nolock` NFS mount, say) or cannot be written goes on without it, as before the hold
+    /// existed, and says so: the moves will tell a spool that cannot be written.
+    ///
+    /// Not on a shared store: there a claim is a lease that a paused worker loses, and a flock
+    /// would outlive it, keeping the session from the worker that takes the bundle over
+    /// (ARCHITECTURE.md, "One bundle of a session at a time").
+    private func holdSession(_ sessionID: String, of claimed: ClaimedBundle, logger: Logger) async
+        -> SessionHoldAnswer
+    {
+        guard !claims.claimsRunOut else { return .held(nil) }
+        do {
+            let spool = claimed.spool
+            guard let hold = try await SpoolCalls.run({ () throws(SpoolError) in try spool.holdSession(sessionID) })
+            else {
+                logger.notice(
+                    "another bundle of this session is being uploaded: this one waits for a later run, uncounted")
+                return .busy
+            }
+            return .held(hold)
+        } catch {
+            logger.warning(
+                "cannot hold the session while its bundle uploads; going on without (two bundles of it at once could send a record twice to an API that ignores keys)",
+                metadata: ["error": "\(error)"])
+            return .held(nil)
+        }
+    }
+
+    /// Records the claim with the session's checkpoints, then uploads what is not done yet.
+    private func upload(_ claimed: ClaimedBundle, bundle: ValidatedBundle, plan: UploadPlan, logger: Logger) async
+        -> UploadOutcome
+    {
+        let (sessionID, now) = (bundle.session.session.id, Date())
         // The claim and the session's checkpoints in one trip to the writer, with one way out if
         // either fails: the bundle goes back uncounted.
         let completed: [String: CompletedStep]

@@ -1,0 +1,93 @@
+import Crypto
+import DopeSyncBundle
+import DopeSyncSupport
+import Synchronization
+import ThreadRules
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A bundle's hold on its session while it uploads: one bundle of a session at a time, in the
+/// whole spool.
+///
+/// Why: two bundles of one session sent at once (two slots of a run, two overlapping runs, two
+/// hosts on one spool) each record the same steps' intents and look on the server before the
+/// other's records are there: against an API that ignores `Idempotency-Key`, both send them and
+/// the records exist twice; where keys hold, the older bundle's body can stand under the newer
+/// bundle's checkpoint. One after the other, each resumes where the server stands.
+///
+/// A `flock` on `.sessions/ID` in the spool: held by the open file, so it ends with the process
+/// whatever ends it, and it excludes other descriptors of the same process too. Across hosts on
+/// NFS 4 the client turns it into a lock the server keeps (released a lease after a host dies).
+/// The files stay, empty, one per session seen.
+public final class SessionHold: Sendable {
+    public let sessionID: String
+    private let descriptor: Mutex<Int32?>
+
+    private init(sessionID: String, descriptor: Int32) {
+        self.sessionID = sessionID
+        self.descriptor = Mutex(descriptor)
+    }
+
+    /// Lets the session go. Idempotent. A `close`, which may wait for an NFS server: on the
+    /// spool's threads, as every spool call.
+    public func release() {
+        BlockingCalls.check("releasing the hold on session \(sessionID)")
+        guard let descriptor = descriptor.withLock({ $0.take() }) else { return }
+        close(descriptor)
+    }
+
+    deinit { if let descriptor = descriptor.withLock({ $0 }) { close(descriptor) } }
+
+    /// The folder of the holds, inside the spool (hidden: not a folder of the queue).
+    public static let folder = ".sessions"
+
+    /// A file name for `sessionID`: the UUID itself in lowercase (validation allows nothing else),
+    /// else its SHA-256, so that no id can name a path.
+    static func fileName(_ sessionID: String) -> String {
+        let isUUIDText =
+            sessionID.utf8.count == 36
+            && sessionID.utf8.allSatisfy { byte in
+                byte == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte | 0x20)
+            }
+        if isUUIDText { return sessionID.lowercased() }
+        return "sha256-" + SHA256.hash(data: Array(sessionID.utf8)).hexString
+    }
+
+    /// Holds `sessionID` for the caller, or nil when another bundle holds it now (in this process
+    /// or another). Throws when the hold cannot be asked for at all (no lock support, a spool that
+    /// cannot be written): the caller decides whether to go on without it.
+    static func take(_ sessionID: String, in spool: Spool) throws(SpoolError) -> SessionHold? {
+        BlockingCalls.check("holding session \(sessionID)")
+        let folder = spool.root + "/" + Self.folder
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST {
+            throw SpoolError(
+                code: .notWritable, message: "cannot make the sessions' lock folder", path: folder, errno: errno)
+        }
+        let path = folder + "/" + fileName(sessionID)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw SpoolError(code: .notWritable, message: "cannot open the session's lock", path: path, errno: errno)
+        }
+        var locked = flock(descriptor, LOCK_EX | LOCK_NB)
+        while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
+        guard locked == 0 else {
+            let error = errno
+            close(descriptor)
+            if error == EWOULDBLOCK { return nil }
+            throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
+        }
+        return SessionHold(sessionID: sessionID, descriptor: descriptor)
+    }
+}
+
+extension Spool {
+    /// Holds `sessionID` while one of its bundles uploads (``SessionHold``); nil while another does.
+    public func holdSession(_ sessionID: String) throws(SpoolError) -> SessionHold? {
+        try SessionHold.take(sessionID, in: self)
+    }
+}
