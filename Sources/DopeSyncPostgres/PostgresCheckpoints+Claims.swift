@@ -143,6 +143,40 @@ extension PostgresCheckpoints: ClaimStorage {
         }
     }
 
+    /// Busy while another bundle of the session is claimed under a live lease and has said it
+    /// uploads the session (its row names the session): asked and answered under an advisory lock
+    /// of the session, in a transaction fenced by this bundle's claim, which then names the
+    /// session in this bundle's row. So the hold ends with the holder's claim, moved, released
+    /// or run out, and a paused worker's passes to the worker that takes its bundle over.
+    public func holdSession(_ sessionID: String, of claimed: ClaimedBundle) async -> SessionHoldOutcome {
+        let (name, now) = (claimed.name, Self.databaseNow)
+        do {
+            let holder: String? = try await fencedTransaction(name, "holding session \(sessionID) for \(name)") {
+                connection in
+                _ = try await connection.query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\("dopesync.session:" + sessionID), 0))",
+                    logger: self.logger
+                ).collect()
+                let rows = try await connection.query(
+                    """
+                    SELECT b.name FROM dopesync.bundles AS b JOIN dopesync.claims AS c ON c.bundle_name = b.name
+                    WHERE b.session_id = \(sessionID) AND b.name <> \(name) AND c.run_id IS NOT NULL
+                        AND c.lease_expires_at > \(unescaped: now)
+                    LIMIT 1
+                    """, logger: self.logger
+                ).collect()
+                if let row = rows.first?.makeRandomAccess() { return try Self.decode(row, "name") as String }
+                _ = try await connection.query(
+                    "UPDATE dopesync.bundles SET session_id = \(sessionID) WHERE name = \(name)", logger: self.logger
+                ).collect()
+                return nil
+            }
+            return holder == nil ? .held(.heldByTheStore(sessionID)) : .busy
+        } catch {
+            return .unavailable(reason: "\(error)")
+        }
+    }
+
     /// The claim under which this worker may write about `name` now, or `CheckpointError/Code/leaseLost`.
     func fence(_ name: String) throws(CheckpointError) -> ClaimFence {
         guard let owner, let epoch = leaseBook.withLock({ $0.fence(name, at: .now) }) else {

@@ -46,6 +46,42 @@ import Testing
     }
 
     @Test(
+        "two bundles of one session on two hosts at once, against an API that ignores keys: one uploads while the other waits for a later run, and every record exists once"
+    )
+    func twoBundlesOfASessionOnTwoHosts() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 4_300, shape: .realistic)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            try pack(sample, into: spool, scratch: directory.appendingPathComponent("again"))
+            var configuration = DevServerConfiguration()
+            // Each bundle's 50 POSTs take half a second or more: the second host reads its
+            // bundle while the first still uploads.
+            configuration.faults.latencyMilliseconds = 10...10
+            configuration.ignoreIdempotencyKeys = true
+            try await withDevServer(configuration) { server in
+                var workers: [Spawned] = []
+                for host in ["host-a", "host-b"] {
+                    workers.append(
+                        try await spawnSharedRun(
+                            spool, against: server, database: database, host: host, ["--concurrency", "1"]))
+                }
+                for worker in workers { #expect(await worker.finished() == 0, "\(worker.errorText)") }
+                let said = workers.map(\.errorText).joined(separator: "\n")
+                #expect(said.contains("another bundle of this session is being uploaded"), "\(said)")
+                let later = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await later.finished() == 0, "\(later.errorText)")
+                #expect(try spool.names(.done).count == 2 && spool.names(.incoming).isEmpty)
+                // One session (the lookup fails on two), and each of its records once.
+                let tree = try await server.sessionTree(clientID: sample.sessionID)
+                #expect(tree.dope.count == 15)
+                #expect(tree.chrono.map(\.readings.count) == [10, 10])
+                #expect(tree.groups.map(\.images.count) == [1, 1, 1, 1])
+            }
+        }
+    }
+
+    @Test(
         "a worker SIGKILLed mid-step: its claims run out and another host takes them over, resending nothing done",
         arguments: keysHonouredOrIgnored)
     func aKilledWorkersBundlesAreTakenOver(keysHonoured: Bool) async throws {

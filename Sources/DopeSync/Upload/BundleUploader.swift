@@ -110,36 +110,29 @@ struct BundleUploader: Sendable {
     }
 
     private enum SessionHoldAnswer {
-        /// The session is this bundle's until released (nil: held without a lock, see below).
+        /// The session is this bundle's until released (nil: going on without a hold, see below).
         case held(SessionHold?)
         /// Another bundle of the session is being uploaded.
         case busy
     }
 
-    /// Takes the session's hold. A spool whose file system cannot lock (a `local_lock` or
-    /// `nolock` NFS mount, say) or cannot be written goes on without it, as before the hold
-    /// existed, and says so: the moves will tell a spool that cannot be written.
-    ///
-    /// Not on a shared store: there a claim is a lease that a paused worker loses, and a flock
-    /// would outlive it, keeping the session from the worker that takes the bundle over
-    /// (ARCHITECTURE.md, "One bundle of a session at a time").
+    /// Takes the session's hold from the claims' store (``ClaimStorage/holdSession(_:of:)``). A
+    /// spool whose file system cannot lock (a `local_lock` or `nolock` NFS mount, say), or a hold
+    /// that cannot be asked for, goes on without it, as before the hold existed, and says so.
     private func holdSession(_ sessionID: String, of claimed: ClaimedBundle, logger: Logger) async
         -> SessionHoldAnswer
     {
-        guard !claims.claimsRunOut else { return .held(nil) }
-        do {
-            let spool = claimed.spool
-            guard let hold = try await SpoolCalls.run({ () throws(SpoolError) in try spool.holdSession(sessionID) })
-            else {
-                logger.notice(
-                    "another bundle of this session is being uploaded: this one waits for a later run, uncounted")
-                return .busy
-            }
+        switch await claims.holdSession(sessionID, of: claimed) {
+        case .held(let hold):
             return .held(hold)
-        } catch {
+        case .busy:
+            logger.notice(
+                "another bundle of this session is being uploaded: this one waits for a later run, uncounted")
+            return .busy
+        case .unavailable(let reason):
             logger.warning(
                 "cannot hold the session while its bundle uploads; going on without (two bundles of it at once could send a record twice to an API that ignores keys)",
-                metadata: ["error": "\(error)"])
+                metadata: ["error": "\(reason)"])
             return .held(nil)
         }
     }

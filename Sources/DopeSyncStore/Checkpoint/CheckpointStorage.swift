@@ -31,6 +31,9 @@ public protocol ClaimStorage: Sendable {
     /// Ends the claim of `name` without an outcome (the bundle stays where it is, or its spool
     /// claim failed): another worker may take it at once.
     func releaseClaim(of name: String) async
+    /// Holds `sessionID` for the claimed bundle while it uploads (``SessionHold``): busy while
+    /// another bundle of the session holds it.
+    func holdSession(_ sessionID: String, of claimed: ClaimedBundle) async -> SessionHoldOutcome
 }
 
 /// One host's claims: the spool's `flock` on the claimed file, which the kernel drops when the
@@ -48,6 +51,16 @@ public struct SpoolClaims: ClaimStorage {
     public var claimsRunOut: Bool { false }
     public func confirmClaim(of name: String) async -> Bool { true }
     public func releaseClaim(of name: String) async {}
+    /// The spool's flock on `.sessions/ID`, on the spool's threads.
+    public func holdSession(_ sessionID: String, of claimed: ClaimedBundle) async -> SessionHoldOutcome {
+        let spool = claimed.spool
+        do {
+            let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) }
+            return hold.map { .held($0) } ?? .busy
+        } catch {
+            return .unavailable(reason: "\(error)")
+        }
+    }
 }
 
 /// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool

@@ -19,17 +19,23 @@ import ThreadRules
 /// the records exist twice; where keys hold, the older bundle's body can stand under the newer
 /// bundle's checkpoint. One after the other, each resumes where the server stands.
 ///
-/// A `flock` on `.sessions/ID` in the spool: held by the open file, so it ends with the process
-/// whatever ends it, and it excludes other descriptors of the same process too. Across hosts on
-/// NFS 4 the client turns it into a lock the server keeps (released a lease after a host dies).
-/// The files stay, empty, one per session seen.
+/// One host: a `flock` on `.sessions/ID` in the spool, held by the open file, so it ends with the
+/// process whatever ends it, and it excludes other descriptors of the same process too. The files
+/// stay, empty, one per session seen. Several hosts: the shared store keeps it with the bundle's
+/// claim (``ClaimStorage/holdSession(_:of:)``), since a flock would outlive a paused worker's lease.
 public final class SessionHold: Sendable {
     public let sessionID: String
+    /// The lock file's descriptor; nil for a hold the store keeps (``heldByTheStore(_:)``).
     private let descriptor: Mutex<Int32?>
 
-    private init(sessionID: String, descriptor: Int32) {
+    private init(sessionID: String, descriptor: Int32?) {
         self.sessionID = sessionID
         self.descriptor = Mutex(descriptor)
+    }
+
+    /// A hold kept by a shared store, which ends with the bundle's claim: nothing to release here.
+    package static func heldByTheStore(_ sessionID: String) -> SessionHold {
+        SessionHold(sessionID: sessionID, descriptor: nil)
     }
 
     /// Lets the session go. Idempotent. A `close`, which may wait for an NFS server: on the
@@ -90,4 +96,14 @@ extension Spool {
     public func holdSession(_ sessionID: String) throws(SpoolError) -> SessionHold? {
         try SessionHold.take(sessionID, in: self)
     }
+}
+
+/// What asking for a session's hold gave.
+public enum SessionHoldOutcome: Sendable {
+    /// The session is this bundle's until the hold is released (or, in a shared store, its claim ends).
+    case held(SessionHold)
+    /// Another bundle of the session is being uploaded now.
+    case busy
+    /// The hold could not be asked for at all (no lock support, a store that cannot be reached).
+    case unavailable(reason: String)
 }
