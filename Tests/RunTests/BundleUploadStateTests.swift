@@ -394,6 +394,23 @@ import Testing
                 == .fail(
                     BundleFailure(reason: .changedAfterValidation, step: chrono.key, message: "gone"),
                     stepAnswered: false))
+        // The disk failing under the image is this machine's fault: deferred, not failed, and
+        // kept from the circuit breaker (`deferLocally`, not `deferBundle`).
+        let diskFault = finish(answering: .bundleReadFailed(message: "Input/output error")).finish
+        guard case .deferLocally(let failure) = diskFault else {
+            Issue.record("a disk fault ends as \(String(describing: diskFault))")
+            return
+        }
+        #expect(failure.reason == FailureReason(.io) && failure.step == chrono.key)
+        #expect(failure.message?.contains("not of the bundle: Input/output error") == true, "\(failure)")
+    }
+
+    @Test("an image that cannot be read back: an I/O error is the machine's, other bytes than validated the bundle's")
+    func whoseFaultAnUnreadableImageIs() {
+        let io = BundleError(.io, culprit: "images/t.jpg", message: "read failed: Input/output error")
+        #expect(APIClient.unreadable(io) == .bundleReadFailed(message: io.description))
+        let rewritten = BundleError(.changedAfterValidation, culprit: "images/t.jpg", message: "sha256 differs")
+        #expect(APIClient.unreadable(rewritten) == .imageUnreadable(message: rewritten.description))
     }
 
     @Test(

@@ -211,7 +211,9 @@ public enum CheckCommand {
     static func describe(_ response: StepResponse) -> String {
         switch response {
         case .unauthorized(let status, let message): "refused (\(status)): \(message)"
-        case .notTrusted(let message), .misdirected(let message), .imageUnreadable(let message): message
+        case .notTrusted(let message), .misdirected(let message), .imageUnreadable(let message),
+            .bundleReadFailed(let message):
+            message
         case .retryable(let status, _, let message): "\(status.map { "HTTP \($0): " } ?? "")\(message)"
         case .rejected(let status, _, let message, _): "HTTP \(status): \(message)"
         case .created(let id, _): "answered a create (id \(id)) to a GET"
@@ -224,7 +226,7 @@ public enum CheckCommand {
         case .unauthorized: .permissionDenied
         case .notTrusted: .apiNotTrusted
         case .misdirected, .rejected, .created: .configuration
-        case .retryable, .imageUnreadable: .temporaryFailure
+        case .retryable, .imageUnreadable, .bundleReadFailed: .temporaryFailure
         }
     }
 

@@ -24,6 +24,10 @@ public enum StepResponse: Sendable, Equatable {
     /// or broke since): nothing, or not all of its body, was sent. Not the API's answer, so never
     /// retried and never counted against the API.
     case imageUnreadable(message: String)
+    /// The image could not be read back for a reason of this machine, not of the bundle (an I/O
+    /// error, no file descriptor left): nothing whole was sent; the bundle is tried again later
+    /// and not blamed.
+    case bundleReadFailed(message: String)
     /// The answer says the URL does not lead to the API: a redirect (never followed), HTML where
     /// JSON is due, or (judged by the upload, which knows the step) a 404 from the session
     /// collection. The configuration's fault, not the bundle's: the run stops, exit 78.
@@ -203,7 +207,7 @@ public struct APIClient: Sendable {
                 let parts = MultipartBody(framing: framing, image: image, images: archive, reading: reading)
                 request.body = streamed(parts, length: length, claimHeld: claimHeld)
             } catch {
-                return (.imageUnreadable(message: "\(error)"), 0)
+                return (Self.unreadable(error), 0)
             }
             return await execute(request, clientID: step.clientID, length: length)
         }
@@ -273,12 +277,20 @@ public struct APIClient: Sendable {
             }
             return (Self.refusal(status: status, headers: response.headers, answer: answer), length)
         } catch let error as BundleError {
-            // The image's body stopped itself (AsyncHTTPClient hands its error back as it is):
-            // its bytes are not the ones validated.
-            return (.imageUnreadable(message: error.description), length)
+            // The image's body stopped itself (AsyncHTTPClient hands its error back as it is).
+            return (Self.unreadable(error), length)
         } catch {
             return (await classify(error), length)
         }
+    }
+
+    /// An image that could not be read back from the archive: the disk's or the system's fault
+    /// (`io_error`: EIO, EMFILE), or bytes that are not the ones validated (the bundle's).
+    static func unreadable(_ error: any Error) -> StepResponse {
+        if let error = error as? BundleError, error.code == .io {
+            return .bundleReadFailed(message: error.description)
+        }
+        return .imageUnreadable(message: "\(error)")
     }
 
     /// Why this answer cannot be the API's, if it cannot: a redirect, or an HTML page. Names the

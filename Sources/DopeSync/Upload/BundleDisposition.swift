@@ -45,7 +45,8 @@ struct BundleDisposition: Sendable {
                     "field": "\(failure.field ?? "-")", "message": "\(failure.message ?? "")",
                 ])
             return await fail(claimed, sessionID: sessionID, failure: failure, logger: logger)
-        case .deferBundle(_, _) where !claims.holdsClaim(of: claimed.name):
+        case .deferBundle(_, _) where !claims.holdsClaim(of: claimed.name),
+            .deferLocally where !claims.holdsClaim(of: claimed.name):
             // Its last try was cut short because the claim ran out: not the API's fault.
             return abandon(claimed, logger: logger)
         case .deferBundle(let failure, let answered):
@@ -55,6 +56,11 @@ struct BundleDisposition: Sendable {
                     "circuit breaker open: the run stops claiming and gives bundles back for later (exit 75)",
                     metadata: ["reason": "\(reason)"])
             }
+            return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
+        case .deferLocally(let failure):
+            logger.error(
+                "cannot read the bundle's image back: the bundle is deferred, not blamed",
+                metadata: ["step": "\(failure.step ?? "-")", "message": "\(failure.message ?? "")"])
             return await deferBundle(claimed, sessionID: sessionID, failure: failure, logger: logger)
         case .giveBack(let why):
             if case .credentialsRefused(let status, let message) = why {

@@ -44,6 +44,9 @@ extension BundleUploadState {
         /// Back to `incoming/` for a later attempt. `answered`: the API answered at all (an HTTP
         /// status), or not (unreachable).
         case deferBundle(BundleFailure, answered: Bool)
+        /// Back to `incoming/` for a later attempt, for a fault of this machine (its disk, its
+        /// file descriptors), not of the API: the circuit breaker does not hear of it.
+        case deferLocally(BundleFailure)
         /// Back to `incoming/` uncounted.
         case giveBack(GiveBack)
     }

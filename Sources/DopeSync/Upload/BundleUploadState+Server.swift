@@ -35,7 +35,7 @@ extension BundleUploadState {
                     message:
                         "the reference list GET \(list.path) could not be read before the first request: \(message)")
                 return .deferBundle(failure, answered: status != nil)
-            case .created, .rejected, .imageUnreadable:
+            case .created, .rejected, .imageUnreadable, .bundleReadFailed:
                 preconditionFailure("a list's read answers no create, and a refusal of it passes (\(response))")
             }
         }

@@ -159,6 +159,12 @@ extension BundleUploadState {
         case .imageUnreadable(let message):
             return .fail(
                 BundleFailure(reason: .changedAfterValidation, step: step.key, message: message), stepAnswered: false)
+        case .bundleReadFailed(let message):
+            return .deferLocally(
+                BundleFailure(
+                    reason: FailureReason(.io), step: step.key,
+                    message: "the image could not be read back from the bundle, a fault of this machine, not of "
+                        + "the bundle: \(message)"))
         case .unauthorized(let status, let message):
             return .giveBack(.credentialsRefused(status: status, message: message))
         case .notTrusted(let message):
