@@ -1,8 +1,9 @@
-import DopeSync
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
 import Testing
+
+@testable import DopeSync
 
 /// A 401 or 403 on one bundle's request, while the API takes the same token for others, is the
 /// bundle's: a web application firewall that blocks its content must not stop the whole spool.
@@ -47,6 +48,50 @@ import Testing
                 let created = try await server.createdCounts()
                 #expect(created["session"] == 4, "\(created)")
             }
+        }
+    }
+
+    @Test(
+        "an API with neither lookups nor lists, a firewall's 403 for one bundle after another went through with the token: the refusal is the bundle's, not exit 77"
+    )
+    func nothingToAskButTheRunsOwnCreates() async throws {
+        try await withTemporaryDirectory { directory in
+            let good = SampleSession(seed: 3720)
+            var blocked = SampleSession(seed: 3721)
+            blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
+            let spool = try await makeSpool(in: directory, samples: [good, blocked])  // the good one first
+            var configuration = DevServerConfiguration.withoutReferenceLists
+            configuration.lookups = false
+            configuration.forbiddenBodyPattern = "<script>"
+            try await withDevServer(configuration) { server async throws in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                options.minAge = .zero
+                options.concurrency = 1
+                options.retry.base = .milliseconds(1)
+                options.retry.cap = .milliseconds(5)
+                options.minFreeSpace = .bytes(0)
+                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                #expect(status == .success, "\(summary)")
+                #expect(summary.done == 1 && summary.deferred == 1 && summary.givenBack == 0, "\(summary)")
+                #expect(try spool.names(.incoming) == ["\(blocked.sessionID).tar.gz"])
+            }
+        }
+    }
+
+    @Test("whose a refusal is, from the token's own check and the run's creates with the token")
+    func whoseTheRefusalIs() {
+        let cases: [(APIClient.TokenCheck, created: Bool, bundles: Bool)] = [
+            (.accepted, false, true),
+            (.refused, true, false),
+            // A 503 or a timeout says nothing of the token: not taken for a refusal.
+            (.unanswered("HTTP 503: busy"), false, true),
+            (.nothingToAsk, true, true),
+            (.nothingToAsk, false, false),
+        ]
+        for (check, created, bundles) in cases {
+            #expect(
+                APIClient.refusalIsTheBundles(check, tokenCreatedThisRun: created) == bundles,
+                "\(check), created this run: \(created)")
         }
     }
 

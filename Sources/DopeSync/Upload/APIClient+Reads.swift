@@ -17,19 +17,43 @@ extension APIClient {
 
     /// `GET path`, for looking records up before a step is sent again. Bodies up to 16 MiB
     /// (a session tree of thousands of records).
-    /// Whether the API takes the current token for a request that needs nothing else: a lookup of
-    /// a client id no record has, or, where there are no lookups, the rifles list. False when it
-    /// refuses the token there, or neither can say (then the refusal is taken as the token's).
-    func tokenAccepted(counting counters: RunCounters) async -> Bool {
+    /// What the API says of the current token alone (WORKER.md, 401 or 403).
+    enum TokenCheck: Equatable {
+        /// A request that needs nothing else was answered: the token is taken.
+        case accepted
+        /// Refused there too (401, 403): the token is wrong.
+        case refused
+        /// No answer that says either way (a timeout, a 5xx, a 429): the API cannot say now.
+        case unanswered(String)
+        /// The API has neither session lookups nor reference lists: nothing to ask.
+        case nothingToAsk
+    }
+
+    /// Asks the API whether it takes the current token for a request that needs nothing else: a
+    /// lookup of a client id no record has, or, where there are no lookups, the rifles list.
+    func checkToken(counting counters: RunCounters) async -> TokenCheck {
         for path in [Self.lookupOfNoRecord, ReferenceList.rifles.path] {
             counters.request(bytes: 0)
             switch await get(path) {
-            case .found: return true
+            case .found: return .accepted
             case .notFound: continue
-            case .failed: return false
+            case .failed(.unauthorized): return .refused
+            case .failed(let response): return .unanswered(CheckCommand.describe(response))
             }
         }
-        return false
+        return .nothingToAsk
+    }
+
+    /// Whether a refusal of a bundle's request is the bundle's (deferred, the others go on) rather
+    /// than the token's (the run stops, exit 77), given the token's own check and whether a create
+    /// sent with this token went through in this run. An API that cannot say now is not taken to
+    /// refuse the token; one with nothing to ask is judged by the run's own creates, else as before.
+    static func refusalIsTheBundles(_ check: TokenCheck, tokenCreatedThisRun: Bool) -> Bool {
+        switch check {
+        case .accepted, .unanswered: true
+        case .refused: false
+        case .nothingToAsk: tokenCreatedThisRun
+        }
     }
 
     /// A session lookup by a fresh client id, which no record has: it creates nothing, needs the

@@ -247,12 +247,15 @@ struct BundleUploader: Sendable {
                 if renewed { logger.notice("the API refused the token; sending the step again with the one read anew") }
                 action = state.credentialRenewed(renewed, stopping: counters.shouldStop)
             case .checkToken(let step):
-                let accepted = await client.tokenAccepted(counting: counters)
+                let check = await client.checkToken(counting: counters)
+                let token = client.credential.current
+                let accepted = APIClient.refusalIsTheBundles(
+                    check, tokenCreatedThisRun: counters.createdThisRun(with: token))
                 logger.warning(
                     accepted
                         ? "the API refused this bundle's request but takes the token: the bundle is deferred, the others go on"
                         : "the API refuses the token itself",
-                    metadata: ["step": "\(step.key)"])
+                    metadata: ["step": "\(step.key)", "token.check": "\(check)"])
                 action = state.tokenChecked(accepted, stopping: counters.shouldStop)
             case .backOff(let step, let number, let retryAfter, let answer):
                 action = state.backedOff(
@@ -278,8 +281,10 @@ struct BundleUploader: Sendable {
     private func send(_ step: UploadStep, path: String, images: ArchiveImages, of name: String) async -> StepResponse {
         var claimHeld: (@Sendable () -> Bool)? = nil
         if claims.claimsRunOut { claimHeld = { [claims] in claims.holdsClaim(of: name) } }
+        let token = client.credential.current
         let (answer, bytes) = await client.send(step, path: path, images: images, claimHeld: claimHeld)
         counters.request(bytes: bytes)
+        if case .created = answer { counters.recordCreate(with: token) }
         return answer
     }
 

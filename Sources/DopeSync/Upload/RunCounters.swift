@@ -27,6 +27,9 @@ final class RunCounters: Sendable {
         /// The shared database (PostgreSQL) could not be reached (``CheckpointError/isUnreachable``).
         var databaseUnreachable = false
         var breaker: CircuitBreaker
+        /// The last token a create went through with in this run: evidence that it works, for
+        /// an API with nothing else to ask about it (``APIClient/refusalIsTheBundles(_:tokenCreatedThisRun:)``).
+        var tokenThatCreated: String?
 
         /// What the run exits with: the first reason it stopped for, in order of what a person
         /// must fix first; else whether a bundle failed.
@@ -75,6 +78,12 @@ final class RunCounters: Sendable {
     }
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
+
+    /// A create went through with `token`.
+    func recordCreate(with token: String) { state.withLock { $0.tokenThatCreated = token } }
+
+    /// Whether a create went through with `token` in this run, the last one that did.
+    func createdThisRun(with token: String) -> Bool { state.withLock { $0.tokenThatCreated == token } }
 
     /// Sets a reason the run stops for; true for its first report only (one log line a run).
     func report(_ reason: any WritableKeyPath<State, Bool> & Sendable) -> Bool {
