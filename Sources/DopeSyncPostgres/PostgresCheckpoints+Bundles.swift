@@ -44,7 +44,8 @@ extension PostgresCheckpoints {
     }
 
     /// One statement: the fence, then the bundle's row made or marked as being read. A row left
-    /// by a bundle that finished under the same name belongs to another file: it starts afresh.
+    /// by a bundle that finished (done or failed) under the same name belongs to another file: it
+    /// starts afresh.
     public func beginReading(name: String, now: Date) async throws(CheckpointError) -> Int {
         let fence = try fence(name)
         let rows = try await rows(

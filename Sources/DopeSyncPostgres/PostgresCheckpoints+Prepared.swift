@@ -91,7 +91,7 @@ package enum HotStatements {
             INSERT INTO dopesync.bundles AS b (name, first_seen, updated_at, reading_since)
             SELECT $1, $4, $4, $4 WHERE EXISTS (SELECT 1 FROM fence)
             ON CONFLICT (name) DO UPDATE SET \(startedAfreshWhenDone),
-                readings_cut_short = CASE WHEN b.last_outcome = 'done' THEN 0
+                readings_cut_short = CASE WHEN b.last_outcome IN \(BundleOutcome.finishedSQL) THEN 0
                     ELSE b.readings_cut_short + (b.reading_since IS NOT NULL)::int END,
                 reading_since = excluded.reading_since
             RETURNING readings_cut_short
@@ -106,7 +106,7 @@ package enum HotStatements {
             return bindings
         }
 
-        /// The `SET` list that gives a done bundle's row the values of a new one (`excluded`'s,
+        /// The `SET` list that gives a finished (done or failed) bundle's row the values of a new one (`excluded`'s,
         /// or the columns' defaults) and leaves any other row as it is.
         private static var startedAfreshWhenDone: String {
             let fresh: [(column: String, value: String)] = [
@@ -116,7 +116,7 @@ package enum HotStatements {
                 ("last_outcome", "NULL"), ("updated_at", "excluded.updated_at"), ("steps_total", "NULL"),
             ]
             return fresh.map {
-                "\($0.column) = CASE WHEN b.last_outcome = 'done' THEN \($0.value) ELSE b.\($0.column) END"
+                "\($0.column) = CASE WHEN b.last_outcome IN \(BundleOutcome.finishedSQL) THEN \($0.value) ELSE b.\($0.column) END"
             }
             .joined(separator: ", ")
         }

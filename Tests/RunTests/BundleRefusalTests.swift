@@ -8,6 +8,13 @@ import Testing
 /// A 401 or 403 on one bundle's request, while the API takes the same token for others, is the
 /// bundle's: a web application firewall that blocks its content must not stop the whole spool.
 @Suite struct BundleRefusalTests {
+    /// A session whose notes the dev server's firewall (`forbiddenBodyPattern` `<script>`) refuses.
+    static func blockedByAFirewall(seed: UInt64) -> SampleSession {
+        var blocked = SampleSession(seed: seed)
+        blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
+        return blocked
+    }
+
     /// `dopesync run` in-process, a bundle failing after two counted attempts, each due at once.
     static func run(_ spool: Spool, _ server: RunningDevServer) async -> (RunSummary, DopeSync.ExitStatus) {
         var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
@@ -24,8 +31,7 @@ import Testing
     func aBundleRefusedByAFirewallFailsAlone() async throws {
         try await withTemporaryDirectory { directory in
             let good = (1...4).map { SampleSession(seed: UInt64(3700 + $0)) }
-            var blocked = SampleSession(seed: 3705)
-            blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
+            let blocked = Self.blockedByAFirewall(seed: 3705)
             let spool = try await makeSpool(in: directory, samples: good + [blocked])
             let blockedName = "\(blocked.sessionID).tar.gz"
             var configuration = DevServerConfiguration()
@@ -57,8 +63,7 @@ import Testing
     func nothingToAskButTheRunsOwnCreates() async throws {
         try await withTemporaryDirectory { directory in
             let good = SampleSession(seed: 3720)
-            var blocked = SampleSession(seed: 3721)
-            blocked.json["notes"] = "zero at 100 <script>alert(1)</script>"
+            let blocked = Self.blockedByAFirewall(seed: 3721)
             let spool = try await makeSpool(in: directory, samples: [good, blocked])  // the good one first
             var configuration = DevServerConfiguration.withoutReferenceLists
             configuration.lookups = false
@@ -74,6 +79,31 @@ import Testing
                 #expect(status == .success, "\(summary)")
                 #expect(summary.done == 1 && summary.deferred == 1 && summary.givenBack == 0, "\(summary)")
                 #expect(try spool.names(.incoming) == ["\(blocked.sessionID).tar.gz"])
+            }
+        }
+    }
+
+    @Test(
+        "a new bundle under the name of one that failed starts afresh: its first refusal defers it, it does not fail on the old bundle's attempts"
+    )
+    func aNewBundleUnderAFailedOnesNameStartsAfresh() async throws {
+        try await withTemporaryDirectory { directory in
+            let good = SampleSession(seed: 3730)
+            let blocked = Self.blockedByAFirewall(seed: 3731)
+            let spool = try await makeSpool(in: directory, samples: [good, blocked])
+            let name = "\(blocked.sessionID).tar.gz"
+            var configuration = DevServerConfiguration()
+            configuration.forbiddenBodyPattern = "<script>"
+            try await withDevServer(configuration) { server async throws in
+                // Two runs: deferred, then failed after its 2 attempts.
+                _ = await Self.run(spool, server)
+                let (second, _) = await Self.run(spool, server)
+                #expect(try second.failed == 1 && spool.names(.failed).contains(name), "\(second)")
+                // The producer packs the session again, under the same name, still blocked.
+                #expect(try pack(blocked, into: spool, scratch: directory.appendingPathComponent("again")) == name)
+                let (third, _) = await Self.run(spool, server)
+                #expect(third.deferred == 1 && third.failed == 0, "its first attempt, not its third: \(third)")
+                #expect(try spool.names(.incoming) == [name])
             }
         }
     }

@@ -213,6 +213,12 @@ public struct BundleOutcome: RawRepresentable, Hashable, Sendable, CustomStringC
     /// `requeue`: back from `failed/` with a fresh attempt count.
     public static let requeued = BundleOutcome(rawValue: "requeued")
     public var description: String { rawValue }
+
+    /// The outcomes after which a bundle's row belongs to a file that has left the queue (in
+    /// `done/` or `failed/`; `requeue` marks one it brings back as `requeued`): a bundle claimed
+    /// under the same name is another file, and starts afresh (attempts, first seen, readings cut
+    /// short), as an SQL list for both stores.
+    public static let finishedSQL = "('done', 'failed')"
 }
 
 /// The retry bookkeeping of one bundle, keyed by its file name in the spool.

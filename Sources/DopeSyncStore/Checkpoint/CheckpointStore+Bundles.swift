@@ -11,7 +11,7 @@ extension CheckpointStore {
     /// id and number of steps once the bundle is validated and planned (for progress).
     ///
     /// A bundle seen for the first time gets `first_seen = now`. A row left by a bundle that finished
-    /// (`done`) under the same name belongs to another file: it is replaced by a fresh row.
+    /// (`done` or `failed`) under the same name belongs to another file: it is replaced by a fresh row.
     public func recordClaim(
         name: String, sessionID: String? = nil, owner: ClaimOwner, totalSteps: Int? = nil, now: Date = Date()
     ) throws(CheckpointError) {
@@ -45,7 +45,8 @@ extension CheckpointStore {
         now: Date
     ) throws(SQLiteError) {
         let t = now.timeIntervalSince1970
-        try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
+        try connection.query(
+            "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
         try connection.query(
             """
             INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
@@ -64,8 +65,10 @@ extension CheckpointStore {
     /// library, the OOM killer, a kill after a hang). Such a bundle must not be claimed for ever.
     public func beginReading(name: String, now: Date = Date()) throws(CheckpointError) -> Int {
         try write("recording that \(name) is being read") { connection in
-            // A row left by a bundle that finished under the same name belongs to another file.
-            try connection.query("DELETE FROM bundles WHERE name = ? AND last_outcome = 'done'", [name])
+            // A row left by a bundle that finished (done or failed) under the same name belongs to
+            // another file.
+            try connection.query(
+                "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
             try Self.ensureBundle(connection, name: name, now: now)
             let row = try connection.queryFirst(
                 """
