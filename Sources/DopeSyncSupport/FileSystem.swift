@@ -100,4 +100,34 @@ package enum FileSystem {
     package static func octal(_ mode: mode_t) -> String {
         "0" + String(mode, radix: 8)
     }
+
+    /// Why this process's user cannot write into the folder `path`, whose `access(W_OK | X_OK)`
+    /// failed with `error`, and the fix that fits that cause: a read-only file system (a
+    /// read-only mount, or a path outside a systemd unit's `ReadWritePaths=`, which
+    /// `ProtectSystem=strict` makes read-only for it), a folder the user owns without write
+    /// permission, or one that belongs to another user. `otherOwnerFix` is what to say in the
+    /// last case (`chown`, or an ACL where the folder is another package's).
+    package static func whyNotWritable(_ path: String, error: Int32, otherOwnerFix: (_ user: String) -> String)
+        -> String
+    {
+        let me = userName(geteuid())
+        if error == EROFS {
+            return "\(path) is on a file system that is read-only for \(me) (\(String(cString: strerror(error)))): "
+                + "a read-only mount, or, under systemd, a path outside the unit's ReadWritePaths= "
+                + "(add it with systemctl edit dopesync.service: [Service] ReadWritePaths=\(path))"
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return "\(path) is not writable by \(me): \(String(cString: strerror(error)))"
+        }
+        let owner = userName(info.st_uid)
+        let mode = octal(info.st_mode & 0o7777)
+        if info.st_uid == geteuid() {
+            return info.st_mode & 0o300 != 0o300
+                ? "\(path) belongs to \(me) but its mode \(mode) does not let its owner write: chmod u+wx \(path)"
+                : "\(path) belongs to \(me) (mode \(mode)), yet writing is refused "
+                    + "(\(String(cString: strerror(error)))): an ACL, a file attribute (lsattr) or a security policy"
+        }
+        return "\(path) is not writable by \(me): it belongs to \(owner) (mode \(mode)); \(otherOwnerFix(me))"
+    }
 }

@@ -90,6 +90,24 @@ import Testing
         }
     }
 
+    @Test(
+        "a spool folder on a read-only mount (or outside the unit's ReadWritePaths=) is named so: exit 73, no chown advised",
+        .enabled(if: geteuid() == 0, "needs root to mount a read-only tmpfs"))
+    func aReadOnlySpoolFolderIsNamed() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 46)])
+            let done = spool.path(.done)
+            _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", done])
+            defer { _ = umount2(done, Int32(MNT_DETACH)) }
+            let (status, output) = try await runToEnd(spool, apiURL: "http://127.0.0.1:9", token: "t")
+            #expect(status == 73, "\(output)")
+            #expect(output.contains("spool folder \(done) is on a file system that is read-only for root"), "\(output)")
+            #expect(output.contains("ReadWritePaths=\(done)"), "\(output)")
+            #expect(!output.contains("chown"), "root owns it already: \(output)")
+            #expect(try spool.names(.incoming).count == 1)
+        }
+    }
+
     @Test("a checkpoint update that fails after the move to done/ is reported with where the bundle went: exit 73")
     func checkpointUpdateAfterMoveFails() async throws {
         try await withTemporaryDirectory { directory in

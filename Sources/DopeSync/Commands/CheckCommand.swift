@@ -138,13 +138,13 @@ public enum CheckCommand {
             )
         }
         guard access(directory, W_OK | X_OK) == 0 else {
-            let user = FileSystem.userName(geteuid())
+            let why = FileSystem.whyNotWritable(directory, error: errno) { user in
+                "give \(user) write access (on Debian's node-exporter folder: setfacl -m u:\(user):rwx \(directory))"
+            }
             return (
                 Line(
                     ok: false, what: "metrics",
-                    detail: "\(user) cannot write \(directory), the folder of metrics-file: \(path): runs would "
-                        + "leave the file as it is; give the user write access (on Debian's node-exporter folder: "
-                        + "setfacl -m u:\(user):rwx \(directory))"), .cannotCreate
+                    detail: "runs would leave metrics-file: \(path) as it is: \(why)"), .cannotCreate
             )
         }
         return (Line(ok: true, what: "metrics", detail: "\(directory) is writable: \(path)"), .success)
@@ -268,15 +268,17 @@ public enum CheckCommand {
             return [Line(ok: false, what: "spool", detail: "\(error)")]
         }
         let missing = Spool.Folder.allCases.filter { !FileManager.default.fileExists(atPath: spool.path($0)) }
-        let unwritable = Spool.Folder.allCases.filter {
-            !missing.contains($0) && access(spool.path($0), W_OK | X_OK) != 0
+        let unwritable = Spool.Folder.allCases.compactMap { folder -> (Spool.Folder, Int32)? in
+            guard !missing.contains(folder), access(spool.path(folder), W_OK | X_OK) != 0 else { return nil }
+            return (folder, errno)
         }
-        if !unwritable.isEmpty {
+        if let (first, error) = unwritable.first {
             lines.append(
                 Line(
                     ok: false, what: "folders",
                     detail: "not writable by \(FileSystem.userName(geteuid())): "
-                        + unwritable.map(\.rawValue).joined(separator: ", ")))
+                        + unwritable.map(\.0.rawValue).joined(separator: ", ") + "; "
+                        + Spool.notWritableMessage(spool.path(first), error: error)))
         } else {
             let made =
                 missing.isEmpty

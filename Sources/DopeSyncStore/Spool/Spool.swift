@@ -84,20 +84,21 @@ public struct Spool: Sendable, Hashable {
             if access(path(folder), W_OK | X_OK) != 0 {
                 let code = errno
                 throw SpoolError(
-                    code: .notWritable, message: Self.notWritableMessage(path(folder)), path: path(folder), errno: code)
+                    code: .notWritable, message: Self.notWritableMessage(path(folder), error: code), path: path(folder),
+                    errno: code)
             }
         }
     }
 
-    /// "spool folder … is not writable by dopesync: it belongs to root (mode 0755); fix it with
-    /// chown dopesync: …": what a person needs to put it right.
-    static func notWritableMessage(_ folder: String) -> String {
-        var info = stat()
-        let me = FileSystem.userName(geteuid())
-        guard stat(folder, &info) == 0 else { return "spool folder is not writable by \(me)" }
-        return "spool folder is not writable by \(me): it belongs to \(FileSystem.userName(info.st_uid)) "
-            + "(mode \(FileSystem.octal(info.st_mode & 0o7777))); if \(me) runs the worker, fix it with "
-            + "chown \(me) \(folder), or run dopesync as the user the spool belongs to"
+    /// "spool folder /var/spool/dopesync/done is not writable by dopesync: it belongs to root
+    /// (mode 0755); …": what a person needs to put it right, by the cause
+    /// (``FileSystem/whyNotWritable(_:error:otherOwnerFix:)``).
+    package static func notWritableMessage(_ folder: String, error: Int32) -> String {
+        "spool folder "
+            + FileSystem.whyNotWritable(folder, error: error) { me in
+                "if \(me) runs the worker, fix it with chown \(me) \(folder), or run dopesync as the user the "
+                    + "spool belongs to"
+            }
     }
 
     private static func makeDirectory(_ path: String, intermediate: Bool) throws(SpoolError) {
