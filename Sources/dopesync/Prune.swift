@@ -8,7 +8,7 @@ struct Prune: AsyncParsableCommand {
             Only done/ is touched. A bundle's age is from when the checkpoint database recorded it done \
             (its mtime when the database does not know it). Without --older-than, the job file's \
             prune-after (default 30d), as the package's prune timer runs it. Exit 0, or 73 when done/ \
-            cannot be read or a file cannot be deleted.
+            cannot be read or a file cannot be deleted; 75 when the shared database (database:) cannot be reached; 78 when it refuses the credentials.
             """
     )
 

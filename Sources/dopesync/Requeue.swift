@@ -10,7 +10,7 @@ struct Requeue: AsyncParsableCommand {
             incoming/, which is made due now (its attempts kept). A failed bundle is due at once; a name \
             taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \
             the checkpoint database (the bundle's row in SPOOL/dopesync.sqlite, last_error_*). Exit 0; 1 when a NAME is neither in failed/ nor waiting for retry (the \
-            others are still requeued); 73 when the spool cannot be read or written.
+            others are still requeued); 73 when the spool cannot be read or written; 75 when the shared database (database:) cannot be reached; 78 when it refuses the credentials.
             """
     )
 

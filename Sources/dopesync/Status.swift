@@ -9,7 +9,7 @@ struct Status: AsyncParsableCommand {
             Reads only: opens no bundle and writes nothing. Incoming bundles are due now, waiting for retry \
             (the next attempt is in the checkpoint database), or modified within min-age (--job's, else 5s). \
             A claim whose owner is dead is an orphan the next run takes back. \
-            Exit 0, or 73 when the spool cannot be read.
+            Exit 0; 73 when the spool or the database cannot be read; 75 when the shared database (database:) cannot be reached; 78 when it refuses the credentials.
             """
     )
 

@@ -37,6 +37,13 @@ import Testing
                     spool, against: server, database: database, host: "host-a",
                     environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
                 #expect(await run.finished() == 78)
+                // The operator's commands say the same (status used to say 73).
+                for command in [["status"], ["requeue", "--all"], ["prune", "--older-than", "1d"]] {
+                    let said = try await dopesync(
+                        command + ["--spool", spool.root, "--database", database.url],
+                        environment: ["DOPESYNC_DATABASE_PASSWORD": "wrong"])
+                    #expect(said.status == 78, "\(command): \(said.stderr)")
+                }
             }
         }
     }

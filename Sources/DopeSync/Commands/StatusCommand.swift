@@ -22,9 +22,11 @@ public enum StatusCommand {
             return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
         } catch let error as SpoolError {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
-        } catch let error as CheckpointError where error.isUnreachable {
+        } catch let error as CheckpointError where error.isUnreachable || error.code == .refused {
+            // The shared database: as for requeue and prune, 75 unreachable, 78 refusing us.
             return CommandOutcome(
-                output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .temporaryFailure)
+                output: "", diagnostics: "cannot read the checkpoint database: \(error)",
+                status: error.exitStatusWhenUnusable)
         } catch {
             return CommandOutcome(
                 output: "", diagnostics: "cannot read the checkpoint database: \(error)", status: .cannotCreate)
