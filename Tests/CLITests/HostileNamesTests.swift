@@ -63,9 +63,9 @@ import Testing
     }
 
     @Test(
-        "names that are not UTF-8, not in normal form, or hold a newline: status counts each, and a run syncs each, none skipped"
-    )
-    func oddNamesAreNeverSkipped() async throws {
+        "names that are not UTF-8, not in normal form, or hold a newline: status counts each, and a run syncs each, none skipped, with or without RENAME_NOREPLACE (NFS)",
+        arguments: [true, false])
+    func oddNamesAreNeverSkipped(noReplaceRename: Bool) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(3900 + $0)) }
             let spool = try await makeSpool(in: directory, samples: samples)
@@ -86,8 +86,11 @@ import Testing
                 (try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])?["folders"]
                     as? [String: [String: Any]])
             #expect(folders["incoming"]?["count"] as? Int == 3, "\(folders)")
+            // As on NFS: every no-replace rename refused with EINVAL, so each move links, then unlinks.
+            let nfs = noReplaceRename ? [:] : try await NoReplaceRenameRefused(in: directory).environment
             try await withDevServer { server in
-                let (code, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                let (code, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: nfs)
                 #expect(code == 0, "\(output)")
                 #expect(output.contains(#"incoming/bad-\xff\xfe.tgz"#), "\(output)")
                 let done = try spool.names(.done)

@@ -483,13 +483,22 @@ struct DueWork {
             var listing = try spool.list(.incoming)
             // A name that is not UTF-8 is renamed first (rare), then the folder listed again.
             let renamed = spool.renameNonUTF8Names(listing)
-            if !renamed.isEmpty { listing = try spool.list(.incoming) }
+            if renamed.contains(where: { $0.now != nil }) { listing = try spool.list(.incoming) }
             return (try spool.processingEntries(), listing, renamed)
         }
         for bundle in renamed {
-            logger.notice(
-                "a bundle's name was not UTF-8: renamed to one the worker can write, and processed",
-                metadata: ["was": "incoming/\(bundle.was)", "now": "incoming/\(bundle.now)"])
+            if let now = bundle.now {
+                logger.notice(
+                    "a bundle's name was not UTF-8: renamed to one the worker can write, and processed",
+                    metadata: ["was": "incoming/\(bundle.was)", "now": "incoming/\(now)"])
+            } else {
+                logger.error(
+                    "a bundle's name is not UTF-8 and it cannot be renamed to one the worker can write: it waits in incoming/; rename it by hand",
+                    metadata: [
+                        "was": "incoming/\(bundle.was)",
+                        "error": "\(bundle.errno.map { String(cString: strerror($0)) } ?? "-")",
+                    ])
+            }
         }
         let states = try await checkpoints.bundlesInFlight()
         let incoming = IncomingQueue(incoming: listing, states: states, now: Date(), minAge: minAge)

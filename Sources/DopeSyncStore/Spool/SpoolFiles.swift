@@ -39,10 +39,23 @@ package enum SpoolFiles {
         dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
     }
 
-    /// `renameat2(RENAME_NOREPLACE)` of a source given as bytes (a name that is not UTF-8):
-    /// 0, or the error. ENOSYS where the kernel has no renameat2.
+    /// `renameat2(RENAME_NOREPLACE)` of a source given as bytes (a name that is not UTF-8): 0,
+    /// or the error. Where the file system refuses it (EINVAL: NFS, some overlay mounts) or the
+    /// kernel lacks it (ENOSYS), `link` and then `unlink` of the old name, as
+    /// ``renameNoReplace(_:_:of:calls:)`` does; an `unlink` that fails removes the new name
+    /// again, so the file keeps one name.
     static func renameNoReplace(bytes source: UnsafePointer<CChar>, to target: String) -> Int32 {
-        dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
+        BlockingCalls.check("spool: renaming a name that is not UTF-8 to \(target)")
+        if dopesync_rename_no_replace(source, target) == 0 { return 0 }
+        let error = errno
+        guard error == EINVAL || error == ENOSYS else { return error }
+        guard link(source, target) == 0 else { return errno }
+        guard unlink(source) == 0 else {
+            let unlinkError = errno
+            unlink(target)
+            return unlinkError
+        }
+        return 0
     }
 
     private static func systemLink(_ source: String, _ target: String) -> Int32 {

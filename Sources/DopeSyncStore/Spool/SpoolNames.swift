@@ -54,12 +54,15 @@ extension Spool {
     /// reads it (`\xFF`), and the new one.
     public struct RenamedBundle: Sendable, Equatable {
         public let was: String
-        public let now: String
+        /// The name it has now; nil when it could not be renamed (``errno`` says why).
+        public let now: String?
+        public var errno: Int32? = nil
     }
 
     /// Renames each of these entries of `incoming/` whose name is not UTF-8 (``SpoolEntry/nameBytes``)
     /// to ``SpoolNames/escaped(_:)``, never replacing a file (a suffix when the name is taken). A
-    /// file that cannot be renamed (gone meanwhile, or the folder not writable) is left as it is.
+    /// file that cannot be renamed (gone meanwhile, or the folder not writable) is left as it is,
+    /// and returned with the error, for the run to say.
     public func renameNonUTF8Names(_ entries: [SpoolEntry]) -> [RenamedBundle] {
         let folder = path(.incoming)
         var renamed: [RenamedBundle] = []
@@ -78,7 +81,12 @@ extension Spool {
                     renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: name))
                     break
                 }
-                if error != EEXIST { break }
+                if error != EEXIST {
+                    if error != ENOENT {
+                        renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: nil, errno: error))
+                    }
+                    break
+                }
             }
         }
         return renamed

@@ -1,0 +1,21 @@
+import Foundation
+
+/// A spool on a file system without `RENAME_NOREPLACE` (NFS, some overlay mounts), for a child:
+/// a small library preloaded into it (`LD_PRELOAD`) answers EINVAL to every no-replace
+/// `renameat2`, so each of its moves takes the link-then-unlink way, as on such a mount. This
+/// machine has no NFS client.
+public struct NoReplaceRenameRefused: Sendable {
+    /// The variables that load the library into a child.
+    public let environment: [String: String]
+
+    /// Builds the library with the system's C compiler into `directory`.
+    public init(in directory: URL) async throws {
+        let library = directory.appendingPathComponent("libnoreplace.so").path
+        _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, Self.source.path, "-ldl"])
+        environment = ["LD_PRELOAD": library]
+    }
+
+    /// The library's C source, beside the tests.
+    static let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("../../Tests/Shims/no-replace-rename-refused.c").standardizedFileURL
+}
