@@ -290,6 +290,12 @@ import Testing
             return
         }
         #expect(failure.reason == .changedAfterUpload && failure.step == dope.key)
+        // The store keeps a digest, not the fields: the record is named, and where to compare it.
+        #expect(failure.field == dope.recordPath && !dope.recordPath.isEmpty)
+        #expect(
+            failure.message?.contains("\(dope.recordPath) was uploaded before as record 55") == true,
+            "\(failure.message ?? "")")
+        #expect(failure.message?.contains("GET /api/sessions/") == true, "\(failure.message ?? "")")
         #expect(trace.last == "settle session", "the session's result settled before the bundle moves")
         #expect(!trace.contains { $0.hasPrefix("send \(keys[2])") })
     }

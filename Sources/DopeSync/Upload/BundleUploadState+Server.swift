@@ -62,6 +62,18 @@ extension BundleUploadState {
     }
 
     /// A record of `step` is on the server as `id` with `field` = `server`, the bundle saying `bundle`.
+    /// A step this store recorded done whose record the bundle now says otherwise. The store keeps
+    /// the record's digest, not its fields: the failure names the record (`field`: `dope[2]`) and
+    /// where the server's copy is, for a person to compare.
+    static func changedSinceUpload(_ step: UploadStep, _ done: CompletedStep, _ walk: Walk) -> BundleFailure {
+        let copy = walk.serverIDs["session"].map { " (the session's tree: GET /api/sessions/\($0))" } ?? ""
+        return BundleFailure(
+            reason: .changedAfterUpload, step: step.key, field: step.recordPath.isEmpty ? nil : step.recordPath,
+            message: "\(step.recordPath.isEmpty ? step.key : step.recordPath) was uploaded before as record "
+                + "\(done.serverID) and differs from it in this bundle; the API is create-only, so nothing was sent "
+                + "or overwritten: compare it with the server's copy\(copy) and put back the value the server has")
+    }
+
     static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String)
         -> BundleFailure
     {

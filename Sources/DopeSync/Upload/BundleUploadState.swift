@@ -300,12 +300,8 @@ extension BundleUploadState {
             let step = plan.steps[walk.index]
             if let done = walk.completed[step.key] {
                 guard done.contentDigest == step.contentDigest else {
-                    let failure = BundleFailure(
-                        reason: .changedAfterUpload, step: step.key,
-                        message:
-                            "this record was uploaded before (server id \(done.serverID)) and has changed since; the API is create-only"
-                    )
-                    return settleThen(.finish(.fail(failure, stepAnswered: false)), &walk)
+                    return settleThen(
+                        .finish(.fail(Self.changedSinceUpload(step, done, walk), stepAnswered: false)), &walk)
                 }
                 walk.serverIDs[step.key] = done.serverID
                 walk.index += 1
