@@ -170,6 +170,17 @@ import Testing
         #expect(failure.reason == .unknownReference && failure.field == "chrono[0].ammunitionId" && failure.step == nil)
         #expect(failure.message?.contains("ammunition 2 ") == true, "\(failure.message ?? "")")
         #expect(failure.message?.contains("chronoSessions[0].ammunitionId") == true)
+        #expect(failure.message?.contains("Nothing of this bundle was sent.") == true)
+
+        // A resumed bundle, its session and first entries already sent: not "nothing was sent".
+        var resumed = Self.fresh(completed: Self.done(Self.plan.steps.prefix(2)), checksReferences: true)
+        guard case .fail(let again, _) = Self.drive(&resumed, script).finish else {
+            Issue.record("expected a failure")
+            return
+        }
+        #expect(
+            again.message?.contains("Nothing more of this bundle was sent; 2 of its records are already on the server")
+                == true, "\(again.message ?? "")")
     }
 
     @Test("a list that cannot be read is the API's failure: a 5xx or no answer defers, 401 and a stop give back")

@@ -5,7 +5,8 @@ extension BundleUploadState {
     /// What the server's lists said of the references: on to the first step, or where the bundle
     /// goes, at once (nothing is handed in before the first request).
     func afterReferences(_ check: ReferenceCatalog.Check, _ walk: inout Walk, stopping: Bool) -> Next {
-        guard let finish = Self.finish(after: check, stopping: stopping) else {
+        let onServer = plan.steps.count { walk.completed[$0.key] != nil }
+        guard let finish = Self.finish(after: check, recordsOnServer: onServer, stopping: stopping) else {
             return advance(&walk, stopping: stopping)
         }
         return settleThen(.finish(finish), &walk)
@@ -14,12 +15,12 @@ extension BundleUploadState {
     /// Where the bundle goes after the reference check; nil: on to the first step. An unknown id
     /// fails the bundle before anything of it is sent; a list that could not be read is a failure
     /// of the API, never the bundle's.
-    static func finish(after check: ReferenceCatalog.Check, stopping: Bool) -> Finish? {
+    static func finish(after check: ReferenceCatalog.Check, recordsOnServer: Int, stopping: Bool) -> Finish? {
         switch check {
         case .passed:
             return nil
         case .unknown(let use):
-            return .fail(use.unknownFailure, stepAnswered: false)
+            return .fail(use.unknownFailure(recordsOnServer: recordsOnServer), stepAnswered: false)
         case .listUnreadable(let list, let response):
             if stopping { return .giveBack(.stopping) }
             switch response {

@@ -42,14 +42,20 @@ public struct ReferenceUse: Sendable, Equatable {
         self.bundleField = bundleField
     }
 
-    /// The failure of a bundle naming an id the server's list does not hold.
-    package var unknownFailure: BundleFailure {
-        BundleFailure(
+    /// The failure of a bundle naming an id the server's list does not hold. `recordsOnServer`:
+    /// how many of the bundle's records an earlier attempt or bundle of its session already sent
+    /// (a resumed bundle), which a person must not take for unsent.
+    package func unknownFailure(recordsOnServer: Int) -> BundleFailure {
+        let sent =
+            recordsOnServer == 0
+            ? "Nothing of this bundle was sent."
+            : "Nothing more of this bundle was sent; \(recordsOnServer) of its records are already on the server "
+                + "from an earlier attempt, so keep its ids."
+        return BundleFailure(
             reason: .unknownReference, field: field,
             message:
                 "\(kind.noun) \(id) is not in the server's list (GET \(kind.list.path)); session.json names it at "
-                + "\(bundleField). Nothing of this bundle was sent. Add the \(kind.noun) on the server (or correct the "
-                + "bundle), then requeue it")
+                + "\(bundleField). \(sent) Add the \(kind.noun) on the server (or correct the bundle), then requeue it")
     }
 }
 
