@@ -6,7 +6,8 @@ struct Requeue: AsyncParsableCommand {
         abstract:
             "Move failed bundles back to incoming/ with a fresh attempt count; they resume from their checkpoints.",
         discussion: """
-            NAME is a file in failed/ (with or without the failed/ prefix), or a bundle waiting for retry in \
+            NAME is a file in failed/ (with or without the failed/ prefix, or as its path, or its .error \
+            sidecar's path), or a bundle waiting for retry in \
             incoming/, which is made due now (its attempts kept). A failed bundle is due at once; a name \
             taken in incoming/ gets a suffix. Its failed/NAME.error sidecar is removed: the last error stays in \
             the checkpoint database (the bundle's row in SPOOL/dopesync.sqlite, last_error_*). Exit 0; 1 when a NAME is neither in failed/ nor waiting for retry (the \

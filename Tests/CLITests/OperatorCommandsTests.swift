@@ -209,6 +209,30 @@ import Testing
     }
 
     @Test(
+        "requeue takes a bundle's path, or its sidecar's, as ls and grep -rH print them; a path outside the spool is named with what to give"
+    )
+    func requeueTakesPaths() async throws {
+        try await withTemporarySpool { spool, _ in
+            for name in ["a.tar.gz", "b.tar.gz"] {
+                _ = FileManager.default.createFile(atPath: spool.path(.failed, name), contents: Data(name.utf8))
+                _ = FileManager.default.createFile(
+                    atPath: spool.path(.failed, name + ".error"), contents: Data("bundle: \(name)\n".utf8))
+            }
+            let result = try await runBuilt(
+                "dopesync",
+                [
+                    "requeue", spool.path(.failed, "a.tar.gz"), spool.path(.failed, "b.tar.gz.error"), "/tmp/c.tar.gz",
+                    "--spool", spool.root,
+                ])
+            #expect(result.status == 1, "only /tmp/c.tar.gz is unknown: \(result.stderr)")
+            #expect(result.stdout.contains("requeued failed/a.tar.gz -> incoming/a.tar.gz"), "\(result.stdout)")
+            #expect(result.stdout.contains("requeued failed/b.tar.gz -> incoming/b.tar.gz"), "\(result.stdout)")
+            #expect(result.stderr.contains("/tmp/c.tar.gz") && result.stderr.contains("its path in failed/"))
+            #expect(try spool.names(.incoming) == ["a.tar.gz", "b.tar.gz"] && spool.names(.failed).isEmpty)
+        }
+    }
+
+    @Test(
         "prune deletes only bundles done long ago (by the store's record, else mtime) and their checkpoint rows; no other folder is touched"
     )
     func pruneOnlyOldDone() async throws {

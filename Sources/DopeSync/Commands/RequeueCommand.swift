@@ -39,7 +39,7 @@ public enum RequeueCommand {
         }
         if let refused = sqliteRefusal(spool) { return refused }
         var store: CheckpointStore?
-        let selected = select(selection, among: failedBundles)
+        let selected = select(selection, among: failedBundles, spool: spool)
         // Nothing named: nothing to open (a status-like call must not need the database).
         if !(selected.names.isEmpty && selected.unknown.isEmpty)
             && FileManager.default.fileExists(atPath: spool.databasePath)
@@ -58,7 +58,7 @@ public enum RequeueCommand {
         _ selection: Selection, among failedBundles: [SpoolEntry], spool: Spool, ledger: (any CheckpointLedger)?,
         now: Date
     ) async -> CommandOutcome {
-        var (names, unknown) = select(selection, among: failedBundles)
+        var (names, unknown) = select(selection, among: failedBundles, spool: spool)
         var report = Report()
         for name in names { await requeueFailed(name, spool: spool, ledger: ledger, now: now, into: &report) }
         // A name waiting for retry in incoming/ is made due now: the worker cannot `touch` a
@@ -71,8 +71,9 @@ public enum RequeueCommand {
         unknown = notDue
         if !unknown.isEmpty {
             report.diagnostics.append(
-                "not a bundle in \(spool.path(.failed)) or waiting for retry in incoming/: \(unknown.joined(separator: ", "))"
-            )
+                "not a bundle in \(spool.path(.failed)) or waiting for retry in incoming/: \(unknown.joined(separator: ", ")) "
+                    + "(give a NAME as `dopesync status` or `ls` lists it, or its path in failed/ or incoming/; "
+                    + "a name status shows escaped, \\xff or \\n, is easiest with --all)")
             if report.status == .success { report.status = .bundlesFailed }
         }
         if names.isEmpty && unknown.isEmpty && report.lines.isEmpty {
@@ -94,7 +95,7 @@ public enum RequeueCommand {
 
     /// The bundles of `failed/` the selection names (oldest first for `--all`), and the arguments
     /// that name none.
-    private static func select(_ selection: Selection, among failed: [SpoolEntry]) -> (
+    private static func select(_ selection: Selection, among failed: [SpoolEntry], spool: Spool) -> (
         names: [String], unknown: [String]
     ) {
         switch selection {
@@ -103,7 +104,7 @@ public enum RequeueCommand {
         case .names(let given):
             let known = Set(failed.map(\.name))
             var (names, unknown) = ([String](), [String]())
-            for argument in given {
+            for argument in given.map({ spoolRelative($0, spool: spool, failed: known) }) {
                 let name = argument.hasPrefix("failed/") ? String(argument.dropFirst("failed/".count)) : argument
                 if known.contains(name) && !name.contains("/") {
                     if !names.contains(name) { names.append(name) }
@@ -113,6 +114,26 @@ public enum RequeueCommand {
             }
             return (names, unknown)
         }
+    }
+
+    /// An argument given as a path (`/var/spool/dopesync/failed/X.tgz`, as `ls` or the docs' `grep
+    /// -rH` print it, relative or absolute) as `failed/X.tgz` or `incoming/X.tgz`; a failed
+    /// bundle's sidecar (`failed/X.tgz.error`) as its bundle. Anything else as given.
+    static func spoolRelative(_ argument: String, spool: Spool, failed: Set<String>) -> String {
+        guard argument.contains("/") else { return argument }
+        let path = URL(fileURLWithPath: argument).standardizedFileURL
+        let folder = path.deletingLastPathComponent().path
+        var name = path.lastPathComponent
+        let standardized = { (folder: Spool.Folder) in URL(fileURLWithPath: spool.path(folder)).standardizedFileURL.path
+        }
+        if folder == standardized(.failed) {
+            if !failed.contains(name), name.hasSuffix(".error"), failed.contains(String(name.dropLast(6))) {
+                name = String(name.dropLast(6))
+            }
+            return "failed/" + name
+        }
+        if folder == standardized(.incoming) { return "incoming/" + name }
+        return argument
     }
 
     private static func requeueFailed(
