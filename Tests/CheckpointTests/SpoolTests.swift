@@ -96,6 +96,34 @@ import Testing
 
     // MARK: Claim
 
+    @Test(
+        "a bundle rewritten in place, or replaced under its name, since it was listed is not claimed until listed again"
+    )
+    func aFileChangedSinceListedIsNotClaimed() throws {
+        try arrive("scp.tar.gz", "half")
+        let listed = try #require(try spool.scan(now: now).first)
+        // An scp producer writes on into the same file: its mtime is now.
+        let appended = try FileHandle(forWritingAtPath: spool.path(.incoming, "scp.tar.gz")).map {
+            try $0.seekToEnd()
+            try $0.write(contentsOf: Data(" more".utf8))
+            try $0.close()
+        }
+        #expect(appended != nil)
+        #expect(try spool.claim(listed) == nil)
+        #expect(try fileNames(in: spool.path(.incoming)) == ["scp.tar.gz"])
+
+        // Another file under the same name, as old as the first was.
+        try arrive("new.tar.gz", "first")
+        let first = try #require(try spool.scan(now: now).first { $0.name == "new.tar.gz" })
+        try writeFile(folder.sub("other"), "second", modified: first.modified)
+        #expect(rename(folder.sub("other"), spool.path(.incoming, "new.tar.gz")) == 0)
+        #expect(try spool.claim(first) == nil)
+        // Listed again, it is claimed as it is now.
+        let again = try #require(try spool.scan(now: now).first { $0.name == "new.tar.gz" })
+        let claim = try #require(try spool.claim(again))
+        #expect(contents(claim.path) == "second")
+    }
+
     @Test func claimMovesIntoProcessingAndHoldsTheLock() throws {
         try arrive("b.tar.gz", "payload")
         let entry = try #require(try spool.scan(now: now).first)

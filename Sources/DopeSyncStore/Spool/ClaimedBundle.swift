@@ -235,6 +235,16 @@ extension Spool {
     func claim(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.incoming, entry.name)
         guard let (descriptor, identity) = try Self.openAndLock(source, unreadableAllowed: true) else { return nil }
+        // The file must be the one listed, as it was listed: one rewritten in place since (an scp
+        // producer) or a new one under the same name is judged again by the next listing and its
+        // min-age, not claimed half-written.
+        var info = stat()
+        guard identity.file == FileIdentity(device: entry.device, inode: entry.inode),
+            fstat(descriptor, &info) == 0, spoolDate(info.st_mtim) == entry.modified
+        else {
+            close(descriptor)
+            return nil
+        }
         let target = path(.processing, entry.name)
         let error = SpoolFiles.renameNoReplace(source, target, of: identity.file, calls: renameCalls)
         guard error == 0 else {
