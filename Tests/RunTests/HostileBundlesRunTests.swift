@@ -72,6 +72,31 @@ import Testing
     }
 
     @Test(
+        "a bundle read harmlessly in a child, yet whose readings in the worker were cut short 3 times, goes to failed/ saying so, instead of ending every run"
+    )
+    func aBundleReadAloneUnharmedButCutShortTooOftenFails() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 14)])
+            let name = try #require(try spool.names(.incoming).first)
+            // Three readings in the worker that never ended (its process died each time, the run's
+            // OOM kill say): the reading mark set, then counted twice.
+            let store = try CheckpointStore(spool: spool)
+            for _ in 0..<3 { _ = try store.beginReading(name: name) }
+            store.close()
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 1, "\(output)")
+                #expect(output.contains("reading it in a separate process first"), "\(output)")
+                #expect(try spool.names(.failed) == [name, name + ".error"])
+                let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
+                #expect(sidecar.contains("reason: reader_crashed"), "\(sidecar)")
+                #expect(sidecar.contains("lower --concurrency"), "\(sidecar)")
+                #expect(try await server.createdCounts().values.reduce(0, +) == 0)
+            }
+        }
+    }
+
+    @Test(
         "a bundle whose reading killed the run is read next time in a child process; killed there too, it goes to failed/ as reader_crashed",
         .timeLimit(minutes: 3))
     func readerKillingBundleIsIsolatedThenFailed() async throws {

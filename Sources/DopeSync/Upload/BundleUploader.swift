@@ -381,8 +381,12 @@ struct BundleUploader: Sendable {
 
     /// The last reading of this bundle never ended. Read it in a child process first, if there is
     /// one to run (``RunOptions/isolatedReader``): a bundle that kills or stalls the child goes to
-    /// `failed/` now, and one that does not was innocent and is read as usual (nil). Without one,
-    /// the bundle goes to `failed/` once ``readingsCutShortLimit`` readings were cut short.
+    /// `failed/` now, and one that does not was innocent and is read as usual (nil), until
+    /// ``readingsCutShortLimit`` readings in the worker were cut short all the same: then the
+    /// worker's process dies while it reads this bundle beside others (its memory, most likely),
+    /// and reading it again would end every run the same way, so it goes to `failed/`, the message
+    /// saying that the bundle read alone did no harm. Without a child, the bundle goes to `failed/`
+    /// once ``readingsCutShortLimit`` readings were cut short.
     private func readAgainAfterCutShort(_ claimed: ClaimedBundle, cutShort: Int, logger: Logger) async -> UploadOutcome?
     {
         func failure(_ message: String) -> BundleFailure {
@@ -405,7 +409,17 @@ struct BundleUploader: Sendable {
         let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
         switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop, logger: logger) {
         case .survived, .notStarted:
-            return nil
+            guard cutShort >= Self.readingsCutShortLimit else { return nil }
+            logger.error(
+                "the worker's process died each time it read this bundle, though a separate process reads it alone unharmed",
+                metadata: ["readings.cut.short": "\(cutShort)"])
+            return await disposition.fail(
+                claimed, sessionID: nil,
+                failure: failure(
+                    "reading this bundle was cut short \(cutShort) times by the worker's process dying, though a separate "
+                        + "process reads it alone without harm: the worker most likely runs out of memory reading several "
+                        + "bundles at once (lower --concurrency, or raise the unit's MemoryMax=); it is not opened again "
+                        + "until requeued"), logger: logger)
         case .stopped:
             return await disposition.giveBack(claimed, logger: logger)
         case .timedOut:
