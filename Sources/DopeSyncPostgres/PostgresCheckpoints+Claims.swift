@@ -143,11 +143,14 @@ extension PostgresCheckpoints: ClaimStorage {
         }
     }
 
-    /// Busy while another bundle of the session is claimed under a live lease and has said it
-    /// uploads the session (its row names the session): asked and answered under an advisory lock
-    /// of the session, in a transaction fenced by this bundle's claim, which then names the
-    /// session in this bundle's row. So the hold ends with the holder's claim, moved, released
-    /// or run out, and a paused worker's passes to the worker that takes its bundle over.
+    /// Busy while another bundle of the session holds it: its row names the session and says
+    /// `claimed` (which the hold writes, and a deferral or a give-back replaces), and its claim's
+    /// lease is live. Asked and answered under an advisory lock of the session, in a transaction
+    /// fenced by this bundle's claim, which then marks this bundle's row so. So the hold ends with
+    /// the holder's claim, moved, released or run out, and a paused worker's passes to the worker
+    /// that takes its bundle over; a row left naming the session by an earlier attempt, deferred
+    /// or given back, holds nothing. A store that cannot answer gives the bundle back
+    /// (``SessionHoldOutcome/failed(reason:)``): going on without the hold is what it prevents.
     public func holdSession(_ sessionID: String, of claimed: ClaimedBundle) async -> SessionHoldOutcome {
         let (name, now) = (claimed.name, Self.databaseNow)
         do {
@@ -160,20 +163,21 @@ extension PostgresCheckpoints: ClaimStorage {
                 let rows = try await connection.query(
                     """
                     SELECT b.name FROM dopesync.bundles AS b JOIN dopesync.claims AS c ON c.bundle_name = b.name
-                    WHERE b.session_id = \(sessionID) AND b.name <> \(name) AND c.run_id IS NOT NULL
-                        AND c.lease_expires_at > \(unescaped: now)
+                    WHERE b.session_id = \(sessionID) AND b.name <> \(name) AND b.last_outcome = 'claimed'
+                        AND c.run_id IS NOT NULL AND c.lease_expires_at > \(unescaped: now)
                     LIMIT 1
                     """, logger: self.logger
                 ).collect()
                 if let row = rows.first?.makeRandomAccess() { return try Self.decode(row, "name") as String }
                 _ = try await connection.query(
-                    "UPDATE dopesync.bundles SET session_id = \(sessionID) WHERE name = \(name)", logger: self.logger
+                    "UPDATE dopesync.bundles SET session_id = \(sessionID), last_outcome = 'claimed' WHERE name = \(name)",
+                    logger: self.logger
                 ).collect()
                 return nil
             }
             return holder == nil ? .held(.heldByTheStore(sessionID)) : .busy
         } catch {
-            return .unavailable(reason: "\(error)")
+            return .failed(reason: "\(error)")
         }
     }
 

@@ -133,7 +133,7 @@ package enum HotStatements {
                 SELECT $1, $4, $5, 'claimed', $5, $6 WHERE EXISTS (SELECT 1 FROM fence)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
-                    steps_total = excluded.steps_total, reading_since = NULL
+                    steps_total = excluded.steps_total, reading_since = NULL, readings_cut_short = 0
                 RETURNING name
             ), new_session AS (
                 INSERT INTO dopesync.sessions (session_id, api, owner_uid, owner_name, first_seen)

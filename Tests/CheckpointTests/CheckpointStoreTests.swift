@@ -11,6 +11,21 @@ import Testing
     let now = Date(timeIntervalSince1970: 1_700_000_000)
     init() throws { folder = try TemporaryFolder("store") }
 
+    @Test("readings cut short count in a row: one that ends (the claim recorded with its session) starts again")
+    func readingsCutShortCountInARow() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        // Three readings that never ended: the mark set, then counted twice.
+        #expect(try (0..<3).map { _ in try store.beginReading(name: "b.tar.gz") } == [0, 1, 2])
+        // One that ends: validated, its claim recorded with the session.
+        try store.recordClaim(name: "b.tar.gz", sessionID: "S", owner: owner, totalSteps: 1)
+        #expect(try store.beginReading(name: "b.tar.gz") == 0, "the earlier ones count no more")
+        #expect(try store.beginReading(name: "b.tar.gz") == 1)
+        // A claim recorded without a session (not a reading that ended) keeps the count.
+        try store.recordClaim(name: "b.tar.gz", owner: owner)
+        #expect(try store.beginReading(name: "b.tar.gz") == 1)
+    }
+
     func open() throws -> CheckpointStore { try CheckpointStore(path: folder.sub("dopesync.sqlite"), now: now) }
 
     // MARK: Migrations

@@ -27,6 +27,48 @@ import Testing
             bundleName: bundle)
     }
 
+    @Test(
+        "a session's hold: busy while another bundle holding it has a live claim, free once that claim ends; a row an earlier attempt left naming the session holds nothing"
+    )
+    func aSessionIsHeldByALiveClaimOnly() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporarySpool { spool, _ in
+            for name in ["a.tar.gz", "b.tar.gz"] {
+                #expect(FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data(name.utf8)))
+            }
+            let entries = try spool.list(.incoming).sorted { $0.name < $1.name }
+            let (bundleA, bundleB) = (
+                try #require(try spool.claim(entries[0])), try #require(try spool.claim(entries[1]))
+            )
+            try await worker(ownerA, on: database) { a in
+                try await worker(ownerB, on: database) { b in
+                    #expect(try await a.acquireClaim(of: "a.tar.gz", orphan: false, owner: ownerA))
+                    #expect(try await b.acquireClaim(of: "b.tar.gz", orphan: false, owner: ownerB))
+                    _ = try await a.beginReading(name: "a.tar.gz", now: Date())
+                    _ = try await b.beginReading(name: "b.tar.gz", now: Date())
+                    // B's row names the session from an earlier attempt, deferred: it holds nothing.
+                    try await database.psql(
+                        "UPDATE dopesync.bundles SET session_id = 's1', last_outcome = 'deferred' WHERE name = 'b.tar.gz'"
+                    )
+                    guard case .held = await a.holdSession("s1", of: bundleA) else {
+                        Issue.record("a stale row kept the session from A")
+                        return
+                    }
+                    guard case .busy = await b.holdSession("s1", of: bundleB) else {
+                        Issue.record("B took the session A holds")
+                        return
+                    }
+                    // A's claim ends (its bundle moved, or it let it go): B may hold the session.
+                    await a.releaseClaim(of: "a.tar.gz")
+                    guard case .held = await b.holdSession("s1", of: bundleB) else {
+                        Issue.record("A's ended claim still held the session")
+                        return
+                    }
+                }
+            }
+        }
+    }
+
     @Test func aHeldClaimIsNotTakenAndAnExpiredOneIsWithTheNextEpoch() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in

@@ -134,6 +134,11 @@ struct BundleUploader: Sendable {
                 "cannot hold the session while its bundle uploads; going on without (two bundles of it at once could send a record twice to an API that ignores keys)",
                 metadata: ["error": "\(reason)"])
             return .held(nil)
+        case .failed(let reason):
+            logger.error(
+                "cannot hold the session while its bundle uploads: given back, uncounted",
+                metadata: ["error": "\(reason)"])
+            return .busy
         }
     }
 
@@ -382,7 +387,8 @@ struct BundleUploader: Sendable {
     /// The last reading of this bundle never ended. Read it in a child process first, if there is
     /// one to run (``RunOptions/isolatedReader``): a bundle that kills or stalls the child goes to
     /// `failed/` now, and one that does not was innocent and is read as usual (nil), until
-    /// ``readingsCutShortLimit`` readings in the worker were cut short all the same: then the
+    /// ``readingsCutShortLimit`` readings in a row in the worker were cut short all the same (a
+    /// reading that ends, its claim recorded, starts the count again): then the
     /// worker's process dies while it reads this bundle beside others (its memory, most likely),
     /// and reading it again would end every run the same way, so it goes to `failed/`, the message
     /// saying that the bundle read alone did no harm. Without a child, the bundle goes to `failed/`
@@ -408,7 +414,17 @@ struct BundleUploader: Sendable {
             metadata: ["readings.cut.short": "\(cutShort)"])
         let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
         switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop, logger: logger) {
-        case .survived, .notStarted:
+        case .notStarted:
+            // No child to ask: as without one.
+            guard cutShort >= Self.readingsCutShortLimit else { return nil }
+            return await disposition.fail(
+                claimed, sessionID: nil,
+                failure: failure(
+                    "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was "
+                        + "killed while reading it), and no separate process could be started to read it alone, so it is "
+                        + "not opened again; \(advice)"), logger: logger)
+        case .survived:
+            // Counted since its last reading that ended: only readings cut short in a row.
             guard cutShort >= Self.readingsCutShortLimit else { return nil }
             logger.error(
                 "the worker's process died each time it read this bundle, though a separate process reads it alone unharmed",

@@ -44,6 +44,8 @@ extension CheckpointStore {
         _ connection: SQLiteConnection, name: String, sessionID: String?, owner: ClaimOwner, totalSteps: Int?,
         now: Date
     ) throws(SQLiteError) {
+        // A claim recorded with its session is a reading that ended (the bundle was validated):
+        // the readings cut short before it count no more (``beginReading(name:now:)``).
         let t = now.timeIntervalSince1970
         try connection.query(
             "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
@@ -52,7 +54,8 @@ extension CheckpointStore {
             INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
             ON CONFLICT (name) DO UPDATE SET
                 session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
-                steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL
+                steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL,
+                readings_cut_short = CASE WHEN excluded.session_id IS NULL THEN readings_cut_short ELSE 0 END
             """, [name, sessionID, t, t, totalSteps])
         try connection.query(
             "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",

@@ -104,6 +104,9 @@ public enum SessionHoldOutcome: Sendable {
     case held(SessionHold)
     /// Another bundle of the session is being uploaded now.
     case busy
-    /// The hold could not be asked for at all (no lock support, a store that cannot be reached).
+    /// The hold cannot be had here (a file system without locks): the bundle goes on without it.
     case unavailable(reason: String)
+    /// The store could not answer (a shared database's timeout, say): the bundle is given back,
+    /// uncounted, since going on could send what the hold is there to keep from being sent twice.
+    case failed(reason: String)
 }
