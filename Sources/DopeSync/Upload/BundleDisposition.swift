@@ -144,9 +144,8 @@ struct BundleDisposition: Sendable {
             checkpointFailed(error, logger: logger)
             return await giveBack(claimed, logger: logger)
         } catch {
-            logger.error("cannot defer the bundle", metadata: ["error": "\(error)"])
-            claimed.release()
-            return .returned
+            // The move back to incoming/ failed (its attempt is counted already).
+            return moveFailed(claimed, to: .incoming, error, logger: logger)
         }
     }
 
@@ -183,6 +182,15 @@ struct BundleDisposition: Sendable {
     func moveFailed(_ claimed: ClaimedBundle, to folder: Spool.Folder, _ error: any Error, logger: Logger)
         -> UploadOutcome
     {
+        // Not the spool's fault: the claim ended, or `processing/NAME` is no longer the claimed
+        // file (moved by another worker after this one's lease ran out, or replaced by hand).
+        if let error = error as? SpoolError, error.code == .notClaimed {
+            logger.error(
+                "the bundle is no longer this worker's to move: left where it is",
+                metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
+            claimed.release()
+            return .returned
+        }
         let errno = (error as? SpoolError)?.errno
         let spoolWide = errno.map(Self.spoolWideErrors.contains) ?? false
         _ = counters.report(\.moveFailed)
