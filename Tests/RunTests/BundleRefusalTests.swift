@@ -110,17 +110,17 @@ import Testing
 
     @Test("whose a refusal is, from the token's own check and the run's creates with the token")
     func whoseTheRefusalIs() {
-        let cases: [(APIClient.TokenCheck, created: Bool, bundles: Bool)] = [
-            (.accepted, false, true),
-            (.refused, true, false),
-            // A 503 or a timeout says nothing of the token: not taken for a refusal.
-            (.unanswered("HTTP 503: busy"), false, true),
-            (.nothingToAsk, true, true),
-            (.nothingToAsk, false, false),
+        let cases: [(APIClient.TokenCheck, created: Bool, verdict: APIClient.TokenVerdict)] = [
+            (.accepted, false, .bundles),
+            (.refused, true, .token),
+            // A 503 or a timeout says nothing of the token: neither the token's nor the bundle's.
+            (.unanswered("HTTP 503: busy"), true, .undecided("HTTP 503: busy")),
+            (.nothingToAsk, true, .bundles),
+            (.nothingToAsk, false, .token),
         ]
-        for (check, created, bundles) in cases {
+        for (check, created, verdict) in cases {
             #expect(
-                APIClient.refusalIsTheBundles(check, tokenCreatedThisRun: created) == bundles,
+                APIClient.verdict(check, tokenCreatedThisRun: created) == verdict,
                 "\(check), created this run: \(created)")
         }
     }

@@ -26,7 +26,7 @@ import Testing
         await #expect(processExitsWith: .failure) {
             var state = BundleUploadStateTests.fresh()
             guard case .recordIntents = state.start(stopping: false) else { return }
-            _ = state.tokenChecked(true, stopping: false)
+            _ = state.tokenChecked(.bundles, stopping: false)
         }
         await #expect(processExitsWith: .failure) {
             var state = BundleUploadStateTests.fresh(

@@ -34,8 +34,8 @@ import Testing
         }
         /// Whether a credential other than the refused one can be read.
         var renews = false
-        /// Whether the API takes the token for a request that needs nothing else.
-        var tokenAccepted = false
+        /// Whose a refusal that stood is, once the token was checked alone.
+        var tokenVerdict = APIClient.TokenVerdict.token
         var backOff = BundleUploadState.BackOff.waited
         var settles: (_ stepKey: String) -> Bool = { _ in true }
         /// Whether the steps a look found on the server can be recorded as done.
@@ -84,7 +84,7 @@ import Testing
                 action = state.credentialRenewed(script.renews, stopping: script.stopping(sent))
             case .checkToken:
                 trace.append("check token")
-                action = state.tokenChecked(script.tokenAccepted, stopping: script.stopping(sent))
+                action = state.tokenChecked(script.tokenVerdict, stopping: script.stopping(sent))
             case .backOff(let step, let retry, _, _):
                 trace.append("back off \(step.key) \(retry)")
                 action = state.backedOff(script.backOff, stopping: script.stopping(sent))
@@ -528,7 +528,7 @@ import Testing
         let dope = Self.plan.steps[1]
         var script = Script()
         let normal = script.answer
-        script.tokenAccepted = true
+        script.tokenVerdict = .bundles
         script.answer = { step in
             step.key == dope.key ? .unauthorized(status: 403, message: "<html>blocked</html>") : normal(step)
         }
@@ -544,6 +544,13 @@ import Testing
             Array(trace.drop { $0 != "send \(dope.key)" }) == [
                 "send \(dope.key)", "renew credential", "check token", "settle session",
             ])
+
+        // The API could not say whether it takes the token (a 503 there): back uncounted, no one blamed.
+        script.tokenVerdict = .undecided("HTTP 503: busy")
+        var undecided = Self.fresh()
+        #expect(
+            Self.drive(&undecided, script).finish
+                == .giveBack(.tokenUndecided(status: 403, message: "<html>blocked</html>; HTTP 503: busy")))
     }
 
     @Test(

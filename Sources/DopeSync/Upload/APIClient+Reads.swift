@@ -44,15 +44,25 @@ extension APIClient {
         return .nothingToAsk
     }
 
-    /// Whether a refusal of a bundle's request is the bundle's (deferred, the others go on) rather
-    /// than the token's (the run stops, exit 77), given the token's own check and whether a create
-    /// sent with this token went through in this run. An API that cannot say now is not taken to
-    /// refuse the token; one with nothing to ask is judged by the run's own creates, else as before.
-    static func refusalIsTheBundles(_ check: TokenCheck, tokenCreatedThisRun: Bool) -> Bool {
+    /// Whose a refusal of a bundle's request that stood is (WORKER.md, 401 or 403).
+    enum TokenVerdict: Equatable {
+        /// The bundle's: deferred, counted, and the other bundles go on.
+        case bundles
+        /// The token's: the run stops, every bundle back uncounted, exit 77.
+        case token
+        /// Nobody's yet: the API could not say now. The bundle goes back uncounted and the run
+        /// goes on; neither is blamed on an answer that was not given.
+        case undecided(String)
+    }
+
+    /// Whose a refusal is, given the token's own check and whether a create sent with this token
+    /// went through in this run: an API with nothing to ask is judged by the run's own creates.
+    static func verdict(_ check: TokenCheck, tokenCreatedThisRun: Bool) -> TokenVerdict {
         switch check {
-        case .accepted, .unanswered: true
-        case .refused: false
-        case .nothingToAsk: tokenCreatedThisRun
+        case .accepted: .bundles
+        case .refused: .token
+        case .unanswered(let why): .undecided(why)
+        case .nothingToAsk: tokenCreatedThisRun ? .bundles : .token
         }
     }
 

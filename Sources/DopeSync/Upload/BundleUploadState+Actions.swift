@@ -63,6 +63,9 @@ extension BundleUploadState {
         case apiMisdirected(message: String)
         /// A checkpoint could not be recorded.
         case checkpointFailed
+        /// The API refused the bundle's request (`status`) and could not say whether it takes the
+        /// token: neither the bundle's fault nor, as far as known, the token's.
+        case tokenUndecided(status: Int, message: String)
     }
 
     /// Where a look finds a step: the session's tree, by the session's client id (the session

@@ -124,10 +124,20 @@ extension BundleUploadState {
     }
 
     /// The token was checked alone after the step's refusal stood: taken there, the refusal is
-    /// the bundle's and it is deferred; refused there too, the run stops.
-    func afterTokenCheck(_ accepted: Bool, _ refusal: Refusal, _ walk: inout Walk, stopping: Bool) -> Next {
-        guard accepted else {
+    /// the bundle's and it is deferred; refused there too, the run stops; no answer there, the
+    /// bundle goes back uncounted.
+    func afterTokenCheck(_ verdict: APIClient.TokenVerdict, _ refusal: Refusal, _ walk: inout Walk, stopping: Bool)
+        -> Next
+    {
+        switch verdict {
+        case .token:
             return settleThen(.act(on: .response(refusal.response, cutShort: false)), &walk, stopping: stopping)
+        case .undecided(let why):
+            return settleThen(
+                .finish(.giveBack(.tokenUndecided(status: refusal.status, message: "\(refusal.message); \(why)"))),
+                &walk, stopping: stopping)
+        case .bundles:
+            break
         }
         let step = plan.steps[walk.index]
         let failure = BundleFailure(

@@ -162,12 +162,12 @@ struct BundleUploadState {
     }
 
     /// Whether the API took the token for a request that needs nothing else (``Action/checkToken(_:)``).
-    mutating func tokenChecked(_ accepted: Bool, stopping: Bool) -> Action {
+    mutating func tokenChecked(_ verdict: APIClient.TokenVerdict, stopping: Bool) -> Action {
         guard case .checkingToken(var walk, let refusal) = phase else {
             preconditionFailure("tokenChecked only after checkToken")
         }
         phase = .modifying
-        return enter(afterTokenCheck(accepted, refusal, &walk, stopping: stopping))
+        return enter(afterTokenCheck(verdict, refusal, &walk, stopping: stopping))
     }
 
     /// How the wait before a retry ended (``Action/backOff(_:retry:retryAfter:after:)``).

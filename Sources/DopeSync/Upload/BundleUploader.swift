@@ -254,14 +254,17 @@ struct BundleUploader: Sendable {
             case .checkToken(let step):
                 let check = await client.checkToken(counting: counters)
                 let token = client.credential.current
-                let accepted = APIClient.refusalIsTheBundles(
-                    check, tokenCreatedThisRun: counters.createdThisRun(with: token))
-                logger.warning(
-                    accepted
-                        ? "the API refused this bundle's request but takes the token: the bundle is deferred, the others go on"
-                        : "the API refuses the token itself",
-                    metadata: ["step": "\(step.key)", "token.check": "\(check)"])
-                action = state.tokenChecked(accepted, stopping: counters.shouldStop)
+                let verdict = APIClient.verdict(check, tokenCreatedThisRun: counters.createdThisRun(with: token))
+                let said: Logger.Message =
+                    switch verdict {
+                    case .bundles:
+                        "the API refused this bundle's request but takes the token: the bundle is deferred, the others go on"
+                    case .token: "the API refuses the token itself"
+                    case .undecided:
+                        "the API refused this bundle's request and could not say whether it takes the token: the bundle goes back uncounted, the others go on"
+                    }
+                logger.warning(said, metadata: ["step": "\(step.key)", "token.check": "\(check)"])
+                action = state.tokenChecked(verdict, stopping: counters.shouldStop)
             case .backOff(let step, let number, let retryAfter, let answer):
                 action = state.backedOff(
                     await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
