@@ -46,7 +46,7 @@ import Testing
     }
 
     @Test(
-        "two bundles of one session on two hosts at once, against an API that ignores keys: one uploads while the other waits for a later run, and every record exists once"
+        "two bundles of one session on two hosts at once, against an API that ignores keys: the second waits while the first holds the session (paused mid-upload), and every record exists once"
     )
     func twoBundlesOfASessionOnTwoHosts() async throws {
         let database = try await SharedCluster.freshDatabase()
@@ -54,22 +54,29 @@ import Testing
             let sample = SampleSession(seed: 4_300, shape: .realistic)
             let spool = try await makeSpool(in: directory, samples: [sample])
             try pack(sample, into: spool, scratch: directory.appendingPathComponent("again"))
+            // host-a is paused as its session's first POST arrives: it holds the session, its
+            // claim's lease live, while host-b reads the other bundle of it.
+            let pause = SignalAtRequest(SIGSTOP)
             var configuration = DevServerConfiguration()
-            // Each bundle's 50 POSTs take half a second or more: the second host reads its
-            // bundle while the first still uploads.
-            configuration.faults.latencyMilliseconds = 10...10
             configuration.ignoreIdempotencyKeys = true
+            configuration.onRequest = { method, path in
+                if method == "POST" && path == "/api/sessions" { pause.requestArrived() }
+            }
             try await withDevServer(configuration) { server in
-                var workers: [Spawned] = []
-                for host in ["host-a", "host-b"] {
-                    workers.append(
-                        try await spawnSharedRun(
-                            spool, against: server, database: database, host: host, ["--concurrency", "1"]))
-                }
-                for worker in workers { #expect(await worker.finished() == 0, "\(worker.errorText)") }
-                let said = workers.map(\.errorText).joined(separator: "\n")
-                #expect(said.contains("another bundle of this session is being uploaded"), "\(said)")
-                let later = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                let first = try await spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", ["--concurrency", "1"])
+                pause.aim(at: first, after: 1)
+                var paused = pause.struck.makeAsyncIterator()
+                _ = await paused.next()
+                let second = try await spawnSharedRun(
+                    spool, against: server, database: database, host: "host-b", ["--concurrency", "1"])
+                #expect(await second.finished() == 0, "\(second.errorText)")
+                #expect(
+                    second.errorText.contains("another bundle of this session is being uploaded"), "\(second.errorText)"
+                )
+                first.kill(SIGCONT)
+                #expect(await first.finished() == 0, "\(first.errorText)")
+                let later = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
                 #expect(await later.finished() == 0, "\(later.errorText)")
                 #expect(try spool.names(.done).count == 2 && spool.names(.incoming).isEmpty)
                 // One session (the lookup fails on two), and each of its records once.
