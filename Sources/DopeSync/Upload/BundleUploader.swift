@@ -104,8 +104,10 @@ struct BundleUploader: Sendable {
         case .held(let held): hold = held
         case .busy: return await disposition.giveBack(claimed, logger: logger)
         }
+        if let hold { claimed.keep(hold) }
         let outcome = await upload(claimed, bundle: bundle, plan: plan, logger: logger)
-        if let hold { await SpoolCalls.run { hold.release() } }
+        // Released by the bundle's move; left alone, the bundle still in processing/.
+        if let hold, !hold.isReleased { await SpoolCalls.run { hold.release() } }
         return outcome
     }
 
@@ -249,12 +251,14 @@ struct BundleUploader: Sendable {
                 action = state.answered(answer, stopping: counters.shouldStop)
             case .renewCredential:
                 let renewed = await client.credential.renewed(after: tokenSent, logger: logger) != nil
-                if renewed { logger.notice("the API refused the token; sending the step again with the one read anew") }
+                if renewed {
+                    counters.tokenChanged()
+                    logger.notice("the API refused the token; sending the step again with the one read anew")
+                }
                 action = state.credentialRenewed(renewed, stopping: counters.shouldStop)
             case .checkToken(let step):
                 let check = await client.checkToken(counting: counters)
-                let token = client.credential.current
-                let verdict = APIClient.verdict(check, tokenCreatedThisRun: counters.createdThisRun(with: token))
+                let verdict = APIClient.verdict(check, tokenCreatedThisRun: counters.createdWithCurrentToken)
                 let said: Logger.Message =
                     switch verdict {
                     case .bundles:
@@ -289,10 +293,9 @@ struct BundleUploader: Sendable {
     private func send(_ step: UploadStep, path: String, images: ArchiveImages, of name: String) async -> StepResponse {
         var claimHeld: (@Sendable () -> Bool)? = nil
         if claims.claimsRunOut { claimHeld = { [claims] in claims.holdsClaim(of: name) } }
-        let token = client.credential.current
         let (answer, bytes) = await client.send(step, path: path, images: images, claimHeld: claimHeld)
         counters.request(bytes: bytes)
-        if case .created = answer { counters.recordCreate(with: token) }
+        if case .created = answer { counters.recordCreate() }
         return answer
     }
 

@@ -27,9 +27,6 @@ final class RunCounters: Sendable {
         /// The shared database (PostgreSQL) could not be reached (``CheckpointError/isUnreachable``).
         var databaseUnreachable = false
         var breaker: CircuitBreaker
-        /// The last token a create went through with in this run: evidence that it works, for
-        /// an API with nothing else to ask about it (``APIClient/refusalIsTheBundles(_:tokenCreatedThisRun:)``).
-        var tokenThatCreated: String?
 
         /// What the run exits with: the first reason it stopped for, in order of what a person
         /// must fix first; else whether a bundle failed.
@@ -45,6 +42,7 @@ final class RunCounters: Sendable {
     let runID: String
     let stop: StopRequest
     private let state: Mutex<State>
+    private let createdSinceTokenChange = Atomic(false)
 
     init(runID: String, breaker: CircuitBreaker.Policy, stop: StopRequest) {
         self.runID = runID
@@ -79,11 +77,18 @@ final class RunCounters: Sendable {
 
     func credentialsRefused() { state.withLock { $0.credentialsRefused = true } }
 
-    /// A create went through with `token`.
-    func recordCreate(with token: String) { state.withLock { $0.tokenThatCreated = token } }
+    /// A create went through (with the token as it is): evidence that the token works, for an
+    /// API with nothing else to ask about it (``APIClient/verdict(_:tokenCreatedThisRun:)``). An
+    /// atomic flag, not the state's lock: every request sets it, and one load keeps it cheap.
+    func recordCreate() {
+        if !createdSinceTokenChange.load(ordering: .relaxed) { createdSinceTokenChange.store(true, ordering: .relaxed) }
+    }
 
-    /// Whether a create went through with `token` in this run, the last one that did.
-    func createdThisRun(with token: String) -> Bool { state.withLock { $0.tokenThatCreated == token } }
+    /// The token was read anew and differs: what went through before says nothing of it.
+    func tokenChanged() { createdSinceTokenChange.store(false, ordering: .relaxed) }
+
+    /// Whether a create went through since the token last changed in this run.
+    var createdWithCurrentToken: Bool { createdSinceTokenChange.load(ordering: .relaxed) }
 
     /// Sets a reason the run stops for; true for its first report only (one log line a run).
     func report(_ reason: any WritableKeyPath<State, Bool> & Sendable) -> Bool {

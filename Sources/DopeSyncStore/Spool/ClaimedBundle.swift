@@ -72,6 +72,13 @@ public final class ClaimedBundle: Sendable {
     public var isHeld: Bool { state.withLock { $0.descriptor != nil } }
 
     /// Ends the claim without moving the bundle: it stays in `processing/` and the next run takes it back.
+    /// The session's hold this bundle's upload took (``SessionHold``), let go with the move that
+    /// ends the claim, on the spool's thread that makes it: no trip of its own.
+    private let sessionHold = Mutex<SessionHold?>(nil)
+
+    /// Keeps `hold` until the bundle moves out of `processing/`.
+    public func keep(_ hold: SessionHold) { sessionHold.withLock { $0 = hold } }
+
     public func release() {
         state.withLock { state in
             if let descriptor = state.descriptor { close(descriptor) }
@@ -207,6 +214,7 @@ public final class ClaimedBundle: Sendable {
             let final = try body(descriptor)
             close(descriptor)
             state.descriptor = nil
+            sessionHold.withLock { $0.take() }?.release()
             return final
         }
     }

@@ -46,6 +46,9 @@ public final class SessionHold: Sendable {
         close(descriptor)
     }
 
+    /// Whether nothing is left to release (a store's hold never has anything).
+    public var isReleased: Bool { descriptor.withLock { $0 == nil } }
+
     deinit { if let descriptor = descriptor.withLock({ $0 }) { close(descriptor) } }
 
     /// The folder of the holds, inside the spool (hidden: not a folder of the queue).
