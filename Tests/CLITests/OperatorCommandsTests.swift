@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import DopeSync
+@testable import DopeSyncStore
 
 /// `dopesync status`, `requeue`, `prune` and `inspect`'s checkpoint progress, as an operator meets them:
 /// the built binary on a real spool filled by real runs against the in-process dev server.
@@ -229,6 +230,41 @@ import Testing
             #expect(result.stdout.contains("requeued failed/b.tar.gz -> incoming/b.tar.gz"), "\(result.stdout)")
             #expect(result.stderr.contains("/tmp/c.tar.gz") && result.stderr.contains("its path in failed/"))
             #expect(try spool.names(.incoming) == ["a.tar.gz", "b.tar.gz"] && spool.names(.failed).isEmpty)
+        }
+    }
+
+    @Test(
+        "prune removes the session locks no bundle holds and none took within the age; a held one stays, and a hold after it works"
+    )
+    func pruneRemovesUnheldSessionLocks() async throws {
+        try await withTemporarySpool { spool, _ in
+            let (oldID, heldID, newID) = (
+                "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222",
+                "33333333-3333-4333-8333-333333333333"
+            )
+            let old = Date(timeIntervalSinceNow: -40 * 86_400)
+            for id in [oldID, heldID, newID] {
+                let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(id) }
+                await SpoolCalls.run { hold?.release() }
+            }
+            let locks = spool.root + "/" + SessionHold.folder
+            for id in [oldID, heldID] {
+                try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: locks + "/" + id)
+            }
+            // A bundle of the second session uploads now, in another process.
+            let holder = try await Spawned(
+                "/bin/sh", ["-c", #"exec 9<"$0" && flock -n 9 && echo held && read line"#, locks + "/" + heldID])
+            #expect(await holder.firstLine(containing: "held") != nil)
+
+            let pruned = try await runBuilt("dopesync", ["prune", "--older-than", "30d", "--spool", spool.root])
+            #expect(pruned.status == 0, "\(pruned.stderr)")
+            #expect(pruned.stdout.contains("removed 1 session lock in .sessions/"), "\(pruned.stdout)")
+            #expect(try fileNames(in: locks) == [heldID, newID])
+            holder.kill(SIGKILL)
+            _ = await holder.finished()
+            let again = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(oldID) }
+            #expect(again != nil, "a session whose lock was pruned is held anew")
+            await SpoolCalls.run { again?.release() }
         }
     }
 

@@ -95,6 +95,11 @@ public enum PruneCommand {
         lines.append(
             "pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten"
         )
+        // The empty lock files of sessions no bundle has held since the cutoff (``SessionHold``).
+        let locks = spool.pruneSessionHolds(before: cutoff)
+        if locks > 0 {
+            lines.append("removed \(locks) session lock\(locks == 1 ? "" : "s") in .sessions/ unused since then")
+        }
         return CommandOutcome(
             output: lines.map(DisplayText.escaped).joined(separator: "\n"),
             diagnostics: diagnostics.isEmpty ? nil : diagnostics.joined(separator: "\n"),

@@ -1,6 +1,7 @@
 import Crypto
 import DopeSyncBundle
 import DopeSyncSupport
+import Foundation
 import Synchronization
 import ThreadRules
 
@@ -21,7 +22,8 @@ import ThreadRules
 ///
 /// One host: a `flock` on `.sessions/ID` in the spool, held by the open file, so it ends with the
 /// process whatever ends it, and it excludes other descriptors of the same process too. The files
-/// stay, empty, one per session seen. Several hosts: the shared store keeps it with the bundle's
+/// stay, empty, one per session seen, until `prune` removes those no bundle holds
+/// (``Spool/pruneSessionHolds(olderThan:)``). Several hosts: the shared store keeps it with the bundle's
 /// claim (``ClaimStorage/holdSession(_:of:)``), since a flock would outlive a paused worker's lease.
 public final class SessionHold: Sendable {
     public let sessionID: String
@@ -78,19 +80,53 @@ public final class SessionHold: Sendable {
                 code: .notWritable, message: "cannot make the sessions' lock folder", path: folder, errno: errno)
         }
         let path = folder + "/" + fileName(sessionID)
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard descriptor >= 0 else {
-            throw SpoolError(code: .notWritable, message: "cannot open the session's lock", path: path, errno: errno)
-        }
-        var locked = flock(descriptor, LOCK_EX | LOCK_NB)
-        while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
-        guard locked == 0 else {
-            let error = errno
+        // `prune` may remove the file between this open and the lock (it removes only files it
+        // has locked itself): a lock on a file no longer at the path holds nothing, so open again.
+        for _ in 0..<8 {
+            let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard descriptor >= 0 else {
+                throw SpoolError(
+                    code: .notWritable, message: "cannot open the session's lock", path: path, errno: errno)
+            }
+            var locked = flock(descriptor, LOCK_EX | LOCK_NB)
+            while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
+            guard locked == 0 else {
+                let error = errno
+                close(descriptor)
+                if error == EWOULDBLOCK { return nil }
+                throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
+            }
+            if SpoolFiles.identity(ofDescriptor: descriptor)?.file == SpoolFiles.identity(ofPath: path) {
+                return SessionHold(sessionID: sessionID, descriptor: descriptor)
+            }
             close(descriptor)
-            if error == EWOULDBLOCK { return nil }
-            throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
         }
-        return SessionHold(sessionID: sessionID, descriptor: descriptor)
+        throw SpoolError(code: .claimFailed, message: "the session's lock kept being removed", path: path)
+    }
+
+    /// Removes the lock files of sessions no bundle holds and none took since `cutoff` (by the
+    /// file's mtime, which taking a hold does not change: a session last sent long ago), each
+    /// under its own lock, so that a worker opening it meanwhile opens it again. Returns how many.
+    static func prune(in spool: Spool, before cutoff: Date) -> Int {
+        BlockingCalls.check("pruning the sessions' locks")
+        let folder = spool.root + "/" + Self.folder
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return 0 }
+        var removed = 0
+        for name in names {
+            let path = folder + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, spoolDate(info.st_mtim) < cutoff else {
+                continue
+            }
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            guard descriptor >= 0 else { continue }
+            defer { close(descriptor) }
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0,
+                SpoolFiles.identity(ofDescriptor: descriptor)?.file == SpoolFiles.identity(ofPath: path)
+            else { continue }
+            if unlink(path) == 0 { removed += 1 }
+        }
+        return removed
     }
 }
 
@@ -98,6 +134,11 @@ extension Spool {
     /// Holds `sessionID` while one of its bundles uploads (``SessionHold``); nil while another does.
     public func holdSession(_ sessionID: String) throws(SpoolError) -> SessionHold? {
         try SessionHold.take(sessionID, in: self)
+    }
+
+    /// Removes the lock files of sessions held by no bundle and created before `cutoff`; how many.
+    public func pruneSessionHolds(before cutoff: Date) -> Int {
+        SessionHold.prune(in: self, before: cutoff)
     }
 }
 
