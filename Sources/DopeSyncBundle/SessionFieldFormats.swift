@@ -5,7 +5,7 @@ import DopeSyncSupport
 package enum SessionFieldFormats {
     /// The lowercase form of an 8-4-4-4-12 hex UUID in either case; nil for anything else
     /// (braces, a `urn:uuid:` prefix, missing hyphens).
-    static func canonicalUUID(_ text: String) -> String? {
+    package static func canonicalUUID(_ text: String) -> String? {
         let bytes = Array(text.utf8)
         guard bytes.count == 36 else { return nil }
         for (position, byte) in bytes.enumerated() {

@@ -15,10 +15,24 @@ import Testing
         return blocked
     }
 
+    /// A spool of a good bundle (`seed`) and then one the firewall blocks (`seed + 1`), which a
+    /// run takes second: a run takes bundles as they arrived (ctime), and the rename that gives it
+    /// the name `blocked.tar.gz` sets its ctime.
+    static func goodThenBlocked(in directory: URL, seed: UInt64) async throws -> Spool {
+        let blocked = blockedByAFirewall(seed: seed + 1)
+        let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: seed), blocked])
+        #expect(
+            rename(spool.path(.incoming, "\(blocked.sessionID).tar.gz"), spool.path(.incoming, "blocked.tar.gz")) == 0)
+        return spool
+    }
+
     /// `dopesync run` in-process, a bundle failing after two counted attempts, each due at once.
-    static func run(_ spool: Spool, _ server: RunningDevServer) async -> (RunSummary, DopeSync.ExitStatus) {
+    static func run(_ spool: Spool, _ server: RunningDevServer, concurrency: Int = 4) async -> (
+        RunSummary, DopeSync.ExitStatus
+    ) {
         var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
         options.minAge = .zero
+        options.concurrency = concurrency
         options.retry.base = .milliseconds(1)
         options.retry.cap = .milliseconds(5)
         options.minFreeSpace = .bytes(0)
@@ -62,28 +76,15 @@ import Testing
     )
     func nothingToAskButTheRunsOwnCreates() async throws {
         try await withTemporaryDirectory { directory in
-            let good = SampleSession(seed: 3720)
-            let blocked = Self.blockedByAFirewall(seed: 3721)
-            let spool = try await makeSpool(in: directory, samples: [good, blocked])
-            // The good one first: a run takes bundles as they arrived (ctime), and a rename sets it.
-            #expect(
-                rename(
-                    spool.path(.incoming, "\(blocked.sessionID).tar.gz"), spool.path(.incoming, "z-blocked.tar.gz"))
-                    == 0)
+            let spool = try await Self.goodThenBlocked(in: directory, seed: 3720)
             var configuration = DevServerConfiguration.withoutReferenceLists
             configuration.lookups = false
             configuration.forbiddenBodyPattern = "<script>"
             try await withDevServer(configuration) { server async throws in
-                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
-                options.minAge = .zero
-                options.concurrency = 1
-                options.retry.base = .milliseconds(1)
-                options.retry.cap = .milliseconds(5)
-                options.minFreeSpace = .bytes(0)
-                let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+                let (summary, status) = await Self.run(spool, server, concurrency: 1)
                 #expect(status == .success, "\(summary)")
                 #expect(summary.done == 1 && summary.deferred == 1 && summary.givenBack == 0, "\(summary)")
-                #expect(try spool.names(.incoming) == ["z-blocked.tar.gz"])
+                #expect(try spool.names(.incoming) == ["blocked.tar.gz"])
             }
         }
     }
@@ -93,10 +94,9 @@ import Testing
     )
     func aNewBundleUnderAFailedOnesNameStartsAfresh() async throws {
         try await withTemporaryDirectory { directory in
-            let good = SampleSession(seed: 3730)
             let blocked = Self.blockedByAFirewall(seed: 3731)
-            let spool = try await makeSpool(in: directory, samples: [good, blocked])
-            let name = "\(blocked.sessionID).tar.gz"
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 3730), blocked])
+            let name = "\(blocked.sessionID).tar.gz"  // as pack names it again
             var configuration = DevServerConfiguration()
             configuration.forbiddenBodyPattern = "<script>"
             try await withDevServer(configuration) { server async throws in

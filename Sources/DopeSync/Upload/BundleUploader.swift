@@ -405,43 +405,31 @@ struct BundleUploader: Sendable {
             BundleFailure(reason: FailureReason(.readerCrashed), message: message)
         }
         let advice = "check it with `dopesync inspect` where a crash does no harm, then requeue or remove it"
-        guard let isolatedReader else {
+        /// Past the limit of readings cut short in a row, to `failed/`, saying `why` not again.
+        func failedAtTheLimit(_ why: String) async -> UploadOutcome? {
             guard cutShort >= Self.readingsCutShortLimit else { return nil }
             logger.error(
                 "bundle was being read each time a process died", metadata: ["readings.cut.short": "\(cutShort)"])
             return await disposition.fail(
                 claimed, sessionID: nil,
-                failure: failure(
-                    "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was killed "
-                        + "while reading it), so it is not opened again; \(advice)"), logger: logger)
+                failure: failure("reading this bundle was cut short \(cutShort) times \(why)"), logger: logger)
         }
+        let unread =
+            "(the process crashed, ran out of memory or was killed while reading it), so it is not opened again; \(advice)"
+        guard let isolatedReader else { return await failedAtTheLimit(unread) }
         logger.notice(
             "the last reading of this bundle never ended: reading it in a separate process first",
             metadata: ["readings.cut.short": "\(cutShort)"])
         let time = limits.readingTime(forFileOfSize: claimed.size) + .seconds(10)  // and the child's start-up
         switch await isolatedReader.read(claimed.path, time: time, stop: counters.stop, logger: logger) {
         case .notStarted:
-            // No child to ask: as without one.
-            guard cutShort >= Self.readingsCutShortLimit else { return nil }
-            return await disposition.fail(
-                claimed, sessionID: nil,
-                failure: failure(
-                    "reading this bundle was cut short \(cutShort) times (the process crashed, ran out of memory or was "
-                        + "killed while reading it), and no separate process could be started to read it alone, so it is "
-                        + "not opened again; \(advice)"), logger: logger)
+            return await failedAtTheLimit(unread)  // no child to ask: as without one
         case .survived:
             // Counted since its last reading that ended: only readings cut short in a row.
-            guard cutShort >= Self.readingsCutShortLimit else { return nil }
-            logger.error(
-                "the worker's process died each time it read this bundle, though a separate process reads it alone unharmed",
-                metadata: ["readings.cut.short": "\(cutShort)"])
-            return await disposition.fail(
-                claimed, sessionID: nil,
-                failure: failure(
-                    "reading this bundle was cut short \(cutShort) times by the worker's process dying, though a separate "
-                        + "process reads it alone without harm: the worker most likely runs out of memory reading several "
-                        + "bundles at once (lower --concurrency, or raise the unit's MemoryMax=); it is not opened again "
-                        + "until requeued"), logger: logger)
+            return await failedAtTheLimit(
+                "by the worker's process dying, though a separate process reads it alone without harm: the worker "
+                    + "most likely runs out of memory reading several bundles at once (lower --concurrency, or raise "
+                    + "the unit's MemoryMax=); it is not opened again until requeued")
         case .stopped:
             return await disposition.giveBack(claimed, logger: logger)
         case .timedOut:

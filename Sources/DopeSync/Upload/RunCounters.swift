@@ -34,7 +34,7 @@ final class RunCounters: Sendable {
             if credentialsRefused { return .permissionDenied }
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
-            if checkpointsFailed || belowFreeSpaceFloor || moveFailed || spoolNotWritable { return .cannotCreate }
+            if checkpointsFailed || belowFreeSpaceFloor || moveFailed { return .cannotCreate }
             if breaker.isOpen || databaseUnreachable { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }

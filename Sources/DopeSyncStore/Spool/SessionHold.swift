@@ -23,7 +23,7 @@ import ThreadRules
 /// One host: a `flock` on `.sessions/ID` in the spool, held by the open file, so it ends with the
 /// process whatever ends it, and it excludes other descriptors of the same process too. The files
 /// stay, empty, one per session seen, until `prune` removes those no bundle holds
-/// (``Spool/pruneSessionHolds(olderThan:)``). Several hosts: the shared store keeps it with the bundle's
+/// (``Spool/pruneSessionHolds(before:)``). Several hosts: the shared store keeps it with the bundle's
 /// claim (``ClaimStorage/holdSession(_:of:)``), since a flock would outlive a paused worker's lease.
 public final class SessionHold: Sendable {
     public let sessionID: String
@@ -59,14 +59,7 @@ public final class SessionHold: Sendable {
     /// A file name for `sessionID`: the UUID itself in lowercase (validation allows nothing else),
     /// else its SHA-256, so that no id can name a path.
     static func fileName(_ sessionID: String) -> String {
-        let isUUIDText =
-            sessionID.utf8.count == 36
-            && sessionID.utf8.allSatisfy { byte in
-                byte == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte | 0x20)
-            }
-        if isUUIDText { return sessionID.lowercased() }
-        return "sha256-" + SHA256.hash(data: Array(sessionID.utf8)).hexString
+        SessionFieldFormats.canonicalUUID(sessionID) ?? "sha256-" + SHA256.hash(data: Array(sessionID.utf8)).hexString
     }
 
     /// Holds `sessionID` for the caller, or nil when another bundle holds it now (in this process
