@@ -91,6 +91,38 @@ import Testing
     }
 
     @Test(
+        "a deferral whose move back to incoming/ fails: exit 73, the bundle stays in processing/, and the next run defers it there",
+        .enabled(if: geteuid() == 0, "needs root to mount a tmpfs over incoming/"))
+    func deferralThatCannotMoveBack() async throws {
+        try await withTemporaryDirectory { directory in
+            let blocked = BundleRefusalTests.blockedByAFirewall(seed: 47)
+            let spool = try await makeSpool(in: directory, samples: [blocked])
+            let name = "\(blocked.sessionID).tar.gz"
+            // An orphan, as a run killed mid-upload leaves it: taken where it is, with no rename
+            // out of incoming/, so a mount over incoming/ refuses only the deferral's move back.
+            #expect(rename(spool.path(.incoming, name), spool.path(.processing, name)) == 0)
+            let incoming = spool.path(.incoming)
+            _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", incoming])
+            var configuration = DevServerConfiguration()
+            configuration.forbiddenBodyPattern = "<script>"
+            try await withDevServer(configuration) { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                _ = umount2(incoming, Int32(MNT_DETACH))
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("cannot move a bundle to incoming/: the spool cannot be written"), "\(output)")
+                #expect(output.contains(String(cString: strerror(EXDEV))), "\(output)")
+                #expect(try spool.names(.processing) == [name] && spool.names(.incoming).isEmpty, "in one folder")
+
+                let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(again == 0, "\(againOutput)")
+                #expect(againOutput.contains("bundle deferred"), "\(againOutput)")
+                #expect(try spool.names(.incoming) == [name] && spool.names(.processing).isEmpty, "in one folder")
+                #expect((try await server.createdCounts()["session"] ?? 0) == 0, "the firewall let nothing through")
+            }
+        }
+    }
+
+    @Test(
         "a spool folder on a read-only mount (or outside the unit's ReadWritePaths=) is named so: exit 73, no chown advised",
         .enabled(if: geteuid() == 0, "needs root to mount a read-only tmpfs"))
     func aReadOnlySpoolFolderIsNamed() async throws {
