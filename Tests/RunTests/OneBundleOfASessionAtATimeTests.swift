@@ -64,4 +64,70 @@ import Testing
             await SpoolCalls.run { hold?.release() }
         }
     }
+
+    @Test(
+        "a .sessions/ the worker may not write (an earlier run as root made it) stops the run with 73, naming it and the chown; nothing is sent without the hold",
+        .enabled(if: geteuid() == 0, "needs root to make the worker's user"))
+    func sessionLocksTheWorkerMayNotWrite() async throws {
+        let worker = "dopesync-t-holds-" + UUID().uuidString.prefix(8).lowercased()
+        try await SessionOwnershipTests.withProducers([worker]) { uids in
+            try await withTemporaryDirectory { directory in
+                let sample = SampleSession(seed: 9_820)
+                let spool = try await makeSpool(in: directory, samples: [sample])
+                let name = "\(sample.sessionID).tar.gz"
+                for path in [spool.root, spool.path(.incoming, name)] + Spool.Folder.allCases.map({ spool.path($0) }) {
+                    #expect(chown(path, uids[0], uids[0]) == 0)
+                }
+                #expect(chmod(directory.path, 0o755) == 0)
+                // Root's, as a run with --allow-root leaves it.
+                let holds = spool.root + "/" + SessionHold.folder
+                #expect(mkdir(holds, 0o700) == 0)
+                try await withDevServer { server in
+                    func runAsWorker() async throws -> ProcessOutput {
+                        try await runProcess(
+                            "/usr/sbin/runuser",
+                            [
+                                "-u", worker, "--", builtProduct("dopesync").path, "run", "--spool", spool.root,
+                                "--api", server.baseURL, "--min-age", "0",
+                            ],
+                            environment: ["DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0"],
+                            allowFailure: true)
+                    }
+                    let run = try await runAsWorker()
+                    #expect(run.status == 73, "\(run.stderr)")
+                    #expect(run.stderr.contains("cannot hold the session while its bundle uploads"), "\(run.stderr)")
+                    #expect(run.stderr.contains("chown \(worker) \(holds)"), "\(run.stderr)")
+                    #expect(try spool.names(.incoming) == [name], "given back, in one folder")
+                    #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
+
+                    #expect(chown(holds, uids[0], uids[0]) == 0)
+                    let again = try await runAsWorker()
+                    #expect(again.status == 0, "\(again.stderr)")
+                    #expect(try spool.names(.done) == [name])
+                    #expect(try await server.createdCounts()["session"] == 1)
+                }
+            }
+        }
+    }
+
+    @Test(
+        "only a file system without locks lets a bundle go on without its hold; no descriptor left, or a lock file removed again and again, gives it back"
+    )
+    func whenABundleGoesOnWithoutItsHold() {
+        func outcome(_ code: SpoolError.Code, _ errno: Int32?) -> String {
+            switch SpoolClaims.outcome(of: SpoolError(code: code, message: "m", errno: errno)) {
+            case .held: "held"
+            case .busy: "busy"
+            case .unavailable: "go on without"
+            case .spoolNotWritable: "stop the run"
+            case .failed: "give back"
+            }
+        }
+        #expect(outcome(.claimFailed, ENOLCK) == "go on without")
+        #expect(outcome(.claimFailed, EOPNOTSUPP) == "go on without")
+        #expect(outcome(.claimFailed, nil) == "give back", "the lock file kept being removed")
+        #expect(outcome(.notWritable, EMFILE) == "give back")
+        #expect(outcome(.notWritable, EACCES) == "stop the run")
+        #expect(outcome(.notWritable, EROFS) == "stop the run")
+    }
 }

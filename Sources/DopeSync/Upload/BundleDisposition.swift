@@ -176,7 +176,7 @@ struct BundleDisposition: Sendable {
     /// A move out of `processing/` failed: the bundle stays there, claimed by nobody, and the next
     /// run takes it back, so nothing is lost; but no run can finish it until a person fixes the
     /// spool, so the run exits 73 ("the spool cannot be written") instead of 0, and says which
-    /// folder refused. When the folder refuses as such (``spoolWideErrors``), every other bundle's
+    /// folder refused. When the folder refuses as such (``SpoolError/folderWideErrors``), every other bundle's
     /// move would fail too: the run stops claiming, as at the free-space floor. Any other error
     /// (a name the folder cannot take, say) is this bundle's, and the others go on.
     func moveFailed(_ claimed: ClaimedBundle, to folder: Spool.Folder, _ error: any Error, logger: Logger)
@@ -192,7 +192,7 @@ struct BundleDisposition: Sendable {
             return .returned
         }
         let errno = (error as? SpoolError)?.errno
-        let spoolWide = errno.map(Self.spoolWideErrors.contains) ?? false
+        let spoolWide = errno.map(SpoolError.folderWideErrors.contains) ?? false
         _ = counters.report(\.moveFailed)
         let stops = spoolWide && counters.report(\.spoolNotWritable)
         logger.critical(
@@ -203,10 +203,6 @@ struct BundleDisposition: Sendable {
         claimed.release()
         return .returned
     }
-
-    /// What a folder answers for every move into it, whichever the bundle: read-only, no
-    /// permission, no space or quota, another file system (`done/` mounted elsewhere), I/O errors.
-    static let spoolWideErrors: Set<Int32> = [EROFS, EACCES, EPERM, ENOSPC, EDQUOT, EXDEV, EIO]
 
     /// Whether the claim still allows a move: asked of the store just before it (a shared store
     /// checks the lease and renews it; the spool's flock always allows).

@@ -119,8 +119,9 @@ struct BundleUploader: Sendable {
     }
 
     /// Takes the session's hold from the claims' store (``ClaimStorage/holdSession(_:of:)``). A
-    /// spool whose file system cannot lock (a `local_lock` or `nolock` NFS mount, say), or a hold
-    /// that cannot be asked for, goes on without it, as before the hold existed, and says so.
+    /// spool whose file system cannot lock (a `nolock` NFS mount, say) goes on without it, as
+    /// before the hold existed, and says so; a spool that cannot keep the holds' files stops the
+    /// run (exit 73); any other failure gives the bundle back, uncounted.
     private func holdSession(_ sessionID: String, of claimed: ClaimedBundle, logger: Logger) async
         -> SessionHoldAnswer
     {
@@ -136,6 +137,13 @@ struct BundleUploader: Sendable {
                 "cannot hold the session while its bundle uploads; going on without (two bundles of it at once could send a record twice to an API that ignores keys)",
                 metadata: ["error": "\(reason)"])
             return .held(nil)
+        case .spoolNotWritable(let reason):
+            if counters.report(\.spoolNotWritable) {
+                logger.critical(
+                    "cannot hold the session while its bundle uploads: the spool cannot be written; the run gives the bundle back, stops claiming, and exits 73",
+                    metadata: ["error": "\(reason)"])
+            }
+            return .busy
         case .failed(let reason):
             logger.error(
                 "cannot hold the session while its bundle uploads: given back, uncounted",

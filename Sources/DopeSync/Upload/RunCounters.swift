@@ -19,8 +19,9 @@ final class RunCounters: Sendable {
         var belowFreeSpaceFloor = false
         /// A bundle could not be moved out of `processing/` (``BundleDisposition/moveFailed``).
         var moveFailed = false
-        /// The spool's folders refuse moves as such (read-only, no permission, full, another file
-        /// system, I/O errors): no bundle could be moved, so the run stops claiming.
+        /// The spool's folders refuse moves or the sessions' holds as such (read-only, no
+        /// permission, full, another file system, I/O errors): no bundle could be moved or held,
+        /// so the run stops claiming.
         var spoolNotWritable = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
@@ -34,7 +35,7 @@ final class RunCounters: Sendable {
             if credentialsRefused { return .permissionDenied }
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
-            if checkpointsFailed || belowFreeSpaceFloor || moveFailed { return .cannotCreate }
+            if checkpointsFailed || belowFreeSpaceFloor || moveFailed || spoolNotWritable { return .cannotCreate }
             if breaker.isOpen || databaseUnreachable { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }

@@ -58,9 +58,27 @@ public struct SpoolClaims: ClaimStorage {
             let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) }
             return hold.map { .held($0) } ?? .busy
         } catch {
-            return .unavailable(reason: "\(error)")
+            return Self.outcome(of: error)
         }
     }
+
+    /// Only a file system that cannot lock at all lets a bundle go on without its hold; a spool
+    /// that cannot be written stops the run; anything else (no descriptor left, a lock file
+    /// removed again and again) gives the bundle back, since going on could send a record twice.
+    static func outcome(of error: SpoolError) -> SessionHoldOutcome {
+        let errno = error.errno ?? 0
+        if error.code == .claimFailed && Self.noLockSupport.contains(errno) {
+            return .unavailable(reason: "\(error)")
+        }
+        if error.code == .notWritable && SpoolError.folderWideErrors.contains(errno) {
+            return .spoolNotWritable(reason: "\(error)")
+        }
+        return .failed(reason: "\(error)")
+    }
+
+    /// What `flock` answers where the file system has no locks (a `nolock` NFS mount, some FUSE
+    /// file systems).
+    static let noLockSupport: Set<Int32> = [ENOLCK, EOPNOTSUPP, ENOSYS]
 }
 
 /// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool

@@ -69,8 +69,10 @@ public final class SessionHold: Sendable {
         BlockingCalls.check("holding session \(sessionID)")
         let folder = spool.root + "/" + Self.folder
         if mkdir(folder, 0o700) != 0 && errno != EEXIST {
+            let error = errno
             throw SpoolError(
-                code: .notWritable, message: "cannot make the sessions' lock folder", path: folder, errno: errno)
+                code: .notWritable, message: Spool.notWritableMessage(spool.root, error: error), path: folder,
+                errno: error)
         }
         let path = folder + "/" + fileName(sessionID)
         // `prune` may remove the file between this open and the lock (it removes only files it
@@ -78,8 +80,10 @@ public final class SessionHold: Sendable {
         for _ in 0..<8 {
             let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
             guard descriptor >= 0 else {
+                let error = errno
                 throw SpoolError(
-                    code: .notWritable, message: "cannot open the session's lock", path: path, errno: errno)
+                    code: .notWritable, message: Spool.notWritableMessage(folder, error: error), path: path,
+                    errno: error)
             }
             var locked = flock(descriptor, LOCK_EX | LOCK_NB)
             while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
@@ -143,6 +147,10 @@ public enum SessionHoldOutcome: Sendable {
     case busy
     /// The hold cannot be had here (a file system without locks): the bundle goes on without it.
     case unavailable(reason: String)
+    /// The spool cannot keep the holds' files (`.sessions/` or the spool's own folder read-only,
+    /// another owner's, full): no bundle can be held, so the run gives this one back, stops
+    /// claiming and exits 73, as when a folder of the queue refuses a move.
+    case spoolNotWritable(reason: String)
     /// The store could not answer (a shared database's timeout, say): the bundle is given back,
     /// uncounted, since going on could send what the hold is there to keep from being sent twice.
     case failed(reason: String)

@@ -59,6 +59,10 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
         self.errno = errno
     }
 
+    /// What a folder answers for every write into it, whichever the bundle: read-only, no
+    /// permission, no space or quota, another file system (`done/` mounted elsewhere), I/O errors.
+    public static let folderWideErrors: Set<Int32> = [EROFS, EACCES, EPERM, ENOSPC, EDQUOT, EXDEV, EIO]
+
     /// Whether the CLI should exit with 73 (`EX_CANTCREAT`).
     public var isSpoolUnwritable: Bool { code == .cannotCreate || code == .notWritable || code == .runningAsRoot }
 
