@@ -377,6 +377,31 @@ public final class PostgresCheckpoints: Sendable {
             // A replica after a failover, or default_transaction_read_only: nothing can be checkpointed.
             return CheckpointError(
                 code: .readOnly, message: "PostgreSQL at \(settings.url) is read-only: \(message)")
+        case "42501":
+            // A privilege revoked (or never granted) on the schema's tables: no bundle can be
+            // checkpointed until an administrator grants it again.
+            return CheckpointError(
+                code: .readOnly,
+                message:
+                    "PostgreSQL at \(settings.url) refuses user \(settings.user) while \(doing): \(message) (grant it the dopesync schema's tables again, or run as their owner)"
+            )
+        case "XX001", "XX002":
+            return CheckpointError(
+                code: .corrupt, message: "PostgreSQL at \(settings.url) reports damaged data while \(doing): \(message)"
+            )
+        case _ where state.hasPrefix("58"):
+            // System errors: an I/O error in the server, a file it cannot find.
+            return CheckpointError(
+                code: .ioError,
+                message: "PostgreSQL at \(settings.url) failed while \(doing): \(message) [SQLSTATE \(state)]")
+        case _ where state.hasPrefix("53"):
+            // Out of memory, too many connections or another resource of the server's (53100, a
+            // full disk, is above): likely to pass, as an outage is.
+            return CheckpointError(
+                code: .unreachable,
+                message:
+                    "PostgreSQL at \(settings.url) is short of resources while \(doing): \(message) [SQLSTATE \(state)]"
+            )
         case "57014", "55P03":
             // statement_timeout or lock_timeout (``sessionSettings(_:statementTimeout:)``): the
             // server cancelled the statement, and its transaction did nothing.
@@ -384,8 +409,8 @@ public final class PostgresCheckpoints: Sendable {
                 code: .unreachable,
                 message:
                     "PostgreSQL at \(settings.url) did not finish in time while \(doing), and cancelled it: \(message)")
-        case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300":
-            // Connection exceptions, an administrator's shutdown or restart, too many connections.
+        case _ where state.hasPrefix("08") || state.hasPrefix("57P"):
+            // Connection exceptions, an administrator's shutdown or restart.
             return CheckpointError(
                 code: .unreachable, message: "PostgreSQL at \(settings.url) while \(doing): \(message)")
         default:

@@ -106,6 +106,46 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "the worker's privileges revoked mid-run: exit 73 naming the refusal, not a quiet 0; granted again, the next run finishes; every record once"
+    )
+    func privilegesRevokedMidRun() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let samples = (1...6).map { SampleSession(seed: UInt64(4450 + $0), shape: .realistic) }
+            let spool = try await makeSpool(in: directory, samples: samples)
+            let seen = Atomic(0)
+            let (struck, strike) = AsyncStream.makeStream(of: Void.self)
+            var configuration = DevServerConfiguration()
+            configuration.faults.latencyMilliseconds = 3...8
+            configuration.ignoreIdempotencyKeys = true
+            configuration.onRequest = { _, _ in
+                if seen.add(1, ordering: .relaxed).newValue == 60 { strike.yield() }
+            }
+            try await withDevServer(configuration) { server in
+                let run = try await spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", lease: "2s",
+                    ["--concurrency", "2"])
+                for await _ in struck { break }
+                // An administrator's REVOKE (SQLSTATE 42501) while bundles are under way.
+                try await database.psql(
+                    "REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dopesync FROM \(PostgresCluster.role)")
+                let status = await run.finished()
+                let log = run.errorText
+                #expect(status == 73, "\(log)")
+                #expect(log.contains("the checkpoint database cannot be written"), "\(log)")
+                #expect(log.contains("refuses user \(PostgresCluster.role)"), "\(log)")
+
+                try await database.psql(
+                    "GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dopesync TO \(PostgresCluster.role)")
+                try await waitUntilEveryLeaseHasRunOut(database)
+                let next = try await spawnSharedRun(spool, against: server, database: database, host: "host-b")
+                #expect(await next.finished() == 0, "\(next.errorText)")
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
+            }
+        }
+    }
 }
 
 /// The half sessions of issue 38 from the shared store's own SQL: `status` on PostgreSQL lists

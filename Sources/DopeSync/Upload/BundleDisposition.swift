@@ -220,7 +220,7 @@ struct BundleDisposition: Sendable {
                 CheckpointError(code: .unreachable, message: "the claims could not be renewed"), logger: logger)
         }
         logger.error(
-            "the claim on the bundle ran out before it could be moved: it is left where it is for the worker that takes it over",
+            "the claim on the bundle ran out, or the store could not confirm it, before it could be moved: it is left where it is for the worker that takes it over",
             metadata: ["bundle.path": "processing/\(claimed.name)"])
         claimed.release()
         return .returned
