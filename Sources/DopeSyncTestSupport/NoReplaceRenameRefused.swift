@@ -8,11 +8,15 @@ public struct NoReplaceRenameRefused: Sendable {
     /// The variables that load the library into a child.
     public let environment: [String: String]
 
-    /// Builds the library with the system's C compiler into `directory`.
-    public init(in directory: URL) async throws {
+    /// Builds the library with the system's C compiler into `directory`. With
+    /// `unlinkOfNonASCIIReports`, an unlink of a path with a byte that is not ASCII is carried
+    /// out and then reports that errno, as an NFS request sent again does.
+    public init(in directory: URL, unlinkOfNonASCIIReports: Int32? = nil) async throws {
         let library = directory.appendingPathComponent("libnoreplace.so").path
         _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, Self.source.path, "-ldl"])
-        environment = ["LD_PRELOAD": library]
+        environment = ["LD_PRELOAD": library].merging(
+            unlinkOfNonASCIIReports.map { ["NFS_UNLINK_REPORTS": "\($0)"] } ?? [:]
+        ) { $1 }
     }
 
     /// The library's C source, beside the tests.

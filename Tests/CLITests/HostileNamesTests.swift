@@ -64,8 +64,8 @@ import Testing
 
     @Test(
         "names that are not UTF-8, not in normal form, or hold a newline: status counts each, and a run syncs each, none skipped, with or without RENAME_NOREPLACE (NFS)",
-        arguments: [true, false])
-    func oddNamesAreNeverSkipped(noReplaceRename: Bool) async throws {
+        arguments: RenameSupport.allCases)
+    func oddNamesAreNeverSkipped(renames: RenameSupport) async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: UInt64(3900 + $0)) }
             let spool = try await makeSpool(in: directory, samples: samples)
@@ -87,7 +87,13 @@ import Testing
                     as? [String: [String: Any]])
             #expect(folders["incoming"]?["count"] as? Int == 3, "\(folders)")
             // As on NFS: every no-replace rename refused with EINVAL, so each move links, then unlinks.
-            let nfs = noReplaceRename ? [:] : try await NoReplaceRenameRefused(in: directory).environment
+            let nfs: [String: String] =
+                switch renames {
+                case .local: [:]
+                case .nfs: try await NoReplaceRenameRefused(in: directory).environment
+                case .nfsUnlinkSentAgain:
+                    try await NoReplaceRenameRefused(in: directory, unlinkOfNonASCIIReports: ESTALE).environment
+                }
             try await withDevServer { server in
                 let (code, output) = try await runToEnd(
                     spool, apiURL: server.baseURL, token: server.token, environment: nfs)
@@ -101,6 +107,16 @@ import Testing
                 #expect(try await server.createdCounts()["session"] == 3)
             }
         }
+    }
+
+    enum RenameSupport: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case local = "RENAME_NOREPLACE"
+        /// Link, then unlink.
+        case nfs = "NFS"
+        /// Link, then an unlink of the name that is not UTF-8 that happens but reports ESTALE, as
+        /// one sent again after the server restarted: the link must not be undone.
+        case nfsUnlinkSentAgain = "NFS, the unlink sent again"
+        var testDescription: String { rawValue }
     }
 
     @Test("a bundle named x.error is a bundle: status counts it as failed and requeue --all moves it back")

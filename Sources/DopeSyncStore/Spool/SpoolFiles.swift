@@ -39,23 +39,14 @@ package enum SpoolFiles {
         dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
     }
 
-    /// `renameat2(RENAME_NOREPLACE)` of a source given as bytes (a name that is not UTF-8): 0,
-    /// or the error. Where the file system refuses it (EINVAL: NFS, some overlay mounts) or the
-    /// kernel lacks it (ENOSYS), `link` and then `unlink` of the old name, as
-    /// ``renameNoReplace(_:_:of:calls:)`` does; an `unlink` that fails removes the new name
-    /// again, so the file keeps one name.
-    static func renameNoReplace(bytes source: UnsafePointer<CChar>, to target: String) -> Int32 {
+    /// ``renameNoReplace(_:_:of:calls:)`` of a source given as bytes (a name that is not UTF-8),
+    /// with the same fallback and the same look at what the names hold after an error, so that an
+    /// NFS call sent again never leaves the file under two names or none.
+    static func renameNoReplace(bytes source: [CChar], to target: String) -> Int32 {
         BlockingCalls.check("spool: renaming a name that is not UTF-8 to \(target)")
-        if dopesync_rename_no_replace(source, target) == 0 { return 0 }
-        let error = errno
-        guard error == EINVAL || error == ENOSYS else { return error }
-        guard link(source, target) == 0 else { return errno }
-        guard unlink(source) == 0 else {
-            let unlinkError = errno
-            unlink(target)
-            return unlinkError
-        }
-        return 0
+        let named = MoveSource(bytes: source)
+        guard let file = named.identity() else { return ENOENT }
+        return renameNoReplace(named, target, file: file, calls: .system)
     }
 
     private static func systemLink(_ source: String, _ target: String) -> Int32 {
@@ -89,20 +80,59 @@ package enum SpoolFiles {
     ) -> Int32 {
         BlockingCalls.check("spool: moving \(source)")
         guard let file = file ?? identity(ofPath: source) else { return ENOENT }
-        let error = calls.renameNoReplace(source, target)
+        return renameNoReplace(MoveSource(path: source, calls: calls), target, file: file, calls: calls)
+    }
+
+    /// The name a move takes a file from: a path, or the bytes of a name that is not UTF-8 (which
+    /// no `String` holds). The calls on it, each returning 0 or an errno, as ``RenameCalls``'.
+    struct MoveSource {
+        let renameNoReplace: (String) -> Int32
+        let link: (String) -> Int32
+        let unlink: () -> Int32
+        /// The file the name holds now (nil: none).
+        let identity: () -> FileIdentity?
+
+        init(path: String, calls: RenameCalls) {
+            renameNoReplace = { calls.renameNoReplace(path, $0) }
+            link = { calls.link(path, $0) }
+            unlink = { calls.unlink(path) }
+            identity = { SpoolFiles.identity(ofPath: path) }
+        }
+
+        /// `bytes`: the path, NUL-terminated.
+        init(bytes: [CChar]) {
+            func call(_ body: (UnsafePointer<CChar>) -> Int32) -> Int32 {
+                bytes.withUnsafeBufferPointer { body($0.baseAddress!) }
+            }
+            renameNoReplace = { target in call { dopesync_rename_no_replace($0, target) == 0 ? 0 : errno } }
+            link = { target in call { Glibc.link($0, target) == 0 ? 0 : errno } }
+            unlink = { call { Glibc.unlink($0) == 0 ? 0 : errno } }
+            identity = {
+                var info = stat()
+                guard call({ lstat($0, &info) }) == 0 else { return nil }
+                return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+            }
+        }
+    }
+
+    /// The move itself, whichever way the source is named; `calls` for the target's unlink.
+    private static func renameNoReplace(_ source: MoveSource, _ target: String, file: FileIdentity, calls: RenameCalls)
+        -> Int32
+    {
+        let error = source.renameNoReplace(target)
         if error == 0 { return 0 }
         if error == EINVAL || error == ENOSYS { return linkThenUnlink(source, target, file: file, calls: calls) }
         // Not moved while the target does not name the file: EEXIST then means another file holds it.
         guard identity(ofPath: target) == file else { return error }
         // Moved. Both names holding it is a link + unlink cut short by an earlier crash: finish that.
-        return identity(ofPath: source) == file ? removeSourceName(source, target, file: file, calls: calls) : 0
+        return source.identity() == file ? removeSourceName(source, target, file: file, calls: calls) : 0
     }
 
     /// The no-replace rename for file systems without one: `link`, then `unlink` of the source's name.
-    private static func linkThenUnlink(_ source: String, _ target: String, file: FileIdentity, calls: RenameCalls)
+    private static func linkThenUnlink(_ source: MoveSource, _ target: String, file: FileIdentity, calls: RenameCalls)
         -> Int32
     {
-        let error = calls.link(source, target)
+        let error = source.link(target)
         // EEXIST may answer a link sent again whose first copy made the name: then the name is our file,
         // and taking the next suffixed name would leave the bundle under two names.
         if error != 0 && identity(ofPath: target) != file { return error }
@@ -111,13 +141,13 @@ package enum SpoolFiles {
 
     /// Both names hold the file: removes the source's, which completes the move. If that cannot be
     /// done, removes the target's, so the file stays where it was under one name, and returns the error.
-    private static func removeSourceName(_ source: String, _ target: String, file: FileIdentity, calls: RenameCalls)
-        -> Int32
-    {
-        let error = calls.unlink(source)
+    private static func removeSourceName(
+        _ source: MoveSource, _ target: String, file: FileIdentity, calls: RenameCalls
+    ) -> Int32 {
+        let error = source.unlink()
         // ENOENT may answer an unlink sent again whose first copy removed the name: look. A source that
         // cannot be looked at counts as gone, since undoing the link of a file no longer there would lose it.
-        if error == 0 || identity(ofPath: source) != file { return 0 }
+        if error == 0 || source.identity() != file { return 0 }
         // Should this fail too, both names are one inode: the next claim of it (by lock and inode) takes
         // it back, and its next move finishes this one.
         _ = calls.unlink(target)

@@ -68,15 +68,11 @@ extension Spool {
         var renamed: [RenamedBundle] = []
         for bytes in entries.compactMap(\.nameBytes) {
             let base = SpoolNames.escaped(bytes)
-            let source = Array((folder + "/").utf8) + bytes + [0]
+            let source = (Array((folder + "/").utf8) + bytes + [0]).map { CChar(bitPattern: $0) }
             for n in 0..<1000 {
                 let name = Self.suffixedName(base, n)
                 // Never replacing: a producer's file of that name stays, and the next suffix is tried.
-                let error = source.withUnsafeBufferPointer { source in
-                    source.withMemoryRebound(to: CChar.self) {
-                        SpoolFiles.renameNoReplace(bytes: $0.baseAddress!, to: folder + "/" + name)
-                    }
-                }
+                let error = SpoolFiles.renameNoReplace(bytes: source, to: folder + "/" + name)
                 if error == 0 {
                     renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: name))
                     break
