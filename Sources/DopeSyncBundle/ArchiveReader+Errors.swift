@@ -16,7 +16,8 @@ extension ArchiveReader {
         if let interruption = input.interruption { return interruption }
         if input.readErrno != 0 {
             return BundleError(
-                .io, culprit: culprit, message: "cannot read: \(String(cString: strerror(input.readErrno)))")
+                .io, culprit: culprit, message: "cannot read: \(String(cString: strerror(input.readErrno)))",
+                systemErrno: input.readErrno)
         }
         let detail = errorString(archive) ?? "unknown error"
         let code = Self.code(libarchiveErrno: archive_errno(archive), detail: detail, opening: activity == nil)

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Why a bundle cannot be accepted: a stable code, the culprit (an entry path, a field path or
 /// the bundle file) and a message for a person.
 ///
@@ -99,11 +105,23 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The entry path, the field path, or the bundle file the error is about.
     public let culprit: String
     public let message: String
+    /// The `errno` of the system call that failed, for an error that is the system's answer
+    /// (``Code/io``): EACCES is the producer's mode, EMFILE or EIO the machine's.
+    public let systemErrno: Int32?
 
-    public init(_ code: Code, culprit: String, message: String) {
+    public init(_ code: Code, culprit: String, message: String, systemErrno: Int32? = nil) {
         self.code = code
         self.culprit = culprit
         self.message = message
+        self.systemErrno = systemErrno
+    }
+
+    /// Whether reading failed for a reason of the machine's (no descriptor left, memory, a disk
+    /// or an NFS server failing), not of the file's: the bundle is not to blame, and a later
+    /// reading may well succeed. A file its producer left unreadable (EACCES, EPERM) is to blame.
+    public var isTheMachines: Bool {
+        guard code == .io, let systemErrno else { return false }
+        return systemErrno != EACCES && systemErrno != EPERM
     }
 
     public var description: String { culprit.isEmpty ? message : "\(culprit): \(message)" }

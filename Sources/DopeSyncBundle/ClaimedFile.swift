@@ -34,17 +34,18 @@ enum ClaimedFile {
                     message: "cannot open: \(String(cString: strerror(code))): \(user) may not read it (owner "
                         + "\(FileSystem.userName(info.st_uid)), mode \(FileSystem.octal(info.st_mode & 0o7777))); "
                         + "its producer must leave it readable (mode 0640, or the spool's default ACL), then "
-                        + "`dopesync requeue` it")
+                        + "`dopesync requeue` it", systemErrno: code)
             }
             throw BundleError(
                 code == ENOENT ? .notAnArchive : .io, culprit: path,
-                message: "cannot open: \(String(cString: strerror(code)))")
+                message: "cannot open: \(String(cString: strerror(code)))", systemErrno: code)
         }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else {
             let code = errno
             close(descriptor)
-            throw BundleError(.io, culprit: path, message: "cannot stat: \(String(cString: strerror(code)))")
+            throw BundleError(
+                .io, culprit: path, message: "cannot stat: \(String(cString: strerror(code)))", systemErrno: code)
         }
         let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         if let expected, identity != expected {

@@ -12,14 +12,9 @@ public struct NoReplaceRenameRefused: Sendable {
     /// `unlinkOfNonASCIIReports`, an unlink of a path with a byte that is not ASCII is carried
     /// out and then reports that errno, as an NFS request sent again does.
     public init(in directory: URL, unlinkOfNonASCIIReports: Int32? = nil) async throws {
-        let library = directory.appendingPathComponent("libnoreplace.so").path
-        _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, Self.source.path, "-ldl"])
+        let library = try await buildPreloadedShim("no-replace-rename-refused.c", into: directory)
         environment = ["LD_PRELOAD": library].merging(
             unlinkOfNonASCIIReports.map { ["NFS_UNLINK_REPORTS": "\($0)"] } ?? [:]
         ) { $1 }
     }
-
-    /// The library's C source, beside the tests.
-    static let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("../../Tests/Shims/no-replace-rename-refused.c").standardizedFileURL
 }

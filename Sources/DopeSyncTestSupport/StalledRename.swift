@@ -19,8 +19,7 @@ public final class StalledRename: Sendable {
     /// Builds the library with the system's C compiler into `directory`; `match` is a piece of
     /// the path of the renames to hold (a bundle's name).
     public init(in directory: URL, holdingRenamesOf match: String) async throws {
-        let library = directory.appendingPathComponent("libstall.so").path
-        _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, Self.source.path, "-ldl"])
+        let library = try await buildPreloadedShim("stalled-rename.c", into: directory)
         gate = directory.appendingPathComponent("stall.gate").path
         notice = directory.appendingPathComponent("stall.notice").path
         guard FileManager.default.createFile(atPath: gate, contents: nil) else { throw POSIXError(.EIO) }
@@ -41,8 +40,4 @@ public final class StalledRename: Sendable {
     public func release() {
         unlink(gate)
     }
-
-    /// The library's C source, beside the tests.
-    static let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("../../Tests/Shims/stalled-rename.c").standardizedFileURL
 }

@@ -123,6 +123,35 @@ import Testing
     }
 
     @Test(
+        "a bundle the machine cannot open (no descriptor left, a failing disk) is deferred as io_error, not failed; the next run syncs it",
+        arguments: [EMFILE, EIO])
+    func aReadingTheMachineCutShortIsDeferred(error: Int32) async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 48)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let name = "\(sample.sessionID).tar.gz"
+            // Every open under processing/ refused: the claim (in incoming/) goes through, the reading does not.
+            let refused = try await OpenRefused(in: directory, opensOf: "/processing/", failWith: error)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: refused.environment)
+                #expect(status == 0, "\(output)")
+                #expect(output.contains("cannot read the bundle: the bundle is deferred, not blamed"), "\(output)")
+                #expect(output.contains(String(cString: strerror(error))), "\(output)")
+                #expect(try spool.names(.incoming) == [name] && spool.names(.failed).isEmpty, "not blamed")
+
+                // Due now, as an operator makes it once the machine is mended.
+                let requeue = try await runBuilt("dopesync", ["requeue", name, "--spool", spool.root])
+                #expect(requeue.status == 0, "\(requeue.stderr)")
+                let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(again == 0, "\(againOutput)")
+                #expect(try spool.names(.done) == [name])
+                #expect(try await server.createdCounts()["session"] == 1)
+            }
+        }
+    }
+
+    @Test(
         "a spool folder on a read-only mount (or outside the unit's ReadWritePaths=) is named so: exit 73, no chown advised",
         .enabled(if: geteuid() == 0, "needs root to mount a read-only tmpfs"))
     func aReadOnlySpoolFolderIsNamed() async throws {

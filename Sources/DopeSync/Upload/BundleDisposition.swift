@@ -104,7 +104,7 @@ struct BundleDisposition: Sendable {
         }
     }
 
-    func deferBundle(_ claimed: ClaimedBundle, sessionID: String, failure: BundleFailure, logger: Logger) async
+    func deferBundle(_ claimed: ClaimedBundle, sessionID: String?, failure: BundleFailure, logger: Logger) async
         -> UploadOutcome
     {
         do {

@@ -206,6 +206,18 @@ struct BundleUploader: Sendable {
         case .failure(let error) where error.code == .replacedAfterClaim:
             return .failure(
                 Ended(outcome: disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)))
+        case .failure(let error) where error.errors[0].isTheMachines:
+            // No descriptor left, a disk or an NFS server failing: deferred, as an image that
+            // cannot be read back is, and given up on only after the deferral's attempts.
+            logger.error(
+                "cannot read the bundle: the bundle is deferred, not blamed",
+                metadata: ["message": "\(error.errors[0])"])
+            let failure = BundleFailure(
+                reason: FailureReason(.io),
+                message: "the bundle could not be read, a fault of this machine, not of the bundle: \(error.errors[0])")
+            return .failure(
+                Ended(outcome: await disposition.deferBundle(claimed, sessionID: nil, failure: failure, logger: logger))
+            )
         case .failure(let error):
             logger.warning("bundle is invalid", metadata: ["reason": "\(error.code)", "message": "\(error.errors[0])"])
             // The entry or field at fault; a problem of the whole archive names the file itself,

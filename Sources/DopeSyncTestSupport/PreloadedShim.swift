@@ -1,0 +1,25 @@
+import Foundation
+
+/// Builds `Tests/Shims/SOURCE` (a C file) with the system's compiler into `directory`, as a
+/// library for a child to preload (`LD_PRELOAD`); returns the library's path. The shims make a
+/// child's C library calls fail or wait the way a file system does that this machine lacks.
+func buildPreloadedShim(_ source: String, into directory: URL) async throws -> String {
+    let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("../../Tests/Shims/\(source)").standardizedFileURL
+    let library = directory.appendingPathComponent("lib" + file.deletingPathExtension().lastPathComponent + ".so").path
+    _ = try await runProcess("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-o", library, file.path, "-ldl"])
+    return library
+}
+
+/// A file system that cannot open a file for a reason of its own, for a child: every `open` and
+/// `openat` of a path containing ``match`` fails with one errno (EMFILE: the descriptor table
+/// full; EIO, ESTALE: a disk or an NFS server failing), whatever the file.
+public struct OpenRefused: Sendable {
+    /// The variables that load the library into a child and aim it.
+    public let environment: [String: String]
+
+    public init(in directory: URL, opensOf match: String, failWith errno: Int32) async throws {
+        let library = try await buildPreloadedShim("open-refused.c", into: directory)
+        environment = ["LD_PRELOAD": library, "OPEN_REFUSED_MATCH": match, "OPEN_REFUSED_ERRNO": "\(errno)"]
+    }
+}
