@@ -119,6 +119,49 @@ import Testing
         var testDescription: String { rawValue }
     }
 
+    @Test(
+        "a name of 255 bytes taken in done/, and a name that is not UTF-8 whose escaped form passes 255 bytes: each bundle is synced under a name cut to fit, none left behind"
+    )
+    func namesThatOutgrowTheFileSystem() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = (1...3).map { SampleSession(seed: UInt64(3950 + $0)) }
+            let spool = try await makeSpool(in: directory, samples: samples)
+            let long = String(repeating: "ü", count: 123) + "-long.tgz"  // 255 bytes
+            let notUTF8 = [UInt8](repeating: 0xFF, count: 200) + Array(".tgz".utf8)  // 600 bytes escaped
+            // Each bundle waits beside the spool until it is placed in incoming/ under its name.
+            for sample in samples {
+                #expect(
+                    rename(spool.path(.incoming, "\(sample.sessionID).tar.gz"), directory.path + "/\(sample.sessionID)")
+                        == 0)
+            }
+            func place(_ sample: SampleSession, as name: [UInt8]) {
+                let path = Array((spool.path(.incoming) + "/").utf8) + name + [0]
+                let moved = path.withUnsafeBufferPointer {
+                    $0.withMemoryRebound(to: CChar.self) {
+                        rename(directory.path + "/\(sample.sessionID)", $0.baseAddress!)
+                    }
+                }
+                #expect(moved == 0)
+            }
+            place(samples[0], as: Array(long.utf8))
+            try await withDevServer { server in
+                let (first, firstOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(first == 0, "\(firstOutput)")
+                #expect(try spool.names(.done) == [long])
+                // The same name again (another session), and a name that is not UTF-8.
+                place(samples[1], as: Array(long.utf8))
+                place(samples[2], as: notUTF8)
+                let (second, secondOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(second == 0, "\(secondOutput)")
+                let done = try spool.names(.done)
+                #expect(done.count == 3 && done.allSatisfy { $0.utf8.count <= 255 }, "\(done)")
+                #expect(done.contains(String(repeating: "ü", count: 123) + "-lo.1.tgz"), "\(done)")
+                #expect(try spool.names(.incoming).isEmpty && spool.names(.processing).isEmpty)
+                #expect(try await server.createdCounts()["session"] == 3)
+            }
+        }
+    }
+
     @Test("a bundle named x.error is a bundle: status counts it as failed and requeue --all moves it back")
     func bundleNamedLikeASidecar() async throws {
         try await withTemporarySpool { spool, _ in

@@ -232,6 +232,15 @@ import Testing
         #expect(Spool.suffixedName("2024.05.01", 1) == "2024.05.01.1")
     }
 
+    @Test("a suffix that would pass 255 bytes cuts the end of the base, between characters, and keeps the extension")
+    func suffixesFitTheFileSystem() {
+        let long = String(repeating: "ü", count: 125) + ".tgz"  // 254 bytes
+        let suffixed = Spool.suffixedName(long, 1)
+        #expect(suffixed == String(repeating: "ü", count: 124) + ".1.tgz")
+        #expect(suffixed.utf8.count == 254, "a two-byte ü is not cut in half")
+        #expect(Spool.suffixedName(long, 0) == long)
+    }
+
     @Test func movesToDoneNeverReplace() throws {
         try writeFile(spool.path(.done, "b.tar.gz"), "old")
         try writeFile(spool.path(.done, "b.1.tar.gz"), "older")

@@ -221,16 +221,8 @@ extension Spool {
     /// the sidecar's `bundle:` line names the bundle in full.
     public static func sidecarName(forFailed name: String) -> String {
         let plain = name + ErrorSidecar.suffix
-        guard plain.utf8.count > maxFileNameBytes else { return plain }
+        guard plain.utf8.count > SpoolNames.maxNameBytes else { return plain }
         let tag = "~" + String(Array(SHA256.hash(data: Array(name.utf8))).hexString.prefix(16)) + ErrorSidecar.suffix
-        var kept = ""
-        for scalar in name.unicodeScalars {  // whole characters only: the cut stays valid UTF-8
-            guard kept.utf8.count + String(scalar).utf8.count + tag.utf8.count <= maxFileNameBytes else { break }
-            kept.unicodeScalars.append(scalar)
-        }
-        return kept + tag
+        return SpoolNames.leading(name, bytes: SpoolNames.maxNameBytes - tag.utf8.count) + tag
     }
-
-    /// NAME_MAX of Linux file systems, in bytes.
-    static let maxFileNameBytes = 255
 }

@@ -123,16 +123,30 @@ public struct Spool: Sendable, Hashable {
 
     /// The name a bundle gets in a folder where `name` is taken: the `n`-th suffix goes before the
     /// archive extension so the name stays readable and openable by type (`s.tar.gz` → `s.1.tar.gz`,
-    /// `s.zip` → `s.2.zip`, `s` → `s.1`). `n == 0` is the name itself.
+    /// `s.zip` → `s.2.zip`, `s` → `s.1`). `n == 0` is the name itself. A name that would pass the
+    /// file system's 255 bytes loses the end of its base instead: a name the folder cannot take
+    /// would keep its bundle in `processing/` for good.
     public static func suffixedName(_ name: String, _ n: Int) -> String {
-        guard n > 0 else { return name }
+        n > 0 ? fittedName(name, suffix: ".\(n)") : name
+    }
+
+    /// `name` with `suffix` before its archive extension, the end of its base cut off where the
+    /// whole would pass 255 bytes.
+    static func fittedName(_ name: String, suffix: String = "") -> String {
+        let (base, ext) = baseAndExtension(name)
+        return SpoolNames.leading(base, bytes: SpoolNames.maxNameBytes - suffix.utf8.count - ext.utf8.count)
+            + suffix + ext
+    }
+
+    /// `name` split where ``suffixedName(_:_:)`` puts its suffix: the archive extension, with its
+    /// dot, or nothing.
+    private static func baseAndExtension(_ name: String) -> (base: Substring, extension: Substring) {
         // A hidden name has no base to put the suffix in (and is never a bundle the worker reads).
-        guard !name.hasPrefix(".") else { return "\(name).\(n)" }
+        guard !name.hasPrefix(".") else { return (name[...], "") }
         let lower = name.lowercased()
         let compound = [".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.zstd", ".tar.lz", ".tar.z"]
         if let ext = compound.first(where: { lower.hasSuffix($0) && lower.count > $0.count }) {
-            let base = name.dropLast(ext.count)
-            return "\(base).\(n)\(name.suffix(ext.count))"
+            return (name.dropLast(ext.count), name.suffix(ext.count))
         }
         // A short alphanumeric extension after a non-empty base: `.zip`, `.tgz`, `.tar`, `.dopesync`.
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
@@ -140,10 +154,10 @@ public struct Spool: Sendable, Hashable {
             if (1...8).contains(ext.count) && ext.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
                 && !ext.allSatisfy(\.isNumber)
             {
-                return "\(name[..<dot]).\(n).\(ext)"
+                return (name[..<dot], name[dot...])
             }
         }
-        return "\(name).\(n)"
+        return (name[...], "")
     }
 }
 

@@ -12,6 +12,20 @@ import Foundation
 /// is: each byte that is not part of a UTF-8 character written `%XX` (`bad-\xff.tgz` becomes
 /// `bad-%FF.tgz`), suffixed if that name is taken. It is then processed like any other bundle.
 package enum SpoolNames {
+    /// NAME_MAX of Linux file systems, in bytes.
+    static let maxNameBytes = 255
+
+    /// The longest start of `text` of at most `bytes` bytes of UTF-8, cut between characters
+    /// (Unicode scalars), so that the cut stays valid UTF-8.
+    static func leading<Text: StringProtocol>(_ text: Text, bytes: Int) -> String {
+        var kept = ""
+        for scalar in text.unicodeScalars {
+            guard kept.utf8.count + String(scalar).utf8.count <= bytes else { break }
+            kept.unicodeScalars.append(scalar)
+        }
+        return kept
+    }
+
     /// `bytes` as a UTF-8 string; nil when they are not UTF-8.
     static func utf8(_ bytes: [UInt8]) -> String? {
         String(validating: bytes, as: UTF8.self)
@@ -67,7 +81,8 @@ extension Spool {
         let folder = path(.incoming)
         var renamed: [RenamedBundle] = []
         for bytes in entries.compactMap(\.nameBytes) {
-            let base = SpoolNames.escaped(bytes)
+            // Escaping makes a byte three (`%FF`): a name near 255 bytes would no longer fit.
+            let base = Self.fittedName(SpoolNames.escaped(bytes))
             let source = (Array((folder + "/").utf8) + bytes + [0]).map { CChar(bitPattern: $0) }
             for n in 0..<1000 {
                 let name = Self.suffixedName(base, n)
