@@ -24,3 +24,14 @@ public func runBuilt(
     try await runProcess(
         builtProduct(name).path, arguments, in: directory, environment: environment, allowFailure: true)
 }
+
+/// `dopesync ARGUMENTS` as `user` (through `runuser`, as an operator runs it as the worker's
+/// user), with the API's `token` and no free-space floor; its status and output, whatever it exits with.
+public func runDopesync(as user: String, _ arguments: [String], token: String, environment: [String: String] = [:])
+    async throws -> ProcessOutput
+{
+    try await runProcess(
+        "/usr/sbin/runuser", ["-u", user, "--", builtProduct("dopesync").path] + arguments,
+        environment: environment.merging(["DOPESYNC_API_TOKEN": token, "DOPESYNC_MIN_FREE_SPACE": "0"]) { $1 },
+        allowFailure: true)
+}

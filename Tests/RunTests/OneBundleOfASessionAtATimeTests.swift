@@ -84,14 +84,9 @@ import Testing
                 #expect(mkdir(holds, 0o700) == 0)
                 try await withDevServer { server in
                     func runAsWorker() async throws -> ProcessOutput {
-                        try await runProcess(
-                            "/usr/sbin/runuser",
-                            [
-                                "-u", worker, "--", builtProduct("dopesync").path, "run", "--spool", spool.root,
-                                "--api", server.baseURL, "--min-age", "0",
-                            ],
-                            environment: ["DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0"],
-                            allowFailure: true)
+                        try await runDopesync(
+                            as: worker, ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"],
+                            token: server.token)
                     }
                     let run = try await runAsWorker()
                     #expect(run.status == 73, "\(run.stderr)")

@@ -31,11 +31,7 @@ struct UnreadableBundleTests {
                 #expect(chmod(spool.path(.incoming, name), 0o600) == 0)
                 try await withDevServer { server in
                     func asWorker(_ arguments: [String]) async throws -> ProcessOutput {
-                        try await runProcess(
-                            "/usr/sbin/runuser",
-                            ["-u", worker, "--", builtProduct("dopesync").path] + arguments,
-                            environment: ["DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0"],
-                            allowFailure: true)
+                        try await runDopesync(as: worker, arguments, token: server.token)
                     }
                     let run = try await asWorker([
                         "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0",
@@ -60,6 +56,58 @@ struct UnreadableBundleTests {
                     #expect(again.status == 0, "\(again.stderr)")
                     #expect(try spool.names(.done) == [name])
                     #expect(try await server.createdCounts()["session"] == 1)
+                }
+            }
+        }
+    }
+
+    enum WhyNotMovable: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        /// Moves are a link and an unlink, and the kernel's fs.protected_hardlinks refuses the link.
+        case nfs = "on NFS, another user's bundle"
+        /// Only a file's owner may move it out of a folder with the sticky bit.
+        case sticky = "incoming/ with the sticky bit"
+        var testDescription: String { rawValue }
+    }
+
+    @Test(
+        "a bundle the worker may read but not move out of incoming/ waits there, named with the fix: exit 73, the other bundles go on",
+        arguments: WhyNotMovable.allCases)
+    func aBundleTheWorkerCannotMoveIsNamed(why: WhyNotMovable) async throws {
+        let worker = "dopesync-t-move-" + UUID().uuidString.prefix(8).lowercased()
+        try await SessionOwnershipTests.withProducers([worker]) { uids in
+            try await withTemporaryDirectory { directory in
+                let (own, others) = (SampleSession(seed: 9_830), SampleSession(seed: 9_831))
+                let spool = try await makeSpool(in: directory, samples: [own, others])
+                for path in [spool.root, spool.path(.incoming, "\(own.sessionID).tar.gz")]
+                    + Spool.Folder.allCases.map({ spool.path($0) })
+                {
+                    #expect(chown(path, uids[0], uids[0]) == 0)
+                }
+                // The other bundle stays root's, mode 0644: readable, not writable.
+                #expect(chmod(directory.path, 0o755) == 0)
+                if why == .sticky {  // as /tmp: root's, open to all, each file its owner's to move
+                    #expect(chown(spool.path(.incoming), 0, 0) == 0 && chmod(spool.path(.incoming), 0o1777) == 0)
+                }
+                let environment = why == .nfs ? try await NoReplaceRenameRefused(in: directory).environment : [:]
+                try await withDevServer { server in
+                    func runAsWorker() async throws -> ProcessOutput {
+                        try await runDopesync(
+                            as: worker, ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"],
+                            token: server.token, environment: environment)
+                    }
+                    let run = try await runAsWorker()
+                    #expect(run.status == 73, "\(run.stderr)")
+                    #expect(run.stderr.contains("a bundle cannot be claimed and waits where it is"), "\(run.stderr)")
+                    #expect(
+                        run.stderr.contains(why == .nfs ? "fs.protected_hardlinks" : "chmod -t"), "\(run.stderr)")
+                    #expect(try spool.names(.done) == ["\(own.sessionID).tar.gz"], "the others go on")
+                    #expect(try spool.names(.incoming) == ["\(others.sessionID).tar.gz"], "in one folder")
+
+                    #expect(chown(spool.path(.incoming, "\(others.sessionID).tar.gz"), uids[0], uids[0]) == 0)
+                    let again = try await runAsWorker()
+                    #expect(again.status == 0, "\(again.stderr)")
+                    #expect(try spool.names(.done).count == 2)
+                    #expect(try await server.createdCounts()["session"] == 2)
                 }
             }
         }

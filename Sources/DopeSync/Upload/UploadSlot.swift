@@ -86,8 +86,25 @@ struct UploadSlot: Sendable {
             return claimed
         } catch {
             logger.error("cannot claim a bundle", metadata: ["bundle.name": "\(entry.name)", "error": "\(error)"])
+            reportUnclaimable(error)
             await claims.releaseClaim(of: entry.name)
             return nil
+        }
+    }
+
+    /// A bundle that cannot be taken out of its folder waits there for a person: the run exits 73
+    /// instead of 0, as for a bundle that cannot leave `processing/`. A folder that refuses every
+    /// move (read-only, full, failing) stops claiming; a refusal of this file's alone (its owner,
+    /// a sticky bit) lets the other bundles go on.
+    private func reportUnclaimable(_ error: SpoolError) {
+        guard let errno = error.errno, SpoolError.folderWideErrors.contains(errno) else { return }
+        let ownFile = errno == EPERM || errno == EACCES
+        if ownFile ? counters.report(\.moveFailed) : counters.report(\.spoolNotWritable) {
+            logger.critical(
+                ownFile
+                    ? "a bundle cannot be claimed and waits where it is: the run goes on with the others and exits 73"
+                    : "the spool refuses to claim bundles: the run stops claiming and exits 73",
+                metadata: ["error": "\(error)"])
         }
     }
 }

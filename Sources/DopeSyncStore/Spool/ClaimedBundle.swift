@@ -239,6 +239,22 @@ extension Spool {
         try claim(entry, renameCalls: .system)
     }
 
+    /// Why a move out of `incoming/` is refused for one file and not another: what a person can
+    /// change. Only the owner of a file may move it out of a folder with the sticky bit; where a
+    /// move is a link and an unlink (NFS: no RENAME_NOREPLACE), the kernel lets a process link
+    /// only a file it owns or may write (`fs.protected_hardlinks`).
+    private func whyNotMovable(_ error: Int32) -> String {
+        guard error == EPERM || error == EACCES else { return "" }
+        var folder = stat()
+        if stat(path(.incoming), &folder) == 0, folder.st_mode & S_ISVTX != 0 {
+            return " (incoming/ has the sticky bit, so only a bundle's owner may move it: chmod -t it)"
+        }
+        guard error == EPERM else { return "" }
+        return " (on a file system without RENAME_NOREPLACE, such as NFS, a move is a link, and the kernel "
+            + "(fs.protected_hardlinks) lets the worker link only a bundle it owns or may write: have producers "
+            + "leave bundles writable by the worker's group, mode 0660)"
+    }
+
     /// ``claim(_:)`` with the calls its moves are made of (a test's faults).
     func claim(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.incoming, entry.name)
@@ -259,7 +275,8 @@ extension Spool {
             close(descriptor)
             if error == ENOENT || error == EEXIST { return nil }
             throw SpoolError(
-                code: .claimFailed, message: "cannot move bundle into processing/", path: source, errno: error)
+                code: .claimFailed, message: "cannot move bundle into processing/" + whyNotMovable(error),
+                path: source, errno: error)
         }
         guard SpoolFiles.identity(ofPath: target) == identity.file else {
             // Someone swapped the file between our check and the rename: what we moved is not locked by us
