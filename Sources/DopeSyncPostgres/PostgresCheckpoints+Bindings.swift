@@ -17,14 +17,6 @@ extension PostgresCheckpoints {
         return StoreIdentity(kind: .postgresql, id: try Self.decode(row, "value"), name: settings.url)
     }
 
-    /// Whether the database holds any step: a spool's first run on it must not leave the spool's
-    /// SQLite checkpoints behind unmigrated.
-    public func holdsSteps() async throws(CheckpointError) -> Bool {
-        let rows = try await rows("reading the steps", "SELECT EXISTS (SELECT 1 FROM dopesync.steps) AS any")
-        guard let row = rows.first else { return false }
-        return try Self.decode(row, "any")
-    }
-
     /// A claimed bundle's session whose row the claim's statement could not settle (bound to
     /// another API or producer, from before bindings, or being made by another worker this
     /// instant), bound as `SessionBinding/decide(existing:producer:api:)` says, under the claim's

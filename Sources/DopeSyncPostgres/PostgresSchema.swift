@@ -178,8 +178,6 @@ package enum PostgresSchema {
         package var applied: [String]
         /// The store's id (`store_meta`), once the schema has it.
         package var storeID: String?
-        /// Whether it holds any checkpoint of a step.
-        package var holdsSteps = false
 
         /// Migrations this dopesync knows that the database lacks: the next run applies them.
         package var missing: [String] { migrations.map(\.name).filter { !applied.contains($0) } }
@@ -208,19 +206,11 @@ package enum PostgresSchema {
         let tables = try await connection.query(
             """
             SELECT to_regclass('dopesync.schema_migrations') IS NOT NULL AS migrations,
-                   to_regclass('dopesync.store_meta') IS NOT NULL AS meta,
-                   to_regclass('dopesync.steps') IS NOT NULL AS steps
+                   to_regclass('dopesync.store_meta') IS NOT NULL AS meta
             """, logger: logger)
-        var (hasMigrations, hasMeta, hasSteps) = (false, false, false)
-        for try await (migrations, meta, steps) in tables.decode((Bool, Bool, Bool).self) {
-            (hasMigrations, hasMeta, hasSteps) = (migrations, meta, steps)
-        }
-        if hasSteps {
-            for try await any in try await connection.query(
-                "SELECT EXISTS (SELECT 1 FROM dopesync.steps)", logger: logger
-            ).decode(Bool.self) {
-                found.holdsSteps = any
-            }
+        var (hasMigrations, hasMeta) = (false, false)
+        for try await (migrations, meta) in tables.decode((Bool, Bool).self) {
+            (hasMigrations, hasMeta) = (migrations, meta)
         }
         if hasMigrations { found.applied = try await appliedMigrations(on: connection, logger: logger) }
         if hasMeta {

@@ -163,6 +163,47 @@ import Testing
     }
 
     @Test(
+        "a spool with SQLite checkpoints joining a database that already holds another spool's: refused until migrated, then nothing is sent twice"
+    )
+    func unmigratedSQLiteBesideAnotherSpool() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let other = try await makeSpool(
+                in: directory.appendingPathComponent("other"), samples: [SampleSession(seed: 9_705)])
+            let spool = try await makeSpool(
+                in: directory, samples: [SampleSession(seed: 9_706), SampleSession(seed: 9_707)])
+            var configuration = DevServerConfiguration()
+            configuration.ignoreIdempotencyKeys = true
+            try await withDevServer(configuration) { server in
+                // Another host's spool has filled the database with its steps already.
+                let otherRun = try await spawnSharedRun(other, against: server, database: database, host: "host-b")
+                #expect(await otherRun.finished() == 0)
+                // This spool uploaded one bundle on SQLite, before bindings existed (no binding file).
+                let sqliteRun = try await spawnRun(spool, against: server, ["--max-bundles", "1"])
+                #expect(await sqliteRun.finished() == 0)
+                try FileManager.default.removeItem(atPath: SpoolBinding.path(spool))
+                let checked = try await Self.check(spool, server, database: database)
+                #expect(checked.status == 78, "\(checked.stdout)")
+                #expect(checked.stdout.contains("dopesync migrate --to"), "\(checked.stdout)")
+                let refused = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await refused.finished() == 78)
+
+                let (_, environment) = database.runArguments(host: "host-a")
+                let migrated = try await dopesync(
+                    ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+                #expect(migrated.status == 0, "\(migrated.stderr)")
+                // Its done bundle's session is requeued as a producer would send it again.
+                let done = try spool.names(.done)
+                #expect(done.count == 1)
+                #expect(rename(spool.path(.done, done[0]), spool.path(.incoming, done[0])) == 0)
+                let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
+                #expect(await run.finished() == 0)
+                #expect(try await server.createdCounts()["session"] == 3, "each of the three sessions once")
+            }
+        }
+    }
+
+    @Test(
         "check with a metrics-file on a read-only mount: FAIL metrics naming the folder and ReadWritePaths, not an ACL, exit 73",
         .enabled(if: geteuid() == 0, "mounts a read-only tmpfs"))
     func unwritableMetricsFolder() async throws {

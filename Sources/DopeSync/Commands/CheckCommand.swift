@@ -103,11 +103,19 @@ public enum CheckCommand {
             if !bound.isSame(as: store) {
                 return failed("\(SpoolBinding.mismatch(spool, bound: bound, given: store))", .configuration)
             }
-        } else if !found.holdsSteps, CheckpointStore.fileHoldsSteps(spool) {
-            return failed(
-                "\(spool.databasePath) holds checkpoints that \(database.url) lacks: a run would refuse them; "
-                    + "copy them first with `dopesync migrate --to \(database.url) --spool \(spool.root)`",
-                .configuration)
+        } else {
+            let migrate = "`dopesync migrate --to \(database.url) --spool \(spool.root)`"
+            switch Result(catching: { () throws(CheckpointError) in try CheckpointStore.holdsUnmigratedSteps(spool) }) {
+            case .success(false): break
+            case .success(true):
+                return failed(
+                    "\(spool.databasePath) holds checkpoints never migrated to \(database.url): a run would refuse them; "
+                        + "copy them first with \(migrate)", .configuration)
+            case .failure(let error):
+                return failed(
+                    "cannot tell whether \(spool.databasePath) holds checkpoints never migrated (\(error)); a run would "
+                        + "refuse it until it can be read, and \(migrate) copies what it holds", .cannotCreate)
+            }
         }
         let schema =
             found.applied.isEmpty

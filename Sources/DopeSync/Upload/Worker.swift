@@ -81,8 +81,10 @@ public struct Worker: Sendable {
             return try await PostgresCheckpoints.with(
                 database, owner: ClaimOwner.current(runID: runID), logger: logger
             ) { checkpoints in
+                // A database that cannot say its id is unusable as such (75 when unreachable).
+                let store = try await checkpoints.storeIdentity()
                 do throws(SpoolBindingError) {
-                    try await bind(spool, to: checkpoints)
+                    try await bind(spool, to: store)
                 } catch {
                     return await refused(error, spool: spool, started: started)
                 }
@@ -110,25 +112,25 @@ public struct Worker: Sendable {
     }
 
     /// Checks that the spool is bound to this database, and binds a spool bound to none, unless
-    /// its SQLite file holds checkpoints this database lacks: those must be migrated first, or
-    /// every step they record would be sent again.
-    private func bind(_ spool: Spool, to checkpoints: PostgresCheckpoints) async throws(SpoolBindingError) {
-        let store: StoreIdentity
-        do {
-            store = try await checkpoints.storeIdentity()
-        } catch {
-            throw SpoolBindingError(
-                code: .unreadable, message: "cannot read the store's id: \(error)", path: SpoolBinding.path(spool))
-        }
+    /// its SQLite file holds checkpoints never migrated: those must be migrated first, or every
+    /// step they record would be sent again. A file that cannot be read refuses too.
+    private func bind(_ spool: Spool, to store: StoreIdentity) async throws(SpoolBindingError) {
         let wasBound = try await SpoolCalls.run { () throws(SpoolBindingError) in
             try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
         }
         guard !wasBound else { return }
-        // Unbound: its SQLite file's steps, if the database lacks any, must be migrated first.
-        if (try? await checkpoints.holdsSteps()) == false {
-            let unmigrated = await SpoolCalls.run { CheckpointStore.fileHoldsSteps(spool) }
-            if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
+        let unmigrated: Bool
+        do {
+            unmigrated = try await SpoolCalls.run { () throws(CheckpointError) in
+                try CheckpointStore.holdsUnmigratedSteps(spool)
+            }
+        } catch {
+            throw SpoolBindingError(
+                code: .unreadable,
+                message: "cannot tell whether \(spool.databasePath) holds checkpoints never migrated: \(error)",
+                path: spool.databasePath)
         }
+        if unmigrated { throw SpoolBinding.mismatch(spool, bound: .sqlite(spool), given: store) }
         _ = try await SpoolCalls.run { () throws(SpoolBindingError) in
             try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
         }

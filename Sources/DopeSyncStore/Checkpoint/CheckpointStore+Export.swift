@@ -5,16 +5,25 @@ import SQLiteSupport
 
 /// Everything the spool's file holds, for `dopesync migrate --to URL`.
 extension CheckpointStore {
-    /// Whether the spool's SQLite file holds a step's checkpoint, read from a private copy: steps
-    /// a PostgreSQL database must be given (`migrate --to`) before the spool is bound to it.
-    public static func fileHoldsSteps(_ spool: Spool) -> Bool {
-        guard FileManager.default.fileExists(atPath: spool.databasePath),
-            let file = try? CheckpointStore(readingSnapshotOf: spool.databasePath)
-        else { return false }
-        let found = try? file.read("looking for a step") { connection in
-            try connection.queryFirst("SELECT 1 AS one FROM steps LIMIT 1") != nil
+    /// Whether the spool's SQLite file holds steps never migrated (`migrate --to` marks the file
+    /// moved), read from a private copy: a spool bound to a shared database without them would
+    /// send every step they record again. Throws when the file is there but cannot be read, since
+    /// what it holds is then unknown.
+    public static func holdsUnmigratedSteps(_ spool: Spool) throws(CheckpointError) -> Bool {
+        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return false }
+        let file = try CheckpointStore(readingSnapshotOf: spool.databasePath)
+        return try file.read("looking for steps not migrated") { connection in
+            func hasTable(_ name: String) throws -> Bool {
+                try connection.queryFirst(
+                    "SELECT 1 AS one FROM sqlite_master WHERE type = 'table' AND name = ?", [name]) != nil
+            }
+            if try hasTable("store_meta"),
+                try connection.queryFirst("SELECT 1 AS one FROM store_meta WHERE key = 'moved_to'") != nil
+            {
+                return false
+            }
+            return try hasTable("steps") && connection.queryFirst("SELECT 1 AS one FROM steps LIMIT 1") != nil
         }
-        return found ?? false
     }
 
     /// Every step of every session, in the order they were first sent.
