@@ -82,10 +82,27 @@ struct Run: AsyncParsableCommand {
         }
         // Reading the job and token files may block: not on the event loop this command starts on.
         let job = place.job
-        var settings = try await NIOThreadPool.singleton.runIfActive {
-            try resolveSettings(commandLine: commandLine, job: job, purpose: .run)
+        var settings: RunConfiguration
+        do {
+            settings = try await NIOThreadPool.singleton.runIfActive {
+                try resolveSettings(commandLine: commandLine, job: job, purpose: .run)
+            }
+            try await runTokenCommand(for: &settings)
+        } catch let exit as ExitCode {
+            // The alerts read the metrics file: a run the settings refused says so there too.
+            let places = RunConfiguration.reportingPlaces(
+                commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job)
+            if let places {
+                let written = await RunMetrics.writeEndedBeforeStarting(
+                    to: places.metricsFile, spool: Spool(root: places.spool),
+                    summary: RunSummary(exitCode: exit.rawValue), floor: nil)
+                if case .failure(let error) = written {
+                    FileHandle.standardError.write(
+                        Data("dopesync: error: cannot write the metrics file \(places.metricsFile): \(error)\n".utf8))
+                }
+            }
+            throw exit
         }
-        try await runTokenCommand(for: &settings)
 
         let format = settings.logFormat
         LoggingSystem.bootstrap { label in

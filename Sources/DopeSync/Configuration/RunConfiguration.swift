@@ -78,6 +78,23 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
         return configuration
     }
 
+    /// Where a run refused by its settings (a mistake in the job file, a token that cannot be
+    /// read) still reports to: the spool and the metrics file, each from the first place that
+    /// names it (the command line, the environment, then the job file read as far as it can be),
+    /// whatever is wrong with the other settings. Nil without a metrics file: the alerts that
+    /// read it would otherwise see the last run's exit code, not this one's.
+    public static func reportingPlaces(
+        commandLine: [RunSetting: String], environment: [String: String], jobFile: String?
+    ) -> (spool: String, metricsFile: String)? {
+        let job = jobFile.flatMap { try? JobFileKeys.scalars(path: $0) } ?? [:]
+        func named(_ setting: RunSetting) -> String? {
+            [commandLine[setting], environment[setting.environmentVariable], job[setting.key]]
+                .compactMap { $0 }.first { !$0.isEmpty }
+        }
+        guard let metricsFile = named(.metricsFile) else { return nil }
+        return (named(.spool) ?? RunConfiguration().spool, metricsFile)
+    }
+
     /// What every command needs: the spool and how a run behaves and logs.
     private mutating func resolveSpoolSettings(_ settings: inout SettingResolver) throws(ConfigurationError) {
         if let spool = try settings.parsed(.spool, expected: "a folder path", { $0.isEmpty ? nil : $0 }) {

@@ -117,6 +117,20 @@ struct JobFileKeys {
     /// The file's bytes, for the values.
     var contents: [UInt8] = []
 
+    /// The job file's top-level keys whose values are plain scalars, read however wrong the rest
+    /// of it is (unknown keys, bad values); throws only when it is no mapping of YAML at all.
+    static func scalars(path: String) throws -> [String: String] {
+        let contents = try FileSystem.readFile(path, maxBytes: 1024 * 1024)
+        guard let mapping = try Yams.compose(yaml: String(decoding: contents, as: UTF8.self))?.mapping else {
+            return [:]
+        }
+        var values: [String: String] = [:]
+        for (key, value) in mapping {
+            if let key = key.scalar?.string, let value = value.scalar?.string { values[key] = value }
+        }
+        return values
+    }
+
     static func scan(path: String) throws(ConfigurationError) -> JobFileKeys {
         let whole = SettingSource.jobFile(path: path, line: nil)
         var scanned = JobFileKeys()

@@ -42,6 +42,22 @@ public struct RunMetrics: Sendable {
         if let floor, let space = backlog.space { self.floorBytes = floor.bytes(ofTotal: space.total) }
     }
 
+    /// Writes the metrics file of a run that ended before it began (the spool, the store or the
+    /// settings refused it): its exit code, the spool's backlog as it is, and the last success
+    /// the file held before. On the spool's threads (it lists folders, renames a file).
+    public static func writeEndedBeforeStarting(
+        to path: String, spool: Spool, summary: RunSummary, floor: FreeSpaceFloor?
+    ) async -> Result<Void, any Error> {
+        await SpoolCalls.run { () -> Result<Void, any Error> in
+            let now = Date()
+            let backlog = (try? SpoolBacklog.list(spool, inFlight: [:], now: now)) ?? SpoolBacklog.empty
+            let metrics = RunMetrics(
+                finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: path), summary: summary,
+                backlog: backlog, floor: floor)
+            return Result { try metrics.write(to: path) }
+        }
+    }
+
     /// Lists the spool after a run (ages in `incoming/` from the database's first-seen times).
     static func backlog(of spool: Spool, inFlight: [String: BundleState], now: Date = Date()) throws -> SpoolBacklog {
         try SpoolBacklog.list(spool, inFlight: inFlight, now: now)

@@ -170,17 +170,8 @@ public struct Worker: Sendable {
         var summary = RunSummary(exitCode: status.rawValue)
         summary.seconds = (ContinuousClock.now - started) / .seconds(1)
         if let metricsFile = options.metricsFile {
-            let floor = options.minFreeSpace
-            let written = await SpoolCalls.run { [summary] () -> Result<Void, any Error> in
-                let now = Date()
-                let backlog =
-                    (try? SpoolBacklog.list(spool, inFlight: [:], now: now))
-                    ?? SpoolBacklog.empty
-                let metrics = RunMetrics(
-                    finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: metricsFile), summary: summary,
-                    backlog: backlog, floor: floor)
-                return Result { try metrics.write(to: metricsFile) }
-            }
+            let written = await RunMetrics.writeEndedBeforeStarting(
+                to: metricsFile, spool: spool, summary: summary, floor: options.minFreeSpace)
             if case .failure(let error) = written {
                 logger.error(
                     "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
