@@ -112,6 +112,25 @@ import Testing
         }
     }
 
+    @Test(
+        "status counts a bundle not seen yet in incoming/ from its arrival, not from its producer's mtime of days ago")
+    func incomingAgeIsFromArrival() async throws {
+        try await withTemporarySpool { spool, directory in
+            let name = try pack(SampleSession(seed: 604), into: spool, scratch: directory)
+            // Copied with its times kept (rsync -a): written three days ago, here a moment ago.
+            let threeDaysAgo = Date().addingTimeInterval(-3 * 86_400).timeIntervalSince1970
+            var times = [
+                timespec(tv_sec: Int(threeDaysAgo), tv_nsec: 0), timespec(tv_sec: Int(threeDaysAgo), tv_nsec: 0),
+            ]
+            #expect(utimensat(AT_FDCWD, spool.path(.incoming, name), &times, 0) == 0)
+            let result = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
+            #expect(result.status == 0, "\(result.stderr)")
+            let folders = try #require(Self.jsonObject(result.stdout)["folders"] as? [String: [String: Any]])
+            let age = try #require((folders["incoming"]?["oldestAgeSeconds"] as? NSNumber)?.doubleValue)
+            #expect(age < 600, "\(age) s: the producer's mtime, not the arrival")
+        }
+    }
+
     @Test("status: a claim whose owner is alive, and one whose owner died, told apart without taking either")
     func statusClaims() async throws {
         try await withTemporarySpool { spool, _ in

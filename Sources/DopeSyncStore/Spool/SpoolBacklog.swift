@@ -39,8 +39,11 @@ package struct SpoolBacklog: Sendable {
         for folder in [Spool.Folder.incoming, .processing, .done, .failed] {
             let entries = try spool.list(folder)
             backlog.listings[folder] = entries
+            // In incoming/, from when the worker first saw a bundle, or, for one it has not seen
+            // yet, when it arrived (its ctime): a producer's mtime may be days old (`rsync -a`, a
+            // device's own folder), and would fire the stuck-bundle alert at once.
             let oldest = entries.lazy.map { entry in
-                folder == .incoming ? min(firstSeen[entry.name] ?? entry.modified, now) : entry.modified
+                folder == .incoming ? min(firstSeen[entry.name] ?? entry.changed, now) : entry.modified
             }.min()
             backlog.folders[folder.rawValue] = SpoolFolderStatus(
                 count: entries.count, bytes: entries.reduce(0) { $0 + $1.size },
