@@ -166,17 +166,26 @@ extension PostgresCheckpoints {
         }
     }
 
+    /// ``CheckpointStore/renamed(from:to:now:)``'s rule: a finished row under the new name is
+    /// replaced; a live one (another bundle's, in another folder, perhaps claimed by another host
+    /// now) stays, and the moved bundle's row keeps its old name.
     static func rename(_ connection: PostgresConnection, from oldName: String, to newName: String, logger: Logger)
         async throws
     {
         let t = Date().timeIntervalSince1970
         _ = try await connection.query(
             """
-            DELETE FROM dopesync.bundles WHERE name = \(newName)
+            DELETE FROM dopesync.bundles WHERE name = \(newName) AND last_outcome IN \(unescaped: BundleOutcome.finishedSQL)
                 AND EXISTS (SELECT 1 FROM dopesync.bundles WHERE name = \(oldName))
             """, logger: logger)
-        _ = try await connection.query(
-            "UPDATE dopesync.bundles SET name = \(newName), updated_at = \(t) WHERE name = \(oldName)", logger: logger)
+        let renamed = try await connection.query(
+            """
+            UPDATE dopesync.bundles SET name = \(newName), updated_at = \(t) WHERE name = \(oldName)
+                AND NOT EXISTS (SELECT 1 FROM dopesync.bundles WHERE name = \(newName))
+            RETURNING name
+            """, logger: logger
+        ).collect()
+        guard !renamed.isEmpty else { return }
         _ = try await connection.query(
             "UPDATE dopesync.steps SET bundle_name = \(newName) WHERE bundle_name = \(oldName)", logger: logger)
     }

@@ -404,6 +404,26 @@ import Testing
         #expect(try store.bundleState(name: "b.1.tar.gz")?.stepsDone == 1)
     }
 
+    @Test(
+        "a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
+    )
+    func renamedKeepsALiveRow() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        // The first copy, deferred and given back as a.1.tar.gz (incoming/a.tar.gz was taken).
+        try store.recordClaim(name: "a.tar.gz", sessionID: "S1", owner: owner, now: now)
+        _ = try store.recordDeferral(
+            name: "a.tar.gz", sessionID: "S1", error: BundleFailure(reason: .http(503)), now: now)
+        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz")
+        // The second copy is done, and done/a.tar.gz being taken, becomes done/a.1.tar.gz.
+        try store.recordClaim(name: "a.tar.gz", sessionID: "S2", owner: owner, now: now)
+        try store.recordDone(name: "a.tar.gz", sessionID: "S2", now: now)
+        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz")
+        let waiting = try #require(try store.bundleState(name: "a.1.tar.gz"))
+        #expect(waiting.sessionID == "S1" && waiting.attempts == 1, "\(waiting)")
+        #expect(try store.bundleState(name: "a.tar.gz")?.sessionID == "S2", "the done row keeps its old name")
+    }
+
     // MARK: Runs
 
     @Test func runsAndTheLastSummary() throws {

@@ -123,6 +123,31 @@ import Testing
         }
     }
 
+    @Test(
+        "a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
+    )
+    func aRenameKeepsALiveRow() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database) { a in
+            func claim(_ sessionID: String) async throws {
+                #expect(try await a.acquireClaim(of: "a.tar.gz", orphan: false, owner: ownerA))
+                _ = try await a.recordClaim(
+                    name: "a.tar.gz", sessionID: sessionID, owner: ownerA, producer: Producer(uid: 0),
+                    api: "http://api:80", totalSteps: 2, now: Date())
+            }
+            // The first copy, deferred and given back as a.1.tar.gz (incoming/a.tar.gz was taken).
+            try await claim("s1")
+            _ = try await a.recordDeferral(
+                name: "a.tar.gz", sessionID: "s1", error: BundleFailure(reason: .http(503)), policy: DeferralPolicy())
+            try await a.recordGivenBack(name: "a.tar.gz", finalName: "a.1.tar.gz", counted: true)
+            // The second copy is done, and done/a.tar.gz being taken, becomes done/a.1.tar.gz.
+            try await claim("s2")
+            try await a.recordDone(name: "a.tar.gz", sessionID: "s2", finalName: "a.1.tar.gz")
+            let waiting = try #require(try await a.bundleState(name: "a.1.tar.gz"))
+            #expect(waiting.sessionID == "s1" && waiting.attempts == 1, "\(waiting)")
+        }
+    }
+
     @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
