@@ -21,7 +21,7 @@ struct BundleDisposition: Sendable {
     ) async -> UploadOutcome {
         switch finish {
         case .done:
-            guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
+            guard await mayMove(claimed) else { return await abandon(claimed, logger: logger) }
             do {
                 let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.moveToDone() }
                 await recordAfterMove(of: claimed.name, to: "done/\(final)", logger: logger) { [name = claimed.name] in
@@ -31,7 +31,7 @@ struct BundleDisposition: Sendable {
                 return .done
             } catch {
                 // Stays in processing/, resumed (all steps done) by the next run.
-                return moveFailed(claimed, to: .done, error, logger: logger)
+                return await moveFailed(claimed, to: .done, error, logger: logger)
             }
         case .fail(let failure, let stepAnswered):
             if stepAnswered { counters.stepAnswered() }
@@ -48,7 +48,7 @@ struct BundleDisposition: Sendable {
         case .deferBundle(_, _) where !claims.holdsClaim(of: claimed.name),
             .deferLocally where !claims.holdsClaim(of: claimed.name):
             // Its last try was cut short because the claim ran out: not the API's fault.
-            return abandon(claimed, logger: logger)
+            return await abandon(claimed, logger: logger)
         case .deferBundle(let failure, let answered):
             // No HTTP answer after every retry opens the breaker at once: the API is unreachable.
             if let reason = counters.stepKeptFailing(answered: answered) {
@@ -91,7 +91,7 @@ struct BundleDisposition: Sendable {
             bundle: claimed.name, session: sessionID, failedAt: Date(), failure: failure,
             attempts: state?.attempts, firstSeen: state?.firstSeen
         )
-        guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
+        guard await mayMove(claimed) else { return await abandon(claimed, logger: logger) }
         do {
             let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.moveToFailed(sidecar) }
             await recordAfterMove(of: claimed.name, to: "failed/\(final)", logger: logger) { [name = claimed.name] in
@@ -100,7 +100,7 @@ struct BundleDisposition: Sendable {
             logger.warning("bundle failed", metadata: ["reason": "\(failure.reason)", "moved.to": "failed/\(final)"])
             return .failed(reason: failure.reason)
         } catch {
-            return moveFailed(claimed, to: .failed, error, logger: logger)
+            return await moveFailed(claimed, to: .failed, error, logger: logger)
         }
     }
 
@@ -125,7 +125,7 @@ struct BundleDisposition: Sendable {
                         + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
                 return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }
-            guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
+            guard await mayMove(claimed) else { return await abandon(claimed, logger: logger) }
             let final = try await SpoolCalls.run { () throws(SpoolError) in
                 try claimed.giveBack()
             }
@@ -145,30 +145,30 @@ struct BundleDisposition: Sendable {
             return await giveBack(claimed, logger: logger)
         } catch {
             // The move back to incoming/ failed (its attempt is counted already).
-            return moveFailed(claimed, to: .incoming, error, logger: logger)
+            return await moveFailed(claimed, to: .incoming, error, logger: logger)
         }
     }
 
     /// Something else was put at `processing/NAME` after the claim (only the worker's own user, or
     /// root, can write there): it is not read, not moved and not blamed on a bundle; the claim
     /// ends and a person is told, once per run that finds it.
-    func leaveReplaced(_ claimed: ClaimedBundle, _ why: String, logger: Logger) -> UploadOutcome {
+    func leaveReplaced(_ claimed: ClaimedBundle, _ why: String, logger: Logger) async -> UploadOutcome {
         logger.error(
             "a claimed bundle was replaced in processing/: what is there now is left alone for a person",
             metadata: ["error": "\(why)"])
-        claimed.release()
+        await claimed.releaseOffTheLoop()
         return .returned
     }
 
     func giveBack(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
-        guard await mayMove(claimed) else { return abandon(claimed, logger: logger) }
+        guard await mayMove(claimed) else { return await abandon(claimed, logger: logger) }
         do {
             let final = try await SpoolCalls.run { () throws(SpoolError) in try claimed.giveBack() }
             // Only `status`'s "last outcome: returned"; the bundle itself is back in incoming/.
             try? await checkpoints.recordGivenBack(name: claimed.name, finalName: final, counted: false)
         } catch {
             // Stays in processing/; the next run takes it back as an orphan.
-            return moveFailed(claimed, to: .incoming, error, logger: logger)
+            return await moveFailed(claimed, to: .incoming, error, logger: logger)
         }
         return .returned
     }
@@ -179,7 +179,7 @@ struct BundleDisposition: Sendable {
     /// folder refused. When the folder refuses as such (``SpoolError/folderWideErrors``), every other bundle's
     /// move would fail too: the run stops claiming, as at the free-space floor. Any other error
     /// (a name the folder cannot take, say) is this bundle's, and the others go on.
-    func moveFailed(_ claimed: ClaimedBundle, to folder: Spool.Folder, _ error: any Error, logger: Logger)
+    func moveFailed(_ claimed: ClaimedBundle, to folder: Spool.Folder, _ error: any Error, logger: Logger) async
         -> UploadOutcome
     {
         // Not the spool's fault: the claim ended, or `processing/NAME` is no longer the claimed
@@ -188,7 +188,7 @@ struct BundleDisposition: Sendable {
             logger.error(
                 "the bundle is no longer this worker's to move: left where it is",
                 metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
-            claimed.release()
+            await claimed.releaseOffTheLoop()
             return .returned
         }
         let errno = (error as? SpoolError)?.errno
@@ -200,7 +200,7 @@ struct BundleDisposition: Sendable {
                 ? "cannot move a bundle to \(folder.rawValue)/: the spool cannot be written; the run stops claiming, leaves the bundle in processing/ for the next run, and exits 73"
                 : "cannot move a bundle to \(folder.rawValue)/: it stays in processing/ for the next run; exit 73",
             metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
-        claimed.release()
+        await claimed.releaseOffTheLoop()
         return .returned
     }
 
@@ -213,7 +213,7 @@ struct BundleDisposition: Sendable {
     /// The claim's lease ran out (or the database cannot confirm it): another worker may hold the
     /// bundle now, so this one moves nothing and writes nothing more; the bundle stays where it
     /// is, for the worker that takes it over.
-    func abandon(_ claimed: ClaimedBundle, logger: Logger) -> UploadOutcome {
+    func abandon(_ claimed: ClaimedBundle, logger: Logger) async -> UploadOutcome {
         // Not renewed because the database is gone: the run stops claiming and ends with 75.
         if checkpoints.isUnreachable {
             checkpointFailed(
@@ -222,7 +222,7 @@ struct BundleDisposition: Sendable {
         logger.error(
             "the claim on the bundle ran out, or the store could not confirm it, before it could be moved: it is left where it is for the worker that takes it over",
             metadata: ["bundle.path": "processing/\(claimed.name)"])
-        claimed.release()
+        await claimed.releaseOffTheLoop()
         return .returned
     }
 

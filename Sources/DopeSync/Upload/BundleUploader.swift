@@ -205,7 +205,7 @@ struct BundleUploader: Sendable {
             return .failure(Ended(outcome: await disposition.giveBack(claimed, logger: logger)))
         case .failure(let error) where error.code == .replacedAfterClaim:
             return .failure(
-                Ended(outcome: disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)))
+                Ended(outcome: await disposition.leaveReplaced(claimed, error.errors[0].description, logger: logger)))
         case .failure(let error) where error.errors[0].isTheMachines:
             // No descriptor left, a disk or an NFS server failing: deferred, as an image that
             // cannot be read back is, and given up on only after the deferral's attempts.
@@ -333,7 +333,7 @@ struct BundleUploader: Sendable {
         -> UploadOutcome
     {
         for ticket in pending { _ = await results.settle(ticket) }
-        return disposition.abandon(claimed, logger: logger)
+        return await disposition.abandon(claimed, logger: logger)
     }
 
     /// The session's tree on the server, where ``BundleUploadState`` looks for a step.

@@ -2,6 +2,7 @@ import CSystemCalls
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
+import NIOPosix
 import Synchronization
 import ThreadRules
 
@@ -62,7 +63,11 @@ public final class ClaimedBundle: Sendable {
     }
 
     deinit {
-        release()
+        // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
+        // is made on the spool's threads.
+        if let descriptor = state.withLock({ $0.descriptor.take() }) {
+            SpoolCalls.pool.submit { _ in close(descriptor) }
+        }
     }
 
     /// `processing/NAME`: where to read the bundle while it is claimed.
@@ -80,10 +85,17 @@ public final class ClaimedBundle: Sendable {
     public func keep(_ hold: SessionHold) { sessionHold.withLock { $0 = hold } }
 
     public func release() {
+        BlockingCalls.check("spool: letting go of processing/\(name)")
         state.withLock { state in
             if let descriptor = state.descriptor { close(descriptor) }
             state.descriptor = nil
         }
+    }
+
+    /// ``release()`` on the spool's threads, for a caller on an event loop: over NFS the close
+    /// sends the unlock and waits for the server's answer, which a stalled server never gives.
+    public func releaseOffTheLoop() async {
+        await SpoolCalls.run { self.release() }
     }
 
     /// Moves the bundle to `done/` with its mtime set to now, and ends the claim. Returns its name there (suffixed if taken).
