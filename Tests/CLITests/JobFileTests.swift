@@ -367,6 +367,9 @@ import Testing
             !RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: backingOff),
             "idle while bundles wait out an outage proves nothing")
         #expect(
+            RunMetrics.isHealthy(RunSummary(exitCode: 0), waitingForRetry: backingOff, apiChecked: true),
+            "idle, but its own look at the API passed: the waiting bundle is the API's refusal of it alone")
+        #expect(
             !RunMetrics.isHealthy(
                 RunSummary(claimed: 2, done: 1, deferred: 1, exitCode: 0), waitingForRetry: backingOff))
         #expect(!RunMetrics.isHealthy(RunSummary(claimed: 1, deferred: 1, exitCode: 75), waitingForRetry: backingOff))

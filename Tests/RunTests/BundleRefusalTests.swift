@@ -144,4 +144,29 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "an idle run whose look at the API passes is a success, though a bundle the firewall refuses waits for retry: the no-recent-success alert does not blame the API"
+    )
+    func anIdleRunBesideARefusedBundleIsASuccess() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [Self.blockedByAFirewall(seed: 3720)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            var configuration = DevServerConfiguration()
+            configuration.forbiddenBodyPattern = "<script>"
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                (options.minAge, options.minFreeSpace, options.metricsFile) = (.zero, .bytes(0), metrics)
+                let (first, _) = await Worker(options: options, logger: quietLogger).run()
+                #expect(first.deferred == 1, "\(first)")
+                #expect(RunMetrics.lastSuccess(inFile: metrics) == nil, "a run that deferred is no success")
+                // The next run finds the bundle waiting for retry, nothing due: it looks at the API.
+                let (idle, idleStatus) = await Worker(options: options, logger: quietLogger).run()
+                #expect(idleStatus == .success && idle.claimed == 0, "\(idle)")
+                let lastSuccess = try #require(RunMetrics.lastSuccess(inFile: metrics))
+                #expect(abs(lastSuccess.timeIntervalSinceNow) < 600)
+                #expect(try spool.names(.incoming).count == 1, "still waiting for retry")
+            }
+        }
+    }
 }

@@ -23,6 +23,8 @@ final class RunCounters: Sendable {
         /// permission, full, another file system, I/O errors): no bundle could be moved or held,
         /// so the run stops claiming.
         var spoolNotWritable = false
+        /// Nothing was due, and the idle run's look at the API (health and token) passed.
+        var idleCheckPassed = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
         var checkpointsFailed = false
         /// The shared database (PostgreSQL) could not be reached (``CheckpointError/isUnreachable``).

@@ -9,9 +9,10 @@ import Foundation
 public struct RunMetrics: Sendable {
     public var finishedAt: Date
     /// The last run judged healthy (this one or an earlier one): it ended with exit 0 or 1,
-    /// deferred nothing, and either claimed something or found nothing waiting for retry. An
-    /// idle run while bundles wait out their back-off after an outage proves nothing, so it
-    /// does not count: during an outage this time stops moving, which is what an alert wants.
+    /// deferred nothing, and either claimed something, found nothing waiting for retry, or
+    /// looked at the API itself (an idle run's check) and found it working. An idle run while
+    /// bundles wait out their back-off after an outage that did not reach the API proves
+    /// nothing, so it does not count: during an outage this time stops moving.
     public var lastSuccessAt: Date?
     public var summary: RunSummary
     /// The spool after the run, listed as `status` lists it.
@@ -63,10 +64,13 @@ public struct RunMetrics: Sendable {
         try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
     }
 
-    /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`).
-    static func isHealthy(_ summary: RunSummary, waitingForRetry: Int) -> Bool {
+    /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`). An
+    /// idle run while bundles wait for retry shows it only when its own look at the API
+    /// (`apiChecked`: health and token) passed: one bundle the API keeps refusing for hours is
+    /// then `DopeSyncIncomingStuck`'s to report, not an outage's.
+    static func isHealthy(_ summary: RunSummary, waitingForRetry: Int, apiChecked: Bool = false) -> Bool {
         [ExitStatus.success.rawValue, ExitStatus.bundlesFailed.rawValue].contains(summary.exitCode)
-            && summary.deferred == 0 && (summary.claimed > 0 || waitingForRetry == 0)
+            && summary.deferred == 0 && (summary.claimed > 0 || waitingForRetry == 0 || apiChecked)
     }
 
     /// The textfile, in Prometheus' exposition format.

@@ -233,8 +233,8 @@ public struct Worker: Sendable {
         let status = idleCheckFailed ?? state.exitStatus
         summary.exitCode = status.rawValue
         await recordEnd(
-            of: runID, summary: summary, syncSeconds: state.syncSeconds, lookups: lookups, spool: spool,
-            checkpoints: checkpoints)
+            of: runID, summary: summary, apiChecked: state.idleCheckPassed, syncSeconds: state.syncSeconds,
+            lookups: lookups, spool: spool, checkpoints: checkpoints)
         return (summary, status)
     }
 
@@ -296,6 +296,7 @@ public struct Worker: Sendable {
                     logger.error(
                         "nothing to upload, but the API check failed (exit \(status))", metadata: ["check": "\(line)"])
                 }
+                if status == .success { _ = counters.report(\.idleCheckPassed) }
                 return status == .success ? nil : status
             }
             // A batch commits, without anyone waiting for it, once as many results wait as the
@@ -411,8 +412,8 @@ public struct Worker: Sendable {
     /// The bundles' fate is already recorded and in their folders, so a failure here changes
     /// nothing they need: it is logged.
     private func recordEnd(
-        of runID: String, summary: RunSummary, syncSeconds: [Double], lookups: LookupSupport, spool: Spool,
-        checkpoints: any CheckpointStorage
+        of runID: String, summary: RunSummary, apiChecked: Bool, syncSeconds: [Double], lookups: LookupSupport,
+        spool: Spool, checkpoints: any CheckpointStorage
     ) async {
         // With a metrics file the backlog is listed first: it decides whether this run was healthy.
         let now = Date()
@@ -429,7 +430,7 @@ public struct Worker: Sendable {
         }
         // A backlog that could not be listed leaves health unknown here; its error is logged below.
         let healthy = (try? backlog?.get()).map {
-            RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now))
+            RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now), apiChecked: apiChecked)
         }
         let apiLookups: Bool? =
             switch lookups.current {
