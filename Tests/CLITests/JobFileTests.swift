@@ -125,6 +125,12 @@ import Testing
             let secretError = try #require(Self.failure(jobFile: secret))
             #expect(secretError.code == .unknownKey)
             #expect("\(secretError)".contains("never holds the token"))
+
+            let password = try Self.write("database-password: hunter2\n", to: directory, name: "password.yaml")
+            let passwordError = try #require(Self.failure(jobFile: password))
+            #expect(passwordError.code == .unknownKey)
+            #expect("\(passwordError)".contains("database-password-file:"), "\(passwordError)")
+            #expect(!"\(passwordError)".contains("hunter2"), "the value is never repeated")
         }
     }
 

@@ -112,6 +112,21 @@ import Testing
         }
     }
 
+    @Test("status names the field a failed bundle's sidecar gives when the API's message does not")
+    func statusNamesTheField() async throws {
+        try await withTemporarySpool { spool, _ in
+            try Data("x".utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "b.tgz")))
+            let sidecar = ErrorSidecar(
+                bundle: "b.tgz", failedAt: Date(), reason: .http(422), step: "dope:2", httpStatus: 422,
+                field: "dope[2].ammunitionId", message: "validation failed")
+            try sidecar.rendered().write(
+                toFile: spool.sidecarPath(forFailed: "b.tgz"), atomically: true, encoding: .utf8)
+            let result = try await runBuilt("dopesync", ["status", "--spool", spool.root])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("validation failed (field dope[2].ammunitionId)"), "\(result.stdout)")
+        }
+    }
+
     @Test(
         "status counts a bundle not seen yet in incoming/ from its arrival, not from its producer's mtime of days ago")
     func incomingAgeIsFromArrival() async throws {

@@ -77,6 +77,8 @@ extension SpoolStatus {
                 line += Self.describe(
                     LastError(reason: reason, step: bundle.step, httpStatus: bundle.httpStatus, message: bundle.message)
                 )
+                // The message of an API's 422 need not name it: the sidecar's field does.
+                if let field = bundle.field, !line.contains(field) { line += " (field \(field))" }
             } else {
                 line += "no reason known (no sidecar, no checkpoint row)"
             }

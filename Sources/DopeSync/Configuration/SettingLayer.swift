@@ -166,6 +166,13 @@ struct JobFileKeys {
                         "a job file never holds the token; put it in a file named by `token-file:` (mode 600) or in \(RunSetting.tokenEnvironmentVariable)"
                 )
             }
+            if key == "database-password" || key == "password" {
+                throw ConfigurationError(
+                    .unknownKey, key: key, source: source,
+                    message:
+                        "a job file never holds the database's password; put it in a file named by `\(RunSetting.databasePasswordFile.key):` (mode 600) or in DOPESYNC_DATABASE_PASSWORD"
+                )
+            }
             guard known.contains(key) else {
                 let hint =
                     RunSetting.all.map(\.key).min { editDistance($0, key) < editDistance($1, key) }
