@@ -169,8 +169,13 @@ extension PostgresCheckpoints: ClaimStorage {
                     """, logger: self.logger
                 ).collect()
                 if let row = rows.first?.makeRandomAccess() { return try Self.decode(row, "name") as String }
+                // The reading ended (it found the session): should the database then fail before
+                // the bundle's next record, no later claim counts this reading as cut short.
                 _ = try await connection.query(
-                    "UPDATE dopesync.bundles SET session_id = \(sessionID), last_outcome = 'claimed' WHERE name = \(name)",
+                    """
+                    UPDATE dopesync.bundles SET session_id = \(sessionID), last_outcome = 'claimed', reading_since = NULL
+                    WHERE name = \(name)
+                    """,
                     logger: self.logger
                 ).collect()
                 return nil

@@ -54,6 +54,11 @@ import Testing
                         Issue.record("a stale row kept the session from A")
                         return
                     }
+                    // Holding the session ends A's reading: a database failing before A's next record
+                    // must not leave it to count as a reading cut short (3 make reader_crashed).
+                    #expect(
+                        try await database.psql(
+                            "SELECT reading_since IS NULL FROM dopesync.bundles WHERE name = 'a.tar.gz'") == "t")
                     guard case .busy = await b.holdSession("s1", of: bundleB) else {
                         Issue.record("B took the session A holds")
                         return
