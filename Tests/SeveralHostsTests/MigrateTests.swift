@@ -62,4 +62,39 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "migrate and runs on the SQLite file exclude each other: a run waiting out min-age keeps migrate out (73), and a run that starts during a migration claims nothing (75)"
+    )
+    func migrateAndRunsExcludeEachOther() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 4620)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let (_, environment) = database.runArguments(host: "host-a")
+            try await withDevServer { server in
+                // A run holding its store with no claim: the bundle is too fresh for an hour's min-age,
+                // and the run waits for it, however slow the machine.
+                let run = try await spawnRunLogging(spool, against: server, ["--min-age", "1h"])
+                #expect(await run.firstLine(containing: "nothing due yet") != nil)
+                let refused = try await dopesync(
+                    ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+                #expect(refused.status == 73, "\(refused.stderr)")
+                #expect(refused.stderr.contains("a run is using"), "\(refused.stderr)")
+                run.kill(SIGTERM)
+                #expect(await run.finished() == 0)
+
+                // A migration under way (its lock, held here): a run now claims nothing.
+                var migration = try StoreLock.take(.exclusive, in: spool)
+                #expect(migration != nil)
+                let during = try await spawnRun(spool, against: server)
+                #expect(await during.finished() == 75)
+                #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"], "nothing claimed")
+                migration = nil  // the migration's end
+                let migrated = try await dopesync(
+                    ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+                #expect(migrated.status == 0, "\(migrated.stderr)")
+            }
+        }
+    }
 }

@@ -8,7 +8,7 @@ import Foundation
 /// host `database:`. It is the one way to move a spool to another store: it binds the spool to
 /// the database (``SpoolBinding``) and marks the SQLite file as moved, so that no command uses it
 /// again by mistake; running it twice copies nothing twice. Exit 0; 73 when the file cannot be
-/// read or a run holds a claim; 75 when the database cannot be reached; 78 when it refuses the
+/// read, or a run uses it (``StoreLock``) or holds a claim; 75 when the database cannot be reached; 78 when it refuses the
 /// user or password, or the spool is bound to another database (without `--rebind`).
 public enum MigrateCommand {
     /// `rebind`: the spool is bound to another PostgreSQL database, lost for good, and this one
@@ -34,6 +34,22 @@ public enum MigrateCommand {
                     spool, store: store, copied: "nothing to migrate: \(spool.databasePath) does not exist")
             }
         }
+        // Alone on the file: a run that has opened it (waiting out min-age, say, with no claim yet)
+        // could write steps after they are copied, and one that starts now must not.
+        let lock: StoreLock?
+        do {
+            lock = try StoreLock.take(.exclusive, in: spool)
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "\(error)", status: .cannotCreate)
+        }
+        guard let lock else {
+            return CommandOutcome(
+                output: "",
+                diagnostics:
+                    "a run is using \(spool.databasePath): stop the timers and dopesync.path (systemctl stop dopesync.timer dopesync.path), let the run end, then migrate",
+                status: .cannotCreate)
+        }
+        defer { withExtendedLifetime(lock) {} }
         let exported: Exported
         do {
             exported = try Exported(spool: spool)

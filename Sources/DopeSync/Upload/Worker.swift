@@ -29,9 +29,13 @@ public struct Worker: Sendable {
         let busyTimeout = Int32(min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max)))
         // The spool is checked, and the store opened, used and closed, on the writer's own thread,
         // never an event loop's.
+        // Shared with other runs, held to the end: no migration starts under this run.
+        let storeLock = HeldStoreLock()
         let open = { @Sendable () throws -> CheckpointStore in
             try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
             try spool.create()
+            guard let lock = try StoreLock.take(.shared, in: spool) else { throw MigrationUnderWay() }
+            storeLock.lock.withLock { $0 = lock }
             // A spool bound to PostgreSQL: its SQLite file is not even made.
             let sqlite = StoreIdentity.sqlite(spool)
             let wasBound = try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)
@@ -44,11 +48,17 @@ public struct Worker: Sendable {
             return store
         }
         do {
+            defer { withExtendedLifetime(storeLock) {} }
             return try await CheckpointWriter.with(opening: open) { checkpoints in
                 await run(spool: spool, checkpoints: checkpoints, claims: SpoolClaims(), runID: runID, started: started)
             }
         } catch let error as SpoolBindingError {
             return await refused(error, spool: spool, started: started)
+        } catch is MigrationUnderWay {
+            logger.critical(
+                "`dopesync migrate` is copying the spool's checkpoints into PostgreSQL: the run claims nothing (exit 75); the next run finds the spool bound to the database",
+                metadata: ["spool": "\(options.spoolRoot)"])
+            return await endedBeforeStarting(spool, started: started, status: .temporaryFailure)
         } catch {
             logger.critical(
                 "the spool cannot be used", metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
@@ -458,6 +468,14 @@ public struct Worker: Sendable {
                 "cannot write the metrics file", metadata: ["metrics.file": "\(metricsFile)", "error": "\(error)"])
         }
     }
+}
+
+/// The spool's SQLite checkpoints are being migrated (``StoreLock``): a run waits for the next timer.
+private struct MigrationUnderWay: Error {}
+
+/// The run's ``StoreLock``, once its store is opened, until the run's end.
+private final class HeldStoreLock: Sendable {
+    let lock = Mutex<StoreLock?>(nil)
 }
 
 /// What a run may take, listed once at its start: orphans of dead runs first (claimed earlier),

@@ -1,0 +1,58 @@
+import DopeSyncSupport
+import ThreadRules
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Who may use the spool's own SQLite checkpoints: every `dopesync run` on them at once, or
+/// `dopesync migrate` alone. A `flock` on `.dopesync.store.lock` in the spool, shared by runs,
+/// exclusive for a migration, so a run started (by `dopesync.path`, say) while its checkpoints
+/// are copied into PostgreSQL cannot write steps the copy has already passed, and a migration
+/// cannot begin under a run that has not claimed anything yet. Held by the open file: it ends
+/// with the process, whatever ends it.
+public final class StoreLock: Sendable {
+    private let descriptor: Int32
+
+    private init(descriptor: Int32) { self.descriptor = descriptor }
+
+    deinit { close(descriptor) }
+
+    /// The lock file's path in `spool`.
+    public static func path(_ spool: Spool) -> String { spool.root + "/.dopesync.store.lock" }
+
+    public enum Mode: Sendable {
+        /// A run's: any number at once.
+        case shared
+        /// A migration's: alone.
+        case exclusive
+    }
+
+    /// Takes the lock in `mode` without waiting: nil while the other kind holds it. Throws when
+    /// the file cannot be opened or made (a spool whose folder this user may not write).
+    public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
+        BlockingCalls.check("spool: locking the checkpoints' store")
+        let path = path(spool)
+        // Readable by all: a lock file made by root (`--allow-root`) must not lock the worker out.
+        let descriptor = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        guard descriptor >= 0 else {
+            let error = errno
+            throw SpoolError(
+                code: .notWritable, message: "cannot open the checkpoints' lock", path: path, errno: error)
+        }
+        var locked = flock(descriptor, (mode == .shared ? LOCK_SH : LOCK_EX) | LOCK_NB)
+        while locked != 0 && errno == EINTR {
+            locked = flock(descriptor, (mode == .shared ? LOCK_SH : LOCK_EX) | LOCK_NB)
+        }
+        guard locked == 0 else {
+            let error = errno
+            close(descriptor)
+            if error == EWOULDBLOCK { return nil }
+            throw SpoolError(
+                code: .claimFailed, message: "cannot lock the checkpoints' store", path: path, errno: error)
+        }
+        return StoreLock(descriptor: descriptor)
+    }
+}
