@@ -25,6 +25,10 @@ import Testing
                 // The metrics file says so, instead of still showing the run before.
                 let text = try String(contentsOfFile: metrics, encoding: .utf8)
                 #expect(text.contains("dopesync_last_run_exit_code 73"), "\(text)")
+                // status on the same typo says what to check, not a listing's errno alone.
+                let report = try await runBuilt("dopesync", ["status", "--spool", typo.root])
+                #expect(report.status == 73, "\(report.stderr)")
+                #expect(report.stderr.contains("no spool at \(typo.root): check --spool"), "\(report.stderr)")
 
                 let (created, _) = try await runToEnd(
                     typo, apiURL: server.baseURL, token: server.token, ["--create-spool"])

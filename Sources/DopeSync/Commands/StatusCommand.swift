@@ -13,6 +13,14 @@ public enum StatusCommand {
         do {
             // Absolute, so the database's path can be copied into `sqlite3` from anywhere.
             let root = URL(fileURLWithPath: spoolRoot).standardizedFileURL.path
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: root, isDirectory: &isFolder), isFolder.boolValue else {
+                return CommandOutcome(
+                    output: "",
+                    diagnostics:
+                        "no spool at \(root): check --spool, or the job file's spool: (--job FILE; without either, ./spool)",
+                    status: .cannotCreate)
+            }
             if database == nil, let refused = sqliteRefusal(Spool(root: root)) { return refused }
             var report = try await SpoolStatus.gather(
                 spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database, apiURL: apiURL)
