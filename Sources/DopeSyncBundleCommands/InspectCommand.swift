@@ -19,6 +19,7 @@ public enum InspectCommand {
     ) async -> CommandOutcome {
         var report: BundleReport
         let status: ExitStatus
+        var note: String? = nil
         do {
             let bundle = try BundleInspector(limits: limits).inspect(path: bundlePath)
             report = BundleReport(bundle)
@@ -31,14 +32,21 @@ public enum InspectCommand {
                 } else if let databasePath, FileManager.default.fileExists(atPath: databasePath),
                     let store = try? CheckpointStore(readingSnapshotOf: databasePath)
                 {
-                    await addCheckpoints(of: plan, from: store, to: &report)
+                    // A file `migrate` retired holds the checkpoints as they were then, not now.
+                    if let movedTo = try? store.movedTo() {
+                        note =
+                            "note: \(databasePath) was migrated to \(movedTo); its checkpoints are not shown "
+                            + "(add --database \(movedTo) to see them)"
+                    } else {
+                        await addCheckpoints(of: plan, from: store, to: &report)
+                    }
                 }
             }
         } catch {
             report = BundleReport(error, limits: limits)
             status = .invalidData
         }
-        return CommandOutcome(output: json ? report.json() : report.text(), status: status)
+        return CommandOutcome(output: json ? report.json() : report.text(), diagnostics: note, status: status)
     }
 
     /// The steps the store holds done for the plan's session, and the ids of the steps still to

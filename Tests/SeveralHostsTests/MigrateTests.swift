@@ -94,6 +94,12 @@ import Testing
                 let migrated = try await dopesync(
                     ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
                 #expect(migrated.status == 0, "\(migrated.stderr)")
+                // inspect with the spool alone does not show the retired file's checkpoints as current.
+                let inspected = try await dopesync(
+                    ["inspect", spool.path(.incoming, "\(sample.sessionID).tar.gz"), "--spool", spool.root],
+                    environment: environment)
+                #expect(inspected.status == 0, "\(inspected.stderr)")
+                #expect(inspected.stderr.contains("was migrated to \(database.url)"), "\(inspected.stderr)")
             }
         }
     }
