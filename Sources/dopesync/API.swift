@@ -1,5 +1,6 @@
 import ArgumentParser
 import DopeSync
+import Foundation
 
 struct API: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -41,6 +42,15 @@ struct API: AsyncParsableCommand {
         typed[.api] = api
         let settings = try resolveSettings(commandLine: typed, job: place.job, purpose: .spoolOnly)
         guard !settings.apiURL.isEmpty else {
+            // Given, but no http(s) URL (the other commands only show it, so it was left out):
+            // this command binds by it, so it names the value and where it came from.
+            let given = RunConfiguration.givenText(
+                of: .api, commandLine: typed, environment: ProcessInfo.processInfo.environment, jobFile: place.job)
+            if let given {
+                throw ValidationError(
+                    "the API's URL \(MaskedURL.string(given)) (--api, DOPESYNC_API_URL or the job file's api:) is not an http:// or https:// URL"
+                )
+            }
             throw ValidationError("which API? give --api URL, or --job with `api:` (or DOPESYNC_API_URL)")
         }
         let answer: APICommand.Answer = sameAs.map { .sameAs($0) } ?? (anotherServer ? .anotherServer : .list)

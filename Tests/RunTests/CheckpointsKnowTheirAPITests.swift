@@ -108,6 +108,11 @@ import Testing
                 #expect(try await production.requestLog().allSatisfy { $0.method == "GET" })
                 #expect(try spool.names(.incoming).count == samples.count)
 
+                // A URL that is no http(s) one is named as such, not taken for a missing --api.
+                let mistyped = try await runBuilt(
+                    "dopesync", ["api", "--spool", spool.root, "--api", "ftp://api.example", "--another-server"])
+                #expect(mistyped.status == 64, "\(mistyped.stderr)")
+                #expect(mistyped.stderr.contains("ftp://api.example") && mistyped.stderr.contains("is not an http"))
                 let answer = try await runBuilt(
                     "dopesync", ["api", "--spool", spool.root, "--api", production.baseURL, "--another-server"])
                 #expect(answer.status == 0, "\(answer.stderr)")

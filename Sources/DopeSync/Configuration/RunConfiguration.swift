@@ -86,13 +86,21 @@ public struct RunConfiguration: Sendable, CustomStringConvertible {
     public static func reportingPlaces(
         commandLine: [RunSetting: String], environment: [String: String], jobFile: String?
     ) -> (spool: String, metricsFile: String)? {
-        let job = jobFile.flatMap { try? JobFileKeys.scalars(path: $0) } ?? [:]
         func named(_ setting: RunSetting) -> String? {
-            [commandLine[setting], environment[setting.environmentVariable], job[setting.key]]
-                .compactMap { $0 }.first { !$0.isEmpty }
+            givenText(of: setting, commandLine: commandLine, environment: environment, jobFile: jobFile)
         }
         guard let metricsFile = named(.metricsFile) else { return nil }
         return (named(.spool) ?? RunConfiguration().spool, metricsFile)
+    }
+
+    /// The text a setting was given, as the first place that names it gives it (the command
+    /// line, the environment, the job file read as far as it can be), before any check of it.
+    public static func givenText(
+        of setting: RunSetting, commandLine: [RunSetting: String], environment: [String: String], jobFile: String?
+    ) -> String? {
+        let job = jobFile.flatMap { try? JobFileKeys.scalars(path: $0) } ?? [:]
+        return [commandLine[setting], environment[setting.environmentVariable], job[setting.key]]
+            .compactMap { $0 }.first { !$0.isEmpty }
     }
 
     /// What every command needs: the spool and how a run behaves and logs.
