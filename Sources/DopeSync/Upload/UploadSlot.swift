@@ -98,7 +98,9 @@ struct UploadSlot: Sendable {
     /// a sticky bit) lets the other bundles go on.
     private func reportUnclaimable(_ error: SpoolError) {
         guard let errno = error.errno, SpoolError.folderWideErrors.contains(errno) else { return }
-        let ownFile = errno == EPERM || errno == EACCES
+        // EPERM is this file's (its owner, a sticky bit, fs.protected_hardlinks); EACCES, a
+        // folder this user may not write.
+        let ownFile = errno == EPERM
         if ownFile ? counters.report(\.moveFailed) : counters.report(\.spoolNotWritable) {
             logger.critical(
                 ownFile

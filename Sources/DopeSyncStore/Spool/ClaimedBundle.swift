@@ -90,6 +90,8 @@ public final class ClaimedBundle: Sendable {
             if let descriptor = state.descriptor { close(descriptor) }
             state.descriptor = nil
         }
+        // The session's hold ends with the claim, here rather than in its deinit, wherever that runs.
+        sessionHold.withLock { $0.take() }?.release()
     }
 
     /// ``release()`` on the spool's threads, for a caller on an event loop: over NFS the close
@@ -256,12 +258,11 @@ extension Spool {
     /// move is a link and an unlink (NFS: no RENAME_NOREPLACE), the kernel lets a process link
     /// only a file it owns or may write (`fs.protected_hardlinks`).
     private func whyNotMovable(_ error: Int32) -> String {
-        guard error == EPERM || error == EACCES else { return "" }
+        guard error == EPERM else { return "" }
         var folder = stat()
         if stat(path(.incoming), &folder) == 0, folder.st_mode & S_ISVTX != 0 {
             return " (incoming/ has the sticky bit, so only a bundle's owner may move it: chmod -t it)"
         }
-        guard error == EPERM else { return "" }
         return " (on a file system without RENAME_NOREPLACE, such as NFS, a move is a link, and the kernel "
             + "(fs.protected_hardlinks) lets the worker link only a bundle it owns or may write: have producers "
             + "leave bundles writable by the worker's group, mode 0660)"

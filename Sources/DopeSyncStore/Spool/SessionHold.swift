@@ -2,6 +2,7 @@ import Crypto
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
+import NIOPosix
 import Synchronization
 import ThreadRules
 
@@ -51,7 +52,13 @@ public final class SessionHold: Sendable {
     /// Whether nothing is left to release (a store's hold never has anything).
     public var isReleased: Bool { descriptor.withLock { $0 == nil } }
 
-    deinit { if let descriptor = descriptor.withLock({ $0 }) { close(descriptor) } }
+    // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
+    // is made on the spool's threads.
+    deinit {
+        if let descriptor = descriptor.withLock({ $0.take() }) {
+            SpoolCalls.pool.submit { _ in close(descriptor) }
+        }
+    }
 
     /// The folder of the holds, inside the spool (hidden: not a folder of the queue).
     public static let folder = ".sessions"

@@ -1,4 +1,5 @@
 import DopeSyncSupport
+import NIOPosix
 import ThreadRules
 
 #if canImport(Glibc)
@@ -18,7 +19,9 @@ public final class StoreLock: Sendable {
 
     private init(descriptor: Int32) { self.descriptor = descriptor }
 
-    deinit { close(descriptor) }
+    // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
+    // is made on the spool's threads.
+    deinit { SpoolCalls.pool.submit { [descriptor] _ in close(descriptor) } }
 
     /// The lock file's path in `spool`.
     public static func path(_ spool: Spool) -> String { spool.root + "/.dopesync.store.lock" }
@@ -35,8 +38,11 @@ public final class StoreLock: Sendable {
     public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
         BlockingCalls.check("spool: locking the checkpoints' store")
         let path = path(spool)
-        // Readable by all: a lock file made by root (`--allow-root`) must not lock the worker out.
-        let descriptor = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        // Readable by all: a lock file made by root (`--allow-root`) must not lock a run out. A
+        // migration opens it for writing: over NFS, `flock` is a byte-range lock, and an
+        // exclusive one needs a descriptor open for writing (EBADF otherwise).
+        let access = mode == .shared ? O_RDONLY : O_RDWR
+        let descriptor = open(path, access | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else {
             let error = errno
             throw SpoolError(
