@@ -90,8 +90,17 @@ struct Run: AsyncParsableCommand {
             try await runTokenCommand(for: &settings)
         } catch let exit as ExitCode {
             // The alerts read the metrics file: a run the settings refused says so there too.
-            let places = RunConfiguration.reportingPlaces(
-                commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job)
+            // Root on another user's spool writes nothing, as a run refused to root does (the
+            // file would be root's). Off the loop, as above: it reads the job file.
+            let places = try? await NIOThreadPool.singleton.runIfActive { () -> (spool: String, metricsFile: String)? in
+                guard
+                    let places = RunConfiguration.reportingPlaces(
+                        commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job)
+                else { return nil }
+                var owner = stat()
+                let othersSpool = stat(places.spool, &owner) == 0 && owner.st_uid != geteuid()
+                return geteuid() == 0 && othersSpool ? nil : places
+            }
             if let places {
                 let written = await RunMetrics.writeEndedBeforeStarting(
                     to: places.metricsFile, spool: Spool(root: places.spool),

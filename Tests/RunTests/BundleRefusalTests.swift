@@ -169,4 +169,26 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "an idle run beside a bundle deferred for the API's own 5xx is no success, though the API's health and the token check pass"
+    )
+    func anIdleRunBesideAnAPIOutageIsNoSuccess() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 3721)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            var configuration = DevServerConfiguration()
+            configuration.faults.failRate = 1  // every POST a 500 or 503; GETs answer
+            try await withDevServer(configuration) { server in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
+                (options.minAge, options.minFreeSpace, options.metricsFile) = (.zero, .bytes(0), metrics)
+                (options.retry.base, options.retry.cap) = (.milliseconds(1), .milliseconds(5))
+                let (first, _) = await Worker(options: options, logger: quietLogger).run()
+                #expect(first.deferred == 1, "\(first)")
+                let (idle, idleStatus) = await Worker(options: options, logger: quietLogger).run()
+                #expect(idleStatus == .success && idle.claimed == 0, "the idle check passes: \(idle)")
+                #expect(RunMetrics.lastSuccess(inFile: metrics) == nil, "the API's writes fail: no success")
+            }
+        }
+    }
 }

@@ -66,8 +66,9 @@ public struct RunMetrics: Sendable {
 
     /// Whether a run shows the API working, given the spool after it (see `lastSuccessAt`). An
     /// idle run while bundles wait for retry shows it only when its own look at the API
-    /// (`apiChecked`: health and token) passed: one bundle the API keeps refusing for hours is
-    /// then `DopeSyncIncomingStuck`'s to report, not an outage's.
+    /// (`apiChecked`: health and token) passed and none waits on the API's own failure (a 5xx,
+    /// no answer): one bundle the API keeps refusing for hours is then `DopeSyncIncomingStuck`'s
+    /// to report, not an outage's, while an API whose writes fail stays an outage.
     static func isHealthy(_ summary: RunSummary, waitingForRetry: Int, apiChecked: Bool = false) -> Bool {
         [ExitStatus.success.rawValue, ExitStatus.bundlesFailed.rawValue].contains(summary.exitCode)
             && summary.deferred == 0 && (summary.claimed > 0 || waitingForRetry == 0 || apiChecked)

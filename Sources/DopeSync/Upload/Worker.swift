@@ -440,7 +440,9 @@ public struct Worker: Sendable {
         }
         // A backlog that could not be listed leaves health unknown here; its error is logged below.
         let healthy = (try? backlog?.get()).map {
-            RunMetrics.isHealthy(summary, waitingForRetry: $0.waitingForRetry(now: now), apiChecked: apiChecked)
+            RunMetrics.isHealthy(
+                summary, waitingForRetry: $0.waitingForRetry(now: now),
+                apiChecked: apiChecked && $0.waitingOnTheAPI(now: now) == 0)
         }
         let apiLookups: Bool? =
             switch lookups.current {

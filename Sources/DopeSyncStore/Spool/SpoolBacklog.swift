@@ -23,6 +23,20 @@ package struct SpoolBacklog: Sendable {
             .waitingForRetry.count
     }
 
+    /// Bundles waiting for retry whose last error was the API's as a whole (no answer, a 5xx, a
+    /// 408 or a 429), not one refusing this bundle (another 4xx) or the machine (`io_error`).
+    /// While one waits, an idle run's look at the API proves nothing: health and a token check
+    /// pass while the API's writes fail.
+    package func waitingOnTheAPI(now: Date) -> Int {
+        IncomingQueue(incoming: listings[.incoming] ?? [], states: inFlight, now: now, minAge: .zero)
+            .waitingForRetry.filter { waiting in
+                guard let error = waiting.state.lastError else { return true }
+                if error.reason == .unreachable { return true }
+                guard let status = error.httpStatus else { return false }
+                return status >= 500 || status == 408 || status == 429
+            }.count
+    }
+
     /// Ages in `incoming/` count from the store's first-seen times where it has them.
     package static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
         let firstSeen = inFlight.mapValues(\.firstSeen)
