@@ -124,5 +124,26 @@ import Testing
         #expect(outcome(.notWritable, EMFILE) == "give back")
         #expect(outcome(.notWritable, EACCES) == "stop the run")
         #expect(outcome(.notWritable, EROFS) == "stop the run")
+        #expect(outcome(.notWritable, ELOOP) == "stop the run", ".sessions a symbolic link")
+        #expect(outcome(.notWritable, ENOTDIR) == "stop the run", ".sessions a file")
+    }
+
+    @Test(
+        "a session that cannot be held for want of a descriptor: the bundle goes back uncounted, and the run exits 75, not 0"
+    )
+    func aHoldThatFailsIsNoQuietSuccess() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_840)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let refused = try await OpenRefused(in: directory, opensOf: "/.sessions/", failWith: EMFILE)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: refused.environment)
+                #expect(status == 75, "\(output)")
+                #expect(output.contains("cannot hold the session while its bundle uploads"), "\(output)")
+                #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"], "given back")
+                #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
+            }
+        }
     }
 }

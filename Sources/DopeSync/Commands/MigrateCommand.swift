@@ -28,12 +28,6 @@ public enum MigrateCommand {
                 await rebindToDatabase(spool, bound: bound!, store: store, rebind: rebind)
             }
         }
-        guard FileManager.default.fileExists(atPath: spool.databasePath) else {
-            return await withSharedLedger(database) { store in
-                await bindToDatabase(
-                    spool, store: store, copied: "nothing to migrate: \(spool.databasePath) does not exist")
-            }
-        }
         // Alone on the file: a run that has opened it (waiting out min-age, say, with no claim yet)
         // could write steps after they are copied, and one that starts now must not.
         let lock: StoreLock?
@@ -50,6 +44,12 @@ public enum MigrateCommand {
                 status: .cannotCreate)
         }
         defer { withExtendedLifetime(lock) {} }
+        guard FileManager.default.fileExists(atPath: spool.databasePath) else {
+            return await withSharedLedger(database) { store in
+                await bindToDatabase(
+                    spool, store: store, copied: "nothing to migrate: \(spool.databasePath) does not exist")
+            }
+        }
         let exported: Exported
         do {
             exported = try Exported(spool: spool)

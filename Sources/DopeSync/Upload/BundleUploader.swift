@@ -145,8 +145,9 @@ struct BundleUploader: Sendable {
             }
             return .busy
         case .failed(let reason):
+            _ = counters.report(\.sessionHoldFailed)
             logger.error(
-                "cannot hold the session while its bundle uploads: given back, uncounted",
+                "cannot hold the session while its bundle uploads: given back, uncounted (exit 75)",
                 metadata: ["error": "\(reason)"])
             return .busy
         }

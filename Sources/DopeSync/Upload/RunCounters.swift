@@ -23,6 +23,10 @@ final class RunCounters: Sendable {
         /// permission, full, another file system, I/O errors): no bundle could be moved or held,
         /// so the run stops claiming.
         var spoolNotWritable = false
+        /// A bundle's session could not be held for a reason other than the spool (no descriptor
+        /// left, say): it went back uncounted, and the run exits 75, so that a lasting cause is
+        /// not a quiet 0.
+        var sessionHoldFailed = false
         /// Nothing was due, and the idle run's look at the API (health and token) passed.
         var idleCheckPassed = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
@@ -38,7 +42,7 @@ final class RunCounters: Sendable {
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
             if checkpointsFailed || belowFreeSpaceFloor || moveFailed || spoolNotWritable { return .cannotCreate }
-            if breaker.isOpen || databaseUnreachable { return .temporaryFailure }
+            if breaker.isOpen || databaseUnreachable || sessionHoldFailed { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }
     }

@@ -70,7 +70,10 @@ public struct SpoolClaims: ClaimStorage {
         if error.code == .claimFailed && Self.noLockSupport.contains(errno) {
             return .unavailable(reason: "\(error)")
         }
-        if error.code == .notWritable && SpoolError.folderWideErrors.contains(errno) {
+        // ENOTDIR, ELOOP: `.sessions` is a file or a symbolic link, which no run mends either.
+        if error.code == .notWritable
+            && (SpoolError.folderWideErrors.contains(errno) || [ENOTDIR, ELOOP].contains(errno))
+        {
             return .spoolNotWritable(reason: "\(error)")
         }
         return .failed(reason: "\(error)")
