@@ -139,7 +139,8 @@ extension PostgresCheckpoints {
     }
 
     public func recordGivenBack(name: String, finalName: String, counted: Bool) async throws(CheckpointError) {
-        try await recordEnd(name, finalName: finalName, "recording \(name) given back") { connection in
+        try await recordEnd(name, finalName: finalName, keepingALiveRow: false, "recording \(name) given back") {
+            connection in
             guard !counted else { return }
             _ = try await connection.query(
                 """
@@ -153,7 +154,7 @@ extension PostgresCheckpoints {
     /// The bundle has moved out of `processing/`: its outcome, a new name if it took one, and the
     /// end of its claim, in one fenced transaction.
     private func recordEnd(
-        _ name: String, finalName: String, _ doing: @autoclosure () -> String,
+        _ name: String, finalName: String, keepingALiveRow: Bool = true, _ doing: @autoclosure () -> String,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> Void
     ) async throws(CheckpointError) {
         defer { leaseBook.withLock { $0.released(name) } }
@@ -161,21 +162,24 @@ extension PostgresCheckpoints {
             try await body(connection)
             try await self.endClaim(name, on: connection)
             if finalName != name {
-                try await Self.rename(connection, from: name, to: finalName, logger: self.logger)
+                try await Self.rename(
+                    connection, from: name, to: finalName, keepingALiveRow: keepingALiveRow, logger: self.logger)
             }
         }
     }
 
-    /// ``CheckpointStore/renamed(from:to:now:)``'s rule: a finished row under the new name is
-    /// replaced; a live one (another bundle's, in another folder, perhaps claimed by another host
-    /// now) stays, and the moved bundle's row keeps its old name.
-    static func rename(_ connection: PostgresConnection, from oldName: String, to newName: String, logger: Logger)
-        async throws
-    {
+    /// ``CheckpointStore/renamed(from:to:keepingALiveRow:now:)``'s rule: a finished row under the
+    /// new name is replaced; into `done/` or `failed/`, a live one (another bundle's, perhaps
+    /// claimed by another host now) stays, and the moved bundle's row keeps its old name.
+    static func rename(
+        _ connection: PostgresConnection, from oldName: String, to newName: String, keepingALiveRow: Bool,
+        logger: Logger
+    ) async throws {
+        let replaced = keepingALiveRow ? "AND last_outcome IN \(BundleOutcome.finishedSQL)" : ""
         let t = Date().timeIntervalSince1970
         _ = try await connection.query(
             """
-            DELETE FROM dopesync.bundles WHERE name = \(newName) AND last_outcome IN \(unescaped: BundleOutcome.finishedSQL)
+            DELETE FROM dopesync.bundles WHERE name = \(newName) \(unescaped: replaced)
                 AND EXISTS (SELECT 1 FROM dopesync.bundles WHERE name = \(oldName))
             """, logger: logger)
         let renamed = try await connection.query(

@@ -186,7 +186,8 @@ extension PostgresCheckpoints: CheckpointLedger {
     public func renamed(from oldName: String, to newName: String, now: Date) async throws(CheckpointError) {
         guard oldName != newName else { return }
         try await transaction("renaming \(oldName) to \(newName)") { connection in
-            try await Self.rename(connection, from: oldName, to: newName, logger: self.logger)
+            // `requeue`'s move is into `incoming/`: the bundle takes its new name's row.
+            try await Self.rename(connection, from: oldName, to: newName, keepingALiveRow: false, logger: self.logger)
         }
     }
 }

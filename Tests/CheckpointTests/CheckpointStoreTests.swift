@@ -394,7 +394,7 @@ import Testing
         try store.recordIntent(
             sessionID: "S", stepKey: "session", idempotencyKey: "k", requestFingerprint: "f", contentDigest: "d",
             bundleName: "b.tar.gz")
-        try store.renamed(from: "b.tar.gz", to: "b.1.tar.gz")
+        try store.renamed(from: "b.tar.gz", to: "b.1.tar.gz", keepingALiveRow: true)
         #expect(try store.bundleState(name: "b.tar.gz") == nil)
         #expect(try store.bundleState(name: "b.1.tar.gz")?.sessionID == "S")
         #expect(try store.claims().map(\.bundleName) == ["b.1.tar.gz"])
@@ -414,14 +414,31 @@ import Testing
         try store.recordClaim(name: "a.tar.gz", sessionID: "S1", owner: owner, now: now)
         _ = try store.recordDeferral(
             name: "a.tar.gz", sessionID: "S1", error: BundleFailure(reason: .http(503)), now: now)
-        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz")
+        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz", keepingALiveRow: false)
         // The second copy is done, and done/a.tar.gz being taken, becomes done/a.1.tar.gz.
         try store.recordClaim(name: "a.tar.gz", sessionID: "S2", owner: owner, now: now)
         try store.recordDone(name: "a.tar.gz", sessionID: "S2", now: now)
-        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz")
+        try store.renamed(from: "a.tar.gz", to: "a.1.tar.gz", keepingALiveRow: true)
         let waiting = try #require(try store.bundleState(name: "a.1.tar.gz"))
         #expect(waiting.sessionID == "S1" && waiting.attempts == 1, "\(waiting)")
         #expect(try store.bundleState(name: "a.tar.gz")?.sessionID == "S2", "the done row keeps its old name")
+    }
+
+    @Test(
+        "a bundle given back under a suffix takes that name's row: its attempts never pass to the new file that took its old name"
+    )
+    func aGiveBackTakesItsNewNamesRow() throws {
+        let store = try open()
+        let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+        // x.1.tar.gz is claimed now; x.tar.gz is deferred and goes back as incoming/x.1.tar.gz,
+        // since a new file took incoming/x.tar.gz.
+        try store.recordClaim(name: "x.1.tar.gz", sessionID: "S1", owner: owner, now: now)
+        try store.recordClaim(name: "x.tar.gz", sessionID: "S2", owner: owner, now: now)
+        _ = try store.recordDeferral(
+            name: "x.tar.gz", sessionID: "S2", error: BundleFailure(reason: .http(503)), now: now)
+        try store.renamed(from: "x.tar.gz", to: "x.1.tar.gz", keepingALiveRow: false)
+        #expect(try store.bundleState(name: "x.tar.gz") == nil, "nothing for the new file to inherit")
+        #expect(try store.bundleState(name: "x.1.tar.gz")?.attempts == 1)
     }
 
     // MARK: Runs

@@ -38,4 +38,9 @@ extension CheckpointStore: CheckpointLedger {
         // One host owns a spool's file: its last run is the spool's.
         try lastFinishedRun().map { [$0] } ?? []
     }
+
+    /// `requeue`'s move is into `incoming/`: the bundle takes its new name's row.
+    public func renamed(from oldName: String, to newName: String, now: Date) throws(CheckpointError) {
+        try renamed(from: oldName, to: newName, keepingALiveRow: false, now: now)
+    }
 }

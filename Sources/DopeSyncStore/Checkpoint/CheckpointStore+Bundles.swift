@@ -203,16 +203,20 @@ extension CheckpointStore {
 
     /// A move had to give the bundle another name (a suffix): its row, claim and steps follow it.
     /// A finished row under the new name (a file no longer there, or in another folder) is
-    /// replaced. A live one is another bundle's (rows are by name, and `incoming/a.1.tar.gz`,
-    /// waiting for retry, is not `done/a.1.tar.gz`): its attempts and claim stay, and this
-    /// bundle's row keeps its old name.
-    public func renamed(from oldName: String, to newName: String, now: Date = Date()) throws(CheckpointError) {
+    /// replaced. Into `done/` or `failed/` (`keepingALiveRow`), a live one is another bundle's
+    /// (rows are by name, and `incoming/a.1.tar.gz`, waiting for retry, is not
+    /// `done/a.1.tar.gz`): its attempts and claim stay, and this finished row keeps its old
+    /// name. Back into `incoming/`, the bundle takes the name's row: left under its old name, its
+    /// attempts would pass to the new file that took that name.
+    public func renamed(from oldName: String, to newName: String, keepingALiveRow: Bool, now: Date = Date())
+        throws(CheckpointError)
+    {
         guard oldName != newName else { return }
         try write("renaming \(oldName) to \(newName)") { connection in
             let live = try connection.queryFirst(
                 "SELECT 1 AS one FROM bundles WHERE name = ? AND last_outcome NOT IN \(BundleOutcome.finishedSQL)",
                 [newName])
-            guard live == nil else { return }
+            guard live == nil || !keepingALiveRow else { return }
             if try connection.queryFirst("SELECT 1 FROM bundles WHERE name = ?", [oldName]) != nil {
                 try connection.query("DELETE FROM bundles WHERE name = ?", [newName])
                 try connection.query(

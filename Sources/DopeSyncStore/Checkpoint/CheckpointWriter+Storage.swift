@@ -73,7 +73,7 @@ extension CheckpointWriter: CheckpointStorage {
     public func recordDone(name: String, sessionID: String?, finalName: String) async throws(CheckpointError) {
         try await perform {
             try $0.recordDone(name: name, sessionID: sessionID)
-            if finalName != name { try $0.renamed(from: name, to: finalName) }
+            if finalName != name { try $0.renamed(from: name, to: finalName, keepingALiveRow: true) }
         }
     }
 
@@ -82,7 +82,7 @@ extension CheckpointWriter: CheckpointStorage {
     {
         try await perform {
             try $0.recordFailure(name: name, sessionID: sessionID, error: error)
-            if finalName != name { try $0.renamed(from: name, to: finalName) }
+            if finalName != name { try $0.renamed(from: name, to: finalName, keepingALiveRow: true) }
         }
     }
 
@@ -90,7 +90,7 @@ extension CheckpointWriter: CheckpointStorage {
         try await perform {
             // A counted give-back (a deferral) recorded its outcome before the move.
             if !counted { try $0.recordReturned(name: name) }
-            if finalName != name { try $0.renamed(from: name, to: finalName) }
+            if finalName != name { try $0.renamed(from: name, to: finalName, keepingALiveRow: false) }
         }
     }
 
