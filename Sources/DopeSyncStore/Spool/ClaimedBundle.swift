@@ -2,7 +2,6 @@ import CSystemCalls
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
-import NIOPosix
 import Synchronization
 import ThreadRules
 
@@ -63,11 +62,8 @@ public final class ClaimedBundle: Sendable {
     }
 
     deinit {
-        // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
-        // is made on the spool's threads.
-        if let descriptor = state.withLock({ $0.descriptor.take() }) {
-            SpoolCalls.pool.submit { _ in close(descriptor) }
-        }
+        // The last reference may go on an event loop.
+        if let descriptor = state.withLock({ $0.descriptor.take() }) { SpoolCalls.closeLater(descriptor) }
     }
 
     /// `processing/NAME`: where to read the bundle while it is claimed.
@@ -358,11 +354,9 @@ extension Spool {
             close(descriptor)
             return nil
         }
-        var locked = unreadable ? 0 : flock(descriptor, LOCK_EX | LOCK_NB)
-        while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
-        if locked != 0 && errno == EWOULDBLOCK && !lockRequired { locked = 0 }
-        guard locked == 0 else {
-            let error = errno
+        var error = unreadable ? 0 : SpoolFiles.tryLock(descriptor, LOCK_EX)
+        if error == EWOULDBLOCK && !lockRequired { error = 0 }
+        guard error == 0 else {
             close(descriptor)
             if error == EWOULDBLOCK { return nil }
             throw SpoolError(code: .claimFailed, message: "cannot lock bundle", path: path, errno: error)

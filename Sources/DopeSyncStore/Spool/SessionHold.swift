@@ -2,7 +2,6 @@ import Crypto
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
-import NIOPosix
 import Synchronization
 import ThreadRules
 
@@ -52,13 +51,8 @@ public final class SessionHold: Sendable {
     /// Whether nothing is left to release (a store's hold never has anything).
     public var isReleased: Bool { descriptor.withLock { $0 == nil } }
 
-    // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
-    // is made on the spool's threads.
-    deinit {
-        if let descriptor = descriptor.withLock({ $0.take() }) {
-            SpoolCalls.pool.submit { _ in close(descriptor) }
-        }
-    }
+    // The last reference may go on an event loop.
+    deinit { if let descriptor = descriptor.withLock({ $0.take() }) { SpoolCalls.closeLater(descriptor) } }
 
     /// The folder of the holds, inside the spool (hidden: not a folder of the queue).
     public static let folder = ".sessions"
@@ -92,10 +86,8 @@ public final class SessionHold: Sendable {
                     code: .notWritable, message: Spool.notWritableMessage(folder, error: error), path: path,
                     errno: error)
             }
-            var locked = flock(descriptor, LOCK_EX | LOCK_NB)
-            while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
-            guard locked == 0 else {
-                let error = errno
+            let error = SpoolFiles.tryLock(descriptor, LOCK_EX)
+            guard error == 0 else {
                 close(descriptor)
                 if error == EWOULDBLOCK { return nil }
                 throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
@@ -125,7 +117,7 @@ public final class SessionHold: Sendable {
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }
-            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0,
+            guard SpoolFiles.tryLock(descriptor, LOCK_EX) == 0,
                 SpoolFiles.identity(ofDescriptor: descriptor)?.file == SpoolFiles.identity(ofPath: path)
             else { continue }
             if unlink(path) == 0 { removed += 1 }

@@ -2,6 +2,12 @@ import DopeSyncBundle
 import DopeSyncSupport
 import NIOPosix
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Where a run's spool system calls run: a thread pool of their own, never an event loop, and
 /// not NIO's blocking pool, which validates bundles. The README recommends a `hard` NFS mount for
 /// several hosts, and a stalled NFS server holds a rename, a readdir or a `statvfs` until it is
@@ -24,6 +30,12 @@ package enum SpoolCalls {
     /// cancelled meanwhile (a call half made must be seen to its end).
     package static func run<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
         await pool.runToCompletion(body)
+    }
+
+    /// Closes `descriptor` on the pool, without waiting: for a `deinit`, which may run on an
+    /// event loop, of a descriptor that holds a lock (over NFS its close waits for the server).
+    package static func closeLater(_ descriptor: Int32) {
+        pool.submit { _ in close(descriptor) }
     }
 
     /// ``run(_:)`` for a call that throws.

@@ -185,6 +185,15 @@ package enum SpoolFiles {
         try? FileSystem.syncDirectory(source)
     }
 
+    /// `flock(operation | LOCK_NB)`, tried again when a signal interrupts it: 0, or the errno
+    /// (EWOULDBLOCK: another descriptor holds a lock that excludes this one).
+    static func tryLock(_ descriptor: Int32, _ operation: Int32) -> Int32 {
+        while flock(descriptor, operation | LOCK_NB) != 0 {
+            guard errno == EINTR else { return errno }
+        }
+        return 0
+    }
+
     /// The file a path names now, without following a symlink; nil if it names nothing (or cannot be looked at).
     static func identity(ofPath path: String) -> FileIdentity? {
         var info = stat()

@@ -19,13 +19,12 @@ extension Spool {
         let descriptor = open(path(.processing, entry.name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
-        var result = flock(descriptor, LOCK_SH | LOCK_NB)
-        while result != 0 && errno == EINTR { result = flock(descriptor, LOCK_SH | LOCK_NB) }
-        if result == 0 {
+        let error = SpoolFiles.tryLock(descriptor, LOCK_SH)
+        if error == 0 {
             flock(descriptor, LOCK_UN)
             return false
         }
-        return errno == EWOULDBLOCK ? true : nil
+        return error == EWOULDBLOCK ? true : nil
     }
 
     /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` where the worker

@@ -1,5 +1,4 @@
 import DopeSyncSupport
-import NIOPosix
 import ThreadRules
 
 #if canImport(Glibc)
@@ -19,9 +18,8 @@ public final class StoreLock: Sendable {
 
     private init(descriptor: Int32) { self.descriptor = descriptor }
 
-    // The last reference may go on an event loop: the close (an unlock sent to an NFS server)
-    // is made on the spool's threads.
-    deinit { SpoolCalls.pool.submit { [descriptor] _ in close(descriptor) } }
+    // The last reference may go on an event loop.
+    deinit { SpoolCalls.closeLater(descriptor) }
 
     /// The lock file's path in `spool`.
     public static func path(_ spool: Spool) -> String { spool.root + "/.dopesync.store.lock" }
@@ -48,12 +46,8 @@ public final class StoreLock: Sendable {
             throw SpoolError(
                 code: .notWritable, message: "cannot open the checkpoints' lock", path: path, errno: error)
         }
-        var locked = flock(descriptor, (mode == .shared ? LOCK_SH : LOCK_EX) | LOCK_NB)
-        while locked != 0 && errno == EINTR {
-            locked = flock(descriptor, (mode == .shared ? LOCK_SH : LOCK_EX) | LOCK_NB)
-        }
-        guard locked == 0 else {
-            let error = errno
+        let error = SpoolFiles.tryLock(descriptor, mode == .shared ? LOCK_SH : LOCK_EX)
+        guard error == 0 else {
             close(descriptor)
             if error == EWOULDBLOCK { return nil }
             throw SpoolError(
