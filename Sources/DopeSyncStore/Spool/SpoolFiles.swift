@@ -39,16 +39,6 @@ package enum SpoolFiles {
         dopesync_rename_no_replace(source, target) == 0 ? 0 : errno
     }
 
-    /// ``renameNoReplace(_:_:of:calls:)`` of a source given as bytes (a name that is not UTF-8),
-    /// with the same fallback and the same look at what the names hold after an error, so that an
-    /// NFS call sent again never leaves the file under two names or none.
-    static func renameNoReplace(bytes source: [CChar], to target: String) -> Int32 {
-        BlockingCalls.check("spool: renaming a name that is not UTF-8 to \(target)")
-        let named = MoveSource(bytes: source)
-        guard let file = named.identity() else { return ENOENT }
-        return renameNoReplace(named, target, file: file, calls: .system)
-    }
-
     private static func systemLink(_ source: String, _ target: String) -> Int32 {
         link(source, target) == 0 ? 0 : errno
     }
@@ -107,11 +97,7 @@ package enum SpoolFiles {
             renameNoReplace = { target in call { dopesync_rename_no_replace($0, target) == 0 ? 0 : errno } }
             link = { target in call { Glibc.link($0, target) == 0 ? 0 : errno } }
             unlink = { call { Glibc.unlink($0) == 0 ? 0 : errno } }
-            identity = {
-                var info = stat()
-                guard call({ lstat($0, &info) }) == 0 else { return nil }
-                return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
-            }
+            identity = { bytes.withUnsafeBufferPointer { SpoolFiles.identity(ofPath: $0.baseAddress!) } }
         }
     }
 
@@ -161,17 +147,42 @@ package enum SpoolFiles {
         _ source: String, toFolder folder: String, name: String, of file: FileIdentity? = nil,
         calls: RenameCalls = .system
     ) throws(SpoolError) -> String {
+        BlockingCalls.check("spool: moving \(source)")
         guard let file = file ?? identity(ofPath: source) else {
             throw SpoolError(
                 code: .moveFailed, message: "cannot move bundle to \(folder)/\(name)", path: source, errno: ENOENT)
         }
+        return try moveNoReplace(
+            MoveSource(path: source, calls: calls), shown: source, toFolder: folder, name: name, file: file,
+            calls: calls)
+    }
+
+    /// ``moveNoReplace(_:toFolder:name:of:calls:)`` of a source given as bytes, NUL-terminated (a
+    /// name that is not UTF-8, which no `String` holds), shown in errors as `shown`.
+    static func moveNoReplace(bytes source: [CChar], shown: String, toFolder folder: String, name: String)
+        throws(SpoolError) -> String
+    {
+        BlockingCalls.check("spool: renaming a name that is not UTF-8 to \(folder)/\(name)")
+        let named = MoveSource(bytes: source)
+        guard let file = named.identity() else {
+            throw SpoolError(
+                code: .moveFailed, message: "cannot move bundle to \(folder)/\(name)", path: shown, errno: ENOENT)
+        }
+        return try moveNoReplace(named, shown: shown, toFolder: folder, name: name, file: file, calls: .system)
+    }
+
+    /// The move under `name` or the first free suffixed name, whichever way the source is named.
+    private static func moveNoReplace(
+        _ source: MoveSource, shown: String, toFolder folder: String, name: String, file: FileIdentity,
+        calls: RenameCalls
+    ) throws(SpoolError) -> String {
         for n in 0..<100_000 {
             let candidate = Spool.suffixedName(name, n)
-            let error = renameNoReplace(source, folder + "/" + candidate, of: file, calls: calls)
+            let error = renameNoReplace(source, folder + "/" + candidate, file: file, calls: calls)
             if error == 0 { return candidate }
             guard error == EEXIST else {
                 throw SpoolError(
-                    code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: source,
+                    code: .moveFailed, message: "cannot move bundle to \(folder)/\(candidate)", path: shown,
                     errno: error)
             }
         }
@@ -196,6 +207,11 @@ package enum SpoolFiles {
 
     /// The file a path names now, without following a symlink; nil if it names nothing (or cannot be looked at).
     static func identity(ofPath path: String) -> FileIdentity? {
+        path.withCString { identity(ofPath: $0) }
+    }
+
+    /// ``identity(ofPath:)`` of a path given as C bytes (a name that is not UTF-8).
+    static func identity(ofPath path: UnsafePointer<CChar>) -> FileIdentity? {
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
         return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))

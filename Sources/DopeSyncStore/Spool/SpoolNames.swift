@@ -84,21 +84,14 @@ extension Spool {
             // Escaping makes a byte three (`%FF`): a name near 255 bytes would no longer fit.
             let base = Self.fittedName(SpoolNames.escaped(bytes))
             let source = (Array((folder + "/").utf8) + bytes + [0]).map { CChar(bitPattern: $0) }
-            for n in 0..<1000 {
-                let name = Self.suffixedName(base, n)
-                // Never replacing: a producer's file of that name stays, and the next suffix is tried.
-                let error = SpoolFiles.renameNoReplace(bytes: source, to: folder + "/" + name)
-                if error == 0 {
-                    renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: name))
-                    break
-                }
-                if error != EEXIST {
-                    if error != ENOENT {
-                        renamed.append(RenamedBundle(was: SpoolNames.shown(bytes), now: nil, errno: error))
-                    }
-                    break
-                }
-            }
+            let shown = SpoolNames.shown(bytes)
+            // Never replacing: a producer's file of that name stays, and a suffix is taken.
+            do {
+                let name = try SpoolFiles.moveNoReplace(bytes: source, shown: shown, toFolder: folder, name: base)
+                renamed.append(RenamedBundle(was: shown, now: name))
+            } catch  where error.errno != ENOENT {  // gone meanwhile: nothing to say
+                renamed.append(RenamedBundle(was: shown, now: nil, errno: error.errno))
+            } catch {}
         }
         return renamed
     }
