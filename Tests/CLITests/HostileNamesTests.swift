@@ -14,6 +14,15 @@ import Testing
     static let forging = "evil\n2026-11-26T00:00:00+0000 critical dopesync: forged line\u{1B}[2J.tar.gz"
 
     /// Drops a file that is not an archive into `incoming/` under `name`: it fails validation.
+    /// Renames `source` to `folder/NAME`, NAME given as bytes (which may not be UTF-8).
+    static func renameToByteName(
+        _ source: String, toBytes name: [UInt8], in folder: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let path = (Array((folder + "/").utf8) + name + [0]).map { CChar(bitPattern: $0) }
+        #expect(
+            path.withUnsafeBufferPointer { Glibc.rename(source, $0.baseAddress!) } == 0, sourceLocation: sourceLocation)
+    }
+
     static func dropInvalid(_ name: String, into spool: Spool) throws {
         try Data("not an archive\n".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, name)))
     }
@@ -73,13 +82,8 @@ import Testing
             let decomposed = "cafe\u{301}.tgz"  // NFD: e and a combining acute accent
             let newline = "two\nlines.tgz"
             for (sample, target) in zip(samples, [notUTF8, Array(decomposed.utf8), Array(newline.utf8)]) {
-                let path = Array((spool.path(.incoming) + "/").utf8) + target + [0]
-                let moved = path.withUnsafeBufferPointer {
-                    $0.withMemoryRebound(to: CChar.self) {
-                        rename(spool.path(.incoming, "\(sample.sessionID).tar.gz"), $0.baseAddress!)
-                    }
-                }
-                #expect(moved == 0)
+                Self.renameToByteName(
+                    spool.path(.incoming, "\(sample.sessionID).tar.gz"), toBytes: target, in: spool.path(.incoming))
             }
             let status = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])
             let folders = try #require(
@@ -135,13 +139,7 @@ import Testing
                         == 0)
             }
             func place(_ sample: SampleSession, as name: [UInt8]) {
-                let path = Array((spool.path(.incoming) + "/").utf8) + name + [0]
-                let moved = path.withUnsafeBufferPointer {
-                    $0.withMemoryRebound(to: CChar.self) {
-                        rename(directory.path + "/\(sample.sessionID)", $0.baseAddress!)
-                    }
-                }
-                #expect(moved == 0)
+                Self.renameToByteName(directory.path + "/\(sample.sessionID)", toBytes: name, in: spool.path(.incoming))
             }
             place(samples[0], as: Array(long.utf8))
             try await withDevServer { server in
@@ -154,7 +152,9 @@ import Testing
                 let (second, secondOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(second == 0, "\(secondOutput)")
                 let done = try spool.names(.done)
-                #expect(done.count == 3 && done.allSatisfy { $0.utf8.count <= 255 }, "\(done)")
+                #expect(done.count == 3, "\(done)")
+                // Escaped (600 bytes) and cut to 255 with its extension kept.
+                #expect(done.contains(String(String(repeating: "%FF", count: 200).prefix(251)) + ".tgz"), "\(done)")
                 #expect(done.contains(String(repeating: "ü", count: 123) + "-lo.1.tgz"), "\(done)")
                 #expect(try spool.names(.incoming).isEmpty && spool.names(.processing).isEmpty)
                 #expect(try await server.createdCounts()["session"] == 3)

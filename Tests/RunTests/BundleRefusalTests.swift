@@ -187,6 +187,8 @@ import Testing
                 #expect(first.deferred == 1, "\(first)")
                 let (idle, idleStatus) = await Worker(options: options, logger: quietLogger).run()
                 #expect(idleStatus == .success && idle.claimed == 0, "the idle check passes: \(idle)")
+                let written = try String(contentsOfFile: metrics, encoding: .utf8)
+                #expect(written.contains("dopesync_last_run_exit_code 0\n"), "the idle run wrote it: \(written)")
                 #expect(RunMetrics.lastSuccess(inFile: metrics) == nil, "the API's writes fail: no success")
             }
         }

@@ -160,7 +160,8 @@ import Testing
             let done = spool.path(.done)
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", done])
             defer { _ = umount2(done, Int32(MNT_DETACH)) }
-            let (status, output) = try await runToEnd(spool, apiURL: "http://127.0.0.1:9", token: "t")
+            let refusing = try RefusingPort()  // the run stops before it asks the API anything
+            let (status, output) = try await runToEnd(spool, apiURL: refusing.url, token: "t")
             #expect(status == 73, "\(output)")
             #expect(output.contains("spool folder \(done) is on a file system that is read-only for root"), "\(output)")
             #expect(output.contains("ReadWritePaths=\(done)"), "\(output)")

@@ -1,4 +1,5 @@
 import DopeSyncSupport
+import Synchronization
 import ThreadRules
 
 #if canImport(Glibc)
@@ -14,12 +15,19 @@ import ThreadRules
 /// cannot begin under a run that has not claimed anything yet. Held by the open file: it ends
 /// with the process, whatever ends it.
 public final class StoreLock: Sendable {
-    private let descriptor: Int32
+    private let descriptor: Mutex<Int32?>
 
-    private init(descriptor: Int32) { self.descriptor = descriptor }
+    private init(descriptor: Int32) { self.descriptor = Mutex(descriptor) }
+
+    /// Lets the lock go now (a close, which may wait for an NFS server: off the event loops).
+    /// Idempotent; without it, the lock goes with the last reference, a moment later.
+    public func release() {
+        BlockingCalls.check("spool: letting go of the checkpoints' lock")
+        if let descriptor = descriptor.withLock({ $0.take() }) { close(descriptor) }
+    }
 
     // The last reference may go on an event loop.
-    deinit { SpoolCalls.closeLater(descriptor) }
+    deinit { if let descriptor = descriptor.withLock({ $0.take() }) { SpoolCalls.closeLater(descriptor) } }
 
     /// The lock file's path in `spool`.
     public static func path(_ spool: Spool) -> String { spool.root + "/.dopesync.store.lock" }
