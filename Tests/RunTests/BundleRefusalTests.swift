@@ -8,6 +8,13 @@ import Testing
 /// A 401 or 403 on one bundle's request, while the API takes the same token for others, is the
 /// bundle's: a web application firewall that blocks its content must not stop the whole spool.
 @Suite struct BundleRefusalTests {
+    /// A dev server whose firewall refuses every body holding `<script>` (``blockedByAFirewall(seed:)``).
+    static var firewalled: DevServerConfiguration {
+        var configuration = DevServerConfiguration()
+        configuration.forbiddenBodyPattern = "<script>"
+        return configuration
+    }
+
     /// A session whose notes the dev server's firewall (`forbiddenBodyPattern` `<script>`) refuses.
     static func blockedByAFirewall(seed: UInt64) -> SampleSession {
         var blocked = SampleSession(seed: seed)
@@ -48,9 +55,7 @@ import Testing
             let blocked = Self.blockedByAFirewall(seed: 3705)
             let spool = try await makeSpool(in: directory, samples: good + [blocked])
             let blockedName = "\(blocked.sessionID).tar.gz"
-            var configuration = DevServerConfiguration()
-            configuration.forbiddenBodyPattern = "<script>"
-            try await withDevServer(configuration) { server in
+            try await withDevServer(Self.firewalled) { server in
                 let (first, firstStatus) = await Self.run(spool, server)
                 #expect(firstStatus == .success && first.done == 4 && first.deferred == 1, "\(first)")
                 #expect(first.givenBack == 0, "the token was not taken for refused: \(first)")
@@ -152,9 +157,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let spool = try await makeSpool(in: directory, samples: [Self.blockedByAFirewall(seed: 3720)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
-            var configuration = DevServerConfiguration()
-            configuration.forbiddenBodyPattern = "<script>"
-            try await withDevServer(configuration) { server in
+            try await withDevServer(Self.firewalled) { server in
                 var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
                 (options.minAge, options.minFreeSpace, options.metricsFile) = (.zero, .bytes(0), metrics)
                 let (first, _) = await Worker(options: options, logger: quietLogger).run()

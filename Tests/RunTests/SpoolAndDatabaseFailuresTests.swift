@@ -103,9 +103,7 @@ import Testing
             #expect(rename(spool.path(.incoming, name), spool.path(.processing, name)) == 0)
             let incoming = spool.path(.incoming)
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", incoming])
-            var configuration = DevServerConfiguration()
-            configuration.forbiddenBodyPattern = "<script>"
-            try await withDevServer(configuration) { server in
+            try await withDevServer(BundleRefusalTests.firewalled) { server in
                 let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 _ = umount2(incoming, Int32(MNT_DETACH))
                 #expect(status == 73, "\(output)")

@@ -115,22 +115,22 @@ import Testing
         try await withTemporaryDirectory { directory in
             let samples = (1...6).map { SampleSession(seed: UInt64(4450 + $0), shape: .realistic) }
             let spool = try await makeSpool(in: directory, samples: samples)
-            let seen = Atomic(0)
-            let (struck, strike) = AsyncStream.makeStream(of: Void.self)
+            // The run is paused at its 60th request, bundles under way, whatever the machine's speed.
+            let pause = SignalAtRequest(SIGSTOP)
             var configuration = DevServerConfiguration()
-            configuration.faults.latencyMilliseconds = 3...8
             configuration.ignoreIdempotencyKeys = true
-            configuration.onRequest = { _, _ in
-                if seen.add(1, ordering: .relaxed).newValue == 60 { strike.yield() }
-            }
+            configuration.onRequest = { _, _ in pause.requestArrived() }
             try await withDevServer(configuration) { server in
                 let run = try await spawnSharedRun(
-                    spool, against: server, database: database, host: "host-a", lease: "2s",
+                    spool, against: server, database: database, host: "host-a", lease: "5s",
                     ["--concurrency", "2"])
-                for await _ in struck { break }
+                pause.aim(at: run, after: 60)
+                var paused = pause.struck.makeAsyncIterator()
+                _ = await paused.next()
                 // An administrator's REVOKE (SQLSTATE 42501) while bundles are under way.
                 try await database.psql(
                     "REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dopesync FROM \(PostgresCluster.role)")
+                run.kill(SIGCONT)
                 let status = await run.finished()
                 let log = run.errorText
                 #expect(status == 73, "\(log)")
