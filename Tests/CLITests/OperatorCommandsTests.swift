@@ -370,6 +370,44 @@ import Testing
         }
     }
 
+    @Test(
+        "requeue and prune wait out a migrate of the SQLite checkpoints: 75, nothing moved or deleted; after it they work"
+    )
+    func requeueAndPruneWaitOutAMigration() async throws {
+        try await withTemporarySpool { spool, _ in
+            let old = Date(timeIntervalSinceNow: -10 * 86_400)
+            let store = try CheckpointStore(spool: spool)
+            let owner = ClaimOwner(host: "h", pid: 1, runID: "r")
+            try Data("failed one".utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "f.tar.gz")))
+            try store.recordClaim(name: "f.tar.gz", owner: owner)
+            try store.recordFailure(name: "f.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(422)))
+            try Data("done one".utf8).write(to: URL(fileURLWithPath: spool.path(.done, "d.tar.gz")))
+            try store.recordClaim(name: "d.tar.gz", owner: owner)
+            try store.recordDone(name: "d.tar.gz", sessionID: "session-d", now: old)
+
+            // `migrate`'s lock, held here as a migration under way holds it.
+            let migration = try #require(try StoreLock.take(.exclusive, in: spool))
+            let requeue = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            #expect(requeue.status == 75, "\(requeue.stderr)")
+            #expect(requeue.stderr.contains("`dopesync migrate` is copying"), "\(requeue.stderr)")
+            let prune = try await runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
+            #expect(prune.status == 75, "\(prune.stderr)")
+            #expect(try spool.names(.failed) == ["f.tar.gz"])
+            #expect(try spool.names(.done) == ["d.tar.gz"])
+            #expect(try store.bundleState(name: "f.tar.gz")?.lastOutcome == .failed)
+            #expect(try store.bundleState(name: "d.tar.gz") != nil)
+
+            migration.release()
+            let requeued = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
+            #expect(requeued.status == 0, "\(requeued.stderr)")
+            #expect(try spool.names(.incoming) == ["f.tar.gz"])
+            #expect(try store.bundleState(name: "f.tar.gz")?.lastOutcome == .requeued)
+            let pruned = try await runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
+            #expect(pruned.status == 0, "\(pruned.stderr)")
+            #expect(try spool.names(.done).isEmpty)
+            #expect(try store.bundleState(name: "d.tar.gz") == nil)
+        }
+    }
     @Test("a bundle dated 2 h ahead is shown by status and logged, and a run takes it by its arrival, not 2 h later")
     func aFutureMtimeIsShownAndDoesNotHoldTheBundle() async throws {
         try await withTemporarySpool { spool, directory in

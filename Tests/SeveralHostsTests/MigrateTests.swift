@@ -80,7 +80,7 @@ import Testing
                 let refused = try await dopesync(
                     ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
                 #expect(refused.status == 73, "\(refused.stderr)")
-                #expect(refused.stderr.contains("a run is using"), "\(refused.stderr)")
+                #expect(refused.stderr.contains("a run (or a `requeue` or `prune`) is using"), "\(refused.stderr)")
                 run.kill(SIGTERM)
                 #expect(await run.finished() == 0)
 

@@ -29,6 +29,36 @@ func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
     }
 }
 
+/// Runs `body`, a command that writes the spool's SQLite checkpoints (`requeue`, `prune`), under
+/// the shared ``StoreLock`` runs hold: a `migrate` copying the file meanwhile would leave its
+/// writes behind in a file the spool no longer uses (a requeued bundle's fresh attempt count, say).
+/// Refused with 75 while a migration holds it, and by ``sqliteRefusal(_:)`` once it has moved the
+/// file. A spool with no lock file has had no run or migration that takes it: nothing to wait for,
+/// and a lock file made here by root (an operator's `sudo dopesync requeue`) would keep a later
+/// `migrate` out.
+func withSQLiteCheckpoints(
+    _ spool: Spool, command: String, _ body: () async -> CommandOutcome
+) async -> CommandOutcome {
+    var lock: StoreLock?
+    if FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
+        do {
+            lock = try StoreLock.take(.shared, in: spool)
+        } catch {
+            return CommandOutcome(output: "", diagnostics: "\(error)", status: .cannotCreate)
+        }
+        guard lock != nil else {
+            return CommandOutcome(
+                output: "",
+                diagnostics:
+                    "`dopesync migrate` is copying \(spool.databasePath) into PostgreSQL: nothing done (exit 75); once it has finished, run `dopesync \(command)` again with the database (--database or DOPESYNC_DATABASE_URL)",
+                status: .temporaryFailure)
+        }
+    }
+    defer { lock?.release() }
+    if let refused = sqliteRefusal(spool) { return refused }
+    return await body()
+}
+
 /// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file
 /// was moved to one by `migrate`.
 func sqliteRefusal(_ spool: Spool) -> CommandOutcome? {

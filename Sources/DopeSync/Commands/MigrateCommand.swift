@@ -40,7 +40,7 @@ public enum MigrateCommand {
             return CommandOutcome(
                 output: "",
                 diagnostics:
-                    "a run is using \(spool.databasePath): stop the timers and dopesync.path (systemctl stop dopesync.timer dopesync.path), let the run end, then migrate",
+                    "a run (or a `requeue` or `prune`) is using \(spool.databasePath): stop the timers and dopesync.path (systemctl stop dopesync.timer dopesync.path), let the run end, then migrate",
                 status: .cannotCreate)
         }
         defer { withExtendedLifetime(lock) {} }

@@ -43,11 +43,12 @@ public enum PruneCommand {
                 }
             }
         }
-        if let refused = sqliteRefusal(spool) { return refused }
-        return await prune(spool, olderThan: olderThan, now: now, doneAt: Self.doneTimes(spool)) {
-            deleted throws(CheckpointError) in
-            guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }
-            return try CheckpointStore(spool: spool, now: now).forget(names: deleted)
+        return await withSQLiteCheckpoints(spool, command: "prune") {
+            await prune(spool, olderThan: olderThan, now: now, doneAt: Self.doneTimes(spool)) {
+                deleted throws(CheckpointError) in
+                guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }
+                return try CheckpointStore(spool: spool, now: now).forget(names: deleted)
+            }
         }
     }
 

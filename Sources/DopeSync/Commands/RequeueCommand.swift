@@ -37,7 +37,14 @@ public enum RequeueCommand {
                 await requeue(selection, among: failedBundles, spool: spool, ledger: ledger, now: now)
             }
         }
-        if let refused = sqliteRefusal(spool) { return refused }
+        return await withSQLiteCheckpoints(spool, command: "requeue") {
+            await requeueOnSQLite(selection, among: failedBundles, spool: spool, now: now)
+        }
+    }
+
+    private static func requeueOnSQLite(
+        _ selection: Selection, among failedBundles: [SpoolEntry], spool: Spool, now: Date
+    ) async -> CommandOutcome {
         var store: CheckpointStore?
         let selected = select(selection, among: failedBundles, spool: spool)
         // Nothing named: nothing to open (a status-like call must not need the database).
