@@ -28,6 +28,19 @@ public func makeSpool(in directory: URL, samples: [SampleSession]) async throws 
     return spool
 }
 
+extension Spool {
+    /// Gives the spool, its folders and `files` (paths) to `uid`, as the packaged spool is the
+    /// worker user's, and opens `directory` (the spool's parent) to everyone: a run as that user
+    /// then meets only the permissions a test sets on purpose. Returns whether every change took.
+    public func give(to uid: uid_t, with files: [String] = [], opening directory: URL) -> Bool {
+        var changed = chmod(directory.path, 0o755) == 0
+        for path in [root] + Folder.allCases.map({ self.path($0) }) + files {
+            changed = chown(path, uid, uid) == 0 && changed
+        }
+        return changed
+    }
+}
+
 /// Whether the dev server honours `Idempotency-Key` (api.yaml) or ignores it, as an existing
 /// backend may: exactly once must hold against both (the second through look-before-resend).
 /// The arguments of every test that proves it.

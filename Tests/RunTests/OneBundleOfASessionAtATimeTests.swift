@@ -75,10 +75,7 @@ import Testing
                 let sample = SampleSession(seed: 9_820)
                 let spool = try await makeSpool(in: directory, samples: [sample])
                 let name = "\(sample.sessionID).tar.gz"
-                for path in [spool.root, spool.path(.incoming, name)] + Spool.Folder.allCases.map({ spool.path($0) }) {
-                    #expect(chown(path, uids[0], uids[0]) == 0)
-                }
-                #expect(chmod(directory.path, 0o755) == 0)
+                #expect(spool.give(to: uids[0], with: [spool.path(.incoming, name)], opening: directory))
                 // Root's, as a run with --allow-root leaves it.
                 let holds = spool.root + "/" + SessionHold.folder
                 #expect(mkdir(holds, 0o700) == 0)

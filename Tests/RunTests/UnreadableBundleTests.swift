@@ -24,10 +24,7 @@ struct UnreadableBundleTests {
                 let spool = try await makeSpool(in: directory, samples: [sample])
                 let name = "\(sample.sessionID).tar.gz"
                 // The spool is the worker's; the bundle stays root's, 0600.
-                for path in [spool.root] + Spool.Folder.allCases.map({ spool.path($0) }) {
-                    #expect(chown(path, uids[0], uids[0]) == 0)
-                }
-                #expect(chmod(directory.path, 0o755) == 0)
+                #expect(spool.give(to: uids[0], opening: directory))
                 #expect(chmod(spool.path(.incoming, name), 0o600) == 0)
                 try await withDevServer { server in
                     func asWorker(_ arguments: [String]) async throws -> ProcessOutput {
@@ -61,6 +58,37 @@ struct UnreadableBundleTests {
         }
     }
 
+    @Test(
+        "an orphan in processing/ the worker may not read (its run killed) fails with its reason; the other bundles go on"
+    )
+    func anUnreadableOrphanFailsVisibly() async throws {
+        let worker = "dopesync-t-orphan-" + UUID().uuidString.prefix(8).lowercased()
+        try await SessionOwnershipTests.withProducers([worker]) { uids in
+            try await withTemporaryDirectory { directory in
+                let (orphan, other) = (SampleSession(seed: 9_805), SampleSession(seed: 9_806))
+                let spool = try await makeSpool(in: directory, samples: [orphan, other])
+                let (orphanName, otherName) = ("\(orphan.sessionID).tar.gz", "\(other.sessionID).tar.gz")
+                // Claimed by a run that died: in processing/, root's, 0600, so no lock can be taken on it.
+                #expect(rename(spool.path(.incoming, orphanName), spool.path(.processing, orphanName)) == 0)
+                #expect(chmod(spool.path(.processing, orphanName), 0o600) == 0)
+                #expect(spool.give(to: uids[0], with: [spool.path(.incoming, otherName)], opening: directory))
+                try await withDevServer { server in
+                    let run = try await runDopesync(
+                        as: worker, ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"],
+                        token: server.token)
+                    #expect(run.status == 1, "\(run.stderr)")
+                    #expect(try spool.names(.failed) == [orphanName, Spool.sidecarName(forFailed: orphanName)])
+                    let sidecar = try String(
+                        contentsOfFile: spool.path(.failed, Spool.sidecarName(forFailed: orphanName)), encoding: .utf8)
+                    #expect(sidecar.contains("\(worker) may not read it (owner root, mode 0600)"), "\(sidecar)")
+                    #expect(try spool.names(.done) == [otherName], "the others go on")
+                    #expect(try spool.names(.processing).isEmpty && spool.names(.incoming).isEmpty)
+                    #expect(try await server.createdCounts()["session"] == 1)
+                }
+            }
+        }
+    }
+
     enum WhyNotMovable: String, CaseIterable, Sendable, CustomTestStringConvertible {
         /// Moves are a link and an unlink, and the kernel's fs.protected_hardlinks refuses the link.
         case nfs = "on NFS, another user's bundle"
@@ -78,13 +106,10 @@ struct UnreadableBundleTests {
             try await withTemporaryDirectory { directory in
                 let (own, others) = (SampleSession(seed: 9_830), SampleSession(seed: 9_831))
                 let spool = try await makeSpool(in: directory, samples: [own, others])
-                for path in [spool.root, spool.path(.incoming, "\(own.sessionID).tar.gz")]
-                    + Spool.Folder.allCases.map({ spool.path($0) })
-                {
-                    #expect(chown(path, uids[0], uids[0]) == 0)
-                }
                 // The other bundle stays root's, mode 0644: readable, not writable.
-                #expect(chmod(directory.path, 0o755) == 0)
+                #expect(
+                    spool.give(
+                        to: uids[0], with: [spool.path(.incoming, "\(own.sessionID).tar.gz")], opening: directory))
                 if why == .sticky {  // as /tmp: root's, open to all, each file its owner's to move
                     #expect(chown(spool.path(.incoming), 0, 0) == 0 && chmod(spool.path(.incoming), 0o1777) == 0)
                 }

@@ -314,10 +314,43 @@ extension Spool {
         throws(SpoolError) -> ClaimedBundle?
     {
         let source = path(.processing, entry.name)
-        guard let (descriptor, identity) = try Self.openAndLock(source, lockRequired: lockRequired) else { return nil }
+        let opened: (Int32, (file: FileIdentity, size: Int64, isRegular: Bool))?
+        do {
+            opened = try Self.openAndLock(source, lockRequired: lockRequired)
+        } catch let error where error.errno == EACCES || error.errno == EPERM {
+            return try claimUnreadableOrphan(entry, renameCalls: renameCalls)
+        }
+        guard let (descriptor, identity) = opened else { return nil }
         return ClaimedBundle(
             spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
             size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
+    }
+
+    /// An orphan this user may not read (a producer's 0600 bundle whose run died after claiming
+    /// it) cannot be locked, so no lock says whether a live run still has it. It goes back to
+    /// `incoming/`, where the no-replace moves decide who has it, and is claimed from there as any
+    /// bundle is, to fail with its reason. Left in `processing/`, it stopped every run (exit 73)
+    /// and the whole queue behind it. Nil when it moved on meanwhile, or had to take another name
+    /// in `incoming/` (a shared store's lease is on this one): claimed by the next run.
+    private func claimUnreadableOrphan(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls)
+        throws(SpoolError) -> ClaimedBundle?
+    {
+        let source = path(.processing, entry.name)
+        let file = FileIdentity(device: entry.device, inode: entry.inode)
+        guard SpoolFiles.identity(ofPath: source) == file else { return nil }
+        let final: String
+        do {
+            final = try SpoolFiles.moveNoReplace(
+                source, toFolder: path(.incoming), name: entry.name, of: file, calls: renameCalls)
+        } catch let error where error.errno == ENOENT {
+            return nil
+        }
+        SpoolFiles.syncDirectoriesAfterMove(path(.incoming), path(.processing))
+        guard final == entry.name else { return nil }
+        let given = SpoolEntry(
+            name: final, folder: .incoming, size: entry.size, modified: entry.modified, changed: entry.changed,
+            device: entry.device, inode: entry.inode)
+        return try claim(given, renameCalls: renameCalls)
     }
 
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks
