@@ -193,6 +193,27 @@ extension SpoolTests {
         #expect(try everyFile() == ["processing/b.tar.gz", "failed/b.tar.gz", "failed/b.tar.gz.error"])
     }
 
+    @Test(
+        "a bundle left under two names by a cut-short move to failed/ fails again under one: no second name, the newer sidecar",
+        arguments: [SpoolFiles.RenameCalls.system, .system.withoutNoReplaceRename])
+    func aFailureFinishesACutShortMoveToFailed(calls: SpoolFiles.RenameCalls) throws {
+        try arrive("b.tar.gz", "payload")
+        let source = spool.path(.processing, "b.tar.gz")
+        let first = try claimFirstDue(renameCalls: calls)
+        // What an NFS move to failed/ leaves when the worker dies between its link and its unlink.
+        try writeFile(spool.sidecarPath(forFailed: "b.tar.gz"), "bundle: b.tar.gz\nreason: http_500\n")
+        #expect(link(source, spool.path(.failed, "b.tar.gz")) == 0)
+        first.release()
+
+        let orphan = try #require(try spool.processingEntries().first)
+        let again = try #require(try spool.claimOrphan(orphan, renameCalls: calls))
+        #expect(try Move.toFailed.perform(again) == "b.tar.gz")
+        #expect(try everyFile() == ["failed/b.tar.gz", "failed/b.tar.gz.error"])
+        #expect(contents(spool.path(.failed, "b.tar.gz")) == "payload")
+        let sidecar = contents(spool.sidecarPath(forFailed: "b.tar.gz")) ?? ""
+        #expect(sidecar.contains("step: dope:1") && !sidecar.contains("http_500"), "\(sidecar)")
+    }
+
     // MARK: Claims
 
     @Test(

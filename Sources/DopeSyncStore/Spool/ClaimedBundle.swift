@@ -134,35 +134,22 @@ public final class ClaimedBundle: Sendable {
             for n in 0..<100_000 {
                 let candidate = Spool.suffixedName(name, n)
                 let target = folder + "/" + candidate
-                if SpoolFiles.identity(ofPath: target) != nil { continue }
                 var text = sidecar
                 text.bundle = candidate
-                // Short whatever the bundle's name: a 250-byte name must still fail.
-                let temporary = folder + "/.sidecar.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
-                let writeError = SpoolFiles.writeSynced(text.rendered(), to: temporary)
-                guard writeError == 0 else {
-                    throw SpoolError(
-                        code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary,
-                        errno: writeError)
-                }
                 let sidecarPath = folder + "/" + Spool.sidecarName(forFailed: candidate)
-                let reserveError = SpoolFiles.renameNoReplace(temporary, sidecarPath, calls: renameCalls)
-                if reserveError == EEXIST {
-                    unlink(temporary)
-                    continue
-                }
-                guard reserveError == 0 else {
-                    unlink(temporary)
-                    throw SpoolError(
-                        code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath,
-                        errno: reserveError)
-                }
+                let held = SpoolFiles.identity(ofPath: target)
+                // A move here cut short between its link and its unlink (NFS, then a crash) left
+                // this bundle under both names: it is finished, with this failure's sidecar, rather
+                // than the bundle taking a second name in failed/.
+                let finishing = held == identity
+                if held != nil && !finishing { continue }
+                guard try placeSidecar(text, at: sidecarPath, replacing: finishing) else { continue }
                 // The sidecar's entry must be on disk before the bundle's; if that cannot be made sure, the
                 // bundle does not move (and the sidecar, which would describe nothing, goes).
                 do throws(SpoolError) {
                     try FileSystem.syncDirectory(folder)
                 } catch {
-                    unlink(sidecarPath)
+                    if !finishing { unlink(sidecarPath) }
                     throw error
                 }
                 let moveError = SpoolFiles.renameNoReplace(path, target, of: identity, calls: renameCalls)
@@ -185,6 +172,37 @@ public final class ClaimedBundle: Sendable {
             }
             throw SpoolError(code: .moveFailed, message: "no free name for \(name)", path: folder)
         }
+    }
+
+    /// Writes `sidecar` at `sidecarPath` through a synced temporary file. Without `replacing`, the
+    /// name is taken only if free (the reservation of the bundle's name in `failed/`): false when
+    /// another process has it. With it, a sidecar of this very bundle there is brought up to date.
+    private func placeSidecar(_ sidecar: ErrorSidecar, at sidecarPath: String, replacing: Bool) throws(SpoolError)
+        -> Bool
+    {
+        let folder = spool.path(.failed)
+        // Short whatever the bundle's name: a 250-byte name must still fail.
+        let temporary = folder + "/.sidecar.\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        let writeError = SpoolFiles.writeSynced(sidecar.rendered(), to: temporary)
+        guard writeError == 0 else {
+            unlink(temporary)
+            throw SpoolError(
+                code: .sidecarFailed, message: "cannot write the error sidecar", path: temporary, errno: writeError)
+        }
+        let placeError =
+            replacing
+            ? (rename(temporary, sidecarPath) == 0 ? 0 : errno)
+            : SpoolFiles.renameNoReplace(temporary, sidecarPath, calls: renameCalls)
+        if placeError == EEXIST && !replacing {
+            unlink(temporary)
+            return false
+        }
+        guard placeError == 0 else {
+            unlink(temporary)
+            throw SpoolError(
+                code: .sidecarFailed, message: "cannot place the error sidecar", path: sidecarPath, errno: placeError)
+        }
+        return true
     }
 
     /// Gives the bundle back to `incoming/` and ends the claim. Returns its name there (suffixed if taken:
