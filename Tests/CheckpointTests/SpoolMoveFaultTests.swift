@@ -214,6 +214,47 @@ extension SpoolTests {
         #expect(sidecar.contains("step: dope:1") && !sidecar.contains("http_500"), "\(sidecar)")
     }
 
+    @Test(
+        "a bundle left in another folder too by a cut-short move ends in one folder, whatever its next move",
+        arguments: Move.allCases, [Spool.Folder.incoming, .done, .failed])
+    func aCutShortMoveElsewhereLeavesOneFolder(move: Move, cutShortIn folder: Spool.Folder) throws {
+        try arrive("b.tar.gz", "payload")
+        let source = spool.path(.processing, "b.tar.gz")
+        let calls = SpoolFiles.RenameCalls.system.withoutNoReplaceRename
+        let first = try claimFirstDue(renameCalls: calls)
+        // The earlier move took a suffixed name (its own was taken then), and its worker died
+        // between the link and the unlink: a failed/ name has its sidecar, placed first.
+        let earlier = "b.1.tar.gz"
+        if folder == .failed { try writeFile(spool.sidecarPath(forFailed: earlier), "bundle: \(earlier)\n") }
+        #expect(link(source, spool.path(folder, earlier)) == 0)
+        // A producer's own hard link under another name is not the bundle's: it stays.
+        #expect(link(source, spool.path(.tmp, "producers-copy")) == 0)
+        first.release()
+
+        let orphan = try #require(try spool.processingEntries().first)
+        let again = try #require(try spool.claimOrphan(orphan, renameCalls: calls))
+        let final = try move.perform(again)
+        #expect(final == "b.tar.gz")
+        let expected =
+            move == .toFailed
+            ? ["failed/b.tar.gz", "failed/b.tar.gz.error"] : ["\(move.folder.rawValue)/b.tar.gz"]
+        #expect(try everyFile() == expected)
+        #expect(FileManager.default.fileExists(atPath: spool.path(.tmp, "producers-copy")))
+    }
+
+    @Test("the suffixed forms of a name are told from other names")
+    func suffixedForms() {
+        #expect(Spool.isSuffixed("a.tar.gz", formOf: "a.tar.gz"))
+        #expect(Spool.isSuffixed("a.1.tar.gz", formOf: "a.tar.gz"))
+        #expect(Spool.isSuffixed("a.12.tar.gz", formOf: "a.tar.gz"))
+        #expect(Spool.isSuffixed("s.3", formOf: "s"))
+        #expect(Spool.isSuffixed("v1.2.zip", formOf: "v1.zip"))
+        #expect(!Spool.isSuffixed("a.01.tar.gz", formOf: "a.tar.gz"))
+        #expect(!Spool.isSuffixed("a.0.tar.gz", formOf: "a.tar.gz"))
+        #expect(!Spool.isSuffixed("b.1.tar.gz", formOf: "a.tar.gz"))
+        #expect(!Spool.isSuffixed("a.tar.gz.1", formOf: "a.tar.gz"))
+    }
+
     // MARK: Claims
 
     @Test(

@@ -103,7 +103,7 @@ public final class ClaimedBundle: Sendable {
     /// ``SpoolFiles/renameNoReplace(_:_:of:calls:)`` looks where the claimed file is.
     @discardableResult
     public func moveToDone() throws(SpoolError) -> String {
-        try move { (descriptor: Int32) throws(SpoolError) -> String in
+        try move(to: .done) { (descriptor: Int32) throws(SpoolError) -> String in
             // mtime = now, so `ls -l` in done/ says when it got there. Best effort: only the file's owner
             // may set it, and producers own their bundles (`prune` goes by the store's done time).
             var times = [
@@ -129,7 +129,7 @@ public final class ClaimedBundle: Sendable {
     /// no-replace semantics, so two processes failing bundles of the same name pick different suffixes.
     @discardableResult
     public func moveToFailed(_ sidecar: ErrorSidecar) throws(SpoolError) -> String {
-        try move { (_: Int32) throws(SpoolError) -> String in
+        try move(to: .failed) { (_: Int32) throws(SpoolError) -> String in
             let folder = spool.path(.failed)
             for n in 0..<100_000 {
                 let candidate = Spool.suffixedName(name, n)
@@ -213,7 +213,7 @@ public final class ClaimedBundle: Sendable {
     /// their bundles.
     @discardableResult
     public func giveBack() throws(SpoolError) -> String {
-        try move { (_: Int32) throws(SpoolError) -> String in
+        try move(to: .incoming) { (_: Int32) throws(SpoolError) -> String in
             let final = try SpoolFiles.moveNoReplace(
                 path, toFolder: spool.path(.incoming), name: name, of: identity, calls: renameCalls)
             // Not strictly needed (a lost give-back leaves an orphan that is taken back), but a bundle
@@ -227,7 +227,9 @@ public final class ClaimedBundle: Sendable {
     /// descriptor (the lock held, and the state locked so two moves of one claim cannot interleave), and
     /// ends the claim if it succeeded. A failed move keeps the claim: the caller may retry or release (the
     /// bundle then stays in `processing/` for the next run).
-    private func move(_ body: (Int32) throws(SpoolError) -> String) throws(SpoolError) -> String {
+    private func move(to folder: Spool.Folder, _ body: (Int32) throws(SpoolError) -> String) throws(SpoolError)
+        -> String
+    {
         let path = self.path
         return try state.withLock { (state: inout State) throws(SpoolError) -> String in
             guard let descriptor = state.descriptor else {
@@ -240,6 +242,10 @@ public final class ClaimedBundle: Sendable {
                     path: path)
             }
             let final = try body(descriptor)
+            var info = stat()
+            if fstat(descriptor, &info) == 0 && info.st_nlink > 1 {
+                spool.dropNamesOfCutShortMoves(of: name, file: identity, keeping: (folder, final))
+            }
             close(descriptor)
             state.descriptor = nil
             sessionHold.withLock { $0.take() }?.release()
@@ -419,5 +425,42 @@ extension Spool {
             return nil
         }
         return (descriptor, identity)
+    }
+}
+
+extension Spool {
+    /// Removes the names a bundle kept in `incoming/`, `done/` or `failed/` from moves out of
+    /// `processing/` cut short between their link and their unlink (NFS, then a crash or a pause),
+    /// once the bundle has made its own move to `kept`: it is then in one folder, whatever the
+    /// earlier move's outcome was. Only after that move, never before: a paused worker that wakes
+    /// to finish its own move unlinks its `processing/` name, and the bundle must keep one.
+    ///
+    /// A name counts only if it is the bundle's own or a suffixed form of it (``suffixedName(_:_:)``)
+    /// and holds the same file: a producer's own hard link under another name is left alone. A
+    /// failed name goes before its sidecar, so that no failed bundle is ever without its reason.
+    func dropNamesOfCutShortMoves(of name: String, file: FileIdentity, keeping kept: (Folder, String)) {
+        BlockingCalls.check("spool: removing other names of \(name)")
+        for folder in [Folder.incoming, .done, .failed] {
+            guard let entries = try? list(folder) else { continue }
+            for entry in entries
+            where FileIdentity(device: entry.device, inode: entry.inode) == file && (folder, entry.name) != kept
+                && Self.isSuffixed(entry.name, formOf: name)
+            {
+                let other = path(folder, entry.name)
+                guard SpoolFiles.identity(ofPath: other) == file, unlink(other) == 0 else { continue }
+                if folder == .failed { unlink(sidecarPath(forFailed: entry.name)) }
+            }
+        }
+    }
+
+    /// Whether `candidate` is `name` or one of its suffixed forms (`a.tar.gz` → `a.1.tar.gz`).
+    static func isSuffixed(_ candidate: String, formOf name: String) -> Bool {
+        if candidate == name { return true }
+        // Each number after a dot may be the suffix: `s.1` has no extension, `a.2.tar.gz` has one.
+        let parts = candidate.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.dropFirst().contains { part in
+            guard let n = Int(part), n > 0, String(n) == part else { return false }
+            return suffixedName(name, n) == candidate
+        }
     }
 }
