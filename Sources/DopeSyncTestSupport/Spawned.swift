@@ -260,6 +260,24 @@ extension Spawned {
     }
 }
 
+extension Spawned {
+    /// Another process that holds an exclusive `flock` on `path` (made, with its folder, when
+    /// missing; never truncated), as a live run holds a claim, a session or the database's write
+    /// lock, until its input is closed or it is killed. Returns once the lock is held.
+    public static func holdingLock(on path: String) async throws -> Spawned {
+        // `exec cat`: the shell's descriptor, and with it the lock, lives as long as this pid.
+        let holder = try await Spawned(
+            "/bin/sh", ["-c", #"mkdir -p "${0%/*}" && exec 9>>"$0" && flock -n 9 && echo locked && exec cat"#, path])
+        guard await onOwnThread({ holder.output.readLine() }) == "locked" else {
+            holder.kill(SIGKILL)
+            throw ProcessFailure(
+                command: ["flock", path], output: ProcessOutput(status: await holder.finished(), stdout: "", stderr: "")
+            )
+        }
+        return holder
+    }
+}
+
 extension FileHandle {
     /// What this pipe carries, line by line as it comes, read on a thread of its own to its end
     /// (so a test that stops listening never makes the child block on a full pipe).

@@ -286,9 +286,7 @@ import Testing
                 try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: locks + "/" + id)
             }
             // A bundle of the second session uploads now, in another process.
-            let holder = try await Spawned(
-                "/bin/sh", ["-c", #"exec 9<"$0" && flock -n 9 && echo held && read line"#, locks + "/" + heldID])
-            #expect(await holder.firstLine(containing: "held") != nil)
+            let holder = try await Spawned.holdingLock(on: locks + "/" + heldID)
 
             let pruned = try await runBuilt("dopesync", ["prune", "--older-than", "30d", "--spool", spool.root])
             #expect(pruned.status == 0, "\(pruned.stderr)")

@@ -204,16 +204,14 @@ import Testing
         claim.release()
         let path = spool.path(.processing, "b.tar.gz")
 
-        // Another process holds the bundle's lock: flock(1) with -o keeps the lock in flock itself.
-        let holder = try await Spawned("/usr/bin/flock", ["-o", path, "sh", "-c", "echo locked; exec cat"])
-        #expect(holder.output.readLine() == "locked")
+        // Another process holds the bundle's lock.
+        let holder = try await Spawned.holdingLock(on: path)
 
         let entry = try #require(try spool.processingEntries().first)
         #expect(try spool.claimOrphan(entry) == nil)  // a live holder
 
         holder.kill(SIGKILL)
         #expect(await holder.finished() == 128 + SIGKILL)
-        try holder.input.close()  // lets the orphaned `cat` end too
         let taken = try #require(try spool.claimOrphan(entry))
         #expect(taken.name == "b.tar.gz")
     }

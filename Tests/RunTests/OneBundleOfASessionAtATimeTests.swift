@@ -49,11 +49,8 @@ import Testing
         try await withTemporarySpool { spool, _ in
             let sessionID = "5e2b8a1c-0d4f-4b7e-9a3c-2f6d8e1b4c7a"
             let lock = spool.root + "/" + SessionHold.folder + "/" + sessionID
-            // Another process holds the session's lock as a run's bundle would (the shell's own
-            // descriptor, which `flock` locks), then is killed.
-            let holder = try await Spawned(
-                "/bin/sh", ["-c", #"mkdir -p "${0%/*}" && exec 9>"$0" && flock -n 9 && echo held && read line"#, lock])
-            #expect(await holder.firstLine(containing: "held") != nil)
+            // Another process holds the session's lock as a run's bundle would, then is killed.
+            let holder = try await Spawned.holdingLock(on: lock)
             #expect(try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) } == nil)
             holder.kill(SIGKILL)
             _ = await holder.finished()

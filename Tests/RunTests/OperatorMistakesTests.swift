@@ -138,8 +138,9 @@ import Testing
                 #expect(missing.status == 73 && missing.stdout.contains("does not exist"), "\(missing.stdout)")
                 #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nope").path))
             }
+            let refusing = try RefusingPort()
             let dead = try await runBuilt(
-                "dopesync", ["check", "--spool", spool.root, "--api", "http://127.0.0.1:9"],
+                "dopesync", ["check", "--spool", spool.root, "--api", refusing.url],
                 environment: ["DOPESYNC_API_TOKEN": "t"])
             #expect(dead.status == 75 && dead.stdout.contains("connection refused"), "\(dead.stdout)")
         }
@@ -156,7 +157,8 @@ import Testing
                 let text = try String(contentsOfFile: metrics, encoding: .utf8)
                 #expect(text.contains("dopesync_last_success_timestamp_seconds 0"), "\(text)")
             }
-            let (dead, output) = try await runToEnd(spool, apiURL: "http://127.0.0.1:9", token: "t")
+            let refusing = try RefusingPort()
+            let (dead, output) = try await runToEnd(spool, apiURL: refusing.url, token: "t")
             #expect(dead == 75, "\(output)")
         }
     }

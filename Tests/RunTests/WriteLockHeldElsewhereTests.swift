@@ -34,14 +34,12 @@ import Testing
                     // Past the three reference lists read before the first bundle's first step.
                     if lockedAt == nil, tick.requests > ReferenceList.allCases.count {
                         // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
-                        let locker = try await Spawned(
-                            "/usr/bin/flock", ["-o", spool.databaseLockPath, "sh", "-c", "echo locked; exec cat"])
-                        #expect(await onOwnThread { locker.output.readLine() } == "locked")
+                        let locker = try await Spawned.holdingLock(on: spool.databaseLockPath)
                         (holder, lockedAt, requestsWhenLocked) = (locker, .now, tick.requests)
                     } else if let locked = lockedAt, releasedAt == nil {
                         held.append(tick)
                         if tick.at - locked >= .seconds(5), let holder {
-                            try holder.input.close()  // flock(1) lets go once `cat` ends
+                            try holder.input.close()  // the lock goes once `cat` ends
                             #expect(await holder.finished() == 0)
                             releasedAt = .now
                         }

@@ -71,9 +71,7 @@ import Testing
             // bundle renamed into processing/ and its flock held, no lease in the database.
             let held = "\(samples[0].sessionID).tar.gz"
             #expect(rename(spool.path(.incoming, held), spool.path(.processing, held)) == 0)
-            let holder = try await Spawned(
-                "/usr/bin/flock", [spool.path(.processing, held), "/bin/sh", "-c", "echo locked; exec cat"])
-            #expect(holder.output.readLine() == "locked")
+            let holder = try await Spawned.holdingLock(on: spool.path(.processing, held))
             try await withDevServer { server in
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
                 #expect(await run.finished() == 0, "\(run.errorText)")
