@@ -112,7 +112,7 @@ package enum SessionFieldFormats {
         return name.utf8.count > maxFileNameBytes ? .tooLong : nil
     }
 
-    static let maxFileNameBytes = 255
+    static let maxFileNameBytes = FileSystem.maxNameBytes
 
     enum FileNameProblem {
         case notPlain

@@ -24,6 +24,10 @@ public struct FileSystemError: Error, Sendable, CustomStringConvertible {
 }
 
 package enum FileSystem {
+    /// The longest file name Linux file systems take (NAME_MAX), in bytes: a bundle's image
+    /// names are held to it, and the spool cuts the names it makes to it.
+    package static let maxNameBytes = 255
+
     /// Reads a whole file, refusing one larger than `maxBytes`.
     package static func readFile(_ path: String, maxBytes: Int) throws -> [UInt8] {
         var bytes: [UInt8] = []
