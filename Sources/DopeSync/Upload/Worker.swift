@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import Synchronization
 
 /// `dopesync run`: one batch over the spool, for cron or a systemd timer.
 public struct Worker: Sendable {
@@ -29,17 +28,15 @@ public struct Worker: Sendable {
         let busyTimeout = Int32(min(max(options.checkpointBusyTimeout / .milliseconds(1), 1), Double(Int32.max)))
         // The spool is checked, and the store opened, used and closed, on the writer's own thread,
         // never an event loop's.
-        // Shared with other runs, held to the end: no migration starts under this run.
-        let storeLock = HeldStoreLock()
         let open = { @Sendable () throws -> CheckpointStore in
             try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
             try spool.create()
+            // Shared with other runs, kept by the store to the end: no migration starts under this run.
             guard let lock = try StoreLock.take(.shared, in: spool) else { throw MigrationUnderWay() }
-            storeLock.lock.withLock { $0 = lock }
             // A spool bound to PostgreSQL: its SQLite file is not even made.
             let sqlite = StoreIdentity.sqlite(spool)
             let wasBound = try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)
-            let store = try CheckpointStore(spool: spool, busyTimeoutMilliseconds: busyTimeout)
+            let store = try CheckpointStore(spool: spool, holding: lock, busyTimeoutMilliseconds: busyTimeout)
             if let movedTo = try store.movedTo() {
                 throw SpoolBinding.mismatch(
                     spool, bound: StoreIdentity(kind: .postgresql, id: nil, name: movedTo), given: sqlite)
@@ -48,7 +45,6 @@ public struct Worker: Sendable {
             return store
         }
         do {
-            defer { withExtendedLifetime(storeLock) {} }
             return try await CheckpointWriter.with(opening: open) { checkpoints in
                 await run(spool: spool, checkpoints: checkpoints, claims: SpoolClaims(), runID: runID, started: started)
             }
@@ -474,11 +470,6 @@ public struct Worker: Sendable {
 
 /// The spool's SQLite checkpoints are being migrated (``StoreLock``): a run waits for the next timer.
 private struct MigrationUnderWay: Error {}
-
-/// The run's ``StoreLock``, once its store is opened, until the run's end.
-private final class HeldStoreLock: Sendable {
-    let lock = Mutex<StoreLock?>(nil)
-}
 
 /// What a run may take, listed once at its start: orphans of dead runs first (claimed earlier),
 /// then what is due in `incoming/`, with when the worker first saw each.

@@ -30,18 +30,24 @@ public final class CheckpointStore: Sendable {
     private let database: SQLiteDatabase
     /// The private copy a snapshot reads (``init(readingSnapshotOf:)``), removed with the store.
     private let temporaryFolder: String?
+    /// A run's shared ``StoreLock``, held for as long as the store is: no `migrate` copies the
+    /// file while the run may still write it.
+    private let storeLock: StoreLock?
 
     /// Opens (creating if needed) the database at `path` and applies missing migrations.
     ///
     /// - Parameters:
     ///   - lockPath: the write-lock file; `path + ".lock"` when nil.
     ///   - busyTimeoutMilliseconds: how long a statement waits for another process before ``CheckpointError/Code/busy``.
-    public init(path: String, lockPath: String? = nil, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
-        throws(CheckpointError)
-    {
+    ///   - lock: a run's shared ``StoreLock``, kept until the store goes.
+    public init(
+        path: String, lockPath: String? = nil, holding lock: StoreLock? = nil, busyTimeoutMilliseconds: Int32 = 10_000,
+        now: Date = Date()
+    ) throws(CheckpointError) {
         // The folder may be reached through a symlink (a spool on another disk); the files in it
         // may not be one (DatabaseOwnership, SQLITE_OPEN_NOFOLLOW, which refuses any link in the path).
         temporaryFolder = nil
+        storeLock = lock
         self.path = DatabaseOwnership.resolvingFolder(of: path)
         self.lockPath = DatabaseOwnership.resolvingFolder(of: lockPath ?? path + ".lock")
         let path = self.path
@@ -89,6 +95,7 @@ public final class CheckpointStore: Sendable {
         self.lockPath = path + ".lock"
         let copy = Self.privateCopy(of: path)
         temporaryFolder = copy.map { ($0 as NSString).deletingLastPathComponent }
+        storeLock = nil
         do {
             if let copy {
                 database = try SQLiteDatabase(path: copy, options: SQLiteOptions())
@@ -138,17 +145,22 @@ public final class CheckpointStore: Sendable {
     }
 
     /// Opens the spool's database (`SPOOL/dopesync.sqlite`, lock `SPOOL/dopesync.sqlite.lock`).
-    public convenience init(spool: Spool, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date())
-        throws(CheckpointError)
-    {
+    /// A run passes its shared ``StoreLock``, kept until the store goes.
+    public convenience init(
+        spool: Spool, holding lock: StoreLock? = nil, busyTimeoutMilliseconds: Int32 = 10_000, now: Date = Date()
+    ) throws(CheckpointError) {
         try self.init(
-            path: spool.databasePath, lockPath: spool.databaseLockPath,
+            path: spool.databasePath, lockPath: spool.databaseLockPath, holding: lock,
             busyTimeoutMilliseconds: busyTimeoutMilliseconds, now: now)
     }
 
     /// Closes the database now, on this thread (a close may checkpoint the WAL under the write
-    /// lock); later calls fail. A store closes itself when released otherwise.
-    public func close() { database.close() }
+    /// lock), then lets a run's ``StoreLock`` go; later calls fail. A store closes itself when
+    /// released otherwise.
+    public func close() {
+        database.close()
+        storeLock?.release()
+    }
 
     /// The names of the migrations applied to this database, in the order they were applied.
     public func appliedMigrations() throws(CheckpointError) -> [String] {
