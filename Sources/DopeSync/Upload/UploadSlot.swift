@@ -97,6 +97,14 @@ struct UploadSlot: Sendable {
     /// move (read-only, full, failing) stops claiming; a refusal of this file's alone (its owner,
     /// a sticky bit) lets the other bundles go on.
     private func reportUnclaimable(_ error: SpoolError) {
+        if error.code == .unreadableOrphan {
+            if counters.report(\.moveFailed) {
+                logger.critical(
+                    "a bundle left in processing/ cannot be opened and waits there: the run goes on with the others and exits 73",
+                    metadata: ["error": "\(error)"])
+            }
+            return
+        }
         guard let errno = error.errno, SpoolError.folderWideErrors.contains(errno) else { return }
         // EPERM is this file's (its owner, a sticky bit, fs.protected_hardlinks); EACCES, a
         // folder this user may not write.

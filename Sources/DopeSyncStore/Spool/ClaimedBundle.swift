@@ -341,8 +341,8 @@ extension Spool {
         let opened: (Int32, (file: FileIdentity, size: Int64, isRegular: Bool))?
         do {
             opened = try Self.openAndLock(source, lockRequired: lockRequired)
-        } catch let error where error.errno == EACCES || error.errno == EPERM {
-            return try claimUnreadableOrphan(entry, renameCalls: renameCalls)
+        } catch let error where error.code == .claimFailed && (error.errno == EACCES || error.errno == EPERM) {
+            throw Self.unreadableOrphan(source, error)
         }
         guard let (descriptor, identity) = opened else { return nil }
         return ClaimedBundle(
@@ -350,31 +350,19 @@ extension Spool {
             size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
     }
 
-    /// An orphan this user may not read (a producer's 0600 bundle whose run died after claiming
-    /// it) cannot be locked, so no lock says whether a live run still has it. It goes back to
-    /// `incoming/`, where the no-replace moves decide who has it, and is claimed from there as any
-    /// bundle is, to fail with its reason. Left in `processing/`, it stopped every run (exit 73)
-    /// and the whole queue behind it. Nil when it moved on meanwhile, or had to take another name
-    /// in `incoming/` (a shared store's lease is on this one): claimed by the next run.
-    private func claimUnreadableOrphan(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls)
-        throws(SpoolError) -> ClaimedBundle?
-    {
-        let source = path(.processing, entry.name)
-        let file = FileIdentity(device: entry.device, inode: entry.inode)
-        guard SpoolFiles.identity(ofPath: source) == file else { return nil }
-        let final: String
-        do {
-            final = try SpoolFiles.moveNoReplace(
-                source, toFolder: path(.incoming), name: entry.name, of: file, calls: renameCalls)
-        } catch let error where error.errno == ENOENT {
-            return nil
-        }
-        SpoolFiles.syncDirectoriesAfterMove(path(.incoming), path(.processing))
-        guard final == entry.name else { return nil }
-        let given = SpoolEntry(
-            name: final, folder: .incoming, size: entry.size, modified: entry.modified, changed: entry.changed,
-            device: entry.device, inode: entry.inode)
-        return try claim(given, renameCalls: renameCalls)
+    /// An orphan this user may not open (its producer's mode, changed after its claim). It cannot
+    /// be locked, so no lock tells whether a live run still has it, and moving it would take it
+    /// from one: it waits in `processing/` for a person, and the other bundles go on.
+    private static func unreadableOrphan(_ path: String, _ error: SpoolError) -> SpoolError {
+        var info = stat()
+        let mode =
+            lstat(path, &info) == 0
+            ? " (owner \(FileSystem.userName(info.st_uid)), mode \(FileSystem.octal(info.st_mode & 0o7777)))" : ""
+        return SpoolError(
+            code: .unreadableOrphan,
+            message: "a bundle a run left in processing/ cannot be opened: \(FileSystem.userName(geteuid())) may not "
+                + "read it\(mode); make it readable to the worker (chmod g+r), and the next run resumes it",
+            path: path, errno: error.errno)
     }
 
     /// Opens a regular file without following symlinks, takes an exclusive non-blocking flock, and checks

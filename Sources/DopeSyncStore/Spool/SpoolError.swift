@@ -22,6 +22,7 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
             case notClaimed = "not_claimed"
             case sidecarFailed = "sidecar_failed"
             case runningAsRoot = "running_as_root"
+            case unreadableOrphan = "unreadable_orphan"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -42,6 +43,9 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
         public static let sidecarFailed = Code(.sidecarFailed)
         /// Root on a spool that belongs to another user, without `--allow-root`: nothing written.
         public static let runningAsRoot = Code(.runningAsRoot)
+        /// A bundle left in `processing/` by a run that died cannot be opened by this user: it
+        /// waits there for a person (exit 73), and the other bundles go on.
+        public static let unreadableOrphan = Code(.unreadableOrphan)
 
         public var description: String { value.rawValue }
     }
