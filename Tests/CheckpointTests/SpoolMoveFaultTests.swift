@@ -242,6 +242,24 @@ extension SpoolTests {
         #expect(FileManager.default.fileExists(atPath: spool.path(.tmp, "producers-copy")))
     }
 
+    @Test(
+        "a leased claim leaves a cut-short move's name alone: a paused worker whose lease ran out may still unlink the processing/ name"
+    )
+    func aLeasedClaimLeavesOtherNames() throws {
+        try arrive("b.tar.gz", "payload")
+        let source = spool.path(.processing, "b.tar.gz")
+        let calls = SpoolFiles.RenameCalls.system.withoutNoReplaceRename
+        let first = try claimFirstDue(renameCalls: calls)
+        // The paused worker's link into done/, its unlink not yet made.
+        #expect(link(source, spool.path(.done, "b.1.tar.gz")) == 0)
+        first.release()
+
+        let orphan = try #require(try spool.processingEntries().first)
+        let takenOver = try #require(try spool.claimOrphan(orphan, leased: true, renameCalls: calls))
+        #expect(try Move.toFailed.perform(takenOver) == "b.tar.gz")
+        #expect(try everyFile() == ["done/b.1.tar.gz", "failed/b.tar.gz", "failed/b.tar.gz.error"])
+    }
+
     @Test("the suffixed forms of a name are told from other names")
     func suffixedForms() {
         #expect(Spool.isSuffixed("a.tar.gz", formOf: "a.tar.gz"))

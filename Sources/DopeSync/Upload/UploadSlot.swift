@@ -78,9 +78,13 @@ struct UploadSlot: Sendable {
             return nil
         }
         do {
-            let (spool, lockRequired) = (spool, !claims.tookOverExpiredLease(of: entry.name))
+            let (spool, lockRequired, leased) = (
+                spool, !claims.tookOverExpiredLease(of: entry.name), claims.claimsRunOut
+            )
             let claimed = try await SpoolCalls.run { () throws(SpoolError) in
-                orphan ? try spool.claimOrphan(entry, lockRequired: lockRequired) : try spool.claim(entry)
+                orphan
+                    ? try spool.claimOrphan(entry, lockRequired: lockRequired, leased: leased)
+                    : try spool.claim(entry, leased: leased)
             }
             if claimed == nil { await claims.releaseClaim(of: entry.name) }
             return claimed

@@ -31,6 +31,12 @@ public final class ClaimedBundle: Sendable {
     public let modified: Date
     /// True when it was taken back from a run that died, rather than claimed from `incoming/`.
     public let isOrphan: Bool
+    /// Whether this claim's moves remove the names earlier moves of the file, cut short between
+    /// their link and their unlink, left in other folders (``Spool/dropNamesOfCutShortMoves(of:file:keeping:)``):
+    /// only while no other process can act on the file, that is, while this claim holds its flock
+    /// and is no lease that can run out. A paused worker whose lease ran out may still wake and
+    /// unlink a `processing/` name; the names it linked are then the bundle's only ones.
+    let clearsCutShortMoves: Bool
     /// The file claimed: every read of ``path`` checks it is still this one.
     public let identity: FileIdentity
     /// The calls its moves are made of: the system's, or a test's faults.
@@ -47,8 +53,9 @@ public final class ClaimedBundle: Sendable {
 
     init(
         spool: Spool, name: String, descriptor: Int32, identity: FileIdentity, size: Int64, modified: Date,
-        isOrphan: Bool, renameCalls: SpoolFiles.RenameCalls
+        isOrphan: Bool, clearsCutShortMoves: Bool = false, renameCalls: SpoolFiles.RenameCalls
     ) {
+        self.clearsCutShortMoves = clearsCutShortMoves
         self.spool = spool
         self.name = name
         self.identity = identity
@@ -243,7 +250,7 @@ public final class ClaimedBundle: Sendable {
             }
             let final = try body(descriptor)
             var info = stat()
-            if fstat(descriptor, &info) == 0 && info.st_nlink > 1 {
+            if clearsCutShortMoves && fstat(descriptor, &info) == 0 && info.st_nlink > 1 {
                 spool.dropNamesOfCutShortMoves(of: name, file: identity, keeping: (folder, final))
             }
             close(descriptor)
@@ -269,8 +276,11 @@ extension Spool {
     ///
     /// A rename that reported an error but happened (as over NFS) is a claim like any other: the file is in
     /// `processing/` and the lock is ours.
-    public func claim(_ entry: SpoolEntry) throws(SpoolError) -> ClaimedBundle? {
-        try claim(entry, renameCalls: .system)
+    ///
+    /// `leased`: the claim is a lease in a shared database, which can run out while this process
+    /// lives (``ClaimedBundle/clearsCutShortMoves``).
+    public func claim(_ entry: SpoolEntry, leased: Bool = false) throws(SpoolError) -> ClaimedBundle? {
+        try claim(entry, leased: leased, renameCalls: .system)
     }
 
     /// Why a move out of `incoming/` is refused for one file and not another: what a person can
@@ -289,21 +299,24 @@ extension Spool {
     }
 
     /// ``claim(_:)`` with the calls its moves are made of (a test's faults).
-    func claim(_ entry: SpoolEntry, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError) -> ClaimedBundle? {
+    func claim(_ entry: SpoolEntry, leased: Bool = false, renameCalls: SpoolFiles.RenameCalls) throws(SpoolError)
+        -> ClaimedBundle?
+    {
         let source = path(.incoming, entry.name)
-        guard let (descriptor, identity) = try Self.openAndLock(source, unreadableAllowed: true) else { return nil }
+        guard let opened = try Self.openAndLock(source, unreadableAllowed: true) else { return nil }
+        let descriptor = opened.descriptor
         // The file must be the one listed, as it was listed: one rewritten in place since (an scp
         // producer) or a new one under the same name is judged again by the next listing and its
         // min-age, not claimed half-written.
         var info = stat()
-        guard identity.file == FileIdentity(device: entry.device, inode: entry.inode),
+        guard opened.file == FileIdentity(device: entry.device, inode: entry.inode),
             fstat(descriptor, &info) == 0, spoolDate(info.st_mtim) == entry.modified
         else {
             close(descriptor)
             return nil
         }
         let target = path(.processing, entry.name)
-        let error = SpoolFiles.renameNoReplace(source, target, of: identity.file, calls: renameCalls)
+        let error = SpoolFiles.renameNoReplace(source, target, of: opened.file, calls: renameCalls)
         guard error == 0 else {
             close(descriptor)
             if error == ENOENT || error == EEXIST { return nil }
@@ -311,15 +324,16 @@ extension Spool {
                 code: .claimFailed, message: "cannot move bundle into processing/" + whyNotMovable(error),
                 path: source, errno: error)
         }
-        guard SpoolFiles.identity(ofPath: target) == identity.file else {
+        guard SpoolFiles.identity(ofPath: target) == opened.file else {
             // Someone swapped the file between our check and the rename: what we moved is not locked by us
             // and stays in processing/ as an orphan for the next run; nothing is lost.
             close(descriptor)
             return nil
         }
         return ClaimedBundle(
-            spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
-            size: identity.size, modified: entry.modified, isOrphan: false, renameCalls: renameCalls)
+            spool: self, name: entry.name, descriptor: descriptor, identity: opened.file, size: opened.size,
+            modified: entry.modified, isOrphan: false, clearsCutShortMoves: opened.locked && !leased,
+            renameCalls: renameCalls)
     }
 
     /// Takes back a bundle in `processing/` whose claimer died: its lock is free. Returns nil when it is
@@ -329,25 +343,30 @@ extension Spool {
     /// `lockRequired: false` is for claims held as leases in a shared database: the lease was
     /// taken already, and a lock still held on this host belongs to a worker whose lease ran out
     /// (a paused process), which sends and moves nothing more. The lock is taken if free.
-    public func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true) throws(SpoolError) -> ClaimedBundle? {
-        try claimOrphan(entry, lockRequired: lockRequired, renameCalls: .system)
+    public func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true, leased: Bool = false) throws(SpoolError)
+        -> ClaimedBundle?
+    {
+        try claimOrphan(entry, lockRequired: lockRequired, leased: leased, renameCalls: .system)
     }
 
-    /// ``claimOrphan(_:lockRequired:)`` with the calls its moves are made of (a test's faults).
-    func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true, renameCalls: SpoolFiles.RenameCalls)
-        throws(SpoolError) -> ClaimedBundle?
-    {
+    /// ``claimOrphan(_:lockRequired:leased:)`` with the calls its moves are made of (a test's faults).
+    func claimOrphan(
+        _ entry: SpoolEntry, lockRequired: Bool = true, leased: Bool = false, renameCalls: SpoolFiles.RenameCalls
+    ) throws(SpoolError) -> ClaimedBundle? {
         let source = path(.processing, entry.name)
-        let opened: (Int32, (file: FileIdentity, size: Int64, isRegular: Bool))?
+        let opened: Opened?
         do {
             opened = try Self.openAndLock(source, lockRequired: lockRequired)
-        } catch let error where error.code == .claimFailed && (error.errno == EACCES || error.errno == EPERM) {
+        } catch let error
+            where error.message == Self.cannotOpen && (error.errno == EACCES || error.errno == EPERM)
+        {
             throw Self.unreadableOrphan(source, error)
         }
-        guard let (descriptor, identity) = opened else { return nil }
+        guard let opened else { return nil }
         return ClaimedBundle(
-            spool: self, name: entry.name, descriptor: descriptor, identity: identity.file,
-            size: identity.size, modified: entry.modified, isOrphan: true, renameCalls: renameCalls)
+            spool: self, name: entry.name, descriptor: opened.descriptor, identity: opened.file, size: opened.size,
+            modified: entry.modified, isOrphan: true, clearsCutShortMoves: opened.locked && !leased,
+            renameCalls: renameCalls)
     }
 
     /// An orphan this user may not open (its producer's mode, changed after its claim). It cannot
@@ -371,9 +390,7 @@ extension Spool {
     /// and not locked (``claim(_:)`` from `incoming/` only, where the no-replace rename into
     /// `processing/` keeps it to one claimer; an orphan's lock is the only sign of its owner).
     private static func openAndLock(_ path: String, lockRequired: Bool = true, unreadableAllowed: Bool = false)
-        throws(SpoolError) -> (
-            Int32, (file: FileIdentity, size: Int64, isRegular: Bool)
-        )?
+        throws(SpoolError) -> Opened?
     {
         BlockingCalls.check("spool: claiming \(path)")
         // O_NONBLOCK: a FIFO swapped in after the scan must not hang the open. O_CLOEXEC: a child process
@@ -393,13 +410,14 @@ extension Spool {
         guard descriptor >= 0 else {
             let error = errno
             if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
-            throw SpoolError(code: .claimFailed, message: "cannot open bundle", path: path, errno: error)
+            throw SpoolError(code: .claimFailed, message: cannotOpen, path: path, errno: error)
         }
         guard let identity = SpoolFiles.identity(ofDescriptor: descriptor), identity.isRegular else {
             close(descriptor)
             return nil
         }
         var error = unreadable ? 0 : SpoolFiles.tryLock(descriptor, LOCK_EX)
+        let locked = !unreadable && error == 0
         if error == EWOULDBLOCK && !lockRequired { error = 0 }
         guard error == 0 else {
             close(descriptor)
@@ -412,8 +430,21 @@ extension Spool {
             close(descriptor)
             return nil
         }
-        return (descriptor, identity)
+        return Opened(descriptor: descriptor, file: identity.file, size: identity.size, locked: locked)
     }
+
+    /// A bundle's file as ``openAndLock(_:lockRequired:unreadableAllowed:)`` opened it.
+    private struct Opened {
+        let descriptor: Int32
+        let file: FileIdentity
+        let size: Int64
+        /// Whether the flock is this claim's (not a path-only claim, nor a lease's takeover of a
+        /// lock still held).
+        let locked: Bool
+    }
+
+    /// The message of an open that failed, told from a lock that failed.
+    private static let cannotOpen = "cannot open bundle"
 }
 
 extension Spool {
@@ -428,15 +459,17 @@ extension Spool {
     /// failed name goes before its sidecar, so that no failed bundle is ever without its reason.
     func dropNamesOfCutShortMoves(of name: String, file: FileIdentity, keeping kept: (Folder, String)) {
         BlockingCalls.check("spool: removing other names of \(name)")
+        let keptPath = path(kept.0, kept.1)
         for folder in [Folder.incoming, .done, .failed] {
-            guard let entries = try? list(folder) else { continue }
-            for entry in entries
-            where FileIdentity(device: entry.device, inode: entry.inode) == file && (folder, entry.name) != kept
-                && Self.isSuffixed(entry.name, formOf: name)
-            {
-                let other = path(folder, entry.name)
-                guard SpoolFiles.identity(ofPath: other) == file, unlink(other) == 0 else { continue }
-                if folder == .failed { unlink(sidecarPath(forFailed: entry.name)) }
+            // Names first, from the listing alone: only the few that may be this bundle's are looked at.
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: path(folder)) else { continue }
+            for other in names where (folder, other) != kept && Self.isSuffixed(other, formOf: name) {
+                let otherPath = path(folder, other)
+                // Never the last name: the kept one must still hold the file.
+                guard SpoolFiles.identity(ofPath: otherPath) == file, SpoolFiles.identity(ofPath: keptPath) == file,
+                    unlink(otherPath) == 0
+                else { continue }
+                if folder == .failed { unlink(sidecarPath(forFailed: other)) }
             }
         }
     }
