@@ -37,3 +37,11 @@ public final class RefusingPort: Sendable {
     /// `http://127.0.0.1:PORT`.
     public var url: String { "http://127.0.0.1:\(port)" }
 }
+
+/// Runs `body` with the URL of a ``RefusingPort`` that stays bound until `body` returns: a port
+/// released as soon as its URL was read could be taken by another test's server meanwhile.
+public func withRefusingPort<T>(_ body: (_ url: String) async throws -> T) async throws -> T {
+    let port = try RefusingPort()
+    defer { withExtendedLifetime(port) {} }
+    return try await body(port.url)
+}

@@ -32,12 +32,12 @@ import Testing
             // A third bundle, then a run against a port whose server is gone: deferred, waiting for retry.
             let later = SampleSession(seed: 603)
             let laterName = try pack(later, into: spool, scratch: directory)
-            let refusing = try RefusingPort()
-            let deadURL = refusing.url
-            // The same API at an address where it is down now (as `dopesync api --same-as` records).
-            try CheckpointStore(spool: spool).recordAPIAddress(
-                APIAddress.normalized(deadURL), api: APIAddress.normalized(firstURL), adoptUnbound: false)
-            let (deadSummary, deadStatus) = await runWorker(spool, apiURL: deadURL, token: "t")
+            let (deadSummary, deadStatus) = try await withRefusingPort { deadURL in
+                // The same API at an address where it is down now (as `dopesync api --same-as` records).
+                try CheckpointStore(spool: spool).recordAPIAddress(
+                    APIAddress.normalized(deadURL), api: APIAddress.normalized(firstURL), adoptUnbound: false)
+                return await runWorker(spool, apiURL: deadURL, token: "t")
+            }
             #expect(deadSummary.deferred == 1)
 
             let result = try await runBuilt("dopesync", ["status", "--json", "--spool", spool.root])

@@ -138,10 +138,11 @@ import Testing
                 #expect(missing.status == 73 && missing.stdout.contains("does not exist"), "\(missing.stdout)")
                 #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("nope").path))
             }
-            let refusing = try RefusingPort()
-            let dead = try await runBuilt(
-                "dopesync", ["check", "--spool", spool.root, "--api", refusing.url],
-                environment: ["DOPESYNC_API_TOKEN": "t"])
+            let dead = try await withRefusingPort { url in
+                try await runBuilt(
+                    "dopesync", ["check", "--spool", spool.root, "--api", url], environment: ["DOPESYNC_API_TOKEN": "t"]
+                )
+            }
             #expect(dead.status == 75 && dead.stdout.contains("connection refused"), "\(dead.stdout)")
         }
     }
@@ -157,8 +158,8 @@ import Testing
                 let text = try String(contentsOfFile: metrics, encoding: .utf8)
                 #expect(text.contains("dopesync_last_success_timestamp_seconds 0"), "\(text)")
             }
-            let refusing = try RefusingPort()
-            let (dead, output) = try await runToEnd(spool, apiURL: refusing.url, token: "t")
+            let (dead, output) = try await withRefusingPort { url in try await runToEnd(spool, apiURL: url, token: "t")
+            }
             #expect(dead == 75, "\(output)")
         }
     }

@@ -206,12 +206,12 @@ import Testing
             // One bundle is enough: an API that does not answer at all opens the breaker.
             let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 401)])
             // A port nobody listens on, and no other test's server can take meanwhile.
-            let refusing = try RefusingPort()
-            let deadURL = refusing.url
-            var options = RunOptions(spoolRoot: spool.root, apiURL: deadURL, token: "t")
-            options.minAge = .zero
-            options.retry.base = .milliseconds(1)
-            let (summary, status) = await Worker(options: options, logger: quietLogger).run()
+            let (summary, status) = try await withRefusingPort { deadURL in
+                var options = RunOptions(spoolRoot: spool.root, apiURL: deadURL, token: "t")
+                options.minAge = .zero
+                options.retry.base = .milliseconds(1)
+                return await Worker(options: options, logger: quietLogger).run()
+            }
             #expect(status == .temporaryFailure)
             #expect(summary.failed == 0)
             #expect(try spool.names(.incoming).count == 1)

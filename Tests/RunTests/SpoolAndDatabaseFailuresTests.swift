@@ -158,8 +158,10 @@ import Testing
             let done = spool.path(.done)
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", done])
             defer { _ = umount2(done, Int32(MNT_DETACH)) }
-            let refusing = try RefusingPort()  // the run stops before it asks the API anything
-            let (status, output) = try await runToEnd(spool, apiURL: refusing.url, token: "t")
+            // The run stops before it asks the API anything.
+            let (status, output) = try await withRefusingPort { url in
+                try await runToEnd(spool, apiURL: url, token: "t")
+            }
             #expect(status == 73, "\(output)")
             #expect(output.contains("spool folder \(done) is on a file system that is read-only for root"), "\(output)")
             #expect(output.contains("ReadWritePaths=\(done)"), "\(output)")

@@ -33,14 +33,13 @@ func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
 /// the shared ``StoreLock`` runs hold: a `migrate` copying the file meanwhile would leave its
 /// writes behind in a file the spool no longer uses (a requeued bundle's fresh attempt count, say).
 /// Refused with 75 while a migration holds it, and by ``sqliteRefusal(_:)`` once it has moved the
-/// file. A spool with no lock file has had no run or migration that takes it: nothing to wait for,
-/// and a lock file made here by root (an operator's `sudo dopesync requeue`) would keep a later
-/// `migrate` out.
+/// file. Root takes it only where it exists already: a lock file made by root (an operator's
+/// `sudo dopesync requeue` on a spool no run has used since upgrading) would keep `migrate` out.
 func withSQLiteCheckpoints(
     _ spool: Spool, command: String, _ body: () async -> CommandOutcome
 ) async -> CommandOutcome {
     var lock: StoreLock?
-    if FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
+    if geteuid() != 0 || FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
         do {
             lock = try StoreLock.take(.shared, in: spool)
         } catch {
