@@ -26,13 +26,12 @@ enum ClaimedFile {
                     .replacedAfterClaim, culprit: path,
                     message: "is now a symbolic link, not the file that was claimed: it is not followed")
             }
-            var info = stat()
-            if code == EACCES || code == EPERM, lstat(path, &info) == 0 {
+            if code == EACCES || code == EPERM, let ownerAndMode = FileSystem.ownerAndMode(of: path) {
                 let user = FileSystem.userName(geteuid())
                 throw BundleError(
                     .io, culprit: path,
-                    message: "cannot open: \(String(cString: strerror(code))): \(user) may not read it (owner "
-                        + "\(FileSystem.userName(info.st_uid)), mode \(FileSystem.octal(info.st_mode & 0o7777))); "
+                    message:
+                        "cannot open: \(String(cString: strerror(code))): \(user) may not read it (\(ownerAndMode)); "
                         + "its producer must leave it readable (mode 0640, or the spool's default ACL), then "
                         + "`dopesync requeue` it", systemErrno: code)
             }

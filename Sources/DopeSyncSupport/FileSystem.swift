@@ -105,6 +105,14 @@ package enum FileSystem {
         "0" + String(mode, radix: 8)
     }
 
+    /// `owner NAME, mode 0640` of the file at `path` (not followed), for a message about what
+    /// this user may do with it; nil when it cannot be looked at.
+    package static func ownerAndMode(of path: String) -> String? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return "owner \(userName(info.st_uid)), mode \(octal(info.st_mode & 0o7777))"
+    }
+
     /// Why this process's user cannot write into the folder `path`, whose `access(W_OK | X_OK)`
     /// failed with `error`, and the fix that fits that cause: a read-only file system (a
     /// read-only mount, or a path outside a systemd unit's `ReadWritePaths=`, which

@@ -23,3 +23,16 @@ public struct OpenRefused: Sendable {
         environment = ["LD_PRELOAD": library, "OPEN_REFUSED_MATCH": match, "OPEN_REFUSED_ERRNO": "\(errno)"]
     }
 }
+
+/// Locks as an NFS v4 client takes them, for a child: `flock` becomes a byte-range lock on the
+/// server, and an exclusive one on a descriptor open only for reading fails with EBADF, for
+/// every file whose path contains ``match`` (this machine has no NFS client to mount one).
+public struct NFSLocks: Sendable {
+    /// The variables that load the library into a child and aim it.
+    public let environment: [String: String]
+
+    public init(in directory: URL, locksOf match: String) async throws {
+        let library = try await buildPreloadedShim("nfs-locks.c", into: directory)
+        environment = ["LD_PRELOAD": library, "NFS_LOCKS_MATCH": match]
+    }
+}

@@ -102,6 +102,8 @@ struct UnreadableBundleTests {
         case nfs = "on NFS, another user's bundle"
         /// Only a file's owner may move it out of a folder with the sticky bit.
         case sticky = "incoming/ with the sticky bit"
+        /// An NFS v4 client's exclusive lock needs the file open for writing.
+        case nfsLocks = "on NFS, another user's bundle it may not write, so not lock"
         var testDescription: String { rawValue }
     }
 
@@ -121,7 +123,12 @@ struct UnreadableBundleTests {
                 if why == .sticky {  // as /tmp: root's, open to all, each file its owner's to move
                     #expect(chown(spool.path(.incoming), 0, 0) == 0 && chmod(spool.path(.incoming), 0o1777) == 0)
                 }
-                let environment = why == .nfs ? try await NoReplaceRenameRefused(in: directory).environment : [:]
+                let environment =
+                    switch why {
+                    case .nfs: try await NoReplaceRenameRefused(in: directory).environment
+                    case .nfsLocks: try await NFSLocks(in: directory, locksOf: spool.root).environment
+                    case .sticky: [String: String]()
+                    }
                 try await withDevServer { server in
                     func runAsWorker() async throws -> ProcessOutput {
                         try await runDopesync(
@@ -131,8 +138,14 @@ struct UnreadableBundleTests {
                     let run = try await runAsWorker()
                     #expect(run.status == 73, "\(run.stderr)")
                     #expect(run.stderr.contains("a bundle cannot be claimed and waits where it is"), "\(run.stderr)")
-                    #expect(
-                        run.stderr.contains(why == .nfs ? "fs.protected_hardlinks" : "chmod -t"), "\(run.stderr)")
+                    let fix =
+                        switch why {
+                        case .nfs: "fs.protected_hardlinks"
+                        case .nfsLocks:
+                            "needs the bundle open for writing, and \(worker) may not write it (owner root, mode 0644)"
+                        case .sticky: "chmod -t"
+                        }
+                    #expect(run.stderr.contains(fix), "\(run.stderr)")
                     #expect(try spool.names(.done) == ["\(own.sessionID).tar.gz"], "the others go on")
                     #expect(try spool.names(.incoming) == ["\(others.sessionID).tar.gz"], "in one folder")
 

@@ -101,10 +101,12 @@ struct UploadSlot: Sendable {
     /// move (read-only, full, failing) stops claiming; a refusal of this file's alone (its owner,
     /// a sticky bit) lets the other bundles go on.
     private func reportUnclaimable(_ error: SpoolError) {
-        if error.code == .unreadableOrphan {
+        if error.code == .unreadableOrphan || error.code == .notLockable {
             if counters.report(\.moveFailed) {
                 logger.critical(
-                    "a bundle left in processing/ cannot be opened and waits there: the run goes on with the others and exits 73",
+                    error.code == .notLockable
+                        ? "a bundle cannot be claimed and waits where it is: the run goes on with the others and exits 73"
+                        : "a bundle left in processing/ cannot be opened and waits there: the run goes on with the others and exits 73",
                     metadata: ["error": "\(error)"])
             }
             return

@@ -373,14 +373,12 @@ extension Spool {
     /// be locked, so no lock tells whether a live run still has it, and moving it would take it
     /// from one: it waits in `processing/` for a person, and the other bundles go on.
     private static func unreadableOrphan(_ path: String, _ error: SpoolError) -> SpoolError {
-        var info = stat()
-        let mode =
-            lstat(path, &info) == 0
-            ? " (owner \(FileSystem.userName(info.st_uid)), mode \(FileSystem.octal(info.st_mode & 0o7777)))" : ""
+        let mode = FileSystem.ownerAndMode(of: path).map { " (\($0))" } ?? ""
         return SpoolError(
             code: .unreadableOrphan,
             message: "a bundle a run left in processing/ cannot be opened: \(FileSystem.userName(geteuid())) may not "
-                + "read it\(mode); make it readable to the worker (chmod g+r), and the next run resumes it",
+                + "read it\(mode); make it readable to the worker (chmod g+r, or as root `setfacl -m u:dopesync:r` "
+                + "where the spool's ACL is not on it: docs/troubleshooting.md), and the next run resumes it",
             path: path, errno: error.errno)
     }
 
@@ -417,6 +415,19 @@ extension Spool {
             return nil
         }
         var error = unreadable ? 0 : SpoolFiles.tryLock(descriptor, LOCK_EX)
+        if error == EBADF {
+            // NFS v4 takes a flock as a byte-range lock on the server, and an exclusive one only
+            // on a descriptor open for writing. Producers on NFS leave bundles writable by the
+            // worker's group already (the link a move makes needs it): the claim locks through
+            // such a descriptor, which it never writes.
+            guard let writable = try reopenForWriting(path, of: identity.file) else {
+                close(descriptor)
+                return nil
+            }
+            close(descriptor)
+            descriptor = writable
+            error = SpoolFiles.tryLock(descriptor, LOCK_EX)
+        }
         let locked = !unreadable && error == 0
         if error == EWOULDBLOCK && !lockRequired { error = 0 }
         guard error == 0 else {
@@ -431,6 +442,29 @@ extension Spool {
             return nil
         }
         return Opened(descriptor: descriptor, file: identity.file, size: identity.size, locked: locked)
+    }
+
+    /// `path` opened again for reading and writing, for an exclusive lock over NFS; nil when it no
+    /// longer names `file`. A bundle the worker may not write cannot be locked there: it waits
+    /// where it is for a person (``SpoolError/Code/notLockable``), and the other bundles go on.
+    private static func reopenForWriting(_ path: String, of file: FileIdentity) throws(SpoolError) -> Int32? {
+        let descriptor = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let error = errno
+            if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
+            let mode = FileSystem.ownerAndMode(of: path).map { " (\($0))" } ?? ""
+            throw SpoolError(
+                code: .notLockable,
+                message: "cannot lock the bundle: on NFS a lock that keeps other hosts out needs the bundle open "
+                    + "for writing, and \(FileSystem.userName(geteuid())) may not write it\(mode); have producers "
+                    + "leave bundles writable by the worker's group, mode 0660",
+                path: path, errno: error)
+        }
+        guard SpoolFiles.identity(ofDescriptor: descriptor)?.file == file else {
+            close(descriptor)
+            return nil
+        }
+        return descriptor
     }
 
     /// A bundle's file as ``openAndLock(_:lockRequired:unreadableAllowed:)`` opened it.

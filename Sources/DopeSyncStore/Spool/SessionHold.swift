@@ -114,7 +114,8 @@ public final class SessionHold: Sendable {
             guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, spoolDate(info.st_mtim) < cutoff else {
                 continue
             }
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            // For writing: over NFS an exclusive lock needs it (EBADF otherwise). The worker's own file.
+            let descriptor = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }
             defer { close(descriptor) }
             guard SpoolFiles.tryLock(descriptor, LOCK_EX) == 0,

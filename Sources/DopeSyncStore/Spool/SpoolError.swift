@@ -23,6 +23,7 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
             case sidecarFailed = "sidecar_failed"
             case runningAsRoot = "running_as_root"
             case unreadableOrphan = "unreadable_orphan"
+            case notLockable = "not_lockable"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -46,6 +47,10 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
         /// A bundle left in `processing/` by a run that died cannot be opened by this user: it
         /// waits there for a person (exit 73), and the other bundles go on.
         public static let unreadableOrphan = Code(.unreadableOrphan)
+        /// A bundle cannot be locked where an exclusive lock needs it open for writing (NFS) and
+        /// this user may not write it: it waits where it is for a person (exit 73), and the other
+        /// bundles go on.
+        public static let notLockable = Code(.notLockable)
 
         public var description: String { value.rawValue }
     }
