@@ -321,6 +321,22 @@ extension SpoolTests {
         #expect(try everyFile() == ["done/b.tar.gz"])
     }
 
+    @Test(
+        "a name an earlier move made stays when the source's cannot be removed: a paused worker may still unlink the source's",
+        arguments: [SpoolFiles.RenameCalls.system, .system.withoutNoReplaceRename])
+    func aLinkThisMoveDidNotMakeStays(calls: SpoolFiles.RenameCalls) throws {
+        let source = spool.path(.processing, "b.tar.gz")
+        try writeFile(source, "payload")
+        #expect(link(source, spool.path(.done, "b.tar.gz")) == 0)  // the paused worker's
+        let failing = calls.with(.failsWithoutHappening(EIO), on: .unlink, at: source)
+
+        let error = #expect(throws: SpoolError.self) {
+            try SpoolFiles.moveNoReplace(source, toFolder: spool.path(.done), name: "b.tar.gz", calls: failing)
+        }
+        #expect(error?.errno == EIO)
+        #expect(try everyFile() == ["processing/b.tar.gz", "done/b.tar.gz"])
+    }
+
     @Test("on NFS, a name another file holds still gets a suffix: the link's EEXIST is judged by the inode")
     func anotherFilesNameGetsASuffixOnNFS() throws {
         let source = spool.path(.processing, "b.tar.gz")

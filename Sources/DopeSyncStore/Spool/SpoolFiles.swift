@@ -111,7 +111,8 @@ package enum SpoolFiles {
         // Not moved while the target does not name the file: EEXIST then means another file holds it.
         guard identity(ofPath: target) == file else { return error }
         // Moved. Both names holding it is a link + unlink cut short by an earlier crash: finish that.
-        return source.identity() == file ? removeSourceName(source, target, file: file, calls: calls) : 0
+        return source.identity() == file
+            ? removeSourceName(source, target, file: file, undoingTheLink: false, calls: calls) : 0
     }
 
     /// The no-replace rename for file systems without one: `link`, then `unlink` of the source's name.
@@ -122,13 +123,17 @@ package enum SpoolFiles {
         // EEXIST may answer a link sent again whose first copy made the name: then the name is our file,
         // and taking the next suffixed name would leave the bundle under two names.
         if error != 0 && identity(ofPath: target) != file { return error }
-        return removeSourceName(source, target, file: file, calls: calls)
+        return removeSourceName(source, target, file: file, undoingTheLink: error == 0, calls: calls)
     }
 
     /// Both names hold the file: removes the source's, which completes the move. If that cannot be
-    /// done, removes the target's, so the file stays where it was under one name, and returns the error.
+    /// done and `undoingTheLink` (this call made the target's name), removes the target's, so the
+    /// file stays where it was under one name, and returns the error. A target name this call did
+    /// not make (an earlier move's, cut short; or a link sent again over NFS, which cannot be told
+    /// from it) is left: a paused worker that made it may still unlink the source's name, and the
+    /// file must keep one. Both names then stay until the bundle's next move.
     private static func removeSourceName(
-        _ source: MoveSource, _ target: String, file: FileIdentity, calls: RenameCalls
+        _ source: MoveSource, _ target: String, file: FileIdentity, undoingTheLink: Bool, calls: RenameCalls
     ) -> Int32 {
         let error = source.unlink()
         // ENOENT may answer an unlink sent again whose first copy removed the name: look. A source that
@@ -136,7 +141,7 @@ package enum SpoolFiles {
         if error == 0 || source.identity() != file { return 0 }
         // Should this fail too, both names are one inode: the next claim of it (by lock and inode) takes
         // it back, and its next move finishes this one.
-        _ = calls.unlink(target)
+        if undoingTheLink { _ = calls.unlink(target) }
         return error
     }
 
