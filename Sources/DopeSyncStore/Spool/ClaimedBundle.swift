@@ -90,11 +90,19 @@ public final class ClaimedBundle: Sendable {
     public func release() {
         BlockingCalls.check("spool: letting go of processing/\(name)")
         state.withLock { state in
-            if let descriptor = state.descriptor { close(descriptor) }
+            if let descriptor = state.descriptor { Self.unlockAndClose(descriptor) }
             state.descriptor = nil
         }
         // The session's hold ends with the claim, here rather than in its deinit, wherever that runs.
         sessionHold.withLock { $0.take() }?.release()
+    }
+
+    /// Ends the claim's lock, then closes its descriptor. The unlock comes first: a child process
+    /// forked at this moment elsewhere in the process shares the descriptor's open file until its
+    /// `exec`, and a close alone would leave the lock held that long.
+    private static func unlockAndClose(_ descriptor: Int32) {
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
     }
 
     /// ``release()`` on the spool's threads, for a caller on an event loop: over NFS the close
@@ -253,7 +261,7 @@ public final class ClaimedBundle: Sendable {
             if clearsCutShortMoves && fstat(descriptor, &info) == 0 && info.st_nlink > 1 {
                 spool.dropNamesOfCutShortMoves(of: name, file: identity, keeping: (folder, final))
             }
-            close(descriptor)
+            Self.unlockAndClose(descriptor)
             state.descriptor = nil
             sessionHold.withLock { $0.take() }?.release()
             return final
