@@ -86,6 +86,12 @@ struct UnreadableBundleTests {
                         "\(run.stderr)")
                     #expect(try spool.names(.done) == [otherName], "the others go on")
                     #expect(try spool.names(.processing) == [orphanName])
+                    // status shows it, as a claim no run can take back, not as gone.
+                    let status = try await runDopesync(
+                        as: worker, ["status", "--spool", spool.root], token: server.token)
+                    #expect(
+                        status.stdout.contains("cannot be opened (owner root, mode 0600)")
+                            && status.stdout.contains(orphanName), "\(status.stdout)")
 
                     #expect(chmod(spool.path(.processing, orphanName), 0o644) == 0)
                     let again = try await runAsWorker()

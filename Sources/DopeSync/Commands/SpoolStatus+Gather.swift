@@ -175,11 +175,17 @@ extension SpoolStatus {
                     claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
                     ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
             }
-            guard let alive = spool.isClaimHeld(entry) else { return nil }  // moved on since it was listed
+            let (alive, unreadable): (Bool, String?)
+            switch spool.lookAtClaim(entry) {
+            case .held(let held): (alive, unreadable) = (held, nil)
+            case .unreadable(let ownerAndMode): (alive, unreadable) = (false, ownerAndMode)
+            case .gone: return nil  // moved on since it was listed
+            }
             let since = record?.claimedAt ?? entry.modified
             return Claim(
                 name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
-                claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive)
+                claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive,
+                unreadable: unreadable)
         }
     }
 }

@@ -102,7 +102,9 @@ extension SpoolStatus {
                 line += "owner unknown, "
             }
             line += "\(Self.age(claim.ageSeconds)) ago, "
-            if let remaining = claim.leaseRemainingSeconds {
+            if let unreadable = claim.unreadable {
+                line += "cannot be opened (\(unreadable)): runs leave it, and exit 73, until the worker may read it"
+            } else if let remaining = claim.leaseRemainingSeconds {
                 line +=
                     remaining > 0
                     ? "lease \(Self.age(remaining)) left"

@@ -67,6 +67,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         /// With a shared database: seconds until the lease runs out unless renewed (below zero:
         /// run out that long ago). Nil on one host.
         public var leaseRemainingSeconds: Double? = nil
+        /// Why no run can take it back: this user may not open it (`owner NAME, mode 0600`), so
+        /// no lock can show whether its claimer lives. Nil for every other claim.
+        public var unreadable: String? = nil
     }
     /// The last run that finished. Its JSON is flat: who ran it, then the fields of its summary.
     public struct LastRun: Sendable, Codable, Equatable {

@@ -16,15 +16,36 @@ extension Spool {
     /// This only looks: a shared lock is tried without waiting and dropped at once. While it is held (a few
     /// microseconds) a run's ``claimOrphan(_:)`` of the same file returns nil and simply takes it next run.
     public func isClaimHeld(_ entry: SpoolEntry) -> Bool? {
-        let descriptor = open(path(.processing, entry.name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
+        if case .held(let held) = lookAtClaim(entry) { return held }
+        return nil
+    }
+
+    /// What a look at a bundle in `processing/` finds (``lookAtClaim(_:)``).
+    public enum ClaimLook: Sendable, Equatable {
+        /// Its claimer is alive (true), or died (false).
+        case held(Bool)
+        /// Moved on since it was listed.
+        case gone
+        /// This user may not open it (`owner NAME, mode 0600`): no lock can be seen, and no run
+        /// takes it back until the worker may read it.
+        case unreadable(String)
+    }
+
+    /// ``isClaimHeld(_:)``, telling a file this user may not open from one that is gone.
+    public func lookAtClaim(_ entry: SpoolEntry) -> ClaimLook {
+        let path = path(.processing, entry.name)
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        if descriptor < 0 && (errno == EACCES || errno == EPERM) {
+            return .unreadable(FileSystem.ownerAndMode(of: path) ?? "")
+        }
+        guard descriptor >= 0 else { return .gone }
         defer { close(descriptor) }
         let error = SpoolFiles.tryLock(descriptor, LOCK_SH)
         if error == 0 {
             flock(descriptor, LOCK_UN)
-            return false
+            return .held(false)
         }
-        return error == EWOULDBLOCK ? true : nil
+        return error == EWOULDBLOCK ? .held(true) : .gone
     }
 
     /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` where the worker
