@@ -90,19 +90,11 @@ public final class ClaimedBundle: Sendable {
     public func release() {
         BlockingCalls.check("spool: letting go of processing/\(name)")
         state.withLock { state in
-            if let descriptor = state.descriptor { Self.unlockAndClose(descriptor) }
+            if let descriptor = state.descriptor { SpoolFiles.unlockAndClose(descriptor) }
             state.descriptor = nil
         }
         // The session's hold ends with the claim, here rather than in its deinit, wherever that runs.
         sessionHold.withLock { $0.take() }?.release()
-    }
-
-    /// Ends the claim's lock, then closes its descriptor. The unlock comes first: a child process
-    /// forked at this moment elsewhere in the process shares the descriptor's open file until its
-    /// `exec`, and a close alone would leave the lock held that long.
-    private static func unlockAndClose(_ descriptor: Int32) {
-        flock(descriptor, LOCK_UN)
-        close(descriptor)
     }
 
     /// ``release()`` on the spool's threads, for a caller on an event loop: over NFS the close
@@ -261,7 +253,7 @@ public final class ClaimedBundle: Sendable {
             if clearsCutShortMoves && fstat(descriptor, &info) == 0 && info.st_nlink > 1 {
                 spool.dropNamesOfCutShortMoves(of: name, file: identity, keeping: (folder, final))
             }
-            Self.unlockAndClose(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             state.descriptor = nil
             sessionHold.withLock { $0.take() }?.release()
             return final
@@ -320,13 +312,13 @@ extension Spool {
         guard opened.file == FileIdentity(device: entry.device, inode: entry.inode),
             fstat(descriptor, &info) == 0, spoolDate(info.st_mtim) == entry.modified
         else {
-            close(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             return nil
         }
         let target = path(.processing, entry.name)
         let error = SpoolFiles.renameNoReplace(source, target, of: opened.file, calls: renameCalls)
         guard error == 0 else {
-            close(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             if error == ENOENT || error == EEXIST { return nil }
             throw SpoolError(
                 code: .claimFailed, message: "cannot move bundle into processing/" + whyNotMovable(error),
@@ -335,7 +327,7 @@ extension Spool {
         guard SpoolFiles.identity(ofPath: target) == opened.file else {
             // Someone swapped the file between our check and the rename: what we moved is not locked by us
             // and stays in processing/ as an orphan for the next run; nothing is lost.
-            close(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             return nil
         }
         return ClaimedBundle(
@@ -446,7 +438,7 @@ extension Spool {
         // Between our open and our lock, the owner may have moved the file on (and a new file of the same
         // name may have arrived): the lock is ours only if the path still names the inode we locked.
         guard SpoolFiles.identity(ofPath: path) == identity.file else {
-            close(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             return nil
         }
         return Opened(descriptor: descriptor, file: identity.file, size: identity.size, locked: locked)
@@ -459,7 +451,12 @@ extension Spool {
         let descriptor = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else {
             let error = errno
-            if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
+            // Gone or replaced since the first open (a folder put there: EISDIR): the next listing judges it.
+            if [ENOENT, ELOOP, ENXIO, EISDIR, ESTALE].contains(error) { return nil }
+            // Anything but a refusal of this file is the machine's (no descriptor left, I/O): not the bundle's mode.
+            guard error == EACCES || error == EPERM || error == EROFS else {
+                throw SpoolError(code: .claimFailed, message: "cannot open bundle to lock it", path: path, errno: error)
+            }
             let mode = FileSystem.ownerAndMode(of: path).map { " (\($0))" } ?? ""
             throw SpoolError(
                 code: .notLockable,

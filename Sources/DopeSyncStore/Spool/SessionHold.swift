@@ -45,7 +45,7 @@ public final class SessionHold: Sendable {
     public func release() {
         BlockingCalls.check("releasing the hold on session \(sessionID)")
         guard let descriptor = descriptor.withLock({ $0.take() }) else { return }
-        close(descriptor)
+        SpoolFiles.unlockAndClose(descriptor)
     }
 
     /// Whether nothing is left to release (a store's hold never has anything).

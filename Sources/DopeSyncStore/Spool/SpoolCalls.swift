@@ -35,7 +35,7 @@ package enum SpoolCalls {
     /// Closes `descriptor` on the pool, without waiting: for a `deinit`, which may run on an
     /// event loop, of a descriptor that holds a lock (over NFS its close waits for the server).
     package static func closeLater(_ descriptor: Int32) {
-        pool.submit { _ in close(descriptor) }
+        pool.submit { _ in SpoolFiles.unlockAndClose(descriptor) }
     }
 
     /// ``run(_:)`` for a call that throws.

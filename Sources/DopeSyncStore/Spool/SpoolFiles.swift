@@ -210,6 +210,15 @@ package enum SpoolFiles {
         return 0
     }
 
+    /// Ends a lock taken on `descriptor`, then closes it. The unlock comes first: a child process
+    /// forked at this moment elsewhere in the worker shares the descriptor's open file until its
+    /// `exec`, and a close alone would leave the lock held that long. Unlocking a descriptor that
+    /// holds no lock does nothing.
+    static func unlockAndClose(_ descriptor: Int32) {
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
+    }
+
     /// The file a path names now, without following a symlink; nil if it names nothing (or cannot be looked at).
     static func identity(ofPath path: String) -> FileIdentity? {
         path.withCString { identity(ofPath: $0) }

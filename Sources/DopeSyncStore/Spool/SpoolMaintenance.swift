@@ -26,8 +26,9 @@ extension Spool {
         case held(Bool)
         /// Moved on since it was listed.
         case gone
-        /// This user may not open it (`owner NAME, mode 0600`): no lock can be seen, and no run
-        /// takes it back until the worker may read it.
+        /// The worker (this user, who owns `processing/`) may not open it (`owner NAME, mode
+        /// 0600`): no lock can be seen, and no run takes it back until the worker may read it.
+        /// Another user's look at such a file is ``gone``: it says nothing of the worker's access.
         case unreadable(String)
     }
 
@@ -36,6 +37,10 @@ extension Spool {
         let path = path(.processing, entry.name)
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         if descriptor < 0 && (errno == EACCES || errno == EPERM) {
+            // Only the worker's own verdict says no run can take it back: another user (an
+            // operator outside its group) may not open any claim, live ones included.
+            var folder = stat()
+            guard stat(self.path(.processing), &folder) == 0, folder.st_uid == geteuid() else { return .gone }
             return .unreadable(FileSystem.ownerAndMode(of: path) ?? "")
         }
         guard descriptor >= 0 else { return .gone }

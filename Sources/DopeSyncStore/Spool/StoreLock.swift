@@ -23,7 +23,7 @@ public final class StoreLock: Sendable {
     /// Idempotent; without it, the lock goes with the last reference, a moment later.
     public func release() {
         BlockingCalls.check("spool: letting go of the checkpoints' lock")
-        if let descriptor = descriptor.withLock({ $0.take() }) { close(descriptor) }
+        if let descriptor = descriptor.withLock({ $0.take() }) { SpoolFiles.unlockAndClose(descriptor) }
     }
 
     // The last reference may go on an event loop.
