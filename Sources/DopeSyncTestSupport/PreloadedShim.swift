@@ -31,8 +31,12 @@ public struct NFSLocks: Sendable {
     /// The variables that load the library into a child and aim it.
     public let environment: [String: String]
 
-    public init(in directory: URL, locksOf match: String) async throws {
+    /// `refusingAllWith`: every lock of such a file fails with this errno instead (ENOLCK: a
+    /// mount whose lock service is not running).
+    public init(in directory: URL, locksOf match: String, refusingAllWith errno: Int32? = nil) async throws {
         let library = try await buildPreloadedShim("nfs-locks.c", into: directory)
-        environment = ["LD_PRELOAD": library, "NFS_LOCKS_MATCH": match]
+        environment = ["LD_PRELOAD": library, "NFS_LOCKS_MATCH": match].merging(
+            errno.map { ["NFS_LOCKS_REFUSE": "\($0)"] } ?? [:]
+        ) { $1 }
     }
 }

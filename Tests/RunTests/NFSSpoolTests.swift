@@ -26,4 +26,37 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a file system that cannot lock the bundles stops the run with 73, saying so: a claim is a lock, and none was a quiet 0"
+    )
+    func noLocksStopTheRun() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_845)])
+            let noLocks = try await NFSLocks(in: directory, locksOf: spool.path(.incoming), refusingAllWith: ENOLCK)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: noLocks.environment)
+                #expect(status == 73, "\(output)")
+                #expect(output.contains("cannot lock the bundles, and a claim is a lock"), "\(output)")
+                #expect(try spool.names(.incoming).count == 1)
+                #expect(try await server.requestLog().filter { $0.method == "POST" }.isEmpty)
+            }
+        }
+    }
+
+    @Test("a bundle that cannot be opened for a passing reason (no descriptor left) waits, and the run exits 75, not 0")
+    func aPassingClaimFailureIsNoQuietSuccess() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_846)])
+            let refused = try await OpenRefused(in: directory, opensOf: spool.path(.incoming) + "/", failWith: EMFILE)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: refused.environment)
+                #expect(status == 75, "\(output)")
+                #expect(output.contains("could not be claimed for a passing reason"), "\(output)")
+                #expect(try spool.names(.incoming).count == 1)
+            }
+        }
+    }
 }

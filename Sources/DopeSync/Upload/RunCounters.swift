@@ -27,6 +27,9 @@ final class RunCounters: Sendable {
         /// left, say): it went back uncounted, and the run exits 75, so that a lasting cause is
         /// not a quiet 0.
         var sessionHoldFailed = false
+        /// A bundle could not be claimed for a reason of the machine's (no descriptor left, a
+        /// stale NFS handle): it waits where it is, and the run exits 75, not a quiet 0.
+        var claimFailed = false
         /// Nothing was due, and the idle run's look at the API (health and token) passed.
         var idleCheckPassed = false
         /// The checkpoint database failed as a whole (``CheckpointError/isDatabaseFailure``).
@@ -42,7 +45,7 @@ final class RunCounters: Sendable {
             if apiNotTrusted { return .apiNotTrusted }
             if apiMisdirected { return .configuration }
             if checkpointsFailed || belowFreeSpaceFloor || moveFailed || spoolNotWritable { return .cannotCreate }
-            if breaker.isOpen || databaseUnreachable || sessionHoldFailed { return .temporaryFailure }
+            if breaker.isOpen || databaseUnreachable || sessionHoldFailed || claimFailed { return .temporaryFailure }
             return summary.failed > 0 ? .bundlesFailed : .success
         }
     }

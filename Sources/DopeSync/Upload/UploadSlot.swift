@@ -96,30 +96,42 @@ struct UploadSlot: Sendable {
         }
     }
 
-    /// A bundle that cannot be taken out of its folder waits there for a person: the run exits 73
-    /// instead of 0, as for a bundle that cannot leave `processing/`. A folder that refuses every
-    /// move (read-only, full, failing) stops claiming; a refusal of this file's alone (its owner,
-    /// a sticky bit) lets the other bundles go on.
+    /// A bundle that cannot be taken out of its folder waits there, and the run's exit says so,
+    /// never a quiet 0:
+    /// - this file's own refusal (its mode, its owner, a sticky bit): 73, the other bundles go on;
+    /// - a folder that refuses every move (read-only, full, failing) or a file system that cannot
+    ///   lock at all: 73, and the run stops claiming;
+    /// - anything else (no descriptor left, a stale NFS handle): 75, the next run tries again.
     private func reportUnclaimable(_ error: SpoolError) {
-        if error.code == .unreadableOrphan || error.code == .notLockable {
-            if counters.report(\.moveFailed) {
-                logger.critical(
-                    error.code == .notLockable
-                        ? "a bundle cannot be claimed and waits where it is: the run goes on with the others and exits 73"
-                        : "a bundle left in processing/ cannot be opened and waits there: the run goes on with the others and exits 73",
-                    metadata: ["error": "\(error)"])
-            }
-            return
-        }
-        guard let errno = error.errno, SpoolError.folderWideErrors.contains(errno) else { return }
+        let errno = error.errno ?? 0
         // EPERM is this file's (its owner, a sticky bit, fs.protected_hardlinks); EACCES, a
         // folder this user may not write.
-        let ownFile = errno == EPERM
-        if ownFile ? counters.report(\.moveFailed) : counters.report(\.spoolNotWritable) {
-            logger.critical(
-                ownFile
-                    ? "a bundle cannot be claimed and waits where it is: the run goes on with the others and exits 73"
-                    : "the spool refuses to claim bundles: the run stops claiming and exits 73",
+        let ownFile =
+            error.code == .unreadableOrphan || error.code == .notLockable
+            || errno == EPERM
+        if ownFile {
+            if counters.report(\.moveFailed) {
+                logger.critical(
+                    error.code == .unreadableOrphan
+                        ? "a bundle left in processing/ cannot be opened and waits there: the run goes on with the others and exits 73"
+                        : "a bundle cannot be claimed and waits where it is: the run goes on with the others and exits 73",
+                    metadata: ["error": "\(error)"])
+            }
+        } else if SpoolError.folderWideErrors.contains(errno) {
+            if counters.report(\.spoolNotWritable) {
+                logger.critical(
+                    "the spool refuses to claim bundles: the run stops claiming and exits 73",
+                    metadata: ["error": "\(error)"])
+            }
+        } else if SpoolError.noLockErrors.contains(errno) {
+            if counters.report(\.spoolNotWritable) {
+                logger.critical(
+                    "the spool's file system cannot lock the bundles, and a claim is a lock (an NFS mount whose lock service is not running, say): the run stops claiming and exits 73",
+                    metadata: ["error": "\(error)"])
+            }
+        } else if counters.report(\.claimFailed) {
+            logger.error(
+                "a bundle could not be claimed for a passing reason and waits where it is; the run exits 75",
                 metadata: ["error": "\(error)"])
         }
     }

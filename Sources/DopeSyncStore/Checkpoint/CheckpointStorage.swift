@@ -67,7 +67,7 @@ public struct SpoolClaims: ClaimStorage {
     /// removed again and again) gives the bundle back, since going on could send a record twice.
     static func outcome(of error: SpoolError) -> SessionHoldOutcome {
         let errno = error.errno ?? 0
-        if error.code == .claimFailed && Self.noLockSupport.contains(errno) {
+        if error.code == .claimFailed && SpoolError.noLockErrors.contains(errno) {
             return .unavailable(reason: "\(error)")
         }
         // ENOTDIR, ELOOP: `.sessions` is a file or a symbolic link, which no run mends either.
@@ -78,10 +78,6 @@ public struct SpoolClaims: ClaimStorage {
         }
         return .failed(reason: "\(error)")
     }
-
-    /// What `flock` answers where the file system has no locks (a `nolock` NFS mount, some FUSE
-    /// file systems).
-    static let noLockSupport: Set<Int32> = [ENOLCK, EOPNOTSUPP, ENOSYS]
 }
 
 /// What a run asks of its checkpoint store, whichever store it is: the SQLite file in the spool

@@ -72,6 +72,10 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
     /// permission, no space or quota, another file system (`done/` mounted elsewhere), I/O errors.
     public static let folderWideErrors: Set<Int32> = [EROFS, EACCES, EPERM, ENOSPC, EDQUOT, EXDEV, EIO]
 
+    /// What `flock` answers where the file system has no locks (an NFS v3 mount whose lock
+    /// service is not running, some FUSE file systems).
+    public static let noLockErrors: Set<Int32> = [ENOLCK, EOPNOTSUPP, ENOSYS]
+
     /// Whether the CLI should exit with 73 (`EX_CANTCREAT`).
     public var isSpoolUnwritable: Bool { code == .cannotCreate || code == .notWritable || code == .runningAsRoot }
 
