@@ -27,8 +27,8 @@ final class RunCounters: Sendable {
         /// left, say): it went back uncounted, and the run exits 75, so that a lasting cause is
         /// not a quiet 0.
         var sessionHoldFailed = false
-        /// A bundle could not be claimed for a reason of the machine's (no descriptor left, a
-        /// stale NFS handle): it waits where it is, and the run exits 75, not a quiet 0.
+        /// A bundle could not be claimed for a reason of the machine's (no descriptor left): it
+        /// waits where it is, and the run exits 75, not a quiet 0.
         var claimFailed = false
         /// Nothing was due, and the idle run's look at the API (health and token) passed.
         var idleCheckPassed = false

@@ -101,7 +101,7 @@ struct UploadSlot: Sendable {
     /// - this file's own refusal (its mode, its owner, a sticky bit): 73, the other bundles go on;
     /// - a folder that refuses every move (read-only, full, failing) or a file system that cannot
     ///   lock at all: 73, and the run stops claiming;
-    /// - anything else (no descriptor left, a stale NFS handle): 75, the next run tries again.
+    /// - anything else (no descriptor left): 75, the next run tries again.
     private func reportUnclaimable(_ error: SpoolError) {
         let errno = error.errno ?? 0
         // EPERM is this file's (its owner, a sticky bit, fs.protected_hardlinks); EACCES, a
@@ -126,7 +126,9 @@ struct UploadSlot: Sendable {
         } else if SpoolError.noLockErrors.contains(errno) {
             if counters.report(\.spoolNotWritable) {
                 logger.critical(
-                    "the spool's file system cannot lock the bundles, and a claim is a lock (an NFS mount whose lock service is not running, say): the run stops claiming and exits 73",
+                    error.code == .lockFailed
+                        ? "the spool's file system cannot lock the bundles, and a claim is a lock (an NFS mount whose lock service is not running, say): the run stops claiming and exits 73"
+                        : "the spool's file system cannot move bundles as a claim needs: the run stops claiming and exits 73",
                     metadata: ["error": "\(error)"])
             }
         } else if counters.report(\.claimFailed) {

@@ -403,11 +403,13 @@ extension Spool {
             let refused = errno
             descriptor = dopesync_open_path_only(path)
             unreadable = descriptor >= 0
-            if !unreadable { errno = refused }  // the first open's reason is the one to report
+            // The first open's reason is the one to report, unless the file is gone meanwhile
+            // (another run claimed it): a lost race, not a refusal.
+            if !unreadable && !Self.goneOrReplaced.contains(errno) { errno = refused }
         }
         guard descriptor >= 0 else {
             let error = errno
-            if error == ENOENT || error == ELOOP || error == ENXIO { return nil }
+            if Self.goneOrReplaced.contains(error) { return nil }
             throw SpoolError(code: .claimFailed, message: cannotOpen, path: path, errno: error)
         }
         guard let identity = SpoolFiles.identity(ofDescriptor: descriptor), identity.isRegular else {
@@ -432,8 +434,9 @@ extension Spool {
         if error == EWOULDBLOCK && !lockRequired { error = 0 }
         guard error == 0 else {
             close(descriptor)
-            if error == EWOULDBLOCK { return nil }
-            throw SpoolError(code: .claimFailed, message: "cannot lock bundle", path: path, errno: error)
+            // ESTALE: over NFS, the file was removed or replaced since the open.
+            if error == EWOULDBLOCK || error == ESTALE { return nil }
+            throw SpoolError(code: .lockFailed, message: "cannot lock bundle", path: path, errno: error)
         }
         // Between our open and our lock, the owner may have moved the file on (and a new file of the same
         // name may have arrived): the lock is ours only if the path still names the inode we locked.
@@ -452,7 +455,7 @@ extension Spool {
         guard descriptor >= 0 else {
             let error = errno
             // Gone or replaced since the first open (a folder put there: EISDIR): the next listing judges it.
-            if [ENOENT, ELOOP, ENXIO, EISDIR, ESTALE].contains(error) { return nil }
+            if goneOrReplaced.contains(error) || error == EISDIR { return nil }
             // Anything but a refusal of this file is the machine's (no descriptor left, I/O): not the bundle's mode.
             guard error == EACCES || error == EPERM || error == EROFS else {
                 throw SpoolError(code: .claimFailed, message: "cannot open bundle to lock it", path: path, errno: error)
@@ -484,6 +487,11 @@ extension Spool {
 
     /// The message of an open that failed, told from a lock that failed.
     private static let cannotOpen = "cannot open bundle"
+
+    /// What an open or a lock answers for a file removed or replaced since it was listed (or
+    /// opened): another run's claim, a producer's new copy. A lost race, for the next listing.
+    /// ESTALE: over NFS, a handle to a file the server no longer has.
+    private static let goneOrReplaced: Set<Int32> = [ENOENT, ELOOP, ENXIO, ESTALE]
 }
 
 extension Spool {

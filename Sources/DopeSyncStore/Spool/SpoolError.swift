@@ -24,6 +24,7 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
             case runningAsRoot = "running_as_root"
             case unreadableOrphan = "unreadable_orphan"
             case notLockable = "not_lockable"
+            case lockFailed = "lock_failed"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -51,6 +52,9 @@ public struct SpoolError: Error, CustomStringConvertible, Sendable {
         /// this user may not write it: it waits where it is for a person (exit 73), and the other
         /// bundles go on.
         public static let notLockable = Code(.notLockable)
+        /// A claim's lock on a bundle failed for a reason other than another holder (a file
+        /// system without locks: ``SpoolError/noLockErrors``).
+        public static let lockFailed = Code(.lockFailed)
 
         public var description: String { value.rawValue }
     }
