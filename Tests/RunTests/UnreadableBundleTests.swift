@@ -63,7 +63,8 @@ struct UnreadableBundleTests {
     )
     func anUnreadableOrphanIsNamed() async throws {
         let worker = "dopesync-t-orphan-" + UUID().uuidString.prefix(8).lowercased()
-        try await SessionOwnershipTests.withProducers([worker]) { uids in
+        let someoneElse = "dopesync-t-other-" + UUID().uuidString.prefix(8).lowercased()
+        try await SessionOwnershipTests.withProducers([worker, someoneElse]) { uids in
             try await withTemporaryDirectory { directory in
                 let (orphan, other) = (SampleSession(seed: 9_805), SampleSession(seed: 9_806))
                 let spool = try await makeSpool(in: directory, samples: [orphan, other])
@@ -92,6 +93,12 @@ struct UnreadableBundleTests {
                     #expect(
                         status.stdout.contains("cannot be opened (owner root, mode 0600)")
                             && status.stdout.contains(orphanName), "\(status.stdout)")
+                    // Another user's status, who may open no claim at all, says nothing of the worker's access.
+                    let elsewhere = try await runDopesync(
+                        as: someoneElse, ["status", "--spool", spool.root], token: server.token)
+                    #expect(elsewhere.status == 0, "\(elsewhere.stderr)")
+                    #expect(elsewhere.stdout.contains("processing"), "\(elsewhere.stdout)")
+                    #expect(!elsewhere.stdout.contains("cannot be opened"), "\(elsewhere.stdout)")
 
                     #expect(chmod(spool.path(.processing, orphanName), 0o644) == 0)
                     let again = try await runAsWorker()
