@@ -1,3 +1,5 @@
+import DopeSyncSupport
+
 /// Walks a parsed `session.json`, building the model and collecting every issue on the way.
 /// A record with an issue yields nil, but its siblings and the rest of its fields are still
 /// read, so one pass reports everything.
@@ -233,7 +235,7 @@ final class SessionDecoder {
         case .tooLong:
             report(
                 path, .badFileName,
-                "at most \(SessionFieldFormats.maxFileNameBytes) bytes of UTF-8 (was \(name.utf8.count))")
+                "at most \(FileSystem.maxNameBytes) bytes of UTF-8 (was \(name.utf8.count))")
         }
         return nil
     }

@@ -109,10 +109,8 @@ package enum SessionFieldFormats {
         // A name goes into a multipart part's headers and into logs: a CR/LF there would forge
         // header lines, an ESC would rewrite a terminal.
         if name.unicodeScalars.contains(where: DisplayText.isControl) { return .controlCharacter }
-        return name.utf8.count > maxFileNameBytes ? .tooLong : nil
+        return name.utf8.count > FileSystem.maxNameBytes ? .tooLong : nil
     }
-
-    static let maxFileNameBytes = FileSystem.maxNameBytes
 
     enum FileNameProblem {
         case notPlain

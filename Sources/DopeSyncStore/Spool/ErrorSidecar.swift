@@ -221,8 +221,8 @@ extension Spool {
     /// the sidecar's `bundle:` line names the bundle in full.
     public static func sidecarName(forFailed name: String) -> String {
         let plain = name + ErrorSidecar.suffix
-        guard plain.utf8.count > SpoolNames.maxNameBytes else { return plain }
+        guard plain.utf8.count > FileSystem.maxNameBytes else { return plain }
         let tag = "~" + String(Array(SHA256.hash(data: Array(name.utf8))).hexString.prefix(16)) + ErrorSidecar.suffix
-        return SpoolNames.leading(name, bytes: SpoolNames.maxNameBytes - tag.utf8.count) + tag
+        return SpoolNames.leading(name, bytes: FileSystem.maxNameBytes - tag.utf8.count) + tag
     }
 }

@@ -134,7 +134,7 @@ public struct Spool: Sendable, Hashable {
     /// whole would pass 255 bytes.
     static func fittedName(_ name: String, suffix: String = "") -> String {
         let (base, ext) = baseAndExtension(name)
-        return SpoolNames.leading(base, bytes: SpoolNames.maxNameBytes - suffix.utf8.count - ext.utf8.count)
+        return SpoolNames.leading(base, bytes: FileSystem.maxNameBytes - suffix.utf8.count - ext.utf8.count)
             + suffix + ext
     }
 

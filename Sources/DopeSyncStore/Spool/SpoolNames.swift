@@ -12,8 +12,6 @@ import Foundation
 /// is: each byte that is not part of a UTF-8 character written `%XX` (`bad-\xff.tgz` becomes
 /// `bad-%FF.tgz`), suffixed if that name is taken. It is then processed like any other bundle.
 package enum SpoolNames {
-    static let maxNameBytes = FileSystem.maxNameBytes
-
     /// The longest start of `text` of at most `bytes` bytes of UTF-8, cut between characters
     /// (Unicode scalars), so that the cut stays valid UTF-8.
     static func leading<Text: StringProtocol>(_ text: Text, bytes: Int) -> String {
