@@ -43,7 +43,7 @@ public enum MigrateCommand {
                     "a run (or a `requeue` or `prune`) is using \(spool.databasePath): stop the timers and dopesync.path (systemctl stop dopesync.timer dopesync.path), let the run end, then migrate",
                 status: .cannotCreate)
         }
-        defer { withExtendedLifetime(lock) {} }
+        defer { lock.release() }
         guard FileManager.default.fileExists(atPath: spool.databasePath) else {
             return await withSharedLedger(database) { store in
                 await bindToDatabase(
@@ -151,7 +151,7 @@ public enum MigrateCommand {
             referenceLists = try store.referenceLists()
             sessions = try store.allSessionBindings()
             apiBook = try store.apiBook()
-            claimsHeld = try spool.processingEntries().filter { spool.isClaimHeld($0) == true }.map(\.name)
+            claimsHeld = try spool.processingEntries().filter { spool.lookAtClaim($0) == .held(true) }.map(\.name)
         }
     }
 }

@@ -117,7 +117,7 @@ public final class SessionHold: Sendable {
             // For writing: over NFS an exclusive lock needs it (EBADF otherwise). The worker's own file.
             let descriptor = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }
-            defer { close(descriptor) }
+            defer { SpoolFiles.unlockAndClose(descriptor) }
             guard SpoolFiles.tryLock(descriptor, LOCK_EX) == 0,
                 SpoolFiles.identity(ofDescriptor: descriptor)?.file == SpoolFiles.identity(ofPath: path)
             else { continue }

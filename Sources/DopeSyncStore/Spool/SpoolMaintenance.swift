@@ -10,16 +10,6 @@ import Foundation
 
 /// What operator commands (`status`, `requeue`, `prune`) do to the spool besides claiming.
 extension Spool {
-    /// Whether a bundle in `processing/` is held by a live claimer. False means its claimer died: an orphan
-    /// the next run takes back. Nil when the file is gone (moved on since it was listed).
-    ///
-    /// This only looks: a shared lock is tried without waiting and dropped at once. While it is held (a few
-    /// microseconds) a run's ``claimOrphan(_:)`` of the same file returns nil and simply takes it next run.
-    public func isClaimHeld(_ entry: SpoolEntry) -> Bool? {
-        if case .held(let held) = lookAtClaim(entry) { return held }
-        return nil
-    }
-
     /// What a look at a bundle in `processing/` finds (``lookAtClaim(_:)``).
     public enum ClaimLook: Sendable, Equatable {
         /// Its claimer is alive (true), or died (false).
@@ -32,7 +22,11 @@ extension Spool {
         case unreadable(String)
     }
 
-    /// ``isClaimHeld(_:)``, telling a file this user may not open from one that is gone.
+    /// Whether a bundle in `processing/` is held by a live claimer; `.held(false)` means its
+    /// claimer died: an orphan the next run takes back.
+    ///
+    /// This only looks: a shared lock is tried without waiting and dropped at once. While it is held (a few
+    /// microseconds) a run's ``claimOrphan(_:)`` of the same file returns nil and simply takes it next run.
     public func lookAtClaim(_ entry: SpoolEntry) -> ClaimLook {
         let path = path(.processing, entry.name)
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -44,12 +38,9 @@ extension Spool {
             return .unreadable(FileSystem.ownerAndMode(of: path) ?? "")
         }
         guard descriptor >= 0 else { return .gone }
-        defer { close(descriptor) }
+        defer { SpoolFiles.unlockAndClose(descriptor) }
         let error = SpoolFiles.tryLock(descriptor, LOCK_SH)
-        if error == 0 {
-            flock(descriptor, LOCK_UN)
-            return .held(false)
-        }
+        if error == 0 { return .held(false) }
         return error == EWOULDBLOCK ? .held(true) : .gone
     }
 
