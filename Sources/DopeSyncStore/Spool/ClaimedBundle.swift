@@ -357,9 +357,7 @@ extension Spool {
         let opened: Opened?
         do {
             opened = try Self.openAndLock(source, lockRequired: lockRequired)
-        } catch let error
-            where error.message == Self.cannotOpen && (error.errno == EACCES || error.errno == EPERM)
-        {
+        } catch let error where error.code == .claimFailed && (error.errno == EACCES || error.errno == EPERM) {
             throw Self.unreadableOrphan(source, error)
         }
         guard let opened else { return nil }
@@ -410,7 +408,7 @@ extension Spool {
         guard descriptor >= 0 else {
             let error = errno
             if Self.goneOrReplaced.contains(error) { return nil }
-            throw SpoolError(code: .claimFailed, message: cannotOpen, path: path, errno: error)
+            throw SpoolError(code: .claimFailed, message: "cannot open bundle", path: path, errno: error)
         }
         guard let identity = SpoolFiles.identity(ofDescriptor: descriptor), identity.isRegular else {
             close(descriptor)
@@ -484,9 +482,6 @@ extension Spool {
         /// lock still held).
         let locked: Bool
     }
-
-    /// The message of an open that failed, told from a lock that failed.
-    private static let cannotOpen = "cannot open bundle"
 
     /// What an open or a lock answers for a file removed or replaced since it was listed (or
     /// opened): another run's claim, a producer's new copy. A lost race, for the next listing.
