@@ -92,14 +92,18 @@ struct Run: AsyncParsableCommand {
             // The alerts read the metrics file: a run the settings refused says so there too.
             // Root on another user's spool writes nothing, as a run refused to root does (the
             // file would be root's). Off the loop, as above: it reads the job file.
+            let allowRoot = allowRoot
             let places = try? await NIOThreadPool.singleton.runIfActive { () -> (spool: String, metricsFile: String)? in
                 guard
                     let places = RunConfiguration.reportingPlaces(
                         commandLine: commandLine, environment: ProcessInfo.processInfo.environment, jobFile: job)
                 else { return nil }
-                var owner = stat()
-                let othersSpool = stat(places.spool, &owner) == 0 && owner.st_uid != geteuid()
-                return geteuid() == 0 && othersSpool ? nil : places
+                do throws(SpoolError) {
+                    try Spool(root: places.spool).checkBeforeWriting(mayCreate: true, allowRoot: allowRoot)
+                } catch {
+                    if error.code == .runningAsRoot { return nil }
+                }
+                return places
             }
             if let places {
                 let written = await RunMetrics.writeEndedBeforeStarting(
