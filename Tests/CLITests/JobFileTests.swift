@@ -336,21 +336,22 @@ import Testing
                 #expect(after.contains("dopesync_last_success_timestamp_seconds \(RunMetrics.format(lastSuccess))\n"))
                 #expect(after.contains("dopesync_spool_bundles{folder=\"incoming\"} 1\n"))
 
-                // Runs the settings refuse before they begin: a token command that fails (77), a
-                // typo in the job file (78). Each says so in the file, the last success kept.
+                // Runs the settings refuse before they begin: a typo in the job file (78), then a
+                // token command that fails (77). Each says so in the file, the last success kept:
+                // the 77 after the 78 is the failing command's own, not the refused token's above.
                 let settings = try String(contentsOfFile: job, encoding: .utf8)
+                let typo = try Self.write(settings + "\nconcurency: 4\n", to: directory, name: "typo.yaml")
+                let mistaken = try await runBuilt("dopesync", ["run", "--job", typo])
+                #expect(mistaken.status == 78, "\(mistaken.stderr)")
+                #expect(
+                    try String(contentsOfFile: metrics, encoding: .utf8).contains("dopesync_last_run_exit_code 78\n"))
                 let withCommand = try Self.write(
                     settings.replacingOccurrences(of: "token-file: \(token)", with: "token-command: /bin/false"),
                     to: directory, name: "command.yaml")
                 let failing = try await runBuilt("dopesync", ["run", "--job", withCommand])
                 #expect(failing.status == 77, "\(failing.stderr)")
-                #expect(
-                    try String(contentsOfFile: metrics, encoding: .utf8).contains("dopesync_last_run_exit_code 77\n"))
-                let typo = try Self.write(settings + "\nconcurency: 4\n", to: directory, name: "typo.yaml")
-                let mistaken = try await runBuilt("dopesync", ["run", "--job", typo])
-                #expect(mistaken.status == 78, "\(mistaken.stderr)")
                 let refusedBySettings = try String(contentsOfFile: metrics, encoding: .utf8)
-                #expect(refusedBySettings.contains("dopesync_last_run_exit_code 78\n"), "\(refusedBySettings)")
+                #expect(refusedBySettings.contains("dopesync_last_run_exit_code 77\n"), "\(refusedBySettings)")
                 #expect(
                     refusedBySettings.contains(
                         "dopesync_last_success_timestamp_seconds \(RunMetrics.format(lastSuccess))\n"))

@@ -234,8 +234,7 @@ import Testing
     func suffixesFitTheFileSystem() {
         let long = String(repeating: "ü", count: 125) + ".tgz"  // 254 bytes
         let suffixed = Spool.suffixedName(long, 1)
-        #expect(suffixed == String(repeating: "ü", count: 124) + ".1.tgz")
-        #expect(suffixed.utf8.count == 254, "a two-byte ü is not cut in half")
+        #expect(suffixed == String(repeating: "ü", count: 124) + ".1.tgz", "a two-byte ü is not cut in half")
         #expect(Spool.suffixedName(long, 0) == long)
     }
 

@@ -191,7 +191,11 @@ import Testing
                 let (idle, idleStatus) = await Worker(options: options, logger: quietLogger).run()
                 #expect(idleStatus == .success && idle.claimed == 0, "the idle check passes: \(idle)")
                 let written = try String(contentsOfFile: metrics, encoding: .utf8)
-                #expect(written.contains("dopesync_last_run_exit_code 0\n"), "the idle run wrote it: \(written)")
+                // The first run claimed one: a file that says none is the idle run's.
+                #expect(
+                    written.contains("dopesync_last_run_exit_code 0\n")
+                        && written.contains("dopesync_last_run_claimed_bundles 0\n"),
+                    "the idle run wrote it: \(written)")
                 #expect(RunMetrics.lastSuccess(inFile: metrics) == nil, "the API's writes fail: no success")
             }
         }
