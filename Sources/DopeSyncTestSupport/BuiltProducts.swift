@@ -1,3 +1,4 @@
+import DopeSync
 import Foundation
 
 /// The folder holding the executables this package built: the same folder as the test runner
@@ -34,4 +35,14 @@ public func runDopesync(as user: String, _ arguments: [String], token: String, e
         "/usr/sbin/runuser", ["-u", user, "--", builtProduct("dopesync").path] + arguments,
         environment: environment.merging(["DOPESYNC_API_TOKEN": token, "DOPESYNC_MIN_FREE_SPACE": "0"]) { $1 },
         allowFailure: true)
+}
+
+/// `dopesync run` of `spool` against `server` as `user`, every bundle due at once
+/// (``runDopesync(as:_:token:environment:)``).
+public func runDopesync(
+    as user: String, run spool: Spool, against server: RunningDevServer, environment: [String: String] = [:]
+) async throws -> ProcessOutput {
+    try await runDopesync(
+        as: user, ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"], token: server.token,
+        environment: environment)
 }

@@ -77,12 +77,7 @@ import Testing
                 let holds = spool.root + "/" + SessionHold.folder
                 #expect(mkdir(holds, 0o700) == 0)
                 try await withDevServer { server in
-                    func runAsWorker() async throws -> ProcessOutput {
-                        try await runDopesync(
-                            as: worker, ["run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0"],
-                            token: server.token)
-                    }
-                    let run = try await runAsWorker()
+                    let run = try await runDopesync(as: worker, run: spool, against: server)
                     #expect(run.status == 73, "\(run.stderr)")
                     #expect(run.stderr.contains("cannot hold the session while its bundle uploads"), "\(run.stderr)")
                     #expect(run.stderr.contains("chown \(worker) \(holds)"), "\(run.stderr)")
@@ -90,7 +85,7 @@ import Testing
                     #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
 
                     #expect(chown(holds, uids[0], uids[0]) == 0)
-                    let again = try await runAsWorker()
+                    let again = try await runDopesync(as: worker, run: spool, against: server)
                     #expect(again.status == 0, "\(again.stderr)")
                     #expect(try spool.names(.done) == [name])
                     #expect(try await server.createdCounts()["session"] == 1)
