@@ -1,9 +1,11 @@
 import AsyncHTTPClient
+import DopeSync
 import DopeSyncDevServer
 import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Testing
 
 extension RunningDevServer {
     /// GETs `path` with the server's token and decodes the JSON answer.
@@ -130,4 +132,21 @@ extension RunningDevServer {
         }
         return try await get("/api/sessions/\(items[0].id)", as: SessionTreeSnapshot.self)
     }
+}
+
+/// Every bundle synced once: in done/ and nowhere else, each record of each session on the
+/// server once (the dev server refuses a child before its parent, so once is also in order).
+public func expectAllSyncedOnce(
+    _ samples: [SampleSession], spool: Spool, server: RunningDevServer,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    #expect(try spool.names(.done).count == samples.count, sourceLocation: sourceLocation)
+    #expect(try spool.names(.processing).isEmpty, sourceLocation: sourceLocation)
+    #expect(try spool.names(.incoming).isEmpty, sourceLocation: sourceLocation)
+    #expect(try spool.names(.failed).isEmpty, sourceLocation: sourceLocation)
+    let created = try await server.createdCounts()
+    #expect(created["session"] == samples.count, sourceLocation: sourceLocation)
+    #expect(
+        created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount },
+        sourceLocation: sourceLocation)
 }

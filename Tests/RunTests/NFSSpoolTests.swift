@@ -20,9 +20,7 @@ import Testing
                 let (status, output) = try await runToEnd(
                     spool, apiURL: server.baseURL, token: server.token, environment: nfs.environment)
                 #expect(status == 0, "\(output)")
-                #expect(try spool.names(.done).count == 3, "\(output)")
-                #expect(try spool.names(.incoming).isEmpty && spool.names(.processing).isEmpty)
-                #expect(try await server.createdCounts()["session"] == 3)
+                try await expectAllSyncedOnce(samples, spool: spool, server: server)
             }
         }
     }
@@ -60,6 +58,7 @@ import Testing
                 #expect(status == 75, "\(output)")
                 #expect(output.contains("could not be claimed for a passing reason"), "\(output)")
                 #expect(try spool.names(.incoming).count == 1)
+                #expect(try await server.requestLog().filter { $0.method == "POST" }.isEmpty)
             }
         }
     }

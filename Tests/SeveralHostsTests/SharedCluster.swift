@@ -16,23 +16,6 @@ enum SharedCluster {
     }
 }
 
-/// Every bundle synced once: in done/ and nowhere else, each record of each session on the
-/// server once (the dev server refuses a child before its parent, so once is also in order).
-func expectAllSyncedOnce(
-    _ samples: [SampleSession], spool: Spool, server: RunningDevServer,
-    sourceLocation: SourceLocation = #_sourceLocation
-) async throws {
-    #expect(try spool.names(.done).count == samples.count, sourceLocation: sourceLocation)
-    #expect(try spool.names(.processing).isEmpty, sourceLocation: sourceLocation)
-    #expect(try spool.names(.incoming).isEmpty, sourceLocation: sourceLocation)
-    #expect(try spool.names(.failed).isEmpty, sourceLocation: sourceLocation)
-    let created = try await server.createdCounts()
-    #expect(created["session"] == samples.count, sourceLocation: sourceLocation)
-    #expect(
-        created.values.reduce(0, +) == samples.reduce(0) { $0 + $1.expectedRequestCount },
-        sourceLocation: sourceLocation)
-}
-
 /// Blocks until no claim is held with time left on the database's clock (the deadline each
 /// worker's own clock reaches first): one statement that sleeps inside the server until the
 /// latest lease's deadline, and again until the new one if a renewal moved it meanwhile.
