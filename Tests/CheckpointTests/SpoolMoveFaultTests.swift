@@ -193,20 +193,32 @@ extension SpoolTests {
         #expect(try everyFile() == ["processing/b.tar.gz", "failed/b.tar.gz", "failed/b.tar.gz.error"])
     }
 
+    /// `b.tar.gz` (its contents "payload") claimed, then left in `processing/` by a worker that
+    /// died between the link and the unlink of a move: also under each of `names` (`folder/NAME`,
+    /// a failed one with its sidecar, placed first), then taken back as an orphan.
+    func cutShortOrphan(
+        alsoAt names: [(Spool.Folder, String)], calls: SpoolFiles.RenameCalls, leased: Bool = false
+    ) throws -> ClaimedBundle {
+        try arrive("b.tar.gz", "payload")
+        let source = spool.path(.processing, "b.tar.gz")
+        let first = try claimFirstDue(renameCalls: calls)
+        for (folder, name) in names {
+            if folder == .failed {
+                try writeFile(spool.sidecarPath(forFailed: name), "bundle: \(name)\nreason: http_500\n")
+            }
+            #expect(link(source, spool.path(folder, name)) == 0)
+        }
+        first.release()
+        let orphan = try #require(try spool.processingEntries().first)
+        return try #require(try spool.claimOrphan(orphan, leased: leased, renameCalls: calls))
+    }
+
     @Test(
         "a bundle left under two names by a cut-short move to failed/ fails again under one: no second name, the newer sidecar",
         arguments: [SpoolFiles.RenameCalls.system, .system.withoutNoReplaceRename])
     func aFailureFinishesACutShortMoveToFailed(calls: SpoolFiles.RenameCalls) throws {
-        try arrive("b.tar.gz", "payload")
-        let source = spool.path(.processing, "b.tar.gz")
-        let first = try claimFirstDue(renameCalls: calls)
         // What an NFS move to failed/ leaves when the worker dies between its link and its unlink.
-        try writeFile(spool.sidecarPath(forFailed: "b.tar.gz"), "bundle: b.tar.gz\nreason: http_500\n")
-        #expect(link(source, spool.path(.failed, "b.tar.gz")) == 0)
-        first.release()
-
-        let orphan = try #require(try spool.processingEntries().first)
-        let again = try #require(try spool.claimOrphan(orphan, renameCalls: calls))
+        let again = try cutShortOrphan(alsoAt: [(.failed, "b.tar.gz")], calls: calls)
         #expect(try Move.toFailed.perform(again) == "b.tar.gz")
         #expect(try everyFile() == ["failed/b.tar.gz", "failed/b.tar.gz.error"])
         #expect(contents(spool.path(.failed, "b.tar.gz")) == "payload")
@@ -218,21 +230,10 @@ extension SpoolTests {
         "a bundle left in another folder too by a cut-short move ends in one folder, whatever its next move",
         arguments: Move.allCases, [Spool.Folder.incoming, .done, .failed])
     func aCutShortMoveElsewhereLeavesOneFolder(move: Move, cutShortIn folder: Spool.Folder) throws {
-        try arrive("b.tar.gz", "payload")
-        let source = spool.path(.processing, "b.tar.gz")
-        let calls = SpoolFiles.RenameCalls.system.withoutNoReplaceRename
-        let first = try claimFirstDue(renameCalls: calls)
-        // The earlier move took a suffixed name (its own was taken then), and its worker died
-        // between the link and the unlink: a failed/ name has its sidecar, placed first.
-        let earlier = "b.1.tar.gz"
-        if folder == .failed { try writeFile(spool.sidecarPath(forFailed: earlier), "bundle: \(earlier)\n") }
-        #expect(link(source, spool.path(folder, earlier)) == 0)
-        // A producer's own hard link under another name is not the bundle's: it stays.
-        #expect(link(source, spool.path(.tmp, "producers-copy")) == 0)
-        first.release()
-
-        let orphan = try #require(try spool.processingEntries().first)
-        let again = try #require(try spool.claimOrphan(orphan, renameCalls: calls))
+        // The earlier move took a suffixed name (its own was taken then). A producer's own hard
+        // link under another name is not the bundle's: it stays.
+        let again = try cutShortOrphan(
+            alsoAt: [(folder, "b.1.tar.gz"), (.tmp, "producers-copy")], calls: .system.withoutNoReplaceRename)
         let final = try move.perform(again)
         #expect(final == "b.tar.gz")
         let expected =
@@ -246,16 +247,9 @@ extension SpoolTests {
         "a leased claim leaves a cut-short move's name alone: a paused worker whose lease ran out may still unlink the processing/ name"
     )
     func aLeasedClaimLeavesOtherNames() throws {
-        try arrive("b.tar.gz", "payload")
-        let source = spool.path(.processing, "b.tar.gz")
-        let calls = SpoolFiles.RenameCalls.system.withoutNoReplaceRename
-        let first = try claimFirstDue(renameCalls: calls)
         // The paused worker's link into done/, its unlink not yet made.
-        #expect(link(source, spool.path(.done, "b.1.tar.gz")) == 0)
-        first.release()
-
-        let orphan = try #require(try spool.processingEntries().first)
-        let takenOver = try #require(try spool.claimOrphan(orphan, leased: true, renameCalls: calls))
+        let takenOver = try cutShortOrphan(
+            alsoAt: [(.done, "b.1.tar.gz")], calls: .system.withoutNoReplaceRename, leased: true)
         #expect(try Move.toFailed.perform(takenOver) == "b.tar.gz")
         #expect(try everyFile() == ["done/b.1.tar.gz", "failed/b.tar.gz", "failed/b.tar.gz.error"])
     }
