@@ -13,7 +13,6 @@ import Testing
     /// A name that, printed raw, would end the log line, forge a "critical" one and clear the screen.
     static let forging = "evil\n2026-11-26T00:00:00+0000 critical dopesync: forged line\u{1B}[2J.tar.gz"
 
-    /// Drops a file that is not an archive into `incoming/` under `name`: it fails validation.
     /// Renames `source` to `folder/NAME`, NAME given as bytes (which may not be UTF-8).
     static func renameToByteName(
         _ source: String, toBytes name: [UInt8], in folder: String, sourceLocation: SourceLocation = #_sourceLocation
@@ -23,6 +22,7 @@ import Testing
             path.withUnsafeBufferPointer { Glibc.rename(source, $0.baseAddress!) } == 0, sourceLocation: sourceLocation)
     }
 
+    /// Drops a file that is not an archive into `incoming/` under `name`: it fails validation.
     static func dropInvalid(_ name: String, into spool: Spool) throws {
         try Data("not an archive\n".utf8).write(to: URL(fileURLWithPath: spool.path(.incoming, name)))
     }

@@ -405,7 +405,7 @@ import Testing
     }
 
     @Test(
-        "a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
+        "SQLite: a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
     )
     func renamedKeepsALiveRow() throws {
         let store = try open()

@@ -71,6 +71,7 @@ import Testing
             let done = spool.path(.done)
             // As an operator who mounts an archive disk at done/: every rename into it is EXDEV.
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", done])
+            defer { _ = umount2(done, Int32(MNT_DETACH)) }  // also when the test throws; a second time is a no-op
             try await withDevServer { server in
                 let (status, output) = try await runToEnd(
                     spool, apiURL: server.baseURL, token: server.token, ["--concurrency", "1"])
@@ -103,6 +104,7 @@ import Testing
             #expect(rename(spool.path(.incoming, name), spool.path(.processing, name)) == 0)
             let incoming = spool.path(.incoming)
             _ = try await runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", incoming])
+            defer { _ = umount2(incoming, Int32(MNT_DETACH)) }  // also when the test throws; a second time is a no-op
             try await withDevServer(BundleRefusalTests.firewalled) { server in
                 let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 _ = umount2(incoming, Int32(MNT_DETACH))

@@ -33,7 +33,7 @@ import Testing
                 for await tick in ticks {
                     // Past the three reference lists read before the first bundle's first step.
                     if lockedAt == nil, tick.requests > ReferenceList.allCases.count {
-                        // Uploads are under way: another process takes the lock (flock(1) keeps it until its input closes).
+                        // Uploads are under way: another process takes the lock, held until its input closes.
                         let locker = try await Spawned.holdingLock(on: spool.databaseLockPath)
                         (holder, lockedAt, requestsWhenLocked) = (locker, .now, tick.requests)
                     } else if let locked = lockedAt, releasedAt == nil {

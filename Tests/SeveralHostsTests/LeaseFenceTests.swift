@@ -129,7 +129,7 @@ import Testing
     }
 
     @Test(
-        "a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
+        "PostgreSQL: a rename never replaces a live bundle's row: incoming/a.1.tar.gz, waiting for retry, keeps its attempts when another a.tar.gz takes that name in done/"
     )
     func aRenameKeepsALiveRow() async throws {
         let database = try await SharedCluster.freshDatabase()
