@@ -131,6 +131,9 @@ import Testing
                 #expect(status == 75, "\(output)")
                 #expect(output.contains("cannot hold the session while its bundle uploads"), "\(output)")
                 #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"], "given back")
+                let state = try CheckpointStore(spool: spool).bundleState(name: "\(sample.sessionID).tar.gz")
+                #expect(
+                    state?.attempts == 0 && state?.lastOutcome == .returned, "uncounted: \(String(describing: state))")
                 #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
             }
         }

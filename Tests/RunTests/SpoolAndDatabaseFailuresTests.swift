@@ -123,7 +123,7 @@ import Testing
     }
 
     @Test(
-        "a bundle the machine cannot open (no descriptor left, a failing disk) is deferred as io_error, not failed; the next run syncs it",
+        "a bundle the machine cannot open (no descriptor left, a failing disk) is deferred as io_error, not failed; requeued, the next run syncs it",
         arguments: [EMFILE, EIO])
     func aReadingTheMachineCutShortIsDeferred(error: Int32) async throws {
         try await withTemporaryDirectory { directory in
@@ -139,6 +139,8 @@ import Testing
                 #expect(output.contains("cannot read the bundle: the bundle is deferred, not blamed"), "\(output)")
                 #expect(output.contains(String(cString: strerror(error))), "\(output)")
                 #expect(try spool.names(.incoming) == [name] && spool.names(.failed).isEmpty, "not blamed")
+                let deferred = try CheckpointStore(spool: spool).bundleState(name: name)
+                #expect(deferred?.lastError?.reason == FailureReason(.io), "\(String(describing: deferred))")
 
                 // Due now, as an operator makes it once the machine is mended.
                 let requeue = try await runBuilt("dopesync", ["requeue", name, "--spool", spool.root])
