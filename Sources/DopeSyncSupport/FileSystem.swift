@@ -95,9 +95,29 @@ package enum FileSystem {
     }
 
     /// A user's name, for a message: `uid 1234` when it has none.
+    ///
+    /// `getpwuid_r`, not `getpwuid`: claims run on several threads at once, and `getpwuid`'s
+    /// answer lives in one static buffer that another thread's lookup overwrites.
     package static func userName(_ uid: uid_t) -> String {
-        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
-        return String(cString: name)
+        var size = 1024
+        // ERANGE: the entry does not fit (long GECOS fields): again with a larger buffer, to 1 MiB.
+        while size <= 1 << 20 {
+            var tooSmall = false
+            let name = withUnsafeTemporaryAllocation(of: CChar.self, capacity: size) { buffer -> String? in
+                var entry = passwd()
+                var found: UnsafeMutablePointer<passwd>? = nil
+                return withUnsafeMutablePointer(to: &entry) { entry in
+                    let status = getpwuid_r(uid, entry, buffer.baseAddress!, size, &found)
+                    tooSmall = status == ERANGE
+                    guard status == 0, found != nil, let name = entry.pointee.pw_name else { return nil }
+                    return String(cString: name)
+                }
+            }
+            if let name { return name }
+            guard tooSmall else { break }
+            size *= 4
+        }
+        return "uid \(uid)"
     }
 
     /// A file mode as `ls` and `chmod` read it: `0640`.

@@ -56,4 +56,25 @@ import Testing
         book.addresses = ["https://new.example:443": staging]
         #expect(APIBinding.decide(url: "https://new.example:443", book: book) == .known(api: staging))
     }
+
+    /// A producer is named by this host's user database, as claims on several threads name them
+    /// at once: each gets its own owner's name, never another thread's, and a uid without an
+    /// entry is named by its number.
+    @Test func producersAreNamedRightWhileOtherThreadsNameOthers() async {
+        let unnamed = UInt32(4_000_123_456)
+        #expect(Producer(uid: unnamed).description == "uid \(unnamed)")
+        let expected: [UInt32: String] = [0: "root", 65534: "nobody"]
+        let wrong = await withTaskGroup(of: Int.self) { group in
+            for thread in 0..<8 {
+                group.addTask {
+                    (0..<3000).reduce(0) { wrong, turn in
+                        let uid: UInt32 = (thread + turn) % 2 == 0 ? 0 : 65534
+                        return wrong + (Producer(uid: uid).name == expected[uid] ? 0 : 1)
+                    }
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(wrong == 0, "\(wrong) of 24000 names were another uid's")
+    }
 }
