@@ -463,6 +463,7 @@ import Testing
         }
         #expect(failure.reason == .changedAfterUpload && failure.step == dope.key)
         #expect(failure.message?.contains("distance = 999") == true, "\(failure.message ?? "")")
+        #expect(failure.field == "\(dope.recordPath).distance" && !dope.recordPath.isEmpty)
     }
 
     @Test(

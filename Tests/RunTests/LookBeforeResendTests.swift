@@ -74,6 +74,8 @@ import Testing
                 let sidecar = try String(contentsOfFile: spool.path(.failed, name + ".error"), encoding: .utf8)
                 #expect(sidecar.contains("reason: changed_after_upload"), "\(sidecar)")
                 #expect(sidecar.contains("step: dope:\(dope[1]["id"] as! String)"))
+                #expect(sidecar.contains("field: dope[1].distance"), "\(sidecar)")
+                #expect(sidecar.contains("dope[1] is already on the server as record"), "\(sidecar)")
                 #expect(sidecar.contains("distance = 150, but the bundle has 175"))
                 #expect(try await server.createdCounts() == before, "nothing was created or overwritten")
             }

@@ -75,12 +75,15 @@ extension BundleUploadState {
                 + "or overwritten: compare it with the server's copy\(copy) and put back the value the server has")
     }
 
+    /// Names the field as the record's path and the member that differs (`dope[1].distance`).
     static func changedOnServer(_ step: UploadStep, id: Int64, field: String, server: String, bundle: String)
         -> BundleFailure
     {
-        BundleFailure(
-            reason: .changedAfterUpload, step: step.key,
-            message: "already on the server as record \(id) with \(field) = \(server), but the bundle has \(bundle): "
-                + "the API is create-only, so nothing was sent or overwritten")
+        let path = step.recordPath.isEmpty ? field : "\(step.recordPath).\(field)"
+        return BundleFailure(
+            reason: .changedAfterUpload, step: step.key, field: path,
+            message: "\(step.recordPath.isEmpty ? step.key : step.recordPath) is already on the server as record "
+                + "\(id) with \(field) = \(server), but the bundle has \(bundle): the API is create-only, so nothing "
+                + "was sent or overwritten")
     }
 }
