@@ -107,6 +107,45 @@ struct UnreadableBundleTests {
         }
     }
 
+    @Test(
+        "on NFS, an orphan the worker may read but not write, so not lock, is shown by status as waiting for that fix, not as an orphan the next run takes back"
+    )
+    func anOrphanTheWorkerCannotLockOnNFSIsNamedInStatus() async throws {
+        let worker = "dopesync-t-nfsorphan-" + UUID().uuidString.prefix(8).lowercased()
+        try await SessionOwnershipTests.withProducers([worker]) { uids in
+            try await withTemporaryDirectory { directory in
+                let orphan = SampleSession(seed: 9_808)
+                let spool = try await makeSpool(in: directory, samples: [orphan])
+                let name = "\(orphan.sessionID).tar.gz"
+                // Claimed by a run that died; root's, mode 0644: the worker may read it, not write it.
+                #expect(rename(spool.path(.incoming, name), spool.path(.processing, name)) == 0)
+                #expect(spool.give(to: uids[0], with: [], opening: directory))
+                let nfs = try await NFSLocks(in: directory, locksOf: spool.root).environment
+                try await withDevServer { server in
+                    let run = try await runDopesync(as: worker, run: spool, against: server, environment: nfs)
+                    #expect(run.status == 73, "\(run.stderr)")
+                    #expect(run.stderr.contains("needs the bundle open for writing"), "\(run.stderr)")
+                    let status = try await runDopesync(
+                        as: worker, ["status", "--spool", spool.root], token: server.token, environment: nfs)
+                    #expect(
+                        status.stdout.contains("cannot be locked (owner root, mode 0644)")
+                            && status.stdout.contains("exit 73, until the worker may write it"), "\(status.stdout)")
+                    #expect(!status.stdout.contains("the next run takes it back"), "\(status.stdout)")
+
+                    #expect(chown(spool.path(.processing, name), uids[0], uids[0]) == 0)
+                    let fixed = try await runDopesync(
+                        as: worker, ["status", "--spool", spool.root], token: server.token, environment: nfs)
+                    #expect(
+                        fixed.stdout.contains("owner dead: an orphan, the next run takes it back"), "\(fixed.stdout)")
+                    let again = try await runDopesync(as: worker, run: spool, against: server, environment: nfs)
+                    #expect(again.status == 0, "\(again.stderr)")
+                    #expect(try spool.names(.done) == [name])
+                    #expect(try await server.createdCounts()["session"] == 1)
+                }
+            }
+        }
+    }
+
     enum WhyNotMovable: String, CaseIterable, Sendable, CustomTestStringConvertible {
         /// Moves are a link and an unlink, and the kernel's fs.protected_hardlinks refuses the link.
         case nfs = "on NFS, another user's bundle"

@@ -175,17 +175,18 @@ extension SpoolStatus {
                     claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
                     ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
             }
-            let (alive, unreadable): (Bool, String?)
+            let (alive, unreadable, notLockable): (Bool, String?, String?)
             switch spool.lookAtClaim(entry) {
-            case .held(let held): (alive, unreadable) = (held, nil)
-            case .unreadable(let ownerAndMode): (alive, unreadable) = (false, ownerAndMode)
+            case .held(let held): (alive, unreadable, notLockable) = (held, nil, nil)
+            case .unreadable(let ownerAndMode): (alive, unreadable, notLockable) = (false, ownerAndMode, nil)
+            case .notLockable(let ownerAndMode): (alive, unreadable, notLockable) = (false, nil, ownerAndMode)
             case .gone: return nil  // moved on since it was listed
             }
             let since = record?.claimedAt ?? entry.modified
             return Claim(
                 name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
                 claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive,
-                unreadable: unreadable)
+                unreadable: unreadable, notLockable: notLockable)
         }
     }
 }

@@ -104,6 +104,10 @@ extension SpoolStatus {
             line += "\(Self.age(claim.ageSeconds)) ago, "
             if let unreadable = claim.unreadable {
                 line += "cannot be opened (\(unreadable)): runs leave it, and exit 73, until the worker may read it"
+            } else if let notLockable = claim.notLockable {
+                line +=
+                    "owner dead, but cannot be locked (\(notLockable)): on NFS a lock needs the file open for "
+                    + "writing; runs leave it, and exit 73, until the worker may write it (chmod g+w)"
             } else if let remaining = claim.leaseRemainingSeconds {
                 line +=
                     remaining > 0

@@ -70,6 +70,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         /// Why no run can take it back: this user may not open it (`owner NAME, mode 0600`), so
         /// no lock can show whether its claimer lives. Nil for every other claim.
         public var unreadable: String? = nil
+        /// Why no run can take it back on NFS: its claimer died, and this user may read it but not
+        /// write it (`owner NAME, mode 0644`), which an exclusive lock there needs. Nil otherwise.
+        public var notLockable: String? = nil
     }
     /// The last run that finished. Its JSON is flat: who ran it, then the fields of its summary.
     public struct LastRun: Sendable, Codable, Equatable {

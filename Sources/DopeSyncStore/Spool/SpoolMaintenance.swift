@@ -20,6 +20,9 @@ extension Spool {
         /// 0600`): no lock can be seen, and no run takes it back until the worker may read it.
         /// Another user's look at such a file is ``gone``: it says nothing of the worker's access.
         case unreadable(String)
+        /// Its claimer died, and the worker may read it but not write it where an exclusive lock
+        /// needs writing (NFS: `owner NAME, mode 0644`): no run takes it back until it may.
+        case notLockable(String)
     }
 
     /// Whether a bundle in `processing/` is held by a live claimer; `.held(false)` means its
@@ -33,15 +36,31 @@ extension Spool {
         if descriptor < 0 && (errno == EACCES || errno == EPERM) {
             // Only the worker's own verdict says no run can take it back: another user (an
             // operator outside its group) may not open any claim, live ones included.
-            var folder = stat()
-            guard stat(self.path(.processing), &folder) == 0, folder.st_uid == geteuid() else { return .gone }
+            guard isLookedAtByTheWorker else { return .gone }
             return .unreadable(FileSystem.ownerAndMode(of: path) ?? "")
         }
         guard descriptor >= 0 else { return .gone }
         defer { SpoolFiles.unlockAndClose(descriptor) }
         let error = SpoolFiles.tryLock(descriptor, LOCK_SH)
-        if error == 0 { return .held(false) }
-        return error == EWOULDBLOCK ? .held(true) : .gone
+        guard error == 0 else { return error == EWOULDBLOCK ? .held(true) : .gone }
+        // Its claimer died. A run takes it back with an exclusive lock, which NFS grants only
+        // through a descriptor open for writing (EBADF on this one): where the worker may not
+        // write the file, runs leave it and exit 73, and so must this say.
+        guard isLookedAtByTheWorker, SpoolFiles.tryLock(descriptor, LOCK_EX) == EBADF else { return .held(false) }
+        let writable = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard writable < 0 else {
+            close(writable)
+            return .held(false)
+        }
+        let refused = errno == EACCES || errno == EPERM || errno == EROFS
+        return refused ? .notLockable(FileSystem.ownerAndMode(of: path) ?? "") : .held(false)
+    }
+
+    /// Whether this user owns `processing/`, as the worker does: only its look says what a run can
+    /// open or lock there.
+    private var isLookedAtByTheWorker: Bool {
+        var folder = stat()
+        return stat(path(.processing), &folder) == 0 && folder.st_uid == geteuid()
     }
 
     /// `requeue`: moves `failed/NAME` back to `incoming/` with its mtime set to `now` where the worker
