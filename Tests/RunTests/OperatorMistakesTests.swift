@@ -63,6 +63,34 @@ import Testing
         }
     }
 
+    @Test(
+        "a command run by someone other than the worker makes no lock file of its own in the spool, which would keep the worker's migrate out",
+        .enabled(if: geteuid() == 0, "needs root to make users"))
+    func commandsOfOthersMakeNoLockFile() async throws {
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        let (worker, someoneElse) = ("dopesync-t-lockw-\(suffix)", "dopesync-t-locko-\(suffix)")
+        try await SessionOwnershipTests.withProducers([worker, someoneElse]) { uids in
+            try await withTemporaryDirectory { directory in
+                let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_870)])
+                #expect(spool.give(to: uids[0], opening: directory))
+                // Open to others, as a group-writable spool is to its group.
+                #expect(chmod(spool.root, 0o777) == 0)
+                let lockFile = spool.root + "/.dopesync.store.lock"
+                let prune = ["prune", "--older-than", "30d", "--spool", spool.root]
+                let byOther = try await runDopesync(as: someoneElse, prune, token: "unused")
+                let byRoot = try await runProcess(builtProduct("dopesync").path, prune, allowFailure: true)
+                #expect(
+                    !FileManager.default.fileExists(atPath: lockFile),
+                    "another user's prune (\(byOther.status): \(byOther.stderr)), root's (\(byRoot.status))")
+                // The worker's own makes it, the worker's; anybody's takes it from then on.
+                let byWorker = try await runDopesync(as: worker, prune, token: "unused")
+                #expect(byWorker.status == 0, "\(byWorker.stderr)")
+                var info = stat()
+                #expect(stat(lockFile, &info) == 0 && info.st_uid == uids[0])
+            }
+        }
+    }
+
     @Test("a bundle out of attempts fails as gave_up, with the last error beside it")
     func outOfAttemptsSaysGaveUp() async throws {
         try await withTemporaryDirectory { directory in
