@@ -20,8 +20,17 @@ extension RunningDevServer {
 
     /// POSTs a JSON document to an admin route.
     public func postJSON(_ path: String, _ document: [String: any Sendable]) async throws {
+        try await sendJSON(.POST, path, document)
+    }
+
+    /// PUTs a JSON document to an admin route (`/admin/faults`: the faults from now on).
+    public func putJSON(_ path: String, _ document: [String: any Sendable]) async throws {
+        try await sendJSON(.PUT, path, document)
+    }
+
+    private func sendJSON(_ method: HTTPMethod, _ path: String, _ document: [String: any Sendable]) async throws {
         var request = HTTPClientRequest(url: baseURL + path)
-        request.method = .POST
+        request.method = method
         request.headers.add(name: "Authorization", value: authorization)
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: document)))

@@ -40,3 +40,15 @@ public struct NFSLocks: Sendable {
         ) { $1 }
     }
 }
+
+/// A wall clock ahead of the real one, for a child: a machine that booted with its clock wrong
+/// (no battery-backed clock) and runs before NTP sets it right. The monotonic clocks are left.
+public struct ClockAhead: Sendable {
+    /// The variables that load the library into a child and set it ahead.
+    public let environment: [String: String]
+
+    public init(in directory: URL, by ahead: Duration) async throws {
+        let library = try await buildPreloadedShim("clock-ahead.c", into: directory)
+        environment = ["LD_PRELOAD": library, "CLOCK_AHEAD_SECONDS": "\(ahead.components.seconds)"]
+    }
+}

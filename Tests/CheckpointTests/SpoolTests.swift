@@ -376,6 +376,30 @@ import Testing
         }
     }
 
+    @Test(
+        "a deferral recorded ahead of this clock by more than its tolerance is due now (the clock went back); a little ahead, another host's, it holds"
+    )
+    func aDeferralFromAClockThatWentBackIsDue() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let store = try CheckpointStore(spool: spool)
+            let now = Date()
+            for (name, recordedAhead) in [("slightly.tgz", 60.0), ("far.tgz", 86_400.0)] {
+                try writeFile(spool.path(.incoming, name), "d", modified: now.addingTimeInterval(-3600))
+                _ = try store.recordDeferral(
+                    name: name, sessionID: nil, error: BundleFailure(reason: .unreachable),
+                    now: now.addingTimeInterval(recordedAhead))
+            }
+            let queue = IncomingQueue(
+                incoming: try spool.list(.incoming), states: try store.bundlesInFlight(), now: now, minAge: .seconds(5))
+            #expect(queue.due.map(\.name) == ["far.tgz"])
+            #expect(queue.waitingForRetry.map(\.entry.name) == ["slightly.tgz"])
+            #expect(queue.deferredAhead.map(\.entry.name) == ["far.tgz"])
+            #expect(abs((queue.deferredAhead.first?.ahead ?? 0) - 86_400) < 1)
+        }
+    }
+
     @Test("the due are taken in the order they arrived, whatever mtime a producer gave its file")
     func arrivalOrderNotMtime() async throws {
         try await withTemporaryDirectory { directory in

@@ -77,7 +77,9 @@ extension SpoolStatus {
             incoming: Incoming(
                 dueNow: queue.due.count, waitingForRetry: queue.waitingForRetry.count,
                 heldByMinAge: queue.heldByMinAge.count, minAgeSeconds: minAge / .seconds(1),
-                mtimeInFuture: queue.mtimeInFuture.map { MtimeInFuture(name: $0.entry.name, secondsAhead: $0.ahead) }),
+                mtimeInFuture: queue.mtimeInFuture.map { MtimeInFuture(name: $0.entry.name, secondsAhead: $0.ahead) },
+                deferredInFuture: queue.deferredAhead.map { MtimeInFuture(name: $0.entry.name, secondsAhead: $0.ahead) }
+            ),
             waiting: waiting,
             failed: try await failedBundles(backlog.listings[.failed] ?? [], spool: spool, ledger: ledger),
             claims: try await claims(backlog.listings[.processing] ?? [], spool: spool, ledger: ledger, now: now),

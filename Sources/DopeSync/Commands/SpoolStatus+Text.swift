@@ -61,6 +61,12 @@ extension SpoolStatus {
         ) { bundle in
             "\(bundle.name)  mtime \(Self.age(bundle.secondsAhead)) in the future"
         }
+        lines += Self.section(
+            "deferred in the future (\(incoming.deferredInFuture.count)): this clock went back since; due now",
+            incoming.deferredInFuture
+        ) { bundle in
+            "\(bundle.name)  deferred \(Self.age(bundle.secondsAhead)) in the future"
+        }
         lines += Self.section("waiting for retry (\(waiting.count)):", waiting) { bundle in
             var line =
                 "\(bundle.name)  next attempt \(Self.time(bundle.nextAttemptAt)) (in \(Self.age(bundle.nextAttemptAt.timeIntervalSince(generatedAt))))"

@@ -15,6 +15,9 @@ public struct SpoolStatus: Sendable, Codable, Equatable {
         /// Bundles whose mtime is in the future (their producer's clock is ahead), by how many
         /// seconds: judged by when they arrived instead.
         public var mtimeInFuture: [MtimeInFuture] = []
+        /// Deferred bundles whose deferral was recorded ahead of this clock, by how many seconds:
+        /// the clock went back since, and they are due now.
+        public var deferredInFuture: [MtimeInFuture] = []
     }
 
     public struct MtimeInFuture: Sendable, Codable, Equatable {

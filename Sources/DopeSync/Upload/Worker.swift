@@ -522,6 +522,13 @@ struct DueWork {
                     "bundle.name": "\(entry.name)", "mtime.ahead": "\(SpoolStatus.age(ahead))",
                 ])
         }
+        for (entry, ahead) in incoming.deferredAhead {
+            logger.warning(
+                "a bundle was deferred at a time this clock has not reached (the clock went back since): it is due now",
+                metadata: [
+                    "bundle.name": "\(entry.name)", "deferred.ahead": "\(SpoolStatus.age(ahead))",
+                ])
+        }
         guard !incoming.heldByMinAge.isEmpty || !incoming.waitingForRetry.isEmpty else { return }
         logger.info(
             "not due yet",

@@ -11,6 +11,10 @@ import Foundation
 ///   owns the file (the worker cannot set the time of a file it does not own, so the time is
 ///   never kept in the file); a file modified after it was given back (`touch`, or written anew)
 ///   is due at once;
+/// - a deferral recorded at a time this clock has not reached yet (by more than
+///   ``clockStepTolerance``) is due at once: the clock went back since (a kiosk that booted with
+///   its clock a year ahead, then was set right), and its wait would last as long as the clock was
+///   ahead;
 /// - a file modified less than `min-age` ago waits for its producer to finish (docs/job-file.md, `min-age`); a file
 ///   whose mtime is in the future (a producer's clock ahead) is judged by its ctime instead,
 ///   which the kernel sets when the file arrives or changes and no producer can set ahead;
@@ -29,6 +33,13 @@ public struct IncomingQueue: Sendable {
     /// Files whose mtime is ahead of this clock (by more than a second), with by how much: their
     /// producer's clock is wrong. Judged by their ctime, not held until then.
     public private(set) var mtimeInFuture: [(entry: SpoolEntry, ahead: TimeInterval)] = []
+    /// Deferred bundles whose deferral was recorded ahead of this clock, with by how much: the
+    /// clock went back since. Due now, whatever next-attempt time the store holds.
+    public private(set) var deferredAhead: [(entry: SpoolEntry, ahead: TimeInterval)] = []
+
+    /// How far ahead of this clock a deferral may have been recorded and still hold: hosts of
+    /// one shared database a little apart, and a clock slewed by NTP, stay well within it.
+    public static let clockStepTolerance: TimeInterval = 300
 
     /// - Parameters:
     ///   - incoming: `incoming/`'s listing (``Spool/list(_:)``).
@@ -40,6 +51,12 @@ public struct IncomingQueue: Sendable {
             let state = states[entry.name]
             let ahead = entry.modified.timeIntervalSince(now)
             if ahead > 1 { mtimeInFuture.append((entry, ahead)) }
+            if let state, state.lastOutcome == .deferred,
+                case let recordedAhead = state.updatedAt.timeIntervalSince(now),
+                recordedAhead > Self.clockStepTolerance
+            {
+                deferredAhead.append((entry, recordedAhead))
+            }
             if let state, let next = Self.retryTime(of: entry, state: state, now: now), next > now {
                 waitingForRetry.append((entry, state))
             } else if case let comesDue = Self.lastChange(of: entry, now: now).addingTimeInterval(minAgeSeconds),
@@ -62,6 +79,8 @@ public struct IncomingQueue: Sendable {
     /// as its mtime, in the future: that is its time.)
     static func retryTime(of entry: SpoolEntry, state: BundleState, now: Date) -> Date? {
         guard state.lastOutcome == .deferred, let next = state.nextAttemptAt else { return nil }
+        // Recorded in this clock's future: the clock went back, and the wait is taken as over.
+        if state.updatedAt.timeIntervalSince(now) > clockStepTolerance { return nil }
         if entry.modified <= state.updatedAt { return next }
         return entry.modified > now ? entry.modified : nil
     }

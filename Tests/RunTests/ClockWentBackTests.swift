@@ -1,0 +1,50 @@
+import DopeSyncDevServer
+import DopeSyncTestSupport
+import Foundation
+import Testing
+
+@testable import DopeSync
+
+/// A machine whose clock was far ahead, then set right: a kiosk without a battery-backed clock
+/// that booted with a wrong date, a run under it, and NTP after. The run's wall clock is moved by
+/// a preloaded shim (``ClockAhead``); everything else is real.
+@Suite struct ClockWentBackTests {
+    @Test(
+        "a bundle deferred while the clock was a year ahead is due once the clock is set right, not a year later; status says why"
+    )
+    func aDeferralFromAClockAheadDoesNotHoldTheBundle() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_880)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            // Written an hour ago: status's min-age (5 s) holds nothing back.
+            let name = "\(sample.sessionID).tar.gz"
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: spool.path(.incoming, name))
+            let aYearAhead = try await ClockAhead(in: directory, by: .seconds(365 * 86_400)).environment
+            try await withDevServer { server in
+                // While the clock is wrong, the API asks for an hour's pause (a 429 with a
+                // Retry-After longer than a run waits): the bundle is deferred, its next attempt
+                // a year and a minute from the real now.
+                try await server.putJSON("/admin/faults", ["rateLimitRate": 1, "retryAfterSeconds": 3600])
+                let (ahead, aheadOutput) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: aYearAhead)
+                #expect(ahead == 0, "\(aheadOutput)")
+                #expect(aheadOutput.contains("1 deferred"), "\(aheadOutput)")
+                let waiting = try CheckpointStore(spool: spool).bundlesInFlight().values.first
+                #expect(
+                    (waiting?.nextAttemptAt?.timeIntervalSinceNow ?? 0) > 365 * 86_400, "deferred by the clock ahead")
+
+                let shown = try await runBuilt("dopesync", ["status", "--spool", spool.root])
+                #expect(shown.stdout.contains("1 due now, 0 waiting for retry"), "\(shown.stdout)")
+                #expect(
+                    shown.stdout.contains("deferred in the future (1): this clock went back since; due now"),
+                    "\(shown.stdout)")
+                try await server.putJSON("/admin/faults", ["rateLimitRate": 0])
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 0, "\(output)")
+                #expect(output.contains("the clock went back since"), "the run says why it is due: \(output)")
+                try await expectAllSyncedOnce([sample], spool: spool, server: server)
+            }
+        }
+    }
+}
