@@ -33,17 +33,15 @@ func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
 /// the shared ``StoreLock`` runs hold: a `migrate` copying the file meanwhile would leave its
 /// writes behind in a file the spool no longer uses (a requeued bundle's fresh attempt count, say).
 /// Refused with 75 while a migration holds it, and by ``sqliteRefusal(_:)`` once it has moved the
-/// file. Only the spool's owner (the worker) makes the lock file; anyone else takes it only where
-/// it exists: a lock file made by root or another operator (a `sudo dopesync requeue` on a spool
-/// no run has used since upgrading) is theirs, and `migrate`, which opens it for writing, could
-/// not.
+/// file. Only the worker (the owner of `processing/`) makes the lock file; anyone else, root
+/// included, takes it only where it exists: a lock file made by root or another operator (a `sudo
+/// dopesync requeue` on a spool no run has used since upgrading) is theirs, and the worker's
+/// `migrate`, which opens it for writing, could not.
 func withSQLiteCheckpoints(
     _ spool: Spool, command: String, _ body: () async -> CommandOutcome
 ) async -> CommandOutcome {
     var lock: StoreLock?
-    var root = stat()
-    let ownsSpool = stat(spool.root, &root) == 0 && root.st_uid == geteuid()
-    if ownsSpool || FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
+    if spool.isRunByItsWorker || FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
         do {
             lock = try StoreLock.take(.shared, in: spool)
         } catch {

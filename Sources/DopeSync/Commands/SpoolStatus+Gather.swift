@@ -172,10 +172,15 @@ extension SpoolStatus {
         return entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
             let record = records[entry.name]
             if let record, let expires = record.leaseExpiresAt, let readAt = record.readAt {
-                return Claim(
+                var claim = Claim(
                     name: entry.name, host: record.owner.host, pid: record.owner.pid, runID: record.owner.runID,
                     claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
                     ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
+                // A lease that ran out is taken over with a lock, which NFS may refuse (as below).
+                if expires <= readAt, case .notLockable(let ownerAndMode) = spool.lookAtClaim(entry) {
+                    claim.notLockable = ownerAndMode
+                }
+                return claim
             }
             let (alive, unreadable, notLockable): (Bool, String?, String?)
             switch spool.lookAtClaim(entry) {

@@ -113,7 +113,8 @@ extension SpoolStatus {
             } else if let notLockable = claim.notLockable {
                 line +=
                     "owner dead, but cannot be locked (\(notLockable)): on NFS a lock needs the file open for "
-                    + "writing; runs leave it, and exit 73, until the worker may write it (chmod g+w)"
+                    + "writing; runs leave it, and exit 73, until the worker may write it (chown it to the "
+                    + "worker, or give it the worker's group and chmod g+w)"
             } else if let remaining = claim.leaseRemainingSeconds {
                 line +=
                     remaining > 0

@@ -30,35 +30,48 @@ extension Spool {
     ///
     /// This only looks: a shared lock is tried without waiting and dropped at once. While it is held (a few
     /// microseconds) a run's ``claimOrphan(_:)`` of the same file returns nil and simply takes it next run.
+    /// Where the claimer died, the worker's look also tries the exclusive lock a run would take,
+    /// through a second descriptor: on a local file system it fails against the look's own shared
+    /// lock and takes nothing, and on NFS it tells a file the worker may not write (``ClaimLook/notLockable(_:)``).
     public func lookAtClaim(_ entry: SpoolEntry) -> ClaimLook {
         let path = path(.processing, entry.name)
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         if descriptor < 0 && (errno == EACCES || errno == EPERM) {
             // Only the worker's own verdict says no run can take it back: another user (an
             // operator outside its group) may not open any claim, live ones included.
-            guard isLookedAtByTheWorker else { return .gone }
+            guard isRunByItsWorker else { return .gone }
             return .unreadable(FileSystem.ownerAndMode(of: path) ?? "")
         }
         guard descriptor >= 0 else { return .gone }
         defer { SpoolFiles.unlockAndClose(descriptor) }
         let error = SpoolFiles.tryLock(descriptor, LOCK_SH)
         guard error == 0 else { return error == EWOULDBLOCK ? .held(true) : .gone }
-        // Its claimer died. A run takes it back with an exclusive lock, which NFS grants only
-        // through a descriptor open for writing (EBADF on this one): where the worker may not
-        // write the file, runs leave it and exit 73, and so must this say.
-        guard isLookedAtByTheWorker, SpoolFiles.tryLock(descriptor, LOCK_EX) == EBADF else { return .held(false) }
+        guard isRunByItsWorker, let ownerAndMode = exclusiveLockRefused(path) else { return .held(false) }
+        return .notLockable(ownerAndMode)
+    }
+
+    /// The owner and mode of `path` when a run could not lock it: NFS v4 grants an exclusive lock
+    /// only through a descriptor open for writing (EBADF otherwise), and the worker may not open it
+    /// so. Nil where the lock is not refused that way. Call it holding a shared lock on the file
+    /// through another descriptor, so that the exclusive lock tried here is never taken.
+    private func exclusiveLockRefused(_ path: String) -> String? {
+        let probe = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard probe >= 0 else { return nil }
+        defer { SpoolFiles.unlockAndClose(probe) }
+        guard SpoolFiles.tryLock(probe, LOCK_EX) == EBADF else { return nil }
         let writable = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard writable < 0 else {
             close(writable)
-            return .held(false)
+            return nil
         }
-        let refused = errno == EACCES || errno == EPERM || errno == EROFS
-        return refused ? .notLockable(FileSystem.ownerAndMode(of: path) ?? "") : .held(false)
+        // The refusals a run's claim names (``ClaimedBundle``'s `reopenForWriting`).
+        guard errno == EACCES || errno == EPERM || errno == EROFS else { return nil }
+        return FileSystem.ownerAndMode(of: path) ?? ""
     }
 
     /// Whether this user owns `processing/`, as the worker does: only its look says what a run can
-    /// open or lock there.
-    private var isLookedAtByTheWorker: Bool {
+    /// open or lock there, and only it makes the spool's shared files (the store's lock).
+    package var isRunByItsWorker: Bool {
         var folder = stat()
         return stat(path(.processing), &folder) == 0 && folder.st_uid == geteuid()
     }
