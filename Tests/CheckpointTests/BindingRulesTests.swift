@@ -1,4 +1,6 @@
 import DopeSync
+import Foundation
+import Synchronization
 import Testing
 
 /// The rules that bind a session to its producer and API, and a URL to an API: values alone, no
@@ -59,22 +61,31 @@ import Testing
 
     /// A producer is named by this host's user database, as claims on several threads name them
     /// at once: each gets its own owner's name, never another thread's, and a uid without an
-    /// entry is named by its number.
+    /// entry is named by its number. Threads of their own, started together: the cooperative
+    /// pool may have a single one.
     @Test func producersAreNamedRightWhileOtherThreadsNameOthers() async {
         let unnamed = UInt32(4_000_123_456)
         #expect(Producer(uid: unnamed).description == "uid \(unnamed)")
-        let expected: [UInt32: String] = [0: "root", 65534: "nobody"]
-        let wrong = await withTaskGroup(of: Int.self) { group in
-            for thread in 0..<8 {
-                group.addTask {
-                    (0..<3000).reduce(0) { wrong, turn in
-                        let uid: UInt32 = (thread + turn) % 2 == 0 ? 0 : 65534
-                        return wrong + (Producer(uid: uid).name == expected[uid] ? 0 : 1)
-                    }
+        // One at a time, every lookup is right; the two names must differ for a swap to show.
+        let expected: [UInt32: String] = [0: Producer(uid: 0).name, 65534: Producer(uid: 65534).name]
+        #expect(expected[0] != expected[65534])
+        let wrong = Atomic<Int>(0)
+        let finished = DispatchGroup()
+        let start = DispatchSemaphore(value: 0)
+        for thread in 0..<8 {
+            finished.enter()
+            Thread {
+                start.wait()
+                for turn in 0..<3000 {
+                    let uid: UInt32 = (thread + turn) % 2 == 0 ? 0 : 65534
+                    if Producer(uid: uid).name != expected[uid] { wrong.add(1, ordering: .relaxed) }
                 }
-            }
-            return await group.reduce(0, +)
+                finished.leave()
+            }.start()
         }
-        #expect(wrong == 0, "\(wrong) of 24000 names were another uid's")
+        for _ in 0..<8 { start.signal() }
+        await withCheckedContinuation { continuation in finished.notify(queue: .global()) { continuation.resume() } }
+        #expect(
+            wrong.load(ordering: .relaxed) == 0, "\(wrong.load(ordering: .relaxed)) of 24000 names were another uid's")
     }
 }
