@@ -35,10 +35,13 @@ extension PostgresCheckpoints: CheckpointStorage {
         }
     }
 
-    public func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date? {
+    public func lastHealthyRunFinishedAt(notAfter latest: Date) async throws(CheckpointError) -> Date? {
         let rows = try await rows(
             "reading the last healthy run",
-            "SELECT max(finished_at) AS last FROM dopesync.runs WHERE finished_at IS NOT NULL AND healthy")
+            """
+            SELECT max(finished_at) AS last FROM dopesync.runs
+            WHERE finished_at IS NOT NULL AND healthy AND finished_at <= \(latest.timeIntervalSince1970)
+            """)
         let last: Double? = try rows.first.flatMap { row throws(CheckpointError) in try Self.decode(row, "last") }
         return last.map(Date.init(timeIntervalSince1970:))
     }

@@ -65,12 +65,15 @@ import Testing
         let store = try CheckpointStore(path: path)
         #expect(try store.appliedMigrations() == Self.allMigrations)
         #expect(try store.lastFinishedRun()?.runID == "old")
-        #expect(try store.lastHealthyRunFinishedAt() == nil, "a run from before the column was not judged")
+        #expect(
+            try store.lastHealthyRunFinishedAt(notAfter: Date()) == nil, "a run from before the column was not judged")
         try store.recordRunStarted(runID: "new", host: "h", pid: 2, startedAt: Date(timeIntervalSince1970: 10))
         try store.recordRunFinished(
             runID: "new", summary: RunSummary(claimed: 1, done: 1), healthy: true,
             finishedAt: Date(timeIntervalSince1970: 20))
-        #expect(try store.lastHealthyRunFinishedAt() == Date(timeIntervalSince1970: 20))
+        #expect(try store.lastHealthyRunFinishedAt(notAfter: Date()) == Date(timeIntervalSince1970: 20))
+        #expect(
+            try store.lastHealthyRunFinishedAt(notAfter: Date(timeIntervalSince1970: 19)) == nil, "stamped after then")
     }
 
     /// Before v6 a bundle's steps done were a column each result updated; since, they are counted

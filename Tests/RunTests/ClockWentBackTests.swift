@@ -47,4 +47,41 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a success stamped while the clock was a year ahead does not stand as the last success once it is set right: the no-recent-success alert can fire"
+    )
+    func aSuccessFromAClockAheadIsNotTheLastSuccess() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 9_885)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            let aYearAhead = try await ClockAhead(in: directory, by: .seconds(365 * 86_400)).environment
+            /// The last success the metrics file gives, in seconds from now.
+            func lastSuccessFromNow() throws -> Double? {
+                let prefix = "dopesync_last_success_timestamp_seconds "
+                let text = try String(contentsOfFile: metrics, encoding: .utf8)
+                let line = text.split(separator: "\n").first { $0.hasPrefix(prefix) }
+                return line.flatMap { Double($0.dropFirst(prefix.count)) }.map { $0 - Date().timeIntervalSince1970 }
+            }
+            try await withDevServer { server in
+                let (ahead, aheadOutput) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--metrics-file", metrics],
+                    environment: aYearAhead)
+                #expect(ahead == 0, "\(aheadOutput)")
+                #expect(try lastSuccessFromNow() ?? 0 > 360 * 86_400, "the success, stamped a year ahead")
+
+                // The clock set right. A run its settings refuse carries the file's last success
+                // over; one whose token the API refuses reads it from the store. Neither may say
+                // the last success is a year away: "no success for 6 hours" would stay silent.
+                let (refused, refusedOutput) = try await runToEnd(
+                    spool, apiURL: "http://api.example", token: server.token, ["--metrics-file", metrics])
+                #expect(refused == 78, "\(refusedOutput)")
+                #expect(try lastSuccessFromNow() ?? 1 <= 0, "settings refused")
+                let (denied, deniedOutput) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: "not-the-token", ["--metrics-file", metrics])
+                #expect(denied == 77, "\(deniedOutput)")
+                #expect(try lastSuccessFromNow() ?? 1 <= 0, "token refused")
+            }
+        }
+    }
 }

@@ -56,6 +56,25 @@ import Testing
         }
     }
 
+    @Test("a shared run's metrics file gives its own finish as the last success (the store's last healthy run)")
+    func aSharedRunsLastSuccessIsInTheMetrics() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 4312)])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            try await withDevServer { server in
+                let run = try await spawnSharedRun(
+                    spool, against: server, database: database, host: "host-a", ["--metrics-file", metrics])
+                #expect(await run.finished() == 0)
+                let prefix = "dopesync_last_success_timestamp_seconds "
+                let written = try String(contentsOfFile: metrics, encoding: .utf8)
+                let line = written.split(separator: "\n").first { $0.hasPrefix(prefix) }
+                let lastSuccess = try #require(line.flatMap { Double($0.dropFirst(prefix.count)) }, "\(written)")
+                #expect(abs(lastSuccess - Date().timeIntervalSince1970) < 60, "\(written)")
+            }
+        }
+    }
+
     enum Fault: String, CaseIterable, Sendable, CustomTestStringConvertible {
         /// `pg_ctl restart -m immediate`: the server crashes and recovers from its WAL.
         case restartImmediately = "pg_ctl restart -m immediate"

@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 /// What `dopesync run --metrics-file PATH` leaves behind: a Prometheus textfile for
@@ -53,7 +54,7 @@ public struct RunMetrics: Sendable {
             let now = Date()
             let backlog = (try? SpoolBacklog.list(spool, inFlight: [:], now: now)) ?? SpoolBacklog.empty
             let metrics = RunMetrics(
-                finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: path), summary: summary,
+                finishedAt: now, lastSuccessAt: RunMetrics.lastSuccess(inFile: path, now: now), summary: summary,
                 backlog: backlog, floor: floor)
             return Result { try metrics.write(to: path) }
         }
@@ -164,13 +165,15 @@ public struct RunMetrics: Sendable {
     }
 
     /// The last success time an earlier run wrote into `path`, if it can be read (for a run that
-    /// cannot read the checkpoint database).
-    static func lastSuccess(inFile path: String) -> Date? {
+    /// cannot read the checkpoint database), unless it is ahead of `now` (``WallClock``).
+    static func lastSuccess(inFile path: String, now: Date = Date()) -> Date? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
         let prefix = "dopesync_last_success_timestamp_seconds "
         for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix(prefix) {
-            guard let seconds = Double(line.dropFirst(prefix.count)), seconds > 0 else { return nil }
-            return Date(timeIntervalSince1970: seconds)
+            guard let seconds = Double(line.dropFirst(prefix.count)), seconds > 0,
+                case let time = Date(timeIntervalSince1970: seconds), time <= WallClock.latestBelievable(at: now)
+            else { return nil }
+            return time
         }
         return nil
     }

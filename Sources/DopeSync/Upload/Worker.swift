@@ -450,7 +450,8 @@ public struct Worker: Sendable {
             runID: runID, summary: summary, healthy: healthy, apiLookups: apiLookups)
         guard let metricsFile = options.metricsFile, let backlog else { return }
         do {
-            let lastSuccessAt = try await checkpoints.lastHealthyRunFinishedAt()
+            let lastSuccessAt = try await checkpoints.lastHealthyRunFinishedAt(
+                notAfter: WallClock.latestBelievable(at: now))
             let listed = try backlog.get()
             var metrics = RunMetrics(
                 finishedAt: now, lastSuccessAt: lastSuccessAt, summary: summary, backlog: listed,

@@ -94,7 +94,9 @@ public protocol CheckpointStorage: Sendable {
     func recordRunStarted(runID: String, host: String, pid: Int32) async throws(CheckpointError)
     func recordRunFinished(runID: String, summary: RunSummary, healthy: Bool?, apiLookups: Bool?)
         async throws(CheckpointError)
-    func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date?
+    /// When the last healthy run finished, of those that finished by `latest`: one stamped later
+    /// ran under a clock that was ahead (``WallClock``), and its time says nothing of now.
+    func lastHealthyRunFinishedAt(notAfter latest: Date) async throws(CheckpointError) -> Date?
     /// Bundles whose session is on the server but incomplete (``HalfSession``), oldest first.
     func halfSessions() async throws(CheckpointError) -> [HalfSession]
 

@@ -51,10 +51,11 @@ extension CheckpointStore {
     }
 
     /// When a run judged healthy last finished (see `recordRunFinished`).
-    public func lastHealthyRunFinishedAt() throws(CheckpointError) -> Date? {
+    public func lastHealthyRunFinishedAt(notAfter latest: Date) throws(CheckpointError) -> Date? {
         try read("reading the last healthy run") { connection in
             let last: Double? = try connection.queryFirst(
-                "SELECT max(finished_at) AS last FROM runs WHERE finished_at IS NOT NULL AND healthy = 1")?["last"]
+                "SELECT max(finished_at) AS last FROM runs WHERE finished_at IS NOT NULL AND healthy = 1 AND finished_at <= ?",
+                [latest.timeIntervalSince1970])?["last"]
             return last.map(Date.init(timeIntervalSince1970:))
         }
     }

@@ -23,8 +23,8 @@ extension CheckpointWriter: CheckpointStorage {
         try await perform { try $0.halfSessions() }
     }
 
-    public func lastHealthyRunFinishedAt() async throws(CheckpointError) -> Date? {
-        try await perform { try $0.lastHealthyRunFinishedAt() }
+    public func lastHealthyRunFinishedAt(notAfter latest: Date) async throws(CheckpointError) -> Date? {
+        try await perform { try $0.lastHealthyRunFinishedAt(notAfter: latest) }
     }
 
     public func bundlesInFlight() async throws(CheckpointError) -> [String: BundleState] {

@@ -12,7 +12,7 @@ import Foundation
 ///   never kept in the file); a file modified after it was given back (`touch`, or written anew)
 ///   is due at once;
 /// - a deferral recorded at a time this clock has not reached yet (by more than
-///   ``clockStepTolerance``) is due at once: the clock went back since (a kiosk that booted with
+///   ``WallClock/stepTolerance``) is due at once: the clock went back since (a kiosk that booted with
 ///   its clock a year ahead, then was set right), and its wait would last as long as the clock was
 ///   ahead;
 /// - a file modified less than `min-age` ago waits for its producer to finish (docs/job-file.md, `min-age`); a file
@@ -37,10 +37,6 @@ public struct IncomingQueue: Sendable {
     /// clock went back since. Due now, whatever next-attempt time the store holds.
     public private(set) var deferredAhead: [(entry: SpoolEntry, ahead: TimeInterval)] = []
 
-    /// How far ahead of this clock a deferral may have been recorded and still hold: hosts of
-    /// one shared database a little apart, and a clock slewed by NTP, stay well within it.
-    public static let clockStepTolerance: TimeInterval = 300
-
     /// - Parameters:
     ///   - incoming: `incoming/`'s listing (``Spool/list(_:)``).
     ///   - states: the store's rows of bundles not yet done or failed, by name.
@@ -53,7 +49,7 @@ public struct IncomingQueue: Sendable {
             if ahead > 1 { mtimeInFuture.append((entry, ahead)) }
             if let state, state.lastOutcome == .deferred,
                 case let recordedAhead = state.updatedAt.timeIntervalSince(now),
-                recordedAhead > Self.clockStepTolerance
+                recordedAhead > WallClock.stepTolerance
             {
                 deferredAhead.append((entry, recordedAhead))
             }
@@ -80,7 +76,7 @@ public struct IncomingQueue: Sendable {
     static func retryTime(of entry: SpoolEntry, state: BundleState, now: Date) -> Date? {
         guard state.lastOutcome == .deferred, let next = state.nextAttemptAt else { return nil }
         // Recorded in this clock's future: the clock went back, and the wait is taken as over.
-        if state.updatedAt.timeIntervalSince(now) > clockStepTolerance { return nil }
+        if state.updatedAt.timeIntervalSince(now) > WallClock.stepTolerance { return nil }
         if entry.modified <= state.updatedAt { return next }
         return entry.modified > now ? entry.modified : nil
     }
