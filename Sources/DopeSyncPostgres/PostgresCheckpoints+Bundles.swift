@@ -90,8 +90,14 @@ extension PostgresCheckpoints {
         let now = Date()
         return try await fencedTransaction(name, "recording the deferral of \(name)") { connection in
             try await Self.ensureBundle(connection, name: name, now: now.timeIntervalSince1970, logger: self.logger)
+            // A first-seen time ahead of the clock: as in the SQLite store's recordDeferral.
+            let t = now.timeIntervalSince1970
             let rows = try await connection.query(
-                "UPDATE dopesync.bundles SET attempts = attempts + 1 WHERE name = \(name) RETURNING attempts, first_seen",
+                """
+                UPDATE dopesync.bundles SET attempts = attempts + 1,
+                    first_seen = CASE WHEN first_seen > \(t + WallClock.stepTolerance) THEN \(t) ELSE first_seen END
+                WHERE name = \(name) RETURNING attempts, first_seen
+                """,
                 logger: self.logger
             ).collect()
             guard let row = rows.first?.makeRandomAccess() else {

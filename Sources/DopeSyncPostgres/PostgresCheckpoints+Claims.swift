@@ -16,7 +16,8 @@ extension PostgresCheckpoints: ClaimStorage {
         let askedAt = ContinuousClock.now
         let now = Self.databaseNow
         // Another host may have deferred it since this run listed it as due: its next attempt,
-        // on the deferring worker's clock as `IncomingQueue` reads it, still holds.
+        // on the deferring worker's clock as `IncomingQueue` reads it, still holds, unless it was
+        // recorded ahead of this clock (``WallClock``: the clock went back since).
         let clientNow = Date().timeIntervalSince1970
         let deferred = orphan ? Double.infinity : clientNow
         // A bundle never claimed: its row is made with epoch 1, in one statement.
@@ -38,7 +39,7 @@ extension PostgresCheckpoints: ClaimStorage {
                         AND run_id IS DISTINCT FROM \(owner.runID)
                         AND NOT EXISTS (
                             SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
-                                AND next_attempt_at > \(deferred))
+                                AND next_attempt_at > \(deferred) AND updated_at <= \(deferred + WallClock.stepTolerance))
                     FOR UPDATE SKIP LOCKED
                 ) AS free
                 WHERE c.bundle_name = free.bundle_name

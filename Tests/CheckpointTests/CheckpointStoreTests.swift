@@ -282,6 +282,25 @@ import Testing
 
     // MARK: Bundles
 
+    /// First seen under a clock a year ahead, then deferred once the clock is right: the 6-day
+    /// max age counts from that deferral, not from a year on, so it can still end the deferrals.
+    @Test func aFirstSeenTimeAheadOfTheClockCountsFromTheDeferral() throws {
+        let store = try open()
+        let policy = DeferralPolicy(maxAttempts: nil, maxAge: .seconds(6 * 86_400))
+        let error = BundleFailure(reason: .http(503))
+        let owner = ClaimOwner(host: "h", pid: 9, runID: "r")
+        try store.recordClaim(name: "b", owner: owner, now: now.addingTimeInterval(365 * 86_400))
+        let first = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: now, policy: policy)
+        #expect(first.firstSeen == now && !first.exhausted)
+        let weekLater = now.addingTimeInterval(7 * 86_400)
+        #expect(
+            try store.recordDeferral(name: "b", sessionID: nil, error: error, now: weekLater, policy: policy).exhausted)
+        // Within the tolerance (another host's clock a little ahead), the time stands.
+        try store.recordClaim(name: "c", owner: owner, now: now.addingTimeInterval(60))
+        let near = try store.recordDeferral(name: "c", sessionID: nil, error: error, now: now, policy: policy)
+        #expect(near.firstSeen == now.addingTimeInterval(60))
+    }
+
     @Test func deferralsCountAttemptsGrowTheDelayAndEndTheClaim() throws {
         let store = try open()
         let policy = DeferralPolicy(base: .seconds(60), factor: 2, cap: .seconds(150), maxAttempts: 3, maxAge: nil)

@@ -400,6 +400,35 @@ import Testing
         }
     }
 
+    @Test(
+        "files and deferrals written under a clock that has gone back a year since are due, not held by min-age or their retry time until it catches up"
+    )
+    func filesFromAClockThatWentBackAreDue() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let store = try CheckpointStore(spool: spool)
+            let written = Date()
+            try writeFile(spool.path(.incoming, "deferred.tgz"), "d", modified: written)
+            try writeFile(spool.path(.incoming, "fresh.tgz"), "f", modified: written)
+            _ = try store.recordDeferral(
+                name: "deferred.tgz", sessionID: nil, error: BundleFailure(reason: .unreachable), now: written)
+            // The listing read by a clock a year behind the one that wrote them: their mtimes, and
+            // the ctimes the kernel gave them, are a year ahead of it.
+            let yearBefore = written.addingTimeInterval(-365 * 86_400)
+            let queue = IncomingQueue(
+                incoming: try spool.list(.incoming), states: try store.bundlesInFlight(), now: yearBefore,
+                minAge: .seconds(5))
+            #expect(queue.due.map(\.name).sorted() == ["deferred.tgz", "fresh.tgz"])
+            #expect(queue.heldByMinAge.isEmpty && queue.waitingForRetry.isEmpty)
+            #expect(queue.deferredAhead.map(\.entry.name) == ["deferred.tgz"])
+            // A file written a moment ago by the right clock is still held by min-age.
+            let justWritten = IncomingQueue(
+                incoming: try spool.list(.incoming), states: [:], now: written, minAge: .seconds(5))
+            #expect(justWritten.heldByMinAge.count == 2)
+        }
+    }
+
     @Test("the due are taken in the order they arrived, whatever mtime a producer gave its file")
     func arrivalOrderNotMtime() async throws {
         try await withTemporaryDirectory { directory in

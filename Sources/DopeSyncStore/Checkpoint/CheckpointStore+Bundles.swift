@@ -93,9 +93,16 @@ extension CheckpointStore {
     ) throws(CheckpointError) -> Deferral {
         try write("recording the deferral of \(name)") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
+            // A first-seen time ahead of this clock was recorded under one that has gone back since
+            // (``WallClock``): the max-age rule counts from now instead, or it could not fire until
+            // the clock caught up.
+            let t = now.timeIntervalSince1970
             guard
                 let row = try connection.queryFirst(
-                    "UPDATE bundles SET attempts = attempts + 1 WHERE name = ? RETURNING attempts, first_seen", [name])
+                    """
+                    UPDATE bundles SET attempts = attempts + 1, first_seen = CASE WHEN first_seen > ? THEN ? ELSE first_seen END
+                    WHERE name = ? RETURNING attempts, first_seen
+                    """, [t + WallClock.stepTolerance, t, name])
             else { throw CheckpointError(code: .database, message: "bundle row \(name) vanished") }
             let attempts: Int = try row["attempts"]
             let firstSeen = Date(timeIntervalSince1970: try row["first_seen"])

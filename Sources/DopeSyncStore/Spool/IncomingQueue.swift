@@ -33,8 +33,8 @@ public struct IncomingQueue: Sendable {
     /// Files whose mtime is ahead of this clock (by more than a second), with by how much: their
     /// producer's clock is wrong. Judged by their ctime, not held until then.
     public private(set) var mtimeInFuture: [(entry: SpoolEntry, ahead: TimeInterval)] = []
-    /// Deferred bundles whose deferral was recorded ahead of this clock, with by how much: the
-    /// clock went back since. Due now, whatever next-attempt time the store holds.
+    /// Deferred bundles due now because their deferral was recorded ahead of this clock, with by
+    /// how much: the clock went back since. (Also in ``due``.)
     public private(set) var deferredAhead: [(entry: SpoolEntry, ahead: TimeInterval)] = []
 
     /// - Parameters:
@@ -47,12 +47,6 @@ public struct IncomingQueue: Sendable {
             let state = states[entry.name]
             let ahead = entry.modified.timeIntervalSince(now)
             if ahead > 1 { mtimeInFuture.append((entry, ahead)) }
-            if let state, state.lastOutcome == .deferred,
-                case let recordedAhead = state.updatedAt.timeIntervalSince(now),
-                recordedAhead > WallClock.stepTolerance
-            {
-                deferredAhead.append((entry, recordedAhead))
-            }
             if let state, let next = Self.retryTime(of: entry, state: state, now: now), next > now {
                 waitingForRetry.append((entry, state))
             } else if case let comesDue = Self.lastChange(of: entry, now: now).addingTimeInterval(minAgeSeconds),
@@ -62,6 +56,12 @@ public struct IncomingQueue: Sendable {
                 firstHeldComesDue = min(firstHeldComesDue ?? comesDue, comesDue)
             } else {
                 due.append((entry, Self.arrival(of: entry, state: state)))
+                if let state, state.lastOutcome == .deferred,
+                    case let recordedAhead = state.updatedAt.timeIntervalSince(now),
+                    recordedAhead > WallClock.stepTolerance
+                {
+                    deferredAhead.append((entry, recordedAhead))
+                }
             }
         }
         self.due = due.sorted { ($0.arrived, $0.entry.name) < ($1.arrived, $1.entry.name) }.map(\.entry)
@@ -83,8 +83,14 @@ public struct IncomingQueue: Sendable {
 
     /// When the file last changed, for `min-age`: its mtime, unless that is in the future; then
     /// its ctime (a clock no producer sets).
+    ///
+    /// A ctime ahead of this clock too (beyond ``WallClock/stepTolerance``) was set by a system
+    /// clock that has gone back since, and no write has come since (a write would have set it to
+    /// now): the file is taken as changed long ago, or `min-age` would hold it until the clock
+    /// caught up.
     static func lastChange(of entry: SpoolEntry, now: Date) -> Date {
-        entry.modified > now ? min(entry.changed, now) : entry.modified
+        guard entry.modified > now else { return entry.modified }
+        return entry.changed > WallClock.latestBelievable(at: now) ? .distantPast : min(entry.changed, now)
     }
 
     /// When the worker first saw the bundle.
