@@ -11,4 +11,10 @@ public enum WallClock {
 
     /// The latest recorded time still believed at `now`.
     public static func latestBelievable(at now: Date) -> Date { now.addingTimeInterval(stepTolerance) }
+
+    /// How far ahead of this clock a file's ctime may be and still be believed. A ctime comes
+    /// from another machine's clock on a shared spool (the NFS server's, a CephFS client's), which
+    /// nothing keeps within minutes of this one; a day ahead, only a clock that has gone back
+    /// explains it. Taking such a file as written long ago must never take one still being written.
+    public static let fileClockTolerance: TimeInterval = 86_400
 }

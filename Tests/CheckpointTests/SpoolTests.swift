@@ -422,10 +422,18 @@ import Testing
             #expect(queue.due.map(\.name).sorted() == ["deferred.tgz", "fresh.tgz"])
             #expect(queue.heldByMinAge.isEmpty && queue.waitingForRetry.isEmpty)
             #expect(queue.deferredAhead.map(\.entry.name) == ["deferred.tgz"])
-            // A file written a moment ago by the right clock is still held by min-age.
+            // A file written a moment ago by the right clock is still held by min-age, and so is one
+            // whose mtime a producer set an hour ahead: its ctime is now.
+            try writeFile(spool.path(.incoming, "ahead.tgz"), "a", modified: written.addingTimeInterval(3600))
             let justWritten = IncomingQueue(
-                incoming: try spool.list(.incoming), states: [:], now: written, minAge: .seconds(5))
-            #expect(justWritten.heldByMinAge.count == 2)
+                incoming: try spool.list(.incoming), states: [:], now: Date(), minAge: .seconds(5))
+            #expect(justWritten.heldByMinAge.count == 3 && justWritten.due.isEmpty)
+            // Read by a clock an hour behind the file server's (its ctimes an hour ahead): a file
+            // being written is still held, whatever its times say.
+            let serverAhead = IncomingQueue(
+                incoming: try spool.list(.incoming), states: [:], now: written.addingTimeInterval(-3600),
+                minAge: .seconds(5))
+            #expect(serverAhead.heldByMinAge.count == 3 && serverAhead.due.isEmpty)
         }
     }
 

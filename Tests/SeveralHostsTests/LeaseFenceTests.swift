@@ -153,6 +153,35 @@ import Testing
         }
     }
 
+    @Test(
+        "PostgreSQL: a deferral holds a bundle against both claim statements, unless it was recorded over 5 minutes ahead of the claiming clock"
+    )
+    func aDeferralHoldsBothClaimsUnlessRecordedAhead() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database) { a in
+            for name in ["known.tar.gz", "imported.tar.gz"] {
+                #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
+                _ = try await a.recordDeferral(
+                    name: name, sessionID: nil, error: BundleFailure(reason: .http(503)), policy: DeferralPolicy())
+                try await a.recordGivenBack(name: name, finalName: name, counted: true)
+            }
+            // As `migrate` leaves a bundle: its row, no claim row (the statement that makes one).
+            try await database.psql("DELETE FROM dopesync.claims WHERE bundle_name = 'imported.tar.gz'")
+            try await worker(ownerB, on: database) { b in
+                for name in ["known.tar.gz", "imported.tar.gz"] {
+                    #expect(try await !b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): deferred")
+                }
+                // Recorded a year ahead of this clock: the clock went back since.
+                try await database.psql(
+                    "UPDATE dopesync.bundles SET updated_at = updated_at + 365 * 86400, next_attempt_at = next_attempt_at + 365 * 86400"
+                )
+                for name in ["known.tar.gz", "imported.tar.gz"] {
+                    #expect(try await b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): due")
+                }
+            }
+        }
+    }
+
     @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in

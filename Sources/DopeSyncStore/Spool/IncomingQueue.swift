@@ -84,13 +84,14 @@ public struct IncomingQueue: Sendable {
     /// When the file last changed, for `min-age`: its mtime, unless that is in the future; then
     /// its ctime (a clock no producer sets).
     ///
-    /// A ctime ahead of this clock too (beyond ``WallClock/stepTolerance``) was set by a system
-    /// clock that has gone back since, and no write has come since (a write would have set it to
-    /// now): the file is taken as changed long ago, or `min-age` would hold it until the clock
-    /// caught up.
+    /// A ctime more than a day ahead of this clock too (``WallClock/fileClockTolerance``) was set
+    /// by a clock that has gone back since, and no write has come since (a write would have set it
+    /// to now): the file is taken as changed long ago, or `min-age` would hold it until the clock
+    /// caught up, months on.
     static func lastChange(of entry: SpoolEntry, now: Date) -> Date {
         guard entry.modified > now else { return entry.modified }
-        return entry.changed > WallClock.latestBelievable(at: now) ? .distantPast : min(entry.changed, now)
+        return entry.changed.timeIntervalSince(now) > WallClock.fileClockTolerance
+            ? .distantPast : min(entry.changed, now)
     }
 
     /// When the worker first saw the bundle.
