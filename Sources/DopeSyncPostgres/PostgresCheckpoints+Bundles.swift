@@ -25,6 +25,16 @@ extension PostgresCheckpoints {
         return states
     }
 
+    public func restampDoneTimes(after latest: Date, to now: Date) async throws(CheckpointError) -> Int {
+        try await rows(
+            "recording done times ahead of the clock as now",
+            """
+            UPDATE dopesync.bundles SET updated_at = \(now.timeIntervalSince1970)
+            WHERE last_outcome = 'done' AND updated_at > \(latest.timeIntervalSince1970) RETURNING name
+            """
+        ).count
+    }
+
     public func doneTimes() async throws(CheckpointError) -> [String: Date] {
         let rows = try await rows(
             "reading done times", "SELECT name, updated_at FROM dopesync.bundles WHERE last_outcome = 'done'")

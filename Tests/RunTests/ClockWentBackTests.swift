@@ -84,4 +84,37 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "bundles done while the clock was a year ahead are kept for prune's older-than from when it finds them, then pruned, not kept a year longer"
+    )
+    func bundlesDoneUnderAClockAheadArePrunedInTime() async throws {
+        try await withTemporaryDirectory { directory in
+            let samples = [SampleSession(seed: 9_890), SampleSession(seed: 9_891)]
+            let spool = try await makeSpool(in: directory, samples: samples)
+            for sample in samples {
+                try FileManager.default.setAttributes(
+                    [.modificationDate: Date().addingTimeInterval(-3600)],
+                    ofItemAtPath: spool.path(.incoming, "\(sample.sessionID).tar.gz"))
+            }
+            try await withDevServer { server in
+                let aYearAhead = try await ClockAhead(in: directory, by: .seconds(365 * 86_400)).environment
+                let (ahead, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: aYearAhead)
+                #expect(ahead == 0, "\(output)")
+            }
+            #expect(try spool.names(.done).count == 2)
+            let prune = ["prune", "--older-than", "30d", "--spool", spool.root]
+            let now = try await runBuilt("dopesync", prune)
+            #expect(now.status == 0, "\(now.stderr)")
+            #expect(now.stdout.contains("2 bundles were recorded done ahead of this clock"), "\(now.stdout)")
+            #expect(try spool.names(.done).count == 2, "kept for 30 days from now")
+            // 31 days on, by a clock moved that far: both are pruned.
+            let later = try await runBuilt(
+                "dopesync", prune,
+                environment: try await ClockAhead(in: directory, by: .seconds(31 * 86_400)).environment)
+            #expect(later.status == 0, "\(later.stderr)")
+            #expect(try spool.names(.done).isEmpty, "\(later.stdout)")
+        }
+    }
 }

@@ -182,6 +182,29 @@ import Testing
         }
     }
 
+    @Test("PostgreSQL: prune records done times ahead of its clock as now, and only those")
+    func doneTimesAheadAreRestamped() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database) { a in
+            for name in ["ahead.tar.gz", "past.tar.gz"] {
+                #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
+                _ = try await a.recordClaim(
+                    name: name, sessionID: name, owner: ownerA, producer: Producer(uid: 0), api: "http://api:80",
+                    totalSteps: 1, now: Date())
+                try await a.recordDone(name: name, sessionID: name, finalName: name)
+            }
+            try await database.psql(
+                "UPDATE dopesync.bundles SET updated_at = updated_at + 365 * 86400 WHERE name = 'ahead.tar.gz'")
+            let before = try await a.doneTimes()
+            let now = Date()
+            #expect(try await a.restampDoneTimes(after: WallClock.latestBelievable(at: now), to: now) == 1)
+            #expect(before.count == 2)
+            let after = try await a.doneTimes()
+            #expect(after["ahead.tar.gz"]?.timeIntervalSince1970 == now.timeIntervalSince1970)
+            #expect(after["past.tar.gz"] == before["past.tar.gz"])
+        }
+    }
+
     @Test func aResultOfAStepWhoseClaimWasTakenOverIsRefusedAndTheOthersOfItsBatchCommit() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in

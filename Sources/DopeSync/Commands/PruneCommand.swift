@@ -1,3 +1,4 @@
+import DopeSyncSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -12,15 +13,19 @@ import Foundation
 ///
 /// Exit 0; 73 when `done/` cannot be read or a file cannot be deleted (the others are still deleted).
 public enum PruneCommand {
-    /// The times the store recorded bundles as done, by name; none without a database.
-    static func doneTimes(_ spool: Spool) -> [String: Date] {
-        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return [:] }
+    /// The times the store recorded bundles as done, by name; none without a database. Done times
+    /// ahead of `now` are recorded as `now` first, where the store can be written
+    /// (``CheckpointLedger/restampDoneTimes(after:to:)``); the second value says how many.
+    static func doneTimes(_ spool: Spool, now: Date) -> (times: [String: Date], restamped: Int) {
+        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return ([:], 0) }
         // Prune is what frees a full disk, where a normal open may not even set up its connection:
         // then the file as it is on disk, and failing that, the files' own times.
         do {
-            return try CheckpointStore(spool: spool).doneTimes()
+            let store = try CheckpointStore(spool: spool)
+            let restamped = (try? store.restampDoneTimes(after: WallClock.latestBelievable(at: now), to: now)) ?? 0
+            return (try store.doneTimes(), restamped)
         } catch {
-            return (try? CheckpointStore(readingSnapshotOf: spool.databasePath).doneTimes()) ?? [:]
+            return ((try? CheckpointStore(readingSnapshotOf: spool.databasePath).doneTimes()) ?? [:], 0)
         }
     }
 
@@ -38,13 +43,17 @@ public enum PruneCommand {
         let spool = Spool(root: spoolRoot)
         if let database {
             return await withSharedLedger(database, spool: spool) { ledger in
-                await prune(spool, olderThan: olderThan, now: now, doneAt: (try? await ledger.doneTimes()) ?? [:]) {
-                    deleted throws(CheckpointError) in try await ledger.forget(names: deleted)
-                }
+                let restamped =
+                    (try? await ledger.restampDoneTimes(after: WallClock.latestBelievable(at: now), to: now)) ?? 0
+                return await prune(
+                    spool, olderThan: olderThan, now: now, doneAt: (try? await ledger.doneTimes()) ?? [:],
+                    restamped: restamped
+                ) { deleted throws(CheckpointError) in try await ledger.forget(names: deleted) }
             }
         }
         return await withSQLiteCheckpoints(spool, command: "prune") {
-            await prune(spool, olderThan: olderThan, now: now, doneAt: Self.doneTimes(spool)) {
+            let (doneAt, restamped) = Self.doneTimes(spool, now: now)
+            return await prune(spool, olderThan: olderThan, now: now, doneAt: doneAt, restamped: restamped) {
                 deleted throws(CheckpointError) in
                 guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }
                 return try CheckpointStore(spool: spool, now: now).forget(names: deleted)
@@ -55,7 +64,7 @@ public enum PruneCommand {
     /// Deletes what `doneAt` (else the files' mtimes) says got to done/ before the cutoff, then
     /// has the store `forget` them.
     private static func prune(
-        _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date],
+        _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date], restamped: Int,
         forget: ([String]) async throws(CheckpointError) -> Int
     ) async -> CommandOutcome {
         let (seconds, attoseconds) = olderThan.components
@@ -70,6 +79,12 @@ public enum PruneCommand {
         }
 
         var lines: [String] = []
+        if restamped > 0 {
+            lines.append(
+                "\(restamped) bundle\(restamped == 1 ? " was" : "s were") recorded done ahead of this clock (it has "
+                    + "gone back since): counted as done now, so kept for \(SpoolStatus.age(olderThan / .seconds(1))) from now"
+            )
+        }
         var diagnostics: [String] = []
         var deleted: [String] = []
         var bytes: Int64 = 0

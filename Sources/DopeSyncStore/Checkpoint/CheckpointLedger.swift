@@ -31,6 +31,10 @@ public protocol CheckpointLedger: Sendable {
     func renamed(from oldName: String, to newName: String, now: Date) async throws(CheckpointError)
     /// `prune`: forgets bundles deleted from `done/` (and steps no bundle needs); how many.
     func forget(names: [String]) async throws(CheckpointError) -> Int
+    /// `prune`: bundles recorded done after `latest`, under a clock that has gone back since
+    /// (``WallClock``), are recorded done `now` instead, so that `older-than` counts from now
+    /// rather than from a time the clock may not reach for months; how many.
+    func restampDoneTimes(after latest: Date, to now: Date) async throws(CheckpointError) -> Int
 }
 
 extension CheckpointStore: CheckpointLedger {

@@ -294,6 +294,15 @@ extension CheckpointStore {
     }
 
     /// When each bundle in done/ was recorded done, by name: the clock `prune` goes by.
+    public func restampDoneTimes(after latest: Date, to now: Date) throws(CheckpointError) -> Int {
+        try write("recording done times ahead of the clock as now") { connection in
+            try connection.query(
+                "UPDATE bundles SET updated_at = ? WHERE last_outcome = 'done' AND updated_at > ?",
+                [now.timeIntervalSince1970, latest.timeIntervalSince1970])
+            return connection.changes
+        }
+    }
+
     public func doneTimes() throws(CheckpointError) -> [String: Date] {
         try read("reading done times") { connection in
             var times: [String: Date] = [:]
