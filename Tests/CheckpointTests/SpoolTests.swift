@@ -437,6 +437,26 @@ import Testing
         }
     }
 
+    @Test(
+        "a bundle first seen under a clock that has gone back since ages from its arrival in incoming/, so the stuck-bundle alert can fire"
+    )
+    func aFirstSeenTimeAheadDoesNotHideABundlesAge() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = Spool(root: directory.path)
+            try spool.create()
+            let store = try CheckpointStore(spool: spool)
+            let arrived = Date()
+            try writeFile(spool.path(.incoming, "b.tgz"), "b", modified: arrived)
+            try store.recordClaim(
+                name: "b.tgz", owner: ClaimOwner(host: "h", pid: 1, runID: "r"),
+                now: arrived.addingTimeInterval(365 * 86_400))
+            let twoHoursOn = arrived.addingTimeInterval(7200)
+            let backlog = try SpoolBacklog.list(spool, inFlight: try store.bundlesInFlight(), now: twoHoursOn)
+            let age = try #require(backlog.folders["incoming"]?.oldestAgeSeconds)
+            #expect(abs(age - 7200) < 60, "from its ctime, not 0: \(age)")
+        }
+    }
+
     @Test("the due are taken in the order they arrived, whatever mtime a producer gave its file")
     func arrivalOrderNotMtime() async throws {
         try await withTemporaryDirectory { directory in

@@ -37,9 +37,12 @@ package struct SpoolBacklog: Sendable {
             }.count
     }
 
-    /// Ages in `incoming/` count from the store's first-seen times where it has them.
+    /// Ages in `incoming/` count from the store's first-seen times where it has them, unless one
+    /// is ahead of `now` (recorded under a clock that has gone back since, ``WallClock``): an
+    /// age of 0 for as long as the clock was ahead would keep the stuck-bundle alert silent.
     package static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
-        let firstSeen = inFlight.mapValues(\.firstSeen)
+        let believable = WallClock.latestBelievable(at: now)
+        let firstSeen = inFlight.mapValues(\.firstSeen).filter { $0.value <= believable }
         var backlog = SpoolBacklog(listings: [:], folders: [:], inFlight: inFlight)
         backlog.space = FileSystemSpace(of: spool.root)
         // tmp/: producers' files still being written, which fill the disk as surely as bundles
