@@ -58,8 +58,9 @@ let package = Package(
         // LeakSanitizer's suppressions, built into every binary (only an ASan build reads them).
         .target(name: "CLeakSuppressions"),
 
-        // glibc's pipe2(O_CLOEXEC) and renameat2(RENAME_NOREPLACE), which Swift's Glibc module does
-        // not declare: the pipes of child processes, and the spool's no-replace moves.
+        // glibc's pipe2(O_CLOEXEC), renameat2(RENAME_NOREPLACE) and adjtimex, which Swift's Glibc
+        // module does not declare: the pipes of child processes, the spool's no-replace moves, and
+        // whether the clock is synchronized.
         .target(name: "CSystemCalls"),
 
         // Where a call that may block its thread may run: never on an event loop (debug builds stop).

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/syscall.h>
+#include <sys/timex.h>
 #endif
 
 #include "CSystemCalls.h"
@@ -50,5 +51,15 @@ int dopesync_pidfd_open(int pid) {
     (void)pid;
     errno = ENOSYS;
     return -1;
+#endif
+}
+
+int dopesync_clock_is_synchronized(void) {
+#ifdef __linux__
+    struct timex state = {0};  /* modes 0: only reads */
+    int clock = adjtimex(&state);
+    return clock != -1 && clock != TIME_ERROR && !(state.status & STA_UNSYNC);
+#else
+    return 0;
 #endif
 }

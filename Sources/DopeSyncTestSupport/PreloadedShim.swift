@@ -43,12 +43,16 @@ public struct NFSLocks: Sendable {
 
 /// A wall clock ahead of the real one, for a child: a machine that booted with its clock wrong
 /// (no battery-backed clock) and runs before NTP sets it right. The monotonic clocks are left.
+/// `synchronized`: the kernel also reports the clock synchronized, as NTP keeps it (true), or
+/// not (false), whatever this machine's is; nil: as it is.
 public struct ClockAhead: Sendable {
     /// The variables that load the library into a child and set it ahead.
     public let environment: [String: String]
 
-    public init(in directory: URL, by ahead: Duration) async throws {
+    public init(in directory: URL, by ahead: Duration, synchronized: Bool? = nil) async throws {
         let library = try await buildPreloadedShim("clock-ahead.c", into: directory)
-        environment = ["LD_PRELOAD": library, "CLOCK_AHEAD_SECONDS": "\(ahead.components.seconds)"]
+        environment = ["LD_PRELOAD": library, "CLOCK_AHEAD_SECONDS": "\(ahead.components.seconds)"].merging(
+            synchronized.map { ["CLOCK_SYNCHRONIZED": $0 ? "1" : "0"] } ?? [:]
+        ) { $1 }
     }
 }

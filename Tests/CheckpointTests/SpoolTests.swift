@@ -426,7 +426,7 @@ import Testing
             // whose mtime a producer set an hour ahead: its ctime is now.
             try writeFile(spool.path(.incoming, "ahead.tgz"), "a", modified: written.addingTimeInterval(3600))
             let justWritten = IncomingQueue(
-                incoming: try spool.list(.incoming), states: [:], now: Date(), minAge: .seconds(5))
+                incoming: try spool.list(.incoming), states: [:], now: written, minAge: .seconds(5))
             #expect(justWritten.heldByMinAge.count == 3 && justWritten.due.isEmpty)
             // Read by a clock an hour behind the file server's (its ctimes an hour ahead): a file
             // being written is still held, whatever its times say.

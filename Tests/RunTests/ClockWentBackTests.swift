@@ -105,14 +105,31 @@ import Testing
             }
             #expect(try spool.names(.done).count == 2)
             let prune = ["prune", "--older-than", "30d", "--spool", spool.root]
-            let now = try await runBuilt("dopesync", prune)
-            #expect(now.status == 0, "\(now.stderr)")
-            #expect(now.stdout.contains("2 bundles were recorded done ahead of this clock"), "\(now.stdout)")
+            // A clock the kernel does not call synchronized may be the one that is behind: the
+            // times are left, and prune says why.
+            let unsynchronized = try await runBuilt(
+                "dopesync", prune,
+                environment: try await ClockAhead(in: directory, by: .zero, synchronized: false).environment)
+            #expect(unsynchronized.status == 0, "\(unsynchronized.stderr)")
+            #expect(
+                unsynchronized.stdout.contains(
+                    "2 bundles were recorded done ahead of this clock, which is not synchronized"),
+                "\(unsynchronized.stdout)")
+            // Synchronized (NTP): they count as done now, and are kept 30 days from now.
+            let synchronizedNow = try await runBuilt(
+                "dopesync", prune,
+                environment: try await ClockAhead(in: directory, by: .zero, synchronized: true).environment)
+            #expect(synchronizedNow.status == 0, "\(synchronizedNow.stderr)")
+            #expect(
+                synchronizedNow.stdout.contains(
+                    "2 bundles were recorded done ahead of this clock (it has gone back since)"),
+                "\(synchronizedNow.stdout)")
             #expect(try spool.names(.done).count == 2, "kept for 30 days from now")
-            // 31 days on, by a clock moved that far: both are pruned.
+            // 31 days on: both are pruned.
             let later = try await runBuilt(
                 "dopesync", prune,
-                environment: try await ClockAhead(in: directory, by: .seconds(31 * 86_400)).environment)
+                environment: try await ClockAhead(in: directory, by: .seconds(31 * 86_400), synchronized: true)
+                    .environment)
             #expect(later.status == 0, "\(later.stderr)")
             #expect(try spool.names(.done).isEmpty, "\(later.stdout)")
         }

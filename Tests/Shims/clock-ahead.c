@@ -1,12 +1,14 @@
 /* Preloaded into a child by ClockAhead (Sources/DopeSyncTestSupport/PreloadedShim.swift): the
    wall clock (clock_gettime's CLOCK_REALTIME and its coarse form, gettimeofday, time) reads
    $CLOCK_AHEAD_SECONDS later than it is, as on a machine that booted with its clock wrong. The
-   monotonic clocks are left alone. (Debian's libfaketime does this too, but under it a Swift
-   program sees no command-line arguments.) */
+   monotonic clocks are left alone. With $CLOCK_SYNCHRONIZED 1 (or 0), adjtimex and ntp_adjtime
+   also report the clock synchronized, as NTP keeps it (or not), whatever this machine's is. (Debian's libfaketime moves clocks too, but
+   under it a Swift program sees no command-line arguments.) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/time.h>
+#include <sys/timex.h>
 #include <time.h>
 
 static long ahead(void) {
@@ -35,4 +37,27 @@ time_t time(time_t *out) {
     clock_gettime(CLOCK_REALTIME, &now);
     if (out) *out = now.tv_sec;
     return now.tv_sec;
+}
+
+static int synchronized(struct timex *state, int clock) {
+    const char *synchronized = getenv("CLOCK_SYNCHRONIZED");
+    if (clock == -1 || !synchronized) return clock;
+    if (synchronized[0] == '0') {
+        state->status |= STA_UNSYNC;
+        return TIME_ERROR;
+    }
+    state->status &= ~STA_UNSYNC;
+    return TIME_OK;
+}
+
+int adjtimex(struct timex *state) {
+    static int (*real)(struct timex *);
+    if (!real) real = dlsym(RTLD_NEXT, "adjtimex");
+    return synchronized(state, real(state));
+}
+
+int ntp_adjtime(struct timex *state) {
+    static int (*real)(struct timex *);
+    if (!real) real = dlsym(RTLD_NEXT, "ntp_adjtime");
+    return synchronized(state, real(state));
 }

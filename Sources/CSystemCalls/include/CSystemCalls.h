@@ -24,4 +24,8 @@ int dopesync_open_path_only(const char *path);
 /// (ESRCH: no such process; ENOSYS where the kernel lacks the call, before Linux 5.3).
 int dopesync_pidfd_open(int pid);
 
+/// Whether the kernel says its clock is synchronized (adjtimex: a state other than TIME_ERROR,
+/// STA_UNSYNC clear), as an NTP daemon (chrony, systemd-timesyncd, ntpd) keeps it. 1 or 0.
+int dopesync_clock_is_synchronized(void);
+
 #endif

@@ -1,3 +1,4 @@
+import CSystemCalls
 import DopeSyncSupport
 import Foundation
 
@@ -13,20 +14,50 @@ import Foundation
 ///
 /// Exit 0; 73 when `done/` cannot be read or a file cannot be deleted (the others are still deleted).
 public enum PruneCommand {
-    /// The times the store recorded bundles as done, by name; none without a database. Done times
-    /// ahead of `now` are recorded as `now` first, where the store can be written
-    /// (``CheckpointLedger/restampDoneTimes(after:to:)``); the second value says how many.
-    static func doneTimes(_ spool: Spool, now: Date) -> (times: [String: Date], restamped: Int) {
-        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return ([:], 0) }
+    /// The times the store recorded bundles as done, by name, and the store to record them in
+    /// (nil: none, or only a read-only copy could be opened).
+    static func doneTimes(_ spool: Spool) -> (times: [String: Date], store: CheckpointStore?) {
+        guard FileManager.default.fileExists(atPath: spool.databasePath) else { return ([:], nil) }
         // Prune is what frees a full disk, where a normal open may not even set up its connection:
         // then the file as it is on disk, and failing that, the files' own times.
         do {
             let store = try CheckpointStore(spool: spool)
-            let restamped = (try? store.restampDoneTimes(after: WallClock.latestBelievable(at: now), to: now)) ?? 0
-            return (try store.doneTimes(), restamped)
+            return (try store.doneTimes(), store)
         } catch {
-            return ((try? CheckpointStore(readingSnapshotOf: spool.databasePath).doneTimes()) ?? [:], 0)
+            return ((try? CheckpointStore(readingSnapshotOf: spool.databasePath).doneTimes()) ?? [:], nil)
         }
+    }
+
+    /// Done times recorded ahead of this clock (``WallClock``), under a clock that has gone back
+    /// since, are recorded as `now` by `restamp`, so that `older-than` counts from now rather than
+    /// from a time this clock may not reach for months. Only where the kernel says this clock is
+    /// synchronized (NTP): otherwise it may be this clock that is behind, the times right, and
+    /// recording them as now would have the next prune, once the clock is set, delete them early.
+    /// Returns the times to prune by, and a line for the report when any is ahead.
+    static func recordingTimesAheadAsNow(
+        _ doneAt: [String: Date], now: Date, olderThan: Duration,
+        restamp: (() async throws(CheckpointError) -> Int)?
+    ) async -> (doneAt: [String: Date], report: String?) {
+        let believable = WallClock.latestBelievable(at: now)
+        let ahead = doneAt.values.count { $0 > believable }
+        guard ahead > 0 else { return (doneAt, nil) }
+        let bundles = "\(ahead) bundle\(ahead == 1 ? " was" : "s were") recorded done ahead of this clock"
+        guard dopesync_clock_is_synchronized() != 0 else {
+            return (doneAt, bundles + ", which is not synchronized (NTP): kept until it reaches their times")
+        }
+        guard let restamp else {
+            return (doneAt, bundles + ", and the database cannot be written here: run prune as the worker's user")
+        }
+        do {
+            _ = try await restamp()
+        } catch {
+            return (doneAt, bundles + ", and could not be recorded as done now: \(error)")
+        }
+        return (
+            doneAt.mapValues { $0 > believable ? now : $0 },
+            bundles + " (it has gone back since): counted as done now, so kept for "
+                + "\(SpoolStatus.age(olderThan / .seconds(1))) from now"
+        )
     }
 
     /// The bundles of `done` recorded done before `cutoff` (by `doneAt`, else their mtime), oldest first.
@@ -41,19 +72,25 @@ public enum PruneCommand {
         spoolRoot: String, olderThan: Duration, now: Date = Date(), database: DatabaseSettings? = nil
     ) async -> CommandOutcome {
         let spool = Spool(root: spoolRoot)
+        let latest = WallClock.latestBelievable(at: now)
         if let database {
             return await withSharedLedger(database, spool: spool) { ledger in
-                let restamped =
-                    (try? await ledger.restampDoneTimes(after: WallClock.latestBelievable(at: now), to: now)) ?? 0
-                return await prune(
-                    spool, olderThan: olderThan, now: now, doneAt: (try? await ledger.doneTimes()) ?? [:],
-                    restamped: restamped
-                ) { deleted throws(CheckpointError) in try await ledger.forget(names: deleted) }
+                let (doneAt, report) = await recordingTimesAheadAsNow(
+                    (try? await ledger.doneTimes()) ?? [:], now: now, olderThan: olderThan
+                ) { () throws(CheckpointError) in try await ledger.restampDoneTimes(after: latest, to: now) }
+                return await prune(spool, olderThan: olderThan, now: now, doneAt: doneAt, report: report) {
+                    deleted throws(CheckpointError) in try await ledger.forget(names: deleted)
+                }
             }
         }
         return await withSQLiteCheckpoints(spool, command: "prune") {
-            let (doneAt, restamped) = Self.doneTimes(spool, now: now)
-            return await prune(spool, olderThan: olderThan, now: now, doneAt: doneAt, restamped: restamped) {
+            let (times, store) = Self.doneTimes(spool)
+            let (doneAt, report) = await recordingTimesAheadAsNow(
+                times, now: now, olderThan: olderThan,
+                restamp: store.map { store in
+                    { () throws(CheckpointError) in try store.restampDoneTimes(after: latest, to: now) }
+                })
+            return await prune(spool, olderThan: olderThan, now: now, doneAt: doneAt, report: report) {
                 deleted throws(CheckpointError) in
                 guard FileManager.default.fileExists(atPath: spool.databasePath) else { return 0 }
                 return try CheckpointStore(spool: spool, now: now).forget(names: deleted)
@@ -64,7 +101,7 @@ public enum PruneCommand {
     /// Deletes what `doneAt` (else the files' mtimes) says got to done/ before the cutoff, then
     /// has the store `forget` them.
     private static func prune(
-        _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date], restamped: Int,
+        _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date], report: String?,
         forget: ([String]) async throws(CheckpointError) -> Int
     ) async -> CommandOutcome {
         let (seconds, attoseconds) = olderThan.components
@@ -78,13 +115,7 @@ public enum PruneCommand {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
 
-        var lines: [String] = []
-        if restamped > 0 {
-            lines.append(
-                "\(restamped) bundle\(restamped == 1 ? " was" : "s were") recorded done ahead of this clock (it has "
-                    + "gone back since): counted as done now, so kept for \(SpoolStatus.age(olderThan / .seconds(1))) from now"
-            )
-        }
+        var lines: [String] = report.map { [$0] } ?? []
         var diagnostics: [String] = []
         var deleted: [String] = []
         var bytes: Int64 = 0

@@ -293,7 +293,7 @@ extension CheckpointStore {
         }
     }
 
-    /// When each bundle in done/ was recorded done, by name: the clock `prune` goes by.
+    /// `prune`: done times after `latest` become `now` (``CheckpointLedger/restampDoneTimes(after:to:)``).
     public func restampDoneTimes(after latest: Date, to now: Date) throws(CheckpointError) -> Int {
         try write("recording done times ahead of the clock as now") { connection in
             try connection.query(
@@ -303,6 +303,7 @@ extension CheckpointStore {
         }
     }
 
+    /// When each bundle in done/ was recorded done, by name: the clock `prune` goes by.
     public func doneTimes() throws(CheckpointError) -> [String: Date] {
         try read("reading done times") { connection in
             var times: [String: Date] = [:]
