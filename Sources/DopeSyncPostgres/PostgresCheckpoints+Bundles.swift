@@ -102,10 +102,11 @@ extension PostgresCheckpoints {
             try await Self.ensureBundle(connection, name: name, now: now.timeIntervalSince1970, logger: self.logger)
             // A first-seen time ahead of the clock: as in the SQLite store's recordDeferral.
             let t = now.timeIntervalSince1970
+            let ahead = SystemClock.isSynchronized ? t + WallClock.stepTolerance : Double.infinity
             let rows = try await connection.query(
                 """
                 UPDATE dopesync.bundles SET attempts = attempts + 1,
-                    first_seen = CASE WHEN first_seen > \(t + WallClock.stepTolerance) THEN \(t) ELSE first_seen END
+                    first_seen = CASE WHEN first_seen > \(ahead) THEN \(t) ELSE first_seen END
                 WHERE name = \(name) RETURNING attempts, first_seen
                 """,
                 logger: self.logger

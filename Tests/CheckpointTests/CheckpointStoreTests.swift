@@ -282,23 +282,29 @@ import Testing
 
     // MARK: Bundles
 
-    /// First seen under a clock a year ahead, then deferred once the clock is right: the 6-day
-    /// max age counts from that deferral, not from a year on, so it can still end the deferrals.
+    /// First seen under a clock a year ahead, then deferred once the clock is right (synchronized):
+    /// the 6-day max age counts from that deferral, not from a year on, so it can still end the
+    /// deferrals. Under a clock not synchronized, which may be the one behind, the time stands.
     @Test func aFirstSeenTimeAheadOfTheClockCountsFromTheDeferral() throws {
         let store = try open()
         let policy = DeferralPolicy(maxAttempts: nil, maxAge: .seconds(6 * 86_400))
         let error = BundleFailure(reason: .http(503))
         let owner = ClaimOwner(host: "h", pid: 9, runID: "r")
-        try store.recordClaim(name: "b", owner: owner, now: now.addingTimeInterval(365 * 86_400))
-        let first = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: now, policy: policy)
+        let aYearOn = now.addingTimeInterval(365 * 86_400)
+        func deferral(_ name: String, at time: Date, synchronized: Bool = true) throws -> Deferral {
+            try store.recordDeferral(
+                name: name, sessionID: nil, error: error, now: time, policy: policy, clockIsSynchronized: synchronized)
+        }
+        try store.recordClaim(name: "b", owner: owner, now: aYearOn)
+        let first = try deferral("b", at: now)
         #expect(first.firstSeen == now && !first.exhausted)
-        let weekLater = now.addingTimeInterval(7 * 86_400)
-        #expect(
-            try store.recordDeferral(name: "b", sessionID: nil, error: error, now: weekLater, policy: policy).exhausted)
+        #expect(try deferral("b", at: now.addingTimeInterval(7 * 86_400)).exhausted)
         // Within the tolerance (another host's clock a little ahead), the time stands.
         try store.recordClaim(name: "c", owner: owner, now: now.addingTimeInterval(60))
-        let near = try store.recordDeferral(name: "c", sessionID: nil, error: error, now: now, policy: policy)
-        #expect(near.firstSeen == now.addingTimeInterval(60))
+        #expect(try deferral("c", at: now).firstSeen == now.addingTimeInterval(60))
+        // Not synchronized: the time stands too.
+        try store.recordClaim(name: "d", owner: owner, now: aYearOn)
+        #expect(try deferral("d", at: now, synchronized: false).firstSeen == aYearOn)
     }
 
     @Test func deferralsCountAttemptsGrowTheDelayAndEndTheClaim() throws {

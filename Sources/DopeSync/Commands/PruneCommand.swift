@@ -1,4 +1,3 @@
-import CSystemCalls
 import DopeSyncSupport
 import Foundation
 
@@ -42,7 +41,7 @@ public enum PruneCommand {
         let ahead = doneAt.values.count { $0 > believable }
         guard ahead > 0 else { return (doneAt, nil) }
         let bundles = "\(ahead) bundle\(ahead == 1 ? " was" : "s were") recorded done ahead of this clock"
-        guard dopesync_clock_is_synchronized() != 0 else {
+        guard SystemClock.isSynchronized else {
             return (doneAt, bundles + ", which is not synchronized (NTP): kept until it reaches their times")
         }
         guard let restamp else {

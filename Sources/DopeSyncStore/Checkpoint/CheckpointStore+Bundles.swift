@@ -89,20 +89,22 @@ extension CheckpointStore {
     /// ``Deferral/exhausted``, moves it to `failed/` and calls ``recordFailure(name:sessionID:error:now:)``.
     public func recordDeferral(
         name: String, sessionID: String?, error: BundleFailure, now: Date = Date(),
-        policy: DeferralPolicy = DeferralPolicy()
+        policy: DeferralPolicy = DeferralPolicy(), clockIsSynchronized: Bool = SystemClock.isSynchronized
     ) throws(CheckpointError) -> Deferral {
         try write("recording the deferral of \(name)") { connection in
             try Self.ensureBundle(connection, name: name, now: now)
             // A first-seen time ahead of this clock was recorded under one that has gone back since
             // (``WallClock``): the max-age rule counts from now instead, or it could not fire until
-            // the clock caught up.
+            // the clock caught up. Only under a synchronized clock: one behind (at boot, before
+            // NTP) would date it back, and the bundle give up as soon as the clock is set.
             let t = now.timeIntervalSince1970
+            let ahead = clockIsSynchronized ? t + WallClock.stepTolerance : Double.infinity
             guard
                 let row = try connection.queryFirst(
                     """
                     UPDATE bundles SET attempts = attempts + 1, first_seen = CASE WHEN first_seen > ? THEN ? ELSE first_seen END
                     WHERE name = ? RETURNING attempts, first_seen
-                    """, [t + WallClock.stepTolerance, t, name])
+                    """, [ahead, t, name])
             else { throw CheckpointError(code: .database, message: "bundle row \(name) vanished") }
             let attempts: Int = try row["attempts"]
             let firstSeen = Date(timeIntervalSince1970: try row["first_seen"])
