@@ -11,19 +11,24 @@ extension PostgresCheckpoints: ClaimStorage {
     /// The database's clock in seconds since 1970: lease deadlines are on it alone.
     static let databaseNow = "extract(epoch FROM statement_timestamp())::double precision"
 
-    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+    public func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner)
+        async throws(CheckpointError) -> Bool
+    {
         let lease = settings.lease / .seconds(1)
         let askedAt = ContinuousClock.now
         let now = Self.databaseNow
         // Another host may have deferred it since this run listed it as due: its next attempt,
         // on the deferring worker's clock as `IncomingQueue` reads it, still holds, unless it was
-        // recorded ahead of this clock (``WallClock``: the clock went back since).
+        // recorded ahead of this clock (``WallClock``: the clock went back since), or before the
+        // file was last modified (touched, or written anew, since it was given back).
         let clientNow = Date().timeIntervalSince1970
         let deferred = orphan ? Double.infinity : clientNow
         // A bundle never claimed: its row is made with epoch 1, in one statement.
         var rows = try await rows(
             "claiming \(name)",
-            HotStatements.ClaimNew(name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred))
+            HotStatements.ClaimNew(
+                name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred,
+                modified: modified.timeIntervalSince1970))
         if rows.isEmpty {
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for.
@@ -39,7 +44,8 @@ extension PostgresCheckpoints: ClaimStorage {
                         AND run_id IS DISTINCT FROM \(owner.runID)
                         AND NOT EXISTS (
                             SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
-                                AND next_attempt_at > \(deferred) AND updated_at <= \(deferred + WallClock.stepTolerance))
+                                AND next_attempt_at > \(deferred) AND updated_at <= \(deferred + WallClock.stepTolerance)
+                                AND updated_at >= \(modified.timeIntervalSince1970))
                     FOR UPDATE SKIP LOCKED
                 ) AS free
                 WHERE c.bundle_name = free.bundle_name

@@ -55,7 +55,7 @@ extension ClaimFence {
 package enum HotStatements {
     /// A bundle never claimed: its claim row, epoch 1, unless another host deferred it past
     /// `$6` (the worker's clock, as `IncomingQueue` reads it, a deferral recorded ahead of it
-    /// by more than ``WallClock/stepTolerance`` aside). Returns `epoch`; no row when the
+    /// by more than ``WallClock/stepTolerance``, or before the file's mtime `$7`, aside). Returns `epoch`; no row when the
     /// bundle is known (then a takeover of a free or expired claim is tried) or deferred.
     struct ClaimNew: HotStatement {
         static let sql = """
@@ -64,24 +64,26 @@ package enum HotStatements {
                 \(PostgresCheckpoints.databaseNow) + $5
             WHERE NOT EXISTS (
                 SELECT 1 FROM dopesync.bundles WHERE name = $1 AND last_outcome = 'deferred' AND next_attempt_at > $6
-                    AND updated_at <= $6 + \(WallClock.stepTolerance))
+                    AND updated_at <= $6 + \(WallClock.stepTolerance) AND updated_at >= $7)
             ON CONFLICT (bundle_name) DO NOTHING
             RETURNING epoch
             """
-        static let bindingDataTypes: [PostgresDataType] = [.text, .text, .text, .int8, .float8, .float8]
+        static let bindingDataTypes: [PostgresDataType] = [.text, .text, .text, .int8, .float8, .float8, .float8]
         let name: String
         let owner: ClaimOwner
         let leaseSeconds: Double
         let deferredAfter: Double
+        let modified: Double
 
         func makeBindings() -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 6)
+            var bindings = PostgresBindings(capacity: 7)
             bindings.append(name)
             bindings.append(owner.runID)
             bindings.append(owner.host)
             bindings.append(Int64(owner.pid))
             bindings.append(leaseSeconds)
             bindings.append(deferredAfter)
+            bindings.append(modified)
             return bindings
         }
     }

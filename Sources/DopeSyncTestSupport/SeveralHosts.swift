@@ -55,3 +55,10 @@ public func spawnSharedRun(
                 URL(fileURLWithPath: spool.root).deletingLastPathComponent()
                     .appendingPathComponent("\(host)-\(UUID().uuidString.prefix(8)).stderr").path))
 }
+
+extension ClaimStorage {
+    /// The store's claim of `name`, listed with an mtime older than any deferral of it.
+    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+        try await acquireClaim(of: name, orphan: orphan, modified: .distantPast, owner: owner)
+    }
+}

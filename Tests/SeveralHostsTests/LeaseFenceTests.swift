@@ -153,20 +153,26 @@ import Testing
         }
     }
 
+    /// `known.tar.gz` and `imported.tar.gz` deferred by `a` and given back; `imported.tar.gz` as
+    /// `migrate` leaves a bundle, its row and no claim row, so that claiming it takes the statement
+    /// that makes one, and `known.tar.gz` the takeover of a free claim.
+    func deferKnownAndImported(by a: PostgresCheckpoints, in database: SharedDatabase) async throws {
+        for name in ["known.tar.gz", "imported.tar.gz"] {
+            #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
+            _ = try await a.recordDeferral(
+                name: name, sessionID: nil, error: BundleFailure(reason: .http(503)), policy: DeferralPolicy())
+            try await a.recordGivenBack(name: name, finalName: name, counted: true)
+        }
+        try await database.psql("DELETE FROM dopesync.claims WHERE bundle_name = 'imported.tar.gz'")
+    }
+
     @Test(
         "PostgreSQL: a deferral holds a bundle against both claim statements, unless it was recorded over 5 minutes ahead of the claiming clock"
     )
     func aDeferralHoldsBothClaimsUnlessRecordedAhead() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await worker(ownerA, on: database) { a in
-            for name in ["known.tar.gz", "imported.tar.gz"] {
-                #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
-                _ = try await a.recordDeferral(
-                    name: name, sessionID: nil, error: BundleFailure(reason: .http(503)), policy: DeferralPolicy())
-                try await a.recordGivenBack(name: name, finalName: name, counted: true)
-            }
-            // As `migrate` leaves a bundle: its row, no claim row (the statement that makes one).
-            try await database.psql("DELETE FROM dopesync.claims WHERE bundle_name = 'imported.tar.gz'")
+            try await deferKnownAndImported(by: a, in: database)
             try await worker(ownerB, on: database) { b in
                 for name in ["known.tar.gz", "imported.tar.gz"] {
                     #expect(try await !b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): deferred")
@@ -177,6 +183,27 @@ import Testing
                 )
                 for name in ["known.tar.gz", "imported.tar.gz"] {
                     #expect(try await b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): due")
+                }
+            }
+        }
+    }
+
+    @Test(
+        "PostgreSQL: a deferred bundle whose file was touched since it was given back is claimed at once, by both claim statements, as the listing says"
+    )
+    func aTouchedDeferredBundleIsClaimed() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database) { a in
+            try await deferKnownAndImported(by: a, in: database)
+            let givenBack = try #require(try await a.bundleState(name: "known.tar.gz")).updatedAt
+            try await worker(ownerB, on: database) { b in
+                for name in ["known.tar.gz", "imported.tar.gz"] {
+                    let whenUntouched = try await b.acquireClaim(
+                        of: name, orphan: false, modified: givenBack.addingTimeInterval(-60), owner: ownerB)
+                    #expect(!whenUntouched, "\(name): written before its deferral")
+                    let whenTouched = try await b.acquireClaim(
+                        of: name, orphan: false, modified: givenBack.addingTimeInterval(1), owner: ownerB)
+                    #expect(whenTouched, "\(name): touched since")
                 }
             }
         }

@@ -71,7 +71,8 @@ struct UploadSlot: Sendable {
         do {
             guard
                 try await claims.acquireClaim(
-                    of: entry.name, orphan: orphan, owner: ClaimOwner.current(runID: counters.runID))
+                    of: entry.name, orphan: orphan, modified: entry.modified,
+                    owner: ClaimOwner.current(runID: counters.runID))
             else { return nil }
         } catch {
             uploader.disposition.checkpointFailed(error, logger: logger)

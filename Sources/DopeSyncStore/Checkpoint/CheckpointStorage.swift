@@ -14,7 +14,10 @@ public protocol ClaimStorage: Sendable {
     /// Takes the claim of `name` in the store before the spool's own claim (the rename into
     /// `processing/`): false when another worker holds it (then the bundle is left alone).
     /// `orphan`: the bundle is in `processing/`, left by a worker whose claim may have run out.
-    func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool
+    /// `modified`: the file's mtime as listed; a deferral recorded before it (the file touched or
+    /// written anew since it was given back) holds it no more, as ``IncomingQueue`` reads it.
+    func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner) async throws(CheckpointError)
+        -> Bool
     /// Whether this worker's claim of `name` took over a lease that ran out: then, and only then,
     /// a lock still held on the file in `processing/` is a paused worker's of this store, and is
     /// no reason to leave it. A lock with no expired lease behind it is a claim made outside the
@@ -41,9 +44,9 @@ public protocol ClaimStorage: Sendable {
 /// renew or fence.
 public struct SpoolClaims: ClaimStorage {
     public init() {}
-    public func acquireClaim(of name: String, orphan: Bool, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
-        true
-    }
+    public func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner)
+        async throws(CheckpointError) -> Bool
+    { true }
     /// One host holds no leases: a claim never takes over a lock.
     public func tookOverExpiredLease(of name: String) -> Bool { false }
     public func holdsClaim(of name: String) -> Bool { true }
