@@ -20,15 +20,17 @@ extension PostgresCheckpoints: ClaimStorage {
         // Another host may have deferred it since this run listed it as due: its next attempt,
         // on the deferring worker's clock as `IncomingQueue` reads it, still holds, unless it was
         // recorded ahead of this clock (``WallClock``: the clock went back since), or before the
-        // file was last modified (touched, or written anew, since it was given back).
+        // file was last modified (touched, or written anew, since it was given back: then only
+        // an mtime still ahead holds it, until then).
         let clientNow = Date().timeIntervalSince1970
         let deferred = orphan ? Double.infinity : clientNow
+        let mtime = modified.timeIntervalSince1970
         // A bundle never claimed: its row is made with epoch 1, in one statement.
         var rows = try await rows(
             "claiming \(name)",
             HotStatements.ClaimNew(
                 name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred,
-                modified: modified.timeIntervalSince1970))
+                modified: mtime))
         if rows.isEmpty {
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for.
@@ -44,8 +46,9 @@ extension PostgresCheckpoints: ClaimStorage {
                         AND run_id IS DISTINCT FROM \(owner.runID)
                         AND NOT EXISTS (
                             SELECT 1 FROM dopesync.bundles WHERE name = \(name) AND last_outcome = 'deferred'
-                                AND next_attempt_at > \(deferred) AND updated_at <= \(deferred + WallClock.stepTolerance)
-                                AND updated_at >= \(modified.timeIntervalSince1970))
+                                AND updated_at <= \(deferred + WallClock.stepTolerance)
+                                AND ((updated_at >= \(mtime) AND next_attempt_at > \(deferred))
+                                    OR (updated_at < \(mtime) AND \(mtime) > \(deferred))))
                     FOR UPDATE SKIP LOCKED
                 ) AS free
                 WHERE c.bundle_name = free.bundle_name

@@ -54,8 +54,9 @@ extension ClaimFence {
 /// The hot statements themselves, each documented where it is used.
 package enum HotStatements {
     /// A bundle never claimed: its claim row, epoch 1, unless another host deferred it past
-    /// `$6` (the worker's clock, as `IncomingQueue` reads it, a deferral recorded ahead of it
-    /// by more than ``WallClock/stepTolerance``, or before the file's mtime `$7`, aside). Returns `epoch`; no row when the
+    /// `$6` (the worker's clock), as `IncomingQueue.retryTime` reads it: not a deferral recorded
+    /// ahead of it by more than ``WallClock/stepTolerance``; for a file modified since (mtime
+    /// `$7`), only until that mtime, when it is ahead. Returns `epoch`; no row when the
     /// bundle is known (then a takeover of a free or expired claim is tried) or deferred.
     struct ClaimNew: HotStatement {
         static let sql = """
@@ -63,8 +64,9 @@ package enum HotStatements {
             SELECT $1, 1, $2, $3, $4, \(PostgresCheckpoints.databaseNow), \(PostgresCheckpoints.databaseNow),
                 \(PostgresCheckpoints.databaseNow) + $5
             WHERE NOT EXISTS (
-                SELECT 1 FROM dopesync.bundles WHERE name = $1 AND last_outcome = 'deferred' AND next_attempt_at > $6
-                    AND updated_at <= $6 + \(WallClock.stepTolerance) AND updated_at >= $7)
+                SELECT 1 FROM dopesync.bundles WHERE name = $1 AND last_outcome = 'deferred'
+                    AND updated_at <= $6 + \(WallClock.stepTolerance)
+                    AND ((updated_at >= $7 AND next_attempt_at > $6) OR (updated_at < $7 AND $7 > $6)))
             ON CONFLICT (bundle_name) DO NOTHING
             RETURNING epoch
             """

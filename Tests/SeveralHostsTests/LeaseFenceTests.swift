@@ -171,40 +171,43 @@ import Testing
     )
     func aDeferralHoldsBothClaimsUnlessRecordedAhead() async throws {
         let database = try await SharedCluster.freshDatabase()
-        try await worker(ownerA, on: database) { a in
-            try await deferKnownAndImported(by: a, in: database)
-            try await worker(ownerB, on: database) { b in
-                for name in ["known.tar.gz", "imported.tar.gz"] {
-                    #expect(try await !b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): deferred")
-                }
-                // Recorded a year ahead of this clock: the clock went back since.
-                try await database.psql(
-                    "UPDATE dopesync.bundles SET updated_at = updated_at + 365 * 86400, next_attempt_at = next_attempt_at + 365 * 86400"
-                )
-                for name in ["known.tar.gz", "imported.tar.gz"] {
-                    #expect(try await b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): due")
-                }
+        // Each worker in turn: a's lease book renews nothing while b claims.
+        try await worker(ownerA, on: database) { a in try await deferKnownAndImported(by: a, in: database) }
+        try await worker(ownerB, on: database) { b in
+            for name in ["known.tar.gz", "imported.tar.gz"] {
+                #expect(try await !b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): deferred")
+            }
+            // Recorded a year ahead of this clock: the clock went back since.
+            try await database.psql(
+                "UPDATE dopesync.bundles SET updated_at = updated_at + 365 * 86400, next_attempt_at = next_attempt_at + 365 * 86400"
+            )
+            for name in ["known.tar.gz", "imported.tar.gz"] {
+                #expect(try await b.acquireClaim(of: name, orphan: false, owner: ownerB), "\(name): due")
             }
         }
     }
 
     @Test(
-        "PostgreSQL: a deferred bundle whose file was touched since it was given back is claimed at once, by both claim statements, as the listing says"
+        "PostgreSQL: a deferred bundle whose file was touched since it was given back is claimed at once, by both claim statements, as the listing says; one whose new mtime is ahead, only then"
     )
     func aTouchedDeferredBundleIsClaimed() async throws {
         let database = try await SharedCluster.freshDatabase()
+        var givenBack = Date.distantPast
         try await worker(ownerA, on: database) { a in
             try await deferKnownAndImported(by: a, in: database)
-            let givenBack = try #require(try await a.bundleState(name: "known.tar.gz")).updatedAt
-            try await worker(ownerB, on: database) { b in
-                for name in ["known.tar.gz", "imported.tar.gz"] {
-                    let whenUntouched = try await b.acquireClaim(
-                        of: name, orphan: false, modified: givenBack.addingTimeInterval(-60), owner: ownerB)
-                    #expect(!whenUntouched, "\(name): written before its deferral")
-                    let whenTouched = try await b.acquireClaim(
-                        of: name, orphan: false, modified: givenBack.addingTimeInterval(1), owner: ownerB)
-                    #expect(whenTouched, "\(name): touched since")
+            givenBack = try #require(try await a.bundleState(name: "known.tar.gz")).updatedAt
+        }
+        try await worker(ownerB, on: database) { b in
+            for name in ["known.tar.gz", "imported.tar.gz"] {
+                for (mtime, held) in [
+                    (givenBack.addingTimeInterval(-60), true), (Date().addingTimeInterval(3600), true),
+                ] {
+                    let claimed = try await b.acquireClaim(of: name, orphan: false, modified: mtime, owner: ownerB)
+                    #expect(claimed != held, "\(name), mtime \(mtime)")
                 }
+                // Touched just now: after the give-back, and not ahead.
+                let touched = try await b.acquireClaim(of: name, orphan: false, modified: Date(), owner: ownerB)
+                #expect(touched, "\(name): touched since")
             }
         }
     }

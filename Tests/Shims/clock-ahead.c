@@ -41,7 +41,9 @@ time_t time(time_t *out) {
 
 static int synchronized(struct timex *state, int clock) {
     const char *synchronized = getenv("CLOCK_SYNCHRONIZED");
-    if (clock == -1 || !synchronized) return clock;
+    if (!synchronized) return clock;
+    /* Told what to say: also where the real call is refused (a seccomp filter). */
+    if (clock == -1) *state = (struct timex){0};
     if (synchronized[0] == '0') {
         state->status |= STA_UNSYNC;
         return TIME_ERROR;
