@@ -104,6 +104,13 @@ import Testing
                 #expect(ahead == 0, "\(output)")
             }
             #expect(try spool.names(.done).count == 2)
+            // A run below the free-space floor says what those bundles hold and why prune frees none yet.
+            try await withDevServer { server in
+                let (full, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, ["--min-free-space", "100%"])
+                #expect(full == 73, "\(output)")
+                #expect(output.contains("in 2 bundles recorded done ahead of this clock"), "\(output)")
+            }
             let prune = ["prune", "--older-than", "30d", "--spool", spool.root]
             // A clock the kernel does not call synchronized may be the one that is behind: the
             // times are left, and prune says why.

@@ -151,11 +151,23 @@ public struct Worker: Sendable {
         let done = await SpoolCalls.run { (try? spool.list(.done)) ?? [] }
         let doneAt =
             (try? await checkpoints.doneTimes()) ?? [:]
+        let now = Date()
         let old = PruneCommand.prunable(
-            done, doneAt: doneAt, before: Date().addingTimeInterval(-(options.pruneAfter / .seconds(1))))
+            done, doneAt: doneAt, before: now.addingTimeInterval(-(options.pruneAfter / .seconds(1))))
+        // Recorded done ahead of this clock (it has gone back since): prune counts them from when
+        // it finds them, under a synchronized clock, and frees them only then.
+        let believable = WallClock.latestBelievable(at: now)
+        let ahead = done.filter { (doneAt[$0.name] ?? $0.modified) > believable }
+        var aheadNote: Logger.Metadata = [:]
+        if !ahead.isEmpty {
+            aheadNote["done.ahead"] = .string(
+                "\(ByteCount(ahead.reduce(0) { $0 + $1.size })) in \(ahead.count) bundles recorded done ahead of this "
+                    + "clock, which has gone back since: prune keeps them for its retention from when it finds them "
+                    + "under a synchronized clock (NTP); delete them from done/ by hand to free the space now")
+        }
         logger.critical(
             "the spool's file system is below its free-space floor: the run claims nothing and gives back what it holds (exit 73)",
-            metadata: [
+            metadata: aheadNote.merging([
                 "free": "\(ByteCount(space.free))",
                 "floor": "\(options.minFreeSpace) (\(ByteCount(options.minFreeSpace.bytes(ofTotal: space.total))))",
                 "prune.frees": .string(
@@ -163,7 +175,7 @@ public struct Worker: Sendable {
                         + "(done over \(SpoolStatus.age(options.pruneAfter / .seconds(1))) ago)"),
                 "done": "\(ByteCount(done.reduce(0) { $0 + $1.size })) in \(done.count) bundles",
                 "spool": "\(spool.root)",
-            ])
+            ]) { $1 })
     }
 
     /// The end of a run that could not use its spool or database (exit 73; 75 or 78 for the shared
