@@ -167,8 +167,9 @@ import Testing
                     #expect(counts.requests.isEmpty, "TLS inside the tunnel: nothing readable")
                     #expect(counts.targets.allSatisfy { $0 == "127.0.0.1:\(server.port)" })
                     // h2 multiplexes the four bundles' requests on one connection; HTTP/1.1 needs
-                    // one connection per request in flight.
-                    if http2 { #expect(counts.tunnels == 1, "AsyncHTTPClient took h2: \(counts.tunnels) connections") }
+                    // one connection per request in flight (4 here). Under load AsyncHTTPClient may
+                    // open a second before the first's ALPN answer says h2 (seen in `make test`).
+                    if http2 { #expect(counts.tunnels <= 2, "AsyncHTTPClient took h2: \(counts.tunnels) connections") }
                 }
             }
         }
