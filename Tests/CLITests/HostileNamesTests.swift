@@ -224,7 +224,7 @@ import Testing
         }
     }
 
-    @Test("a FIFO named *.error in failed/ does not hang status", .timeLimit(minutes: 1))
+    @Test("a FIFO named *.error in failed/ does not hang status", .timeLimit(minutes: 3))
     func fifoInFailedDoesNotHangStatus() async throws {
         try await withTemporarySpool { spool, _ in
             #expect(mkfifo(spool.path(.failed, "x.error"), 0o600) == 0)

@@ -183,7 +183,7 @@ import Testing
 
     @Test(
         "four bundles handing in and settling results concurrently: every result is recorded, in shared transactions; a refused one is reported to its own bundle",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func concurrentBundlesOverARealDatabase() async throws {
         let folder = try TemporaryFolder("group-commit")
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
@@ -238,7 +238,7 @@ import Testing
 
     @Test(
         "one result from each of four bundles a round: one transaction a round, not one a result",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func roundsShareATransaction() async throws {
         let folder = try TemporaryFolder("group-commit-rounds")
         let (store, sessions, steps) = try Self.storeWithIntents(in: folder)
@@ -277,7 +277,7 @@ import Testing
         return store
     }
 
-    @Test("a lone result that nobody settles and no batch fills is committed by the timer", .timeLimit(minutes: 1))
+    @Test("a lone result that nobody settles and no batch fills is committed by the timer", .timeLimit(minutes: 3))
     func loneResultCommitsWithinTheMaximumDelay() async throws {
         let folder = try TemporaryFolder("group-commit-lone")
         let store = try Self.storeWithOneIntent(in: folder)
@@ -304,7 +304,7 @@ import Testing
 
     @Test(
         "when its scope ends, a result still waiting commits at once: no timer outlives the run",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func scopeEndCommitsWhatWaits() async throws {
         let folder = try TemporaryFolder("group-commit-scope")
         let store = try Self.storeWithOneIntent(in: folder)

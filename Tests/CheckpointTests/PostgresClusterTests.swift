@@ -99,7 +99,7 @@ import Testing
     /// (`runProcess`) stops reading once the child itself has exited, before the watchdog is done.
     /// Read as it comes, from the start (a full pipe would stop the child), and within the time
     /// limit (a watchdog that never ends fails the test instead of holding it).
-    @Test(.enabled(if: !isChild), .timeLimit(minutes: 2))
+    @Test(.enabled(if: !isChild), .timeLimit(minutes: 3))
     func aClusterWhoseProcessDiesIsRemovedByItsWatchdog() async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let child = try await Spawned(

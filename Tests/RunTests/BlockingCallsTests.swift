@@ -85,7 +85,7 @@ import Testing
 
     @Test(
         "a whole `dopesync run` on NIO's event loops calls neither SQLite nor libarchive there: store, validation, images, checkpoints",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func aRunKeepsBlockingCallsOffTheLoops() async throws {
         try await withTemporaryDirectory { directory in
             // Small bundles with images streamed from

@@ -78,7 +78,7 @@ import Testing
 
     @Test(
         "a token command that keeps running, or leaves a child behind, after printing its token is not waited for",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func tokenCommandThatLingers() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 2820)])

@@ -10,7 +10,7 @@ import Testing
 /// streamed from the archive. Measured where a user would look, between the worker and the API
 /// (a counting proxy over real sockets to the dev server): a claim gone once the head has left
 /// lets no request reach the server whole; a claim that holds sends it as before.
-@Suite(.timeLimit(minutes: 2)) struct FencedRequestBodiesTests {
+@Suite(.timeLimit(minutes: 3)) struct FencedRequestBodiesTests {
     enum Body: String, CaseIterable, Sendable {
         case json, imageKeptFromValidation, imageStreamedFromTheArchive
     }

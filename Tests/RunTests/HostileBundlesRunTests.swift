@@ -15,7 +15,7 @@ import Testing
 @Suite struct HostileBundlesRunTests {
     @Test(
         "one run moves the self-reproducing gzip, gzip in gzip and xz in gzip to failed/ and syncs the others",
-        .timeLimit(minutes: 2))
+        .timeLimit(minutes: 3))
     func hostileBundlesFailAndOthersSync() async throws {
         try await withTemporaryDirectory { directory in
             let samples = (1...3).map { SampleSession(seed: 300 + UInt64($0)) }
@@ -46,7 +46,7 @@ import Testing
 
     @Test(
         "SIGTERM while a huge bundle is being read: the run exits within seconds and gives the bundle back",
-        .timeLimit(minutes: 2))
+        .timeLimit(minutes: 3))
     func sigtermDuringReading() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.appendingPathComponent("spool").path)

@@ -181,7 +181,7 @@ import Testing
 
     @Test(
         "a FIFO moved over a claimed bundle mid-run is never opened: the run ends, the others sync, nothing of that image is created",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func fifoSwappedInMidRun() async throws {
         try await withTemporaryDirectory { directory in
             var shape = SampleSession.Shape()

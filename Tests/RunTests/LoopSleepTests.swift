@@ -7,7 +7,7 @@ import Testing
 /// cancellation ends it with `CancellationError`. (A cancellation while it waits, at once or
 /// racing its start, is ``StopRequest``'s: `StopRequestTests`.) A sleep that missed its
 /// cancellation would hold a retry's slot or a stopping run for its whole time.
-@Suite(.timeLimit(.minutes(1))) struct LoopSleepTests {
+@Suite(.timeLimit(.minutes(3))) struct LoopSleepTests {
     @Test("a sleep lasts its time, then returns")
     func lastsItsTime() async throws {
         let start = ContinuousClock.now

@@ -10,7 +10,7 @@ import Testing
 /// A run that finds only bundles held by `min-age` waits for them within `max-time`: the run
 /// that `dopesync.path` starts at a bundle's rename uploads it `min-age` later, instead of the
 /// timer's next run, minutes later (issue 38). In-process against the dev server.
-@Suite(.timeLimit(minutes: 1)) struct MinAgeWaitTests {
+@Suite(.timeLimit(minutes: 3)) struct MinAgeWaitTests {
     func options(_ spool: Spool, _ server: RunningDevServer, minAge: Duration, maxTime: Duration?) -> RunOptions {
         var options = RunOptions(spoolRoot: spool.root, apiURL: server.baseURL, token: server.token)
         options.minAge = minAge

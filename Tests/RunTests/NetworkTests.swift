@@ -8,7 +8,7 @@ import Testing
 /// The built `dopesync run` over the networks production has: HTTPS with a private CA, a proxy
 /// (CONNECT, as curl users expect it), a cap on the upload rate. Real certificates made by
 /// `openssl`, the real dev server over TLS, a real proxy on loopback counting what it tunnels.
-@Suite(.timeLimit(minutes: 2)) struct NetworkTests {
+@Suite(.timeLimit(minutes: 3)) struct NetworkTests {
     /// Packs `count` realistic bundles; returns their names.
     @discardableResult
     func packBundles(_ count: Int, seed: UInt64, into spool: Spool, scratch: URL, imageBytes: Int? = nil) throws

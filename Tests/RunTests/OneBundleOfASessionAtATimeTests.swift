@@ -10,7 +10,7 @@ import Testing
 /// `S.1.tar.gz`) are never uploaded at the same time (``SessionHold``): each would look on the
 /// server before the other's records were there and, against an API that ignores keys, send them
 /// again. Over real sockets to the dev server, with the built `dopesync run`.
-@Suite(.timeLimit(minutes: 2)) struct OneBundleOfASessionAtATimeTests {
+@Suite(.timeLimit(minutes: 3)) struct OneBundleOfASessionAtATimeTests {
     @Test(
         "two bundles of one session in one run, against an API that ignores keys: one uploads, the other waits for the next run, and every record exists once"
     )

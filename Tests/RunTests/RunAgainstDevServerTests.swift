@@ -170,7 +170,7 @@ import Testing
 
     @Test(
         "the checkpoint database held by a stuck process in the middle of a run: exit 73, every bundle back in incoming/, none failed or lost",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func checkpointDatabaseHeldMidRun() async throws {
         try await withTemporaryDirectory { directory in
             let spool = try await makeSpool(

@@ -10,7 +10,7 @@ import Testing
 @Suite struct SignalTests {
     @Test(
         "SIGTERM or SIGINT in the middle of uploads: the run ends within seconds, every bundle in done/ or back in incoming/, none failed or left in processing/",
-        .timeLimit(minutes: 2), arguments: [SIGTERM, SIGINT])
+        .timeLimit(minutes: 3), arguments: [SIGTERM, SIGINT])
     func signalStopsTheRunAndGivesBundlesBack(signal: Int32) async throws {
         try await withTemporarySpool { spool, scratch in
             let bundles = 8

@@ -8,7 +8,7 @@ import Testing
 /// An API (or a proxy) that sends its answer's head at once and its body one byte at a time,
 /// against the dev server's `--slow-body` over real sockets: a request's deadline covers its
 /// whole answer, and a stop ends what is in flight after a grace, whatever the server does.
-@Suite(.timeLimit(minutes: 2)) struct SlowAnswerTests {
+@Suite(.timeLimit(minutes: 3)) struct SlowAnswerTests {
     @Test("an answer sent one byte a second fails at the request's deadline, not a byte's read timeout later")
     func aSlowBodyEndsAtTheDeadline() async throws {
         var configuration = DevServerConfiguration()
@@ -60,7 +60,7 @@ import Testing
 
     @Test(
         "SIGTERM while the API sends a create's answer one byte every 5 s: the run exits within its grace plus 2 s, gives the bundle back uncounted, and the next run sends each record once",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func sigtermDuringASlowAnswer() async throws {
         try await withTemporarySpool { spool, scratch in
             let sample = SampleSession(seed: 9_400, shape: .realistic)

@@ -8,7 +8,7 @@ import Testing
 /// wait that missed its end would hold a request's slot for its whole deadline (here ten
 /// minutes, past the suite's time limit); one that left something in the stop's books would
 /// grow them with every request of a run.
-@Suite(.timeLimit(.minutes(1))) struct StopRequestTests {
+@Suite(.timeLimit(.minutes(3))) struct StopRequestTests {
     @Test("a wait the request ended before it began returns at once, not at its deadline")
     func endedBeforeItBegan() async {
         let stop = StopRequest()

@@ -11,7 +11,7 @@ import Testing
 @Suite struct WriteLockHeldElsewhereTests {
     @Test(
         "another process holds the write lock for 5 s mid-run: the progress line keeps ticking and answers in flight are read; released, the run finishes normally",
-        .timeLimit(minutes: 2))
+        .timeLimit(minutes: 3))
     func eventLoopsKeepRunningWhileAnotherProcessWrites() async throws {
         try await withTemporarySpool { spool, scratch in
             let bundles = 4

@@ -213,7 +213,7 @@ import Testing
 @Suite struct CancelledStatementTests {
     @Test(
         "a lock held elsewhere: the run exits 75 and leaves no statement of its own waiting in the server to commit later",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func aLockWaitIsCancelledByTheServer() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
@@ -258,7 +258,7 @@ import Testing
 extension CancelledStatementTests {
     @Test(
         "a transaction whose statements each keep within the limit but together outlast the wait: rolled back, nothing of it commits after the store reported it",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func aTransactionThatOutlastsTheWaitIsRolledBack() async throws {
         let database = try await SharedCluster.freshDatabase()
         let owner = ClaimOwner(host: "host-a", pid: 1, runID: "run-a")

@@ -10,7 +10,7 @@ import Testing
 @Suite struct ForgetRaceTests {
     @Test(
         "prune's forget and a claim of the same session at once: the session's steps survive the forget",
-        .timeLimit(minutes: 1))
+        .timeLimit(minutes: 3))
     func forgetWaitsForAClaimInProgress() async throws {
         let database = try await SharedCluster.freshDatabase()
         try await withTemporaryDirectory { directory in
