@@ -56,13 +56,25 @@ import Testing
         }
     }
 
-    @Test("a shared run's metrics file gives its own finish as the last success (the store's last healthy run)")
+    @Test(
+        "a shared run's metrics file gives its own finish as the last success, not another host's healthy run stamped a year ahead"
+    )
     func aSharedRunsLastSuccessIsInTheMetrics() async throws {
         let database = try await SharedCluster.freshDatabase()
+        // Another host's healthy run, under a clock a year ahead (its schema made by a first run).
         try await withTemporaryDirectory { directory in
             let spool = try await makeSpool(in: directory, samples: [SampleSession(seed: 4312)])
             let metrics = directory.appendingPathComponent("dopesync.prom").path
             try await withDevServer { server in
+                let idle = try await spawnSharedRun(
+                    spool, against: server, database: database, host: "host-b", ["--max-bundles", "0"])
+                #expect(await idle.finished() == 0, "\(idle.errorText)")
+                try await database.psql(
+                    """
+                    INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, exit_code, healthy)
+                    VALUES ('ahead', 'host-c', 1, extract(epoch FROM now()) + 365 * 86400,
+                        extract(epoch FROM now()) + 365 * 86400 + 1, 0, true)
+                    """)
                 let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", ["--metrics-file", metrics])
                 #expect(await run.finished() == 0)
