@@ -56,11 +56,8 @@ public struct IncomingQueue: Sendable {
                 firstHeldComesDue = min(firstHeldComesDue ?? comesDue, comesDue)
             } else {
                 due.append((entry, Self.arrival(of: entry, state: state)))
-                if let state, state.lastOutcome == .deferred,
-                    case let recordedAhead = state.updatedAt.timeIntervalSince(now),
-                    recordedAhead > WallClock.stepTolerance
-                {
-                    deferredAhead.append((entry, recordedAhead))
+                if let state, state.lastOutcome == .deferred, Self.recordedAhead(state, now: now) {
+                    deferredAhead.append((entry, state.updatedAt.timeIntervalSince(now)))
                 }
             }
         }
@@ -76,9 +73,14 @@ public struct IncomingQueue: Sendable {
     static func retryTime(of entry: SpoolEntry, state: BundleState, now: Date) -> Date? {
         guard state.lastOutcome == .deferred, let next = state.nextAttemptAt else { return nil }
         // Recorded in this clock's future: the clock went back, and the wait is taken as over.
-        if state.updatedAt.timeIntervalSince(now) > WallClock.stepTolerance { return nil }
+        if recordedAhead(state, now: now) { return nil }
         if entry.modified <= state.updatedAt { return next }
         return entry.modified > now ? entry.modified : nil
+    }
+
+    /// Whether `state` was recorded ahead of `now` beyond ``WallClock/stepTolerance``.
+    static func recordedAhead(_ state: BundleState, now: Date) -> Bool {
+        state.updatedAt > WallClock.latestBelievable(at: now)
     }
 
     /// When the file last changed, for `min-age`: its mtime, unless that is in the future; then
