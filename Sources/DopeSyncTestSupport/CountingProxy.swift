@@ -259,3 +259,92 @@ struct HTTPRequestCounter {
         return seen
     }
 }
+
+/// A loopback port that forwards every connection to `target`, except that a connection whose
+/// first byte starts a TLS hello reaches it only after `handshakeDelay`: a TLS server as slow to
+/// answer a handshake as one on a loaded machine, and as quick as ever to hang up on plain HTTP.
+public final class SlowHandshakeRelay: Sendable {
+    public let port: Int
+
+    private init(port: Int) { self.port = port }
+
+    /// Runs the relay on a free loopback port for the length of `body`.
+    public static func with<T>(
+        to target: Int, handshakeDelay: Duration, _ body: (SlowHandshakeRelay) async throws -> T
+    ) async throws -> T {
+        let delay = TimeAmount.nanoseconds(Int64(handshakeDelay / .nanoseconds(1)))
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(DelayingHandler(target: target, tlsDelay: delay))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let relay = SlowHandshakeRelay(port: channel.localAddress?.port ?? 0)
+        do {
+            let result = try await body(relay)
+            try await channel.close()
+            return result
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+    }
+}
+
+/// Holds a connection's first bytes, connects to the target (later, for a TLS hello), passes them
+/// on, then glues the two connections together.
+private final class DelayingHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let target: Int
+    let tlsDelay: TimeAmount
+    var held: [ByteBuffer] = []
+    var connecting = false
+
+    init(target: Int, tlsDelay: TimeAmount) {
+        self.target = target
+        self.tlsDelay = tlsDelay
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        held.append(buffer)
+        guard !connecting else { return }
+        connecting = true
+        let isTLSHello = buffer.readableBytesView.first == 0x16
+        let client = context.channel
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(in: isTLSHello ? tlsDelay : .zero) {
+            ClientBootstrap(group: client.eventLoop).connect(host: "127.0.0.1", port: loopBound.value.0.target)
+        }.futureResult.flatMap { $0 }.whenComplete { result in
+            let (handler, context) = loopBound.value
+            guard case .success(let server) = result else {
+                client.close(promise: nil)
+                return
+            }
+            let fromClient = GlueHandler(counting: nil)
+            let fromServer = GlueHandler(counting: nil)
+            fromClient.partner = fromServer
+            fromServer.partner = fromClient
+            do {
+                try server.pipeline.syncOperations.addHandler(fromServer)
+                for bytes in handler.held { server.write(bytes, promise: nil) }
+                server.flush()
+                handler.held = []
+                context.pipeline.syncOperations.removeHandler(handler, promise: nil)
+                try client.pipeline.syncOperations.addHandler(fromClient)
+            } catch {
+                server.close(promise: nil)
+                client.close(promise: nil)
+            }
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !connecting { context.close(promise: nil) }
+        context.fireChannelInactive()
+    }
+}

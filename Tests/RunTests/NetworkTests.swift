@@ -79,6 +79,25 @@ import Testing
     }
 
     @Test(
+        "http:// to a TLS server slow to answer a handshake (4 s, as on a loaded machine): still exit 78, named"
+    )
+    func mixedUpSchemeNamedWhenTheHandshakeIsSlow() async throws {
+        try await withTemporarySpool { spool, scratch in
+            let certificates = try await TestCertificates(in: scratch)
+            let names = try packBundles(1, seed: 7_360, into: spool, scratch: scratch)
+            try await withDevServer(tlsServer(certificates)) { tls in
+                try await SlowHandshakeRelay.with(to: tls.port, handshakeDelay: .seconds(4)) { relay in
+                    let (status, output) = try await runToEnd(
+                        spool, apiURL: "http://127.0.0.1:\(relay.port)", token: tls.token)
+                    #expect(status == 78, "\(output)")
+                    #expect(output.contains("the server speaks TLS: use https://"), "\(output)")
+                }
+            }
+            #expect(try spool.list(.incoming).map(\.name) == names)
+        }
+    }
+
+    @Test(
         "HTTPS with a certificate nobody vouched for: exit 76 at once, a message naming the cause, bundles back in incoming/ uncounted"
     )
     func untrustedCertificateStopsTheRun() async throws {

@@ -133,11 +133,16 @@ extension APIClient {
 /// Whether a server speaks the other scheme than its URL's, for a URL whose server hangs up
 /// without an answer (a TLS server does that to plain HTTP, and a plain one, often, to a TLS
 /// hello). One request, any certificate taken, asked once per client and scheme: the answer is
-/// the same for every request.
+/// the same for every request. A probe that itself timed out is not remembered: on a loaded
+/// machine a handshake can take seconds, and "no" would then name a misconfigured URL an outage
+/// (exit 75, not 78) for the rest of the run; the next hang-up asks again.
 final class SchemeProbe: Sendable {
     enum Scheme: String, Sendable {
         case http, https
     }
+    /// How long the probe waits for its answer. It runs only after a hang-up, so a long budget
+    /// costs a healthy run nothing.
+    static let budget: TimeAmount = .seconds(15)
     private let answers = Mutex<[Scheme: Bool]>([:])
 
     func speaks(_ scheme: Scheme, host: String, port: Int) async -> Bool {
@@ -146,16 +151,27 @@ final class SchemeProbe: Sendable {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .none  // only whether TLS is spoken; nothing is sent
         configuration.tlsConfiguration = tls
-        configuration.timeout = .init(connect: .seconds(3), read: .seconds(3))
+        configuration.timeout = .init(connect: Self.budget, read: Self.budget)
         let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        let spoken =
-            (try? await HTTPClient.withHTTPClient(configuration: configuration) { http in
+        let spoken: Bool?
+        do {
+            spoken = try await HTTPClient.withHTTPClient(configuration: configuration) { http in
                 var request = HTTPClientRequest(url: "\(scheme.rawValue)://\(bracketed):\(port)/api/health")
                 request.method = .GET
-                let response = try await http.execute(request, timeout: .seconds(3))
+                let response = try await http.execute(request, timeout: Self.budget)
                 _ = try? await response.body.collect(upTo: 1 << 16)
                 return true
-            }) ?? false
+            }
+        } catch let error as HTTPClientError
+            where [.deadlineExceeded, .readTimeout, .connectTimeout].contains(error)
+        {
+            spoken = nil
+        } catch ChannelError.connectTimeout {
+            spoken = nil
+        } catch {
+            spoken = false
+        }
+        guard let spoken else { return false }
         answers.withLock { $0[scheme] = spoken }
         return spoken
     }
