@@ -65,11 +65,24 @@ public struct SampleSession: Sendable {
             case 2: header = Array("RIFF".utf8) + [0, 0, 0, 0] + Array("WEBPVP8 ".utf8)
             default: header = [0, 0, 0, 0x18] + Array("ftypheic".utf8) + [0, 0, 0, 0]
             }
-            var bytes = header
-            bytes.reserveCapacity(max(size, header.count))
-            while bytes.count < size {
-                let word = generator.next()  // incompressible, like real photos
-                withUnsafeBytes(of: word) { bytes.append(contentsOf: $0.prefix(size - bytes.count)) }
+            // Incompressible, like real photos: the generator's words, in memory order, after the
+            // header. Stored a word at a time: appending through slices took a debug build seconds
+            // for a few MiB, on a thread of the cooperative pool that every test of the process shares.
+            var bytes = [UInt8](repeating: 0, count: max(size, header.count))
+            bytes.withUnsafeMutableBytes { buffer in
+                buffer.copyBytes(from: header)
+                var offset = header.count
+                while offset + 8 <= size {
+                    buffer.storeBytes(of: generator.next(), toByteOffset: offset, as: UInt64.self)
+                    offset += 8
+                }
+                if offset < size {
+                    var word = generator.next()
+                    for index in offset..<size {
+                        buffer[index] = UInt8(truncatingIfNeeded: word)
+                        word >>= 8
+                    }
+                }
             }
             return bytes
         }
