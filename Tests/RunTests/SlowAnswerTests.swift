@@ -59,7 +59,7 @@ import Testing
     }
 
     @Test(
-        "SIGTERM while the API sends a create's answer one byte every 5 s: the run exits within its grace plus 2 s, gives the bundle back uncounted, and the next run sends each record once",
+        "SIGTERM while the API sends a create's answer one byte every 5 s: the run exits within its grace plus 5 s (not the minutes the answer takes), gives the bundle back uncounted, and the next run sends each record once",
         .timeLimit(minutes: 3))
     func sigtermDuringASlowAnswer() async throws {
         try await withTemporarySpool { spool, scratch in
@@ -77,7 +77,9 @@ import Testing
                 run.kill(SIGTERM)
                 let status = await run.finished()
                 let took = ContinuousClock.now - signalled
-                #expect(took < StopRequest().grace + .seconds(2 * sanitizerSlowdown), "\(took)")
+                // 5 s for a debug build to give the bundle back and exit on a loaded machine: the answer
+                // itself would take minutes.
+                #expect(took < StopRequest().grace + .seconds(5 * sanitizerSlowdown), "\(took)")
                 #expect(status == 0, "a stop asked for is a normal end")
             }
             #expect(try spool.names(.incoming) == [name])
