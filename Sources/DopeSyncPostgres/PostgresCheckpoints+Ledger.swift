@@ -137,7 +137,8 @@ extension PostgresCheckpoints: CheckpointLedger {
             !(try await rows(
                 "resetting the attempts of \(name)",
                 """
-                UPDATE dopesync.bundles SET attempts = 0, first_seen = \(t), next_attempt_at = NULL,
+                UPDATE dopesync.bundles SET attempts = 0, first_seen = \(t),
+                    first_seen_boot = \(SystemClock.bootInstant?.stored), next_attempt_at = NULL,
                     last_outcome = 'requeued', updated_at = \(t), reading_since = NULL, readings_cut_short = 0
                 WHERE name = \(name) RETURNING name
                 """)).isEmpty

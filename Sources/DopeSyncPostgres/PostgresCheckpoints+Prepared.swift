@@ -90,25 +90,28 @@ package enum HotStatements {
         }
     }
 
-    /// The reading mark (``PostgresCheckpoints/beginReading(name:now:)``): `$4` the time.
+    /// The reading mark (``PostgresCheckpoints/beginReading(name:now:)``): `$4` the time, `$5` the
+    /// moment on the boot's clock (``BootInstant``; empty where the kernel gives none).
     struct MarkReading: HotStatement {
         static let sql = """
             WITH fence AS (\(ClaimFence.sql(.share)))
-            INSERT INTO dopesync.bundles AS b (name, first_seen, updated_at, reading_since)
-            SELECT $1, $4, $4, $4 WHERE EXISTS (SELECT 1 FROM fence)
+            INSERT INTO dopesync.bundles AS b (name, first_seen, first_seen_boot, updated_at, reading_since)
+            SELECT $1, $4, NULLIF($5, ''), $4, $4 WHERE EXISTS (SELECT 1 FROM fence)
             ON CONFLICT (name) DO UPDATE SET \(startedAfreshWhenDone),
                 readings_cut_short = CASE WHEN b.last_outcome IN \(BundleOutcome.finishedSQL) THEN 0
                     ELSE b.readings_cut_short + (b.reading_since IS NOT NULL)::int END,
                 reading_since = excluded.reading_since
             RETURNING readings_cut_short
             """
-        static let bindingDataTypes: [PostgresDataType] = [.text, .int8, .text, .float8]
+        static let bindingDataTypes: [PostgresDataType] = [.text, .int8, .text, .float8, .text]
         let fence: ClaimFence
         let time: Double
+        let boot: BootInstant?
 
         func makeBindings() -> PostgresBindings {
             var bindings = fence.bindings
             bindings.append(time)
+            bindings.append(boot?.stored ?? "")
             return bindings
         }
 
@@ -117,6 +120,7 @@ package enum HotStatements {
         private static var startedAfreshWhenDone: String {
             let fresh: [(column: String, value: String)] = [
                 ("session_id", "NULL"), ("attempts", "0"), ("first_seen", "excluded.first_seen"),
+                ("first_seen_boot", "excluded.first_seen_boot"),
                 ("next_attempt_at", "NULL"), ("last_error_reason", "NULL"), ("last_error_step", "NULL"),
                 ("last_error_http_status", "NULL"), ("last_error_message", "NULL"), ("last_error_field", "NULL"),
                 ("last_outcome", "NULL"), ("updated_at", "excluded.updated_at"), ("steps_total", "NULL"),
@@ -130,13 +134,14 @@ package enum HotStatements {
 
     /// The claim record (``PostgresCheckpoints/recordClaim(name:sessionID:owner:producer:api:totalSteps:now:)``):
     /// `$4` the session, `$5` the time, `$6` the plan's steps, `$7`–`$9` the API and the producer
-    /// (uid, name) a new session is bound to. Returns `fenced`, whether the session was new (and
+    /// (uid, name) a new session is bound to, `$10` the moment on the boot's clock (as above). Returns `fenced`, whether the session was new (and
     /// is now bound to them), its binding as it was, and its steps already done.
     struct RecordClaim: HotStatement {
         static let sql = """
             WITH fence AS (\(ClaimFence.sql(.share))), claimed AS (
-                INSERT INTO dopesync.bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total)
-                SELECT $1, $4, $5, 'claimed', $5, $6 WHERE EXISTS (SELECT 1 FROM fence)
+                INSERT INTO dopesync.bundles (name, session_id, first_seen, first_seen_boot, last_outcome, updated_at,
+                    steps_total)
+                SELECT $1, $4, $5, NULLIF($10, ''), 'claimed', $5, $6 WHERE EXISTS (SELECT 1 FROM fence)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
                     steps_total = excluded.steps_total, reading_since = NULL, readings_cut_short = 0
@@ -155,7 +160,7 @@ package enum HotStatements {
             LEFT JOIN dopesync.steps s ON s.session_id = $4 AND s.state = 'done'
             """
         static let bindingDataTypes: [PostgresDataType] = [
-            .text, .int8, .text, .text, .float8, .int4, .text, .int8, .text,
+            .text, .int8, .text, .text, .float8, .int4, .text, .int8, .text, .text,
         ]
         let fence: ClaimFence
         let sessionID: String
@@ -163,6 +168,7 @@ package enum HotStatements {
         let totalSteps: Int32
         let api: String
         let producer: Producer
+        let boot: BootInstant?
 
         func makeBindings() -> PostgresBindings {
             var bindings = fence.bindings
@@ -172,6 +178,7 @@ package enum HotStatements {
             bindings.append(api)
             bindings.append(Int64(producer.uid))
             bindings.append(producer.name)
+            bindings.append(boot?.stored ?? "")
             return bindings
         }
     }

@@ -18,3 +18,45 @@ public enum WallClock {
     /// explains it. Taking such a file as written long ago must never take one still being written.
     public static let fileClockTolerance: TimeInterval = 86_400
 }
+
+/// A moment on one boot's own clock (`CLOCK_BOOTTIME`: seconds since that boot, suspend
+/// included), which no setting of the wall clock moves. Stored beside a wall time so that the
+/// time between two moments of one boot is known even when the wall clock was set in between: a
+/// kiosk without a battery-backed clock boots days behind and is set forward by its first NTP sync.
+public struct BootInstant: Sendable, Hashable {
+    /// The kernel's id of the boot (`/proc/sys/kernel/random/boot_id`).
+    public let bootID: String
+    public let secondsSinceBoot: Double
+
+    public init(bootID: String, secondsSinceBoot: Double) {
+        self.bootID = bootID
+        self.secondsSinceBoot = secondsSinceBoot
+    }
+
+    /// As a store keeps it: `BOOTID@SECONDS`.
+    public var stored: String { "\(bootID)@\(secondsSinceBoot)" }
+
+    /// A stored instant; nil for nil or anything that is not one.
+    public init?(stored: String?) {
+        guard let stored, let at = stored.lastIndex(of: "@"), let seconds = Double(stored[stored.index(after: at)...]),
+            seconds.isFinite, at > stored.startIndex
+        else { return nil }
+        self.init(bootID: String(stored[..<at]), secondsSinceBoot: seconds)
+    }
+
+    /// Seconds from `earlier` to this instant, if both are of the same boot.
+    public func seconds(since earlier: BootInstant) -> TimeInterval? {
+        bootID == earlier.bootID ? secondsSinceBoot - earlier.secondsSinceBoot : nil
+    }
+
+    /// How long ago `then` was: by the boot's clock when `then` and `now` are moments of the same
+    /// boot (the wall clock may have been set in between), else by the wall clock.
+    public static func elapsed(from then: (wall: Date, boot: BootInstant?), to now: (wall: Date, boot: BootInstant?))
+        -> TimeInterval
+    {
+        if let nowBoot = now.boot, let thenBoot = then.boot, let seconds = nowBoot.seconds(since: thenBoot) {
+            return max(seconds, 0)
+        }
+        return now.wall.timeIntervalSince(then.wall)
+    }
+}

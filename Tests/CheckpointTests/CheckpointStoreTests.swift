@@ -33,7 +33,7 @@ import Testing
     /// Spelled out, so a migration dropped or renamed by mistake fails here.
     static let allMigrations = [
         "v1-steps-bundles-runs", "v2-runs-healthy", "v3-bundles-reading", "v4-runs-api-lookups", "v5-reference-lists",
-        "v6-bundles-steps-done-counted", "v7-bindings",
+        "v6-bundles-steps-done-counted", "v7-bindings", "v8-bundles-first-seen-on-boot",
     ]
 
     /// A step's checkpoint rewrites a row or two: the store asks for small pages, so each commit's
@@ -293,7 +293,8 @@ import Testing
         let aYearOn = now.addingTimeInterval(365 * 86_400)
         func deferral(_ name: String, at time: Date, synchronized: Bool = true) throws -> Deferral {
             try store.recordDeferral(
-                name: name, sessionID: nil, error: error, now: time, policy: policy, clockIsSynchronized: synchronized)
+                name: name, sessionID: nil, error: error, now: time, policy: policy, clockIsSynchronized: synchronized,
+                boot: nil)
         }
         try store.recordClaim(name: "b", owner: owner, now: aYearOn)
         let first = try deferral("b", at: now)
@@ -314,18 +315,23 @@ import Testing
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 9, runID: "r"), now: now)
         #expect(try store.claims().map(\.bundleName) == ["b"])
 
-        let first = try store.recordDeferral(name: "b", sessionID: "S", error: error, now: now, policy: policy)
+        let first = try store.recordDeferral(
+            name: "b", sessionID: "S", error: error, now: now, policy: policy, boot: nil)
         #expect(
-            first == Deferral(attempts: 1, nextAttemptAt: now.addingTimeInterval(60), firstSeen: now, exhausted: false))
+            first
+                == Deferral(
+                    attempts: 1, nextAttemptAt: now.addingTimeInterval(60), firstSeen: now, age: 0, exhausted: false))
         #expect(try store.claims().isEmpty)
 
         let later = now.addingTimeInterval(100)
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 10, runID: "r2"), now: later)
-        let second = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
+        let second = try store.recordDeferral(
+            name: "b", sessionID: nil, error: error, now: later, policy: policy, boot: nil)
         #expect(
             second
-                == Deferral(attempts: 2, nextAttemptAt: later.addingTimeInterval(120), firstSeen: now, exhausted: false)
-        )
+                == Deferral(
+                    attempts: 2, nextAttemptAt: later.addingTimeInterval(120), firstSeen: now, age: 100,
+                    exhausted: false))
         let third = try store.recordDeferral(name: "b", sessionID: nil, error: error, now: later, policy: policy)
         #expect(third.nextAttemptAt == later.addingTimeInterval(150))
         #expect(third.exhausted)

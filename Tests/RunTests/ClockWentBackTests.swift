@@ -49,6 +49,50 @@ import Testing
     }
 
     @Test(
+        "a bundle first seen while the clock was 10 days behind, then set forward by NTP: deferred again, not given up as 10 days old"
+    )
+    func aClockSetForwardDoesNotAgeADeferredBundle() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_895)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let name = "\(sample.sessionID).tar.gz"
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: spool.path(.incoming, name))
+            // A kiosk without a battery-backed clock, booted 10 days behind, before NTP.
+            let tenDaysBehind = try await ClockAhead(in: directory, by: .seconds(-10 * 86_400), synchronized: false)
+                .environment
+            let setRight = try await ClockAhead(in: directory, by: .zero, synchronized: true).environment
+            try await withDevServer { server in
+                // The API asks for a pause longer than a run waits, before and after the clock is set.
+                try await server.putJSON("/admin/faults", ["rateLimitRate": 1, "retryAfterSeconds": 60])
+                let (behind, behindOutput) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: tenDaysBehind)
+                #expect(behind == 0, "\(behindOutput)")
+                #expect(behindOutput.contains("1 deferred"), "\(behindOutput)")
+                let firstSeen = try #require(try CheckpointStore(spool: spool).bundleState(name: name)?.firstSeen)
+                #expect(firstSeen.timeIntervalSinceNow < -9 * 86_400, "first seen by the clock behind")
+
+                // NTP set the clock right: by the wall clock the bundle is 10 days old, past the
+                // 6-day max age, though it was first seen seconds ago on this boot. (Its retry, due
+                // a minute after the clock behind, is long due.)
+                let (again, againOutput) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: setRight)
+                #expect(again == 0, "\(againOutput)")
+                #expect(againOutput.contains("1 deferred"), "\(againOutput)")
+                #expect(try spool.names(.failed).isEmpty, "gave up on a bundle first seen seconds ago: \(againOutput)")
+                #expect(try CheckpointStore(spool: spool).bundleState(name: name)?.attempts == 2)
+
+                try await server.putJSON("/admin/faults", ["rateLimitRate": 0])
+                let due = try await runBuilt("dopesync", ["requeue", name, "--spool", spool.root])
+                #expect(due.status == 0, "\(due.stderr)")
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 0, "\(output)")
+                try await expectAllSyncedOnce([sample], spool: spool, server: server)
+            }
+        }
+    }
+
+    @Test(
         "a success stamped while the clock was a year ahead does not stand as the last success once it is set right: the no-recent-success alert can fire"
     )
     func aSuccessFromAClockAheadIsNotTheLastSuccess() async throws {

@@ -153,6 +153,35 @@ import Testing
         }
     }
 
+    @Test(
+        "PostgreSQL: a bundle first seen 10 days ago by the wall clock but seconds ago on this boot (NTP set the clock forward) is deferred, not given up; first seen on another boot, it is"
+    )
+    func theMaxAgeCountsOnTheBootsClock() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database) { a in
+            let policy = DeferralPolicy(maxAttempts: nil)
+            for name in ["this-boot.tar.gz", "other-boot.tar.gz"] {
+                #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
+                _ = try await a.beginReading(name: name, now: Date())
+            }
+            #expect(
+                try await database.psql(
+                    "SELECT count(*) FROM dopesync.bundles WHERE first_seen_boot LIKE '%@%'") == "2",
+                "the first sight is recorded on the boot's clock too")
+            try await database.psql(
+                """
+                UPDATE dopesync.bundles SET first_seen = first_seen - 10 * 86400;
+                UPDATE dopesync.bundles SET first_seen_boot = 'another-boot@1' WHERE name = 'other-boot.tar.gz'
+                """)
+            let thisBoot = try await a.recordDeferral(
+                name: "this-boot.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(503)), policy: policy)
+            #expect(!thisBoot.exhausted && thisBoot.age < 60, "\(thisBoot)")
+            let otherBoot = try await a.recordDeferral(
+                name: "other-boot.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(503)), policy: policy)
+            #expect(otherBoot.exhausted && otherBoot.age > 9 * 86_400, "\(otherBoot)")
+        }
+    }
+
     /// `known.tar.gz` and `imported.tar.gz` deferred by `a` and given back; `imported.tar.gz` as
     /// `migrate` leaves a bundle, its row and no claim row, so that claiming it takes the statement
     /// that makes one, and `known.tar.gz` the takeover of a free claim.

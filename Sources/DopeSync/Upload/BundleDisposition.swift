@@ -112,7 +112,6 @@ struct BundleDisposition: Sendable {
                 name: claimed.name, sessionID: sessionID, error: failure, policy: deferral)
             if deferral.exhausted {
                 // Not the last error's fault more than the others': the worker gave up on retrying.
-                let age = Date().timeIntervalSince(deferral.firstSeen)
                 let last = "\(failure.reason)" + (failure.message.map { ": \($0)" } ?? "")
                 // A refusal that the token's check showed to be this bundle's keeps its own reason:
                 // it is not the API failing, and a person must look at the bundle.
@@ -121,7 +120,7 @@ struct BundleDisposition: Sendable {
                     reason: refusedBundle ? failure.reason : .gaveUp, step: failure.step,
                     httpStatus: failure.httpStatus,
                     message:
-                        "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(age)) "
+                        "gave up after \(deferral.attempts) attempts over \(SpoolStatus.age(deferral.age)) "
                         + "(the limits: \(self.deferral.limitsText)); the last error: \(last)")
                 return await fail(claimed, sessionID: sessionID, failure: gaveUp, logger: logger)
             }

@@ -263,13 +263,17 @@ public struct Deferral: Sendable, Hashable {
     /// When the bundle is due again: also the mtime to give it in `incoming/`.
     public let nextAttemptAt: Date
     public let firstSeen: Date
+    /// Seconds since the bundle was first seen, as the max-age rule counted them
+    /// (``BootInstant/elapsed(from:to:)``): not always now minus `firstSeen`.
+    public let age: TimeInterval
     /// The policy's attempts or age are used up: the caller moves the bundle to `failed/` instead.
     public let exhausted: Bool
 
-    public init(attempts: Int, nextAttemptAt: Date, firstSeen: Date, exhausted: Bool) {
+    public init(attempts: Int, nextAttemptAt: Date, firstSeen: Date, age: TimeInterval, exhausted: Bool) {
         self.attempts = attempts
         self.nextAttemptAt = nextAttemptAt
         self.firstSeen = firstSeen
+        self.age = age
         self.exhausted = exhausted
     }
 }

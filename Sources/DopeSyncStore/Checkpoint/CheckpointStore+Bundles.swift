@@ -17,7 +17,8 @@ extension CheckpointStore {
     ) throws(CheckpointError) {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
-                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
+                boot: SystemClock.bootInstant)
         }
     }
 
@@ -30,7 +31,8 @@ extension CheckpointStore {
     ) throws(CheckpointError) -> SessionClaim {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
-                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now)
+                connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
+                boot: SystemClock.bootInstant)
             if case .anotherProducer(let first) = try Self.bindSession(
                 connection, sessionID, producer: producer, api: api, now: now)
             {
@@ -42,7 +44,7 @@ extension CheckpointStore {
 
     private static func recordClaim(
         _ connection: SQLiteConnection, name: String, sessionID: String?, owner: ClaimOwner, totalSteps: Int?,
-        now: Date
+        now: Date, boot: BootInstant?
     ) throws(SQLiteError) {
         // A claim recorded with its session is a reading that ended (the bundle was validated):
         // the readings cut short before it count no more (``beginReading(name:now:)``).
@@ -51,12 +53,13 @@ extension CheckpointStore {
             "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
         try connection.query(
             """
-            INSERT INTO bundles (name, session_id, first_seen, last_outcome, updated_at, steps_total) VALUES (?, ?, ?, 'claimed', ?, ?)
+            INSERT INTO bundles (name, session_id, first_seen, first_seen_boot, last_outcome, updated_at, steps_total)
+            VALUES (?, ?, ?, ?, 'claimed', ?, ?)
             ON CONFLICT (name) DO UPDATE SET
                 session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
                 steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL,
                 readings_cut_short = CASE WHEN excluded.session_id IS NULL THEN readings_cut_short ELSE 0 END
-            """, [name, sessionID, t, t, totalSteps])
+            """, [name, sessionID, t, boot?.stored, t, totalSteps])
         try connection.query(
             "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
             [name, owner.runID, owner.host, Int(owner.pid), t])
@@ -72,7 +75,7 @@ extension CheckpointStore {
             // another file.
             try connection.query(
                 "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
-            try Self.ensureBundle(connection, name: name, now: now)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
             let row = try connection.queryFirst(
                 """
                 UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
@@ -89,32 +92,34 @@ extension CheckpointStore {
     /// ``Deferral/exhausted``, moves it to `failed/` and calls ``recordFailure(name:sessionID:error:now:)``.
     public func recordDeferral(
         name: String, sessionID: String?, error: BundleFailure, now: Date = Date(),
-        policy: DeferralPolicy = DeferralPolicy(), clockIsSynchronized: Bool = SystemClock.isSynchronized
+        policy: DeferralPolicy = DeferralPolicy(), clockIsSynchronized: Bool = SystemClock.isSynchronized,
+        boot: BootInstant? = SystemClock.bootInstant
     ) throws(CheckpointError) -> Deferral {
         try write("recording the deferral of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now)
+            try Self.ensureBundle(connection, name: name, now: now, boot: boot)
             // A first-seen time ahead of this clock was recorded under one that has gone back since
             // (``WallClock``): the max-age rule counts from now instead, or it could not fire until
             // the clock caught up. Only under a synchronized clock: one behind (at boot, before
-            // NTP) would date it back, and the bundle give up as soon as the clock is set.
+            // NTP) would date it back, and the bundle give up as soon as the clock is set. (On the
+            // boot that recorded it, the age counts on the boot's clock anyway: see below.)
             let t = now.timeIntervalSince1970
             let ahead = clockIsSynchronized ? t + WallClock.stepTolerance : Double.infinity
             guard
                 let row = try connection.queryFirst(
                     """
-                    UPDATE bundles SET attempts = attempts + 1, first_seen = CASE WHEN first_seen > ? THEN ? ELSE first_seen END
-                    WHERE name = ? RETURNING attempts, first_seen
-                    """, [ahead, t, name])
+                    UPDATE bundles SET attempts = attempts + 1,
+                        first_seen_boot = CASE WHEN first_seen > ? THEN ? ELSE first_seen_boot END,
+                        first_seen = CASE WHEN first_seen > ? THEN ? ELSE first_seen END
+                    WHERE name = ? RETURNING attempts, first_seen, first_seen_boot
+                    """, [ahead, boot?.stored, ahead, t, name])
             else { throw CheckpointError(code: .database, message: "bundle row \(name) vanished") }
-            let attempts: Int = try row["attempts"]
-            let firstSeen = Date(timeIntervalSince1970: try row["first_seen"])
-            let next = policy.nextAttempt(afterAttempt: attempts, now: now)
+            let deferral = policy.deferral(
+                attempts: try row["attempts"], firstSeen: Date(timeIntervalSince1970: try row["first_seen"]),
+                firstSeenOnBoot: BootInstant(stored: try row["first_seen_boot"]), now: now, nowOnBoot: boot)
             try Self.setOutcome(
-                connection, name: name, sessionID: sessionID, outcome: .deferred, error: error, nextAttemptAt: next,
-                now: now)
-            return Deferral(
-                attempts: attempts, nextAttemptAt: next, firstSeen: firstSeen,
-                exhausted: policy.isExhausted(attempts: attempts, firstSeen: firstSeen, now: now))
+                connection, name: name, sessionID: sessionID, outcome: .deferred, error: error,
+                nextAttemptAt: deferral.nextAttemptAt, now: now)
+            return deferral
         }
     }
 
@@ -123,7 +128,7 @@ extension CheckpointStore {
         throws(CheckpointError)
     {
         try write("recording the failure of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil,
                 now: now)
@@ -133,7 +138,7 @@ extension CheckpointStore {
     /// Records that the bundle went to `done/`; ends the claim. The last error is kept for history.
     public func recordDone(name: String, sessionID: String?, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) done") { connection in
-            try Self.ensureBundle(connection, name: name, now: now)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil, now: now,
                 keepError: true)
@@ -144,7 +149,7 @@ extension CheckpointStore {
     /// (401/403, the circuit breaker, shutdown); ends the claim.
     public func recordReturned(name: String, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) given back") { connection in
-            try Self.ensureBundle(connection, name: name, now: now)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
             try connection.query(
                 "UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?",
                 [now.timeIntervalSince1970, name])
@@ -160,10 +165,10 @@ extension CheckpointStore {
         try write("resetting the attempts of \(name)") { connection in
             try connection.query(
                 """
-                UPDATE bundles SET attempts = 0, first_seen = ?, next_attempt_at = NULL, last_outcome = 'requeued', updated_at = ?,
-                    reading_since = NULL, readings_cut_short = 0
+                UPDATE bundles SET attempts = 0, first_seen = ?, first_seen_boot = ?, next_attempt_at = NULL,
+                    last_outcome = 'requeued', updated_at = ?, reading_since = NULL, readings_cut_short = 0
                 WHERE name = ?
-                """, [now.timeIntervalSince1970, now.timeIntervalSince1970, name])
+                """, [now.timeIntervalSince1970, SystemClock.bootInstant?.stored, now.timeIntervalSince1970, name])
             return connection.changes > 0
         }
     }
@@ -334,10 +339,12 @@ extension CheckpointStore {
 
     // MARK: - Helpers of the bundles table
 
-    static func ensureBundle(_ connection: SQLiteConnection, name: String, now: Date) throws(SQLiteError) {
+    static func ensureBundle(_ connection: SQLiteConnection, name: String, now: Date, boot: BootInstant?)
+        throws(SQLiteError)
+    {
         try connection.query(
-            "INSERT OR IGNORE INTO bundles (name, first_seen, updated_at) VALUES (?, ?, ?)",
-            [name, now.timeIntervalSince1970, now.timeIntervalSince1970])
+            "INSERT OR IGNORE INTO bundles (name, first_seen, first_seen_boot, updated_at) VALUES (?, ?, ?, ?)",
+            [name, now.timeIntervalSince1970, boot?.stored, now.timeIntervalSince1970])
     }
 
     static func setOutcome(

@@ -46,11 +46,24 @@ public struct DeferralPolicy: Sendable, Hashable {
         now.addingTimeInterval(delay(afterAttempt: attempt).seconds)
     }
 
-    /// Whether a bundle with `attempts` counted attempts, first seen at `firstSeen`, must fail now.
-    public func isExhausted(attempts: Int, firstSeen: Date, now: Date) -> Bool {
+    /// Whether a bundle with `attempts` counted attempts, first seen `age` seconds ago, must fail now.
+    public func isExhausted(attempts: Int, age: TimeInterval) -> Bool {
         if let maxAttempts, attempts >= maxAttempts { return true }
-        if let maxAge, now.timeIntervalSince(firstSeen) >= maxAge.seconds { return true }
+        if let maxAge, age >= maxAge.seconds { return true }
         return false
+    }
+
+    /// The deferral counted at `now` of a bundle with `attempts` attempts, first seen at
+    /// `firstSeen` (`firstSeenOnBoot` on the boot's own clock, if it was recorded): its age counts
+    /// on the boot's clock when both moments are of one boot, so a wall clock set forward since
+    /// (a kiosk's first NTP sync after days without power) does not age it by the step.
+    public func deferral(
+        attempts: Int, firstSeen: Date, firstSeenOnBoot: BootInstant?, now: Date, nowOnBoot: BootInstant?
+    ) -> Deferral {
+        let age = BootInstant.elapsed(from: (firstSeen, firstSeenOnBoot), to: (now, nowOnBoot))
+        return Deferral(
+            attempts: attempts, nextAttemptAt: nextAttempt(afterAttempt: attempts, now: now), firstSeen: firstSeen,
+            age: age, exhausted: isExhausted(attempts: attempts, age: age))
     }
 
     /// `20 attempts or 6 days`, for a person.

@@ -130,6 +130,14 @@ let checkpointMigrations: [SQLiteMigration] = [
             CREATE INDEX sessions_by_api ON sessions (api);
             CREATE TABLE api_addresses (url TEXT PRIMARY KEY, api TEXT NOT NULL, recorded_at REAL NOT NULL);
             """),
+    // When a bundle was first seen on the boot's own clock as well (`BOOTID@SECONDS`,
+    // ``BootInstant``): its max age then counts on that clock, which NTP setting the wall clock
+    // forward does not move. NULL for rows from before, and where the kernel gives no boot id.
+    SQLiteMigration(
+        name: "v8-bundles-first-seen-on-boot",
+        sql: """
+            ALTER TABLE bundles ADD COLUMN first_seen_boot TEXT;
+            """),
 ]
 
 package enum CheckpointMigrator {
