@@ -60,7 +60,7 @@ extension PostgresCheckpoints {
         let fence = try fence(name)
         let rows = try await rows(
             "recording that \(name) is being read",
-            HotStatements.MarkReading(fence: fence, time: now.timeIntervalSince1970, boot: SystemClock.bootInstant))
+            HotStatements.MarkReading(fence: fence, time: now.timeIntervalSince1970, boot: clock.firstSightStamp))
         guard let row = rows.first else { throw lost(fence) }
         return try Self.decode(row, "readings_cut_short")
     }
@@ -77,7 +77,7 @@ extension PostgresCheckpoints {
             "recording the claim of \(name)",
             HotStatements.RecordClaim(
                 fence: fence, sessionID: sessionID, time: now.timeIntervalSince1970, totalSteps: Int32(totalSteps),
-                api: api, producer: producer, boot: SystemClock.bootInstant))
+                api: api, producer: producer, boot: clock.firstSightStamp))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
         let isNew: Bool = try Self.decode(first, "session_new")
         let known: Bool = try Self.decode(first, "session_known")
@@ -98,30 +98,37 @@ extension PostgresCheckpoints {
         async throws(CheckpointError) -> Deferral
     {
         let now = Date()
-        let boot = SystemClock.bootInstant
+        let (synchronized, boot) = (clock.isSynchronized(), clock.bootInstant())
         return try await fencedTransaction(name, "recording the deferral of \(name)") { connection in
-            try await Self.ensureBundle(connection, name: name, now: now.timeIntervalSince1970, logger: self.logger)
-            // A first-seen time ahead of the clock, and the age on the boot's clock: as in the
-            // SQLite store's recordDeferral. Another host's first sight has another boot's id.
-            let t = now.timeIntervalSince1970
-            let ahead = SystemClock.isSynchronized ? t + WallClock.stepTolerance : Double.infinity
+            try await Self.ensureBundle(
+                connection, name: name, now: now.timeIntervalSince1970, boot: synchronized ? nil : boot,
+                logger: self.logger)
             let rows = try await connection.query(
                 """
-                UPDATE dopesync.bundles SET attempts = attempts + 1,
-                    first_seen_boot = CASE WHEN first_seen > \(ahead) THEN \(boot?.stored) ELSE first_seen_boot END,
-                    first_seen = CASE WHEN first_seen > \(ahead) THEN \(t) ELSE first_seen END
-                WHERE name = \(name) RETURNING attempts, first_seen, first_seen_boot
+                UPDATE dopesync.bundles SET attempts = attempts + 1 WHERE name = \(name)
+                RETURNING attempts, first_seen, first_seen_boot
                 """,
                 logger: self.logger
             ).collect()
             guard let row = rows.first?.makeRandomAccess() else {
                 throw CheckpointError(code: .database, message: "bundle row \(name) vanished")
             }
+            // As in the SQLite store's recordDeferral. Another host's first sight has its own
+            // boot's id, unless its machine was cloned from a snapshot of this one: then its
+            // stamp is from before this clock was synchronized, as this one's own would be.
             let deferral = policy.deferral(
                 attempts: try Self.decode(row, "attempts"),
                 firstSeen: Date(timeIntervalSince1970: try Self.decode(row, "first_seen")),
                 firstSeenOnBoot: BootInstant(stored: try Self.decode(row, "first_seen_boot")), now: now,
-                nowOnBoot: boot)
+                nowOnBoot: boot, clockIsSynchronized: synchronized)
+            if deferral.firstSeenDatedAgain {
+                _ = try await connection.query(
+                    """
+                    UPDATE dopesync.bundles SET first_seen = \(deferral.firstSeen.timeIntervalSince1970),
+                        first_seen_boot = NULL
+                    WHERE name = \(name)
+                    """, logger: self.logger)
+            }
             try await self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .deferred, error: error,
                 nextAttemptAt: deferral.nextAttemptAt, now: now)
@@ -214,11 +221,13 @@ extension PostgresCheckpoints {
             "UPDATE dopesync.steps SET bundle_name = \(newName) WHERE bundle_name = \(oldName)", logger: logger)
     }
 
-    static func ensureBundle(_ connection: PostgresConnection, name: String, now: Double, logger: Logger) async throws {
+    static func ensureBundle(
+        _ connection: PostgresConnection, name: String, now: Double, boot: BootInstant?, logger: Logger
+    ) async throws {
         _ = try await connection.query(
             """
             INSERT INTO dopesync.bundles (name, first_seen, first_seen_boot, updated_at)
-            VALUES (\(name), \(now), \(SystemClock.bootInstant?.stored), \(now))
+            VALUES (\(name), \(now), \(boot?.stored), \(now))
             ON CONFLICT (name) DO NOTHING
             """, logger: logger)
     }

@@ -138,7 +138,7 @@ extension PostgresCheckpoints: CheckpointLedger {
                 "resetting the attempts of \(name)",
                 """
                 UPDATE dopesync.bundles SET attempts = 0, first_seen = \(t),
-                    first_seen_boot = \(SystemClock.bootInstant?.stored), next_attempt_at = NULL,
+                    first_seen_boot = \(clock.firstSightStamp?.stored), next_attempt_at = NULL,
                     last_outcome = 'requeued', updated_at = \(t), reading_since = NULL, readings_cut_short = 0
                 WHERE name = \(name) RETURNING name
                 """)).isEmpty

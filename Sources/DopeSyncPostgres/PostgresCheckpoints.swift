@@ -49,11 +49,15 @@ public final class PostgresCheckpoints: Sendable {
     /// the order queued, in the store's own task.
     let queuedWrites: AsyncStream<@Sendable () async -> Void>.Continuation
     private let writeQueue: AsyncStream<@Sendable () async -> Void>
+    /// Whether this host's clock is synchronized, and now on its boot's clock: for first sights
+    /// and deferrals (``DeferralPolicy``).
+    let clock: ClockFacts
 
     private init(
         client: PostgresClient, settings: DatabaseSettings, owner: ClaimOwner?, statementTimeout: Duration,
-        logger: Logger
+        clock: ClockFacts, logger: Logger
     ) {
+        self.clock = clock
         self.client = client
         self.settings = settings
         self.owner = owner
@@ -70,7 +74,7 @@ public final class PostgresCheckpoints: Sendable {
     /// before anything is claimed.
     public static func with<Value: Sendable>(
         _ settings: DatabaseSettings, owner: ClaimOwner? = nil, statementTimeout: Duration = .seconds(10),
-        logger: Logger, _ body: (PostgresCheckpoints) async throws -> Value
+        clock: ClockFacts = .system, logger: Logger, _ body: (PostgresCheckpoints) async throws -> Value
     ) async throws -> Value {
         // One connection of its own first: the pool would wait for ever on a database that is
         // down or refuses us, where this fails at once with the reason.
@@ -80,7 +84,8 @@ public final class PostgresCheckpoints: Sendable {
         let client = PostgresClient(
             configuration: clientConfiguration(settings, statementTimeout: statementTimeout), backgroundLogger: logger)
         let store = PostgresCheckpoints(
-            client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, logger: logger)
+            client: client, settings: settings, owner: owner, statementTimeout: statementTimeout, clock: clock,
+            logger: logger)
         // The pool runs in a task of its own, not a child: a pool that lost its server may not
         // end when cancelled (vapor/postgres-nio#599), and the run must end all the same. Its fix
         // (vapor/postgres-nio#647) came after 1.33.2, the newest release this project can build

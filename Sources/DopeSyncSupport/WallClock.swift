@@ -19,14 +19,20 @@ public enum WallClock {
     public static let fileClockTolerance: TimeInterval = 86_400
 }
 
-/// A moment on one boot's own clock (`CLOCK_BOOTTIME`: seconds since that boot, suspend
-/// included), which no setting of the wall clock moves. Stored beside a wall time so that the
-/// time between two moments of one boot is known even when the wall clock was set in between: a
-/// kiosk without a battery-backed clock boots days behind and is set forward by its first NTP sync.
+/// A moment on one boot's own clock (`CLOCK_BOOTTIME`: seconds since that boot), which no
+/// setting of the wall clock moves. Recorded beside a first sight made while the wall clock was
+/// not synchronized: a kiosk without a battery-backed clock boots days behind, and its first NTP
+/// sync sets the clock forward. Only then does it stand in for the wall clock: it stops while a
+/// virtual machine is paused or a machine hibernates, when the wall clock, set right afterwards,
+/// counts the time that passed, and an age too short could outlast the server's keys.
 public struct BootInstant: Sendable, Hashable {
     /// The kernel's id of the boot (`/proc/sys/kernel/random/boot_id`).
     public let bootID: String
     public let secondsSinceBoot: Double
+
+    /// How far an instant may come before an earlier one of its boot and still be believed: the
+    /// two are read at different moments of one transaction. More is not one boot's clock.
+    public static let readingTolerance: TimeInterval = 5
 
     public init(bootID: String, secondsSinceBoot: Double) {
         self.bootID = bootID
@@ -44,19 +50,11 @@ public struct BootInstant: Sendable, Hashable {
         self.init(bootID: String(stored[..<at]), secondsSinceBoot: seconds)
     }
 
-    /// Seconds from `earlier` to this instant, if both are of the same boot.
+    /// Seconds from `earlier` to this instant, if both are of the same boot and in order (within
+    /// ``readingTolerance``); nil otherwise.
     public func seconds(since earlier: BootInstant) -> TimeInterval? {
-        bootID == earlier.bootID ? secondsSinceBoot - earlier.secondsSinceBoot : nil
-    }
-
-    /// How long ago `then` was: by the boot's clock when `then` and `now` are moments of the same
-    /// boot (the wall clock may have been set in between), else by the wall clock.
-    public static func elapsed(from then: (wall: Date, boot: BootInstant?), to now: (wall: Date, boot: BootInstant?))
-        -> TimeInterval
-    {
-        if let nowBoot = now.boot, let thenBoot = then.boot, let seconds = nowBoot.seconds(since: thenBoot) {
-            return max(seconds, 0)
-        }
-        return now.wall.timeIntervalSince(then.wall)
+        guard bootID == earlier.bootID else { return nil }
+        let seconds = secondsSinceBoot - earlier.secondsSinceBoot
+        return seconds >= -Self.readingTolerance ? max(seconds, 0) : nil
     }
 }

@@ -27,7 +27,7 @@ import Testing
         func exhausted(_ attempts: Int, after seconds: TimeInterval, _ policy: DeferralPolicy) -> Bool {
             policy.deferral(
                 attempts: attempts, firstSeen: first, firstSeenOnBoot: nil, now: first.addingTimeInterval(seconds),
-                nowOnBoot: nil
+                nowOnBoot: nil, clockIsSynchronized: true
             ).exhausted
         }
         #expect(!exhausted(2, after: 10, policy))
@@ -36,28 +36,55 @@ import Testing
         #expect(!exhausted(1_000_000, after: 1e9, DeferralPolicy(maxAttempts: nil, maxAge: nil)))
     }
 
-    /// A kiosk boots days behind, first sees a bundle, and NTP then sets its clock forward: on
-    /// that boot the age counts on the boot's clock, so the step does not use up the max age.
-    /// Across boots (or hosts), only the wall clock is there to count by.
-    @Test func ageCountsOnTheBootsClockWithinOneBoot() {
+    /// A kiosk boots 10 days behind, first sees a bundle (the clock not synchronized: the sight is
+    /// stamped on the boot's clock), and NTP then sets its clock forward: on that boot, under the
+    /// synchronized clock, the first sight is dated again by the boot's clock, and the step does
+    /// not use up the max age. Wherever that cannot be trusted, the wall clock counts: an age
+    /// counted too short could resume a bundle after the server forgot its keys.
+    @Test func aFirstSightBeforeNTPIsDatedAgainByTheBootsClock() {
         let policy = DeferralPolicy(maxAttempts: nil, maxAge: .seconds(6 * 86_400))
         let behind = Date(timeIntervalSince1970: 1_000_000)
         let setRight = behind.addingTimeInterval(10 * 86_400 + 60)
         let seen = BootInstant(bootID: "boot-1", secondsSinceBoot: 30)
-        let sameBoot = policy.deferral(
-            attempts: 2, firstSeen: behind, firstSeenOnBoot: seen, now: setRight,
-            nowOnBoot: BootInstant(bootID: "boot-1", secondsSinceBoot: 90))
-        #expect(sameBoot.age == 60 && !sameBoot.exhausted)
+        func deferral(at bootSeconds: Double, of boot: String = "boot-1", synchronized: Bool = true) -> Deferral {
+            policy.deferral(
+                attempts: 2, firstSeen: behind, firstSeenOnBoot: seen, now: setRight,
+                nowOnBoot: BootInstant(bootID: boot, secondsSinceBoot: bootSeconds), clockIsSynchronized: synchronized)
+        }
+        let sameBoot = deferral(at: 90)
+        #expect(sameBoot.age == 60 && !sameBoot.exhausted && sameBoot.firstSeenDatedAgain)
+        #expect(sameBoot.firstSeen == setRight.addingTimeInterval(-60))
         #expect(sameBoot.nextAttemptAt == setRight.addingTimeInterval(120))
-        let nextBoot = policy.deferral(
-            attempts: 2, firstSeen: behind, firstSeenOnBoot: seen, now: setRight,
-            nowOnBoot: BootInstant(bootID: "boot-2", secondsSinceBoot: 90))
+        // Six days on the boot's clock are six days.
+        #expect(deferral(at: 30 + 6 * 86_400).exhausted)
+        // Another boot: the stamp says nothing; it goes, and the wall clock counts.
+        let nextBoot = deferral(at: 90, of: "boot-2")
         #expect(nextBoot.age == 10 * 86_400 + 60 && nextBoot.exhausted)
-        // Six days on the boot's clock are six days, whatever the wall clock says.
-        let sixDaysOn = policy.deferral(
-            attempts: 2, firstSeen: behind, firstSeenOnBoot: seen, now: behind,
-            nowOnBoot: BootInstant(bootID: "boot-1", secondsSinceBoot: 30 + 6 * 86_400))
-        #expect(sixDaysOn.exhausted)
+        #expect(nextBoot.firstSeen == behind && nextBoot.firstSeenDatedAgain)
+        // The boot's clock before the stamp: not one clock (a restored snapshot); the wall counts.
+        #expect(deferral(at: 10).exhausted)
+        // Within the tolerance of two readings of one transaction: no time at all.
+        #expect(deferral(at: 28).age == 0)
+        // Not synchronized yet: nothing says the wall clock was wrong then rather than now.
+        let unsynchronized = deferral(at: 90, synchronized: false)
+        #expect(unsynchronized.exhausted && !unsynchronized.firstSeenDatedAgain)
+    }
+
+    /// A first sight more than 5 minutes ahead of a synchronized clock, with no stamp of this boot:
+    /// recorded under a clock that has gone back since; the max age counts from now.
+    @Test func aFirstSightAheadOfASynchronizedClockCountsFromNow() {
+        let policy = DeferralPolicy(maxAttempts: nil, maxAge: .seconds(6 * 86_400))
+        let now = Date(timeIntervalSince1970: 1_000_000)
+        func deferral(firstSeen: Date, synchronized: Bool) -> Deferral {
+            policy.deferral(
+                attempts: 1, firstSeen: firstSeen, firstSeenOnBoot: nil, now: now, nowOnBoot: nil,
+                clockIsSynchronized: synchronized)
+        }
+        let aYearOn = deferral(firstSeen: now.addingTimeInterval(365 * 86_400), synchronized: true)
+        #expect(aYearOn.firstSeen == now && aYearOn.age == 0 && aYearOn.firstSeenDatedAgain)
+        let aMinuteOn = deferral(firstSeen: now.addingTimeInterval(60), synchronized: true)
+        #expect(aMinuteOn.firstSeen == now.addingTimeInterval(60) && !aMinuteOn.firstSeenDatedAgain)
+        #expect(!deferral(firstSeen: now.addingTimeInterval(365 * 86_400), synchronized: false).firstSeenDatedAgain)
     }
 
     @Test func bootInstantsAreStoredAndReadBack() {

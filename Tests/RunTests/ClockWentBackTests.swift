@@ -80,7 +80,10 @@ import Testing
                 #expect(again == 0, "\(againOutput)")
                 #expect(againOutput.contains("1 deferred"), "\(againOutput)")
                 #expect(try spool.names(.failed).isEmpty, "gave up on a bundle first seen seconds ago: \(againOutput)")
-                #expect(try CheckpointStore(spool: spool).bundleState(name: name)?.attempts == 2)
+                let state = try #require(try CheckpointStore(spool: spool).bundleState(name: name))
+                #expect(state.attempts == 2)
+                #expect(
+                    state.firstSeen.timeIntervalSinceNow > -300, "dated again by the boot's clock: \(state.firstSeen)")
 
                 try await server.putJSON("/admin/faults", ["rateLimitRate": 0])
                 let due = try await runBuilt("dopesync", ["requeue", name, "--spool", spool.root])

@@ -1,6 +1,7 @@
 import DopeSync
 import DopeSyncTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// Claims as leases in a real PostgreSQL server, two workers' stores side by side in one process:
@@ -154,31 +155,50 @@ import Testing
     }
 
     @Test(
-        "PostgreSQL: a bundle first seen 10 days ago by the wall clock but seconds ago on this boot (NTP set the clock forward) is deferred, not given up; first seen on another boot, it is"
+        "PostgreSQL: a bundle first seen before NTP set the clock 10 days forward is dated again by the boot's clock and deferred, not given up; seen on another boot, or under a synchronized clock, it counts by the wall clock"
     )
-    func theMaxAgeCountsOnTheBootsClock() async throws {
+    func aFirstSightBeforeNTPIsDatedAgainByTheBootsClock() async throws {
         let database = try await SharedCluster.freshDatabase()
-        try await worker(ownerA, on: database) { a in
+        let synchronized = Atomic(false)
+        let clock = ClockFacts(
+            isSynchronized: { synchronized.load(ordering: .relaxed) }, bootInstant: { SystemClock.bootInstant })
+        try await PostgresCheckpoints.with(
+            database.settings(lease: .seconds(30)), owner: ownerA, statementTimeout: Self.patience, clock: clock,
+            logger: quietLogger
+        ) { a in
             let policy = DeferralPolicy(maxAttempts: nil)
-            for name in ["this-boot.tar.gz", "other-boot.tar.gz"] {
+            let names = ["this-boot.tar.gz", "other-boot.tar.gz", "seen-synchronized.tar.gz"]
+            for name in names {
+                // The last one is first seen under a synchronized clock: no stamp.
+                synchronized.store(name == "seen-synchronized.tar.gz", ordering: .relaxed)
                 #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
                 _ = try await a.beginReading(name: name, now: Date())
             }
             #expect(
                 try await database.psql(
-                    "SELECT count(*) FROM dopesync.bundles WHERE first_seen_boot LIKE '%@%'") == "2",
-                "the first sight is recorded on the boot's clock too")
+                    "SELECT name FROM dopesync.bundles WHERE first_seen_boot LIKE '%@%' ORDER BY name")
+                    == "other-boot.tar.gz\nthis-boot.tar.gz",
+                "first sights under a clock not synchronized are stamped on the boot's clock")
             try await database.psql(
                 """
                 UPDATE dopesync.bundles SET first_seen = first_seen - 10 * 86400;
                 UPDATE dopesync.bundles SET first_seen_boot = 'another-boot@1' WHERE name = 'other-boot.tar.gz'
                 """)
-            let thisBoot = try await a.recordDeferral(
-                name: "this-boot.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(503)), policy: policy)
+            synchronized.store(true, ordering: .relaxed)
+            func deferral(_ name: String) async throws -> Deferral {
+                try await a.recordDeferral(
+                    name: name, sessionID: nil, error: BundleFailure(reason: .http(503)), policy: policy)
+            }
+            let thisBoot = try await deferral("this-boot.tar.gz")
             #expect(!thisBoot.exhausted && thisBoot.age < 60, "\(thisBoot)")
-            let otherBoot = try await a.recordDeferral(
-                name: "other-boot.tar.gz", sessionID: nil, error: BundleFailure(reason: .http(503)), policy: policy)
-            #expect(otherBoot.exhausted && otherBoot.age > 9 * 86_400, "\(otherBoot)")
+            #expect(try await a.bundleState(name: "this-boot.tar.gz")?.firstSeen.timeIntervalSinceNow ?? -1e9 > -60)
+            for name in ["other-boot.tar.gz", "seen-synchronized.tar.gz"] {
+                let deferral = try await deferral(name)
+                #expect(deferral.exhausted && deferral.age > 9 * 86_400, "\(name): \(deferral)")
+            }
+            #expect(
+                try await database.psql("SELECT count(*) FROM dopesync.bundles WHERE first_seen_boot IS NOT NULL")
+                    == "0", "every stamp is gone once used or found useless")
         }
     }
 

@@ -262,19 +262,26 @@ public struct Deferral: Sendable, Hashable {
     public let attempts: Int
     /// When the bundle is due again: also the mtime to give it in `incoming/`.
     public let nextAttemptAt: Date
+    /// When the bundle was first seen, as the max-age rule counts it.
     public let firstSeen: Date
-    /// Seconds since the bundle was first seen, as the max-age rule counted them
-    /// (``BootInstant/elapsed(from:to:)``): not always now minus `firstSeen`.
+    /// Seconds since then.
     public let age: TimeInterval
     /// The policy's attempts or age are used up: the caller moves the bundle to `failed/` instead.
     public let exhausted: Bool
+    /// `firstSeen` is not the stored time (``DeferralPolicy/deferral(attempts:firstSeen:firstSeenOnBoot:now:nowOnBoot:clockIsSynchronized:)``):
+    /// the store records it, and drops the first sight's boot stamp.
+    public let firstSeenDatedAgain: Bool
 
-    public init(attempts: Int, nextAttemptAt: Date, firstSeen: Date, age: TimeInterval, exhausted: Bool) {
+    public init(
+        attempts: Int, nextAttemptAt: Date, firstSeen: Date, age: TimeInterval, exhausted: Bool,
+        firstSeenDatedAgain: Bool = false
+    ) {
         self.attempts = attempts
         self.nextAttemptAt = nextAttemptAt
         self.firstSeen = firstSeen
         self.age = age
         self.exhausted = exhausted
+        self.firstSeenDatedAgain = firstSeenDatedAgain
     }
 }
 

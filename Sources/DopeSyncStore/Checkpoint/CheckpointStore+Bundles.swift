@@ -18,7 +18,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                boot: SystemClock.bootInstant)
+                boot: SystemClock.firstSightStamp)
         }
     }
 
@@ -32,7 +32,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                boot: SystemClock.bootInstant)
+                boot: SystemClock.firstSightStamp)
             if case .anotherProducer(let first) = try Self.bindSession(
                 connection, sessionID, producer: producer, api: api, now: now)
             {
@@ -75,7 +75,7 @@ extension CheckpointStore {
             // another file.
             try connection.query(
                 "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
             let row = try connection.queryFirst(
                 """
                 UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
@@ -96,26 +96,23 @@ extension CheckpointStore {
         boot: BootInstant? = SystemClock.bootInstant
     ) throws(CheckpointError) -> Deferral {
         try write("recording the deferral of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: boot)
-            // A first-seen time ahead of this clock was recorded under one that has gone back since
-            // (``WallClock``): the max-age rule counts from now instead, or it could not fire until
-            // the clock caught up. Only under a synchronized clock: one behind (at boot, before
-            // NTP) would date it back, and the bundle give up as soon as the clock is set. (On the
-            // boot that recorded it, the age counts on the boot's clock anyway: see below.)
-            let t = now.timeIntervalSince1970
-            let ahead = clockIsSynchronized ? t + WallClock.stepTolerance : Double.infinity
+            try Self.ensureBundle(connection, name: name, now: now, boot: clockIsSynchronized ? nil : boot)
             guard
                 let row = try connection.queryFirst(
-                    """
-                    UPDATE bundles SET attempts = attempts + 1,
-                        first_seen_boot = CASE WHEN first_seen > ? THEN ? ELSE first_seen_boot END,
-                        first_seen = CASE WHEN first_seen > ? THEN ? ELSE first_seen END
-                    WHERE name = ? RETURNING attempts, first_seen, first_seen_boot
-                    """, [ahead, boot?.stored, ahead, t, name])
+                    "UPDATE bundles SET attempts = attempts + 1 WHERE name = ? RETURNING attempts, first_seen, first_seen_boot",
+                    [name])
             else { throw CheckpointError(code: .database, message: "bundle row \(name) vanished") }
+            // The first sight dated again under a synchronized clock, by the boot's clock or at now
+            // (``DeferralPolicy/deferral(attempts:firstSeen:firstSeenOnBoot:now:nowOnBoot:clockIsSynchronized:)``).
             let deferral = policy.deferral(
                 attempts: try row["attempts"], firstSeen: Date(timeIntervalSince1970: try row["first_seen"]),
-                firstSeenOnBoot: BootInstant(stored: try row["first_seen_boot"]), now: now, nowOnBoot: boot)
+                firstSeenOnBoot: BootInstant(stored: try row["first_seen_boot"]), now: now, nowOnBoot: boot,
+                clockIsSynchronized: clockIsSynchronized)
+            if deferral.firstSeenDatedAgain {
+                try connection.query(
+                    "UPDATE bundles SET first_seen = ?, first_seen_boot = NULL WHERE name = ?",
+                    [deferral.firstSeen.timeIntervalSince1970, name])
+            }
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .deferred, error: error,
                 nextAttemptAt: deferral.nextAttemptAt, now: now)
@@ -128,7 +125,7 @@ extension CheckpointStore {
         throws(CheckpointError)
     {
         try write("recording the failure of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil,
                 now: now)
@@ -138,7 +135,7 @@ extension CheckpointStore {
     /// Records that the bundle went to `done/`; ends the claim. The last error is kept for history.
     public func recordDone(name: String, sessionID: String?, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) done") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil, now: now,
                 keepError: true)
@@ -149,7 +146,7 @@ extension CheckpointStore {
     /// (401/403, the circuit breaker, shutdown); ends the claim.
     public func recordReturned(name: String, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) given back") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.bootInstant)
+            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
             try connection.query(
                 "UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?",
                 [now.timeIntervalSince1970, name])
@@ -168,7 +165,7 @@ extension CheckpointStore {
                 UPDATE bundles SET attempts = 0, first_seen = ?, first_seen_boot = ?, next_attempt_at = NULL,
                     last_outcome = 'requeued', updated_at = ?, reading_since = NULL, readings_cut_short = 0
                 WHERE name = ?
-                """, [now.timeIntervalSince1970, SystemClock.bootInstant?.stored, now.timeIntervalSince1970, name])
+                """, [now.timeIntervalSince1970, SystemClock.firstSightStamp?.stored, now.timeIntervalSince1970, name])
             return connection.changes > 0
         }
     }

@@ -54,16 +54,39 @@ public struct DeferralPolicy: Sendable, Hashable {
     }
 
     /// The deferral counted at `now` of a bundle with `attempts` attempts, first seen at
-    /// `firstSeen` (`firstSeenOnBoot` on the boot's own clock, if it was recorded): its age counts
-    /// on the boot's clock when both moments are of one boot, so a wall clock set forward since
-    /// (a kiosk's first NTP sync after days without power) does not age it by the step.
+    /// `firstSeen` (`firstSeenOnBoot` on the boot's clock, recorded if the clock was not
+    /// synchronized then). Under a synchronized clock a first sight may be dated again
+    /// (``Deferral/firstSeenDatedAgain``):
+    /// - by the boot's clock, when it was made on this boot under a clock not synchronized (a
+    ///   kiosk's first NTP sync set the clock days forward since: the step is not the bundle's age);
+    /// - at `now`, when it is ahead of the clock by more than ``WallClock/stepTolerance`` and
+    ///   nothing better is known (the clock has gone back since: the max age could not fire
+    ///   until the clock caught up).
+    /// Otherwise the wall clock counts, as when nothing can be trusted more: an age counted too
+    /// long fails a bundle early (`gave_up`, requeued by a person), one counted too short could
+    /// resume it after the server forgot its keys.
     public func deferral(
-        attempts: Int, firstSeen: Date, firstSeenOnBoot: BootInstant?, now: Date, nowOnBoot: BootInstant?
+        attempts: Int, firstSeen: Date, firstSeenOnBoot: BootInstant?, now: Date, nowOnBoot: BootInstant?,
+        clockIsSynchronized: Bool
     ) -> Deferral {
-        let age = BootInstant.elapsed(from: (firstSeen, firstSeenOnBoot), to: (now, nowOnBoot))
+        var first = firstSeen
+        var datedAgain = false
+        if clockIsSynchronized {
+            if let then = firstSeenOnBoot, let seconds = nowOnBoot?.seconds(since: then) {
+                first = now.addingTimeInterval(-seconds)
+                datedAgain = true
+            } else if firstSeen > WallClock.latestBelievable(at: now) {
+                first = now
+                datedAgain = true
+            } else {
+                // A stamp of another boot says nothing more: it goes, the time stays.
+                datedAgain = firstSeenOnBoot != nil
+            }
+        }
+        let age = now.timeIntervalSince(first)
         return Deferral(
-            attempts: attempts, nextAttemptAt: nextAttempt(afterAttempt: attempts, now: now), firstSeen: firstSeen,
-            age: age, exhausted: isExhausted(attempts: attempts, age: age))
+            attempts: attempts, nextAttemptAt: nextAttempt(afterAttempt: attempts, now: now), firstSeen: first,
+            age: age, exhausted: isExhausted(attempts: attempts, age: age), firstSeenDatedAgain: datedAgain)
     }
 
     /// `20 attempts or 6 days`, for a person.

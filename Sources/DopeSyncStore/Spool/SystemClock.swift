@@ -12,10 +12,19 @@ public enum SystemClock {
     /// Now on this boot's own clock; nil where the kernel gives no boot id.
     public static var bootInstant: BootInstant? {
         guard let bootID else { return nil }
-        var time = timespec()
-        guard clock_gettime(CLOCK_BOOTTIME, &time) == 0 else { return nil }
-        return BootInstant(bootID: bootID, secondsSinceBoot: Double(time.tv_sec) + Double(time.tv_nsec) / 1e9)
+        #if os(Linux)
+            var time = timespec()
+            guard clock_gettime(CLOCK_BOOTTIME, &time) == 0 else { return nil }
+            return BootInstant(bootID: bootID, secondsSinceBoot: Double(time.tv_sec) + Double(time.tv_nsec) / 1e9)
+        #else
+            return nil
+        #endif
     }
+
+    /// Now on the boot's clock if the wall clock is not synchronized: what a first sight records
+    /// beside its wall time (``BootInstant``), so that a deferral under a clock NTP has set since
+    /// can date it again.
+    public static var firstSightStamp: BootInstant? { isSynchronized ? nil : bootInstant }
 
     /// Read once: a boot's id does not change while a process lives.
     private static let bootID: String? = {
@@ -25,4 +34,22 @@ public enum SystemClock {
         let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
         return id.isEmpty ? nil : id
     }()
+}
+
+/// What a store asks of the clock when it records a first sight and counts a deferral: the
+/// system's, or a test's.
+public struct ClockFacts: Sendable {
+    public var isSynchronized: @Sendable () -> Bool
+    public var bootInstant: @Sendable () -> BootInstant?
+
+    public init(isSynchronized: @escaping @Sendable () -> Bool, bootInstant: @escaping @Sendable () -> BootInstant?) {
+        self.isSynchronized = isSynchronized
+        self.bootInstant = bootInstant
+    }
+
+    public static let system = ClockFacts(
+        isSynchronized: { SystemClock.isSynchronized }, bootInstant: { SystemClock.bootInstant })
+
+    /// As ``SystemClock/firstSightStamp``.
+    public var firstSightStamp: BootInstant? { isSynchronized() ? nil : bootInstant() }
 }
