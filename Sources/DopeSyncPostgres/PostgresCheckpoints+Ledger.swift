@@ -57,15 +57,26 @@ extension PostgresCheckpoints: CheckpointLedger {
         return claims
     }
 
+    /// Runs started ahead of ``WallClock/latestBelievable(at:)`` count as older than the others,
+    /// here and below: that host's clock went back since they started.
     public func lastFinishedRunOfEachHost() async throws(CheckpointError) -> [RunRecord] {
-        try await runs(
-            "SELECT DISTINCT ON (host) \(unescaped: Self.runColumns) WHERE finished_at IS NOT NULL ORDER BY host, started_at DESC",
+        let latest = WallClock.latestBelievable(at: Date()).timeIntervalSince1970
+        return try await runs(
+            """
+            SELECT DISTINCT ON (host) \(unescaped: Self.runColumns) WHERE finished_at IS NOT NULL
+            ORDER BY host, started_at <= \(latest) DESC, started_at DESC
+            """,
             newestFirst: true)
     }
 
     public func recentRuns(limit: Int) async throws(CheckpointError) -> [RunRecord] {
-        try await runs(
-            "SELECT \(unescaped: Self.runColumns) ORDER BY started_at DESC LIMIT \(max(limit, 0))", newestFirst: false)
+        let latest = WallClock.latestBelievable(at: Date()).timeIntervalSince1970
+        return try await runs(
+            """
+            SELECT \(unescaped: Self.runColumns) ORDER BY started_at <= \(latest) DESC, started_at DESC
+            LIMIT \(max(limit, 0))
+            """,
+            newestFirst: false)
     }
 
     static let runColumns = """
@@ -93,7 +104,8 @@ extension PostgresCheckpoints: CheckpointLedger {
                     startedAt: Date(timeIntervalSince1970: try Self.decode(row, "started_at")), finishedAt: finishedAt,
                     summary: summary, apiLookups: try Self.decode(row, "api_lookups")))
         }
-        return newestFirst ? runs.sorted { $0.startedAt > $1.startedAt } : runs
+        let now = Date()
+        return newestFirst ? runs.sorted { WallClock.newestFirst($0.startedAt, $1.startedAt, at: now) } : runs
     }
 
     public func steps(sessionID: String) async throws(CheckpointError) -> [StepRecord] {

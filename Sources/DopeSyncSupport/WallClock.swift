@@ -12,6 +12,13 @@ public enum WallClock {
     /// The latest recorded time still believed at `now`.
     public static func latestBelievable(at now: Date) -> Date { now.addingTimeInterval(stepTolerance) }
 
+    /// Whether `a` comes before `b` newest first, at `now`: times ahead of ``latestBelievable(at:)``
+    /// after every other (a run started under a clock a year ahead is not the last run for a year).
+    public static func newestFirst(_ a: Date, _ b: Date, at now: Date) -> Bool {
+        let latest = latestBelievable(at: now)
+        return (a <= latest) != (b <= latest) ? a <= latest : a > b
+    }
+
     /// How far ahead of this clock a file's ctime may be and still be believed. A ctime comes
     /// from another machine's clock on a shared spool (the NFS server's, a CephFS client's), which
     /// nothing keeps within minutes of this one; a day ahead, only a clock that has gone back

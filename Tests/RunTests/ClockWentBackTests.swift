@@ -96,7 +96,7 @@ import Testing
     }
 
     @Test(
-        "a success stamped while the clock was a year ahead does not stand as the last success once it is set right: the no-recent-success alert can fire"
+        "a success stamped while the clock was a year ahead does not stand as the last success once it is set right (the no-recent-success alert can fire), nor as status's last run"
     )
     func aSuccessFromAClockAheadIsNotTheLastSuccess() async throws {
         try await withTemporaryDirectory { directory in
@@ -128,6 +128,10 @@ import Testing
                     spool, apiURL: server.baseURL, token: "not-the-token", ["--metrics-file", metrics])
                 #expect(denied == 77, "\(deniedOutput)")
                 #expect(try lastSuccessFromNow() ?? 1 <= 0, "token refused")
+                // The last run status shows is the one just made, not the one a year ahead.
+                let shown = try await runBuilt("dopesync", ["status", "--spool", spool.root])
+                let lastRun = shown.stdout.split(separator: "\n").first { $0.hasPrefix("last run ") }
+                #expect(lastRun?.hasSuffix("exit 77") == true, "\(shown.stdout)")
             }
         }
     }

@@ -57,7 +57,7 @@ import Testing
     }
 
     @Test(
-        "a shared run's metrics file gives its own finish as the last success, not another host's healthy run stamped a year ahead"
+        "a shared run's metrics file gives its own finish as the last success, not another host's healthy run stamped a year ahead; runs stamped ahead are no host's last run"
     )
     func aSharedRunsLastSuccessIsInTheMetrics() async throws {
         let database = try await SharedCluster.freshDatabase()
@@ -71,9 +71,12 @@ import Testing
                 #expect(await idle.finished() == 0, "\(idle.errorText)")
                 try await database.psql(
                     """
-                    INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, exit_code, healthy)
+                    INSERT INTO dopesync.runs (run_id, host, pid, started_at, finished_at, exit_code, healthy,
+                        claimed, done, deferred, failed, requests, bytes, seconds)
                     VALUES ('ahead', 'host-c', 1, extract(epoch FROM now()) + 365 * 86400,
-                        extract(epoch FROM now()) + 365 * 86400 + 1, 0, true)
+                        extract(epoch FROM now()) + 365 * 86400 + 1, 0, true, 0, 0, 0, 0, 0, 0, 1),
+                    ('ahead-a', 'host-a', 1, extract(epoch FROM now()) + 365 * 86400,
+                        extract(epoch FROM now()) + 365 * 86400 + 1, 0, true, 0, 0, 0, 0, 0, 0, 1)
                     """)
                 let run = try await spawnSharedRun(
                     spool, against: server, database: database, host: "host-a", ["--metrics-file", metrics])
@@ -83,6 +86,13 @@ import Testing
                 let line = written.split(separator: "\n").first { $0.hasPrefix(prefix) }
                 let lastSuccess = try #require(line.flatMap { Double($0.dropFirst(prefix.count)) }, "\(written)")
                 #expect(abs(lastSuccess - Date().timeIntervalSince1970) < 60, "\(written)")
+                // Each host's last run, as status shows it: host-a's is the one just made, not the
+                // one a year ahead; host-c's, all ahead, comes last.
+                let lastRuns = try await PostgresCheckpoints.with(database.settings(), logger: quietLogger) { store in
+                    try await store.lastFinishedRunOfEachHost()
+                }
+                #expect(lastRuns.map(\.host) == ["host-a", "host-b", "host-c"], "\(lastRuns)")
+                #expect(lastRuns.first?.runID != "ahead-a", "\(lastRuns)")
             }
         }
     }

@@ -41,6 +41,8 @@ extension CheckpointStore {
     }
 
     /// The most recently started run (it may still be going on, or have died: then `finishedAt` is nil).
+    /// Runs started ahead of ``WallClock/latestBelievable(at:)`` count as older than the others,
+    /// here and below: the clock went back since they started.
     public func lastRun() throws(CheckpointError) -> RunRecord? {
         try lastRun(finishedOnly: false)
     }
@@ -76,8 +78,8 @@ extension CheckpointStore {
                 """
                 SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
                        api_lookups
-                FROM runs \(filter) ORDER BY started_at DESC, rowid DESC LIMIT ?
-                """, [max(limit, 0)]
+                FROM runs \(filter) ORDER BY started_at <= ? DESC, started_at DESC, rowid DESC LIMIT ?
+                """, [WallClock.latestBelievable(at: Date()).timeIntervalSince1970, max(limit, 0)]
             ).map { row throws(SQLiteError) in
                 let finishedAt = (try row["finished_at"] as Double?).map(Date.init(timeIntervalSince1970:))
                 // A finished run has every count (recordRunFinished writes them together).
