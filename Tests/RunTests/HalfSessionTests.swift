@@ -73,4 +73,29 @@ import Testing
             #expect(rewritten.contains("dopesync_half_session_oldest_age_seconds 0\n"), "\(rewritten)")
         }
     }
+
+    @Test(
+        "a half session whose first record was stamped under a clock a year ahead is aged from the bundle's first sight, not -1 year: the alert can fire"
+    )
+    func aHalfSessionStampedAheadOfTheClockHasAnAge() async throws {
+        try await withTemporaryDirectory { directory in
+            let (sample, pattern) = Self.sampleRefusedAfterItsSession(seed: 9_610)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let metrics = directory.appendingPathComponent("dopesync.prom").path
+            var firewalled = DevServerConfiguration()
+            firewalled.forbiddenBodyPattern = pattern
+            try await withDevServer(firewalled) { server async throws in
+                let (summary, _) = await Worker(
+                    options: Self.options(spool, server, metrics: metrics), logger: quietLogger
+                ).run()
+                #expect(summary.deferred == 1, "\(summary)")
+            }
+            // The session's record as a clock a year ahead would have stamped it.
+            try await runProcess(
+                "sqlite3", [spool.root + "/dopesync.sqlite", "UPDATE steps SET done_at = done_at + 365 * 86400"])
+            let status = try await SpoolStatus.gather(spool: spool, minAge: .zero)
+            let half = try #require(status.halfSessions.first, "\(status.json())")
+            #expect(half.ageSeconds >= 0 && half.ageSeconds < 60, "\(half.ageSeconds)")
+        }
+    }
 }

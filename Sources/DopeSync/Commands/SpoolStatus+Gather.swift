@@ -104,7 +104,8 @@ extension SpoolStatus {
             folderOf[half.name].map { folder in
                 HalfSessionEntry(
                     name: half.name, folder: folder, session: half.sessionID, recordsOnServer: half.recordsOnServer,
-                    recordsLeft: half.recordsLeft, since: half.since, ageSeconds: now.timeIntervalSince(half.since))
+                    recordsLeft: half.recordsLeft, since: half.since,
+                    ageSeconds: now.timeIntervalSince(backlog.halfSessionStart(half.since, of: half.name, now: now)))
             }
         }
     }
