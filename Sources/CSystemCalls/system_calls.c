@@ -54,12 +54,13 @@ int dopesync_pidfd_open(int pid) {
 #endif
 }
 
-int dopesync_clock_is_synchronized(void) {
+int dopesync_clock_synchronization(void) {
 #ifdef __linux__
     struct timex state = {0};  /* modes 0: only reads */
     int clock = adjtimex(&state);
-    return clock != -1 && clock != TIME_ERROR && !(state.status & STA_UNSYNC);
+    if (clock == -1) return -errno;
+    return clock != TIME_ERROR && !(state.status & STA_UNSYNC);
 #else
-    return 0;
+    return -ENOSYS;
 #endif
 }

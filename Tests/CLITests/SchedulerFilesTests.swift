@@ -73,6 +73,27 @@ import Testing
         #expect(timer["Install"]?["WantedBy"] == ["timers.target"])
     }
 
+    /// Without systemd here to run them, the units are read: the rules that re-date times stored
+    /// under a wrong clock act only once the kernel calls the clock synchronized (`adjtimex`,
+    /// denied by `ProtectClock=` and by `~@privileged` unless allowed again after it), and a first
+    /// sight before NTP is stamped with the boot's id (`/proc/sys/kernel/random/boot_id`, hidden
+    /// by `ProcSubset=pid`). With either missing, a kiosk's bundles were given up as days old.
+    @Test(
+        "the worker's and prune's sandboxes let them read whether NTP keeps the clock (adjtimex) and the boot's id",
+        arguments: ["dopesync.service", "dopesync-prune.service"])
+    func sandboxesReadTheClocksState(unit name: String) throws {
+        let service = try #require(try Self.parseUnit(Self.unitFolder + "/" + name)["Service"])
+        #expect(service["ProtectClock"] == nil, "ProtectClock= denies adjtimex")
+        #expect(service["ProcSubset"] == nil, "ProcSubset=pid hides /proc/sys/kernel/random/boot_id")
+        #expect(service["CapabilityBoundingSet"] == [""], "the clock cannot be set: no CAP_SYS_TIME")
+        let filters = service["SystemCallFilter"] ?? []
+        let denied = try #require(filters.lastIndex { $0.hasPrefix("~") && $0.contains("@privileged") })
+        let allowedAgain = filters.indices.filter { $0 > denied }.flatMap { filters[$0].split(separator: " ") }
+        for call in ["adjtimex", "clock_adjtime"] {
+            #expect(allowedAgain.contains(Substring(call)), "\(call) allowed after ~@privileged: \(filters)")
+        }
+    }
+
     @Test("the service is a oneshot run as an unprivileged user in a sandbox, and its command line works")
     func serviceRunsTheBinary() async throws {
         let unit = try Self.parseUnit(Self.unitFolder + "/dopesync.service")

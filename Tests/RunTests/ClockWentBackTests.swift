@@ -192,4 +192,30 @@ import Testing
             #expect(try spool.names(.done).isEmpty, "\(later.stdout)")
         }
     }
+
+    @Test(
+        "check says whether NTP keeps the clock, and when a sandbox refuses to say (adjtimex denied), never failing for it"
+    )
+    func checkSaysWhetherTheClockIsSynchronized() async throws {
+        try await withTemporaryDirectory { directory in
+            let spool = try await makeSpool(in: directory, samples: [])
+            try await withDevServer { server in
+                for (state, words) in [
+                    (Optional(true), "ok   clock: synchronized (NTP)"),
+                    (false, "ok   clock: not synchronized (no NTP daemon keeps it, or not yet)"),
+                    (nil, "ok   clock: cannot tell whether NTP keeps it (adjtimex: Operation not permitted"),
+                ] {
+                    var environment = try await ClockAhead(in: directory, by: .zero, synchronized: state).environment
+                    if state == nil { environment["CLOCK_SYNCHRONIZED"] = "denied" }
+                    environment["DOPESYNC_API_TOKEN"] = server.token
+                    environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
+                    let checked = try await runBuilt(
+                        "dopesync", ["check", "--spool", spool.root, "--api", server.baseURL],
+                        environment: environment)
+                    #expect(checked.status == 0, "\(checked.stdout)\(checked.stderr)")
+                    #expect(checked.stdout.contains(words), "\(checked.stdout)")
+                }
+            }
+        }
+    }
 }

@@ -1,10 +1,11 @@
 /* Preloaded into a child by ClockAhead (Sources/DopeSyncTestSupport/PreloadedShim.swift): the
    wall clock (clock_gettime's CLOCK_REALTIME and its coarse form, gettimeofday, time) reads
    $CLOCK_AHEAD_SECONDS later than it is, as on a machine that booted with its clock wrong. The
-   monotonic clocks are left alone. With $CLOCK_SYNCHRONIZED 1 (or 0), adjtimex and ntp_adjtime
+   monotonic clocks are left alone. With $CLOCK_SYNCHRONIZED 1 (or 0, or "denied"), adjtimex and ntp_adjtime
    also report the clock synchronized, as NTP keeps it (or not), whatever this machine's is. (Debian's libfaketime moves clocks too, but
    under it a Swift program sees no command-line arguments.) */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/time.h>
@@ -42,6 +43,11 @@ time_t time(time_t *out) {
 static int synchronized(struct timex *state, int clock) {
     const char *synchronized = getenv("CLOCK_SYNCHRONIZED");
     if (!synchronized) return clock;
+    /* "denied": as under a sandbox that refuses the call (systemd's ProtectClock=). */
+    if (synchronized[0] == 'd') {
+        errno = EPERM;
+        return -1;
+    }
     /* Told what to say: also where the real call is refused (a seccomp filter). */
     if (clock == -1) *state = (struct timex){0};
     if (synchronized[0] == '0') {

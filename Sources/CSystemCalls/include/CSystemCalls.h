@@ -26,6 +26,8 @@ int dopesync_pidfd_open(int pid);
 
 /// Whether the kernel says its clock is synchronized (adjtimex: a state other than TIME_ERROR,
 /// STA_UNSYNC clear), as an NTP daemon (chrony, systemd-timesyncd, ntpd) keeps it. 1 or 0.
-int dopesync_clock_is_synchronized(void);
+/* 1 when the kernel calls the wall clock synchronized (adjtimex), 0 when not, -errno when it
+   cannot be asked (a sandbox that refuses adjtimex). */
+int dopesync_clock_synchronization(void);
 
 #endif

@@ -46,6 +46,7 @@ public enum CheckCommand {
         if let (metricsLine, metricsStatus) = checkMetricsFile(settings.metricsFile) {
             record(metricsLine, failing: metricsStatus)
         }
+        record(checkClock(SystemClock.synchronization), failing: .success)
         return CommandOutcome(output: lines.map(\.description).joined(separator: "\n"), status: status)
     }
 
@@ -156,6 +157,25 @@ public enum CheckCommand {
             )
         }
         return (Line(ok: true, what: "metrics", detail: "\(directory) is writable: \(path)"), .success)
+    }
+
+    /// Whether NTP keeps the clock: what lets a run date again the times stored under a wrong one
+    /// (a kiosk that booted with its date wrong; docs/spool.md). Never a failure: a run works
+    /// either way, and keeps those times as they are.
+    static func checkClock(_ synchronization: SystemClock.Synchronization) -> Line {
+        let detail =
+            switch synchronization {
+            case .synchronized:
+                "synchronized (NTP): times stored while it was wrong are dated again when found"
+            case .notSynchronized:
+                "not synchronized (no NTP daemon keeps it, or not yet): times stored while it was wrong "
+                    + "are kept as they are; chrony or systemd-timesyncd would keep it"
+            case .unknown(let errno):
+                "cannot tell whether NTP keeps it (adjtimex: \(String(cString: strerror(errno))); a sandbox, "
+                    + "such as systemd's ProtectClock=, refuses it): times stored while it was wrong are kept as "
+                    + "they are; allow adjtimex (jobs/systemd/dopesync.service does)"
+            }
+        return Line(ok: true, what: "clock", detail: detail)
     }
 
     /// Is the URL the API's, and does it take the token?
