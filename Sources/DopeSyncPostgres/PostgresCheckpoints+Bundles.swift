@@ -113,9 +113,8 @@ extension PostgresCheckpoints {
             guard let row = rows.first?.makeRandomAccess() else {
                 throw CheckpointError(code: .database, message: "bundle row \(name) vanished")
             }
-            // As in the SQLite store's recordDeferral. Another host's first sight has its own
-            // boot's id, unless its machine was cloned from a snapshot of this one: then its
-            // stamp is from before this clock was synchronized, as this one's own would be.
+            // As in the SQLite store's recordDeferral. Another host's first sight has its host
+            // name in its stamp: its boot's clock is not this one's.
             let deferral = policy.deferral(
                 attempts: try Self.decode(row, "attempts"),
                 firstSeen: Date(timeIntervalSince1970: try Self.decode(row, "first_seen")),

@@ -91,7 +91,8 @@ package enum HotStatements {
     }
 
     /// The reading mark (``PostgresCheckpoints/beginReading(name:now:)``): `$4` the time, `$5` the
-    /// moment on the boot's clock (``BootInstant``; empty where the kernel gives none).
+    /// moment on the boot's clock if the wall clock is not synchronized (``ClockFacts/firstSightStamp``;
+    /// empty otherwise).
     struct MarkReading: HotStatement {
         static let sql = """
             WITH fence AS (\(ClaimFence.sql(.share)))

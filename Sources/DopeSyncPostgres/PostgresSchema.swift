@@ -132,8 +132,8 @@ package enum PostgresSchema {
                 )
                 """,
             ]),
-        // When a bundle was first seen on the boot's own clock as well, as in the SQLite file (v8).
-        // Each host's boot has its own id: another host's deferral counts by the wall clock.
+        // A first sight made under a clock not synchronized, on the boot's own clock as well, as in
+        // the SQLite file (v8). The stamp names its host and boot: another's counts by the wall clock.
         Migration(
             name: "v4-bundles-first-seen-on-boot",
             sql: ["ALTER TABLE dopesync.bundles ADD COLUMN first_seen_boot text"]),

@@ -33,12 +33,15 @@ public enum WallClock {
 /// virtual machine is paused or a machine hibernates, when the wall clock, set right afterwards,
 /// counts the time that passed, and an age too short could outlast the server's keys.
 public struct BootInstant: Sendable, Hashable {
-    /// The kernel's id of the boot (`/proc/sys/kernel/random/boot_id`).
+    /// The machine's host name and the kernel's id of the boot
+    /// (`/proc/sys/kernel/random/boot_id`): virtual machines cloned from one memory snapshot
+    /// share a boot id, not their clocks.
     public let bootID: String
     public let secondsSinceBoot: Double
 
-    /// How far an instant may come before an earlier one of its boot and still be believed: the
-    /// two are read at different moments of one transaction. More is not one boot's clock.
+    /// How far an instant may come before an earlier one of its boot and still be believed: a
+    /// stamp written by a `requeue` racing the deferral that reads it. More is not one boot's
+    /// clock (a machine restored from a snapshot).
     public static let readingTolerance: TimeInterval = 5
 
     public init(bootID: String, secondsSinceBoot: Double) {

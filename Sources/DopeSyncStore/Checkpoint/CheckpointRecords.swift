@@ -268,8 +268,9 @@ public struct Deferral: Sendable, Hashable {
     public let age: TimeInterval
     /// The policy's attempts or age are used up: the caller moves the bundle to `failed/` instead.
     public let exhausted: Bool
-    /// `firstSeen` is not the stored time (``DeferralPolicy/deferral(attempts:firstSeen:firstSeenOnBoot:now:nowOnBoot:clockIsSynchronized:)``):
-    /// the store records it, and drops the first sight's boot stamp.
+    /// The store records `firstSeen` as it is here and drops the first sight's boot stamp: it was
+    /// dated again, or the stamp, of another boot, says nothing more
+    /// (``DeferralPolicy/deferral(attempts:firstSeen:firstSeenOnBoot:now:nowOnBoot:clockIsSynchronized:)``).
     public let firstSeenDatedAgain: Bool
 
     public init(

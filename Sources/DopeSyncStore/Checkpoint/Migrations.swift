@@ -130,9 +130,10 @@ let checkpointMigrations: [SQLiteMigration] = [
             CREATE INDEX sessions_by_api ON sessions (api);
             CREATE TABLE api_addresses (url TEXT PRIMARY KEY, api TEXT NOT NULL, recorded_at REAL NOT NULL);
             """),
-    // When a bundle was first seen on the boot's own clock as well (`BOOTID@SECONDS`,
-    // ``BootInstant``): its max age then counts on that clock, which NTP setting the wall clock
-    // forward does not move. NULL for rows from before, and where the kernel gives no boot id.
+    // A first sight made while the wall clock was not synchronized, on the boot's own clock as
+    // well (`HOST/BOOTID@SECONDS`, ``BootInstant``): the first deferral under a synchronized clock
+    // on that boot dates `first_seen` again by it, and clears it (``DeferralPolicy``). NULL for a
+    // sight under a synchronized clock, for rows from before, and where there is no boot id.
     SQLiteMigration(
         name: "v8-bundles-first-seen-on-boot",
         sql: """

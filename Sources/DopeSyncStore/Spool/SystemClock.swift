@@ -7,7 +7,23 @@ public enum SystemClock {
     /// Whether the kernel calls the clock synchronized (an NTP daemon keeps it: chrony,
     /// systemd-timesyncd, ntpd). A time recorded ahead of an unsynchronized clock may be right and
     /// the clock behind (a kiosk before NTP, at boot): nothing is rewritten on its word.
-    public static var isSynchronized: Bool { dopesync_clock_is_synchronized() != 0 }
+    public static var isSynchronized: Bool { dopesync_clock_synchronization() == 1 }
+
+    /// Whether the kernel calls the clock synchronized, or why it could not be asked.
+    public enum Synchronization: Sendable, Equatable {
+        case synchronized, notSynchronized
+        /// `adjtimex` refused (a sandbox: systemd's `ProtectClock=`, or `@clock` left out of a
+        /// `SystemCallFilter=`): the clock counts as not synchronized.
+        case unknown(errno: Int32)
+    }
+
+    public static var synchronization: Synchronization {
+        switch dopesync_clock_synchronization() {
+        case 1: .synchronized
+        case 0: .notSynchronized
+        case let failure: .unknown(errno: -failure)
+        }
+    }
 
     /// Now on this boot's own clock; nil where the kernel gives no boot id.
     public static var bootInstant: BootInstant? {
@@ -32,7 +48,10 @@ public enum SystemClock {
             return nil
         }
         let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        return id.isEmpty ? nil : id
+        guard !id.isEmpty else { return nil }
+        var name = [CChar](repeating: 0, count: 256)
+        let host = gethostname(&name, name.count - 1) == 0 ? String(cString: name) : ""
+        return "\(host)/\(id)"
     }()
 }
 
