@@ -155,7 +155,7 @@ import Testing
     }
 
     @Test(
-        "PostgreSQL: a bundle first seen before NTP set the clock 10 days forward is dated again by the boot's clock and deferred, not given up; seen on another boot, or under a synchronized clock, it counts by the wall clock"
+        "PostgreSQL: a bundle first seen before NTP set the clock 10 days forward is dated again by the boot's clock and deferred, not given up; seen on another boot, or under a synchronized clock, it counts by the wall clock; seen a year ahead, from the deferral"
     )
     func aFirstSightBeforeNTPIsDatedAgainByTheBootsClock() async throws {
         let database = try await SharedCluster.freshDatabase()
@@ -167,10 +167,10 @@ import Testing
             logger: quietLogger
         ) { a in
             let policy = DeferralPolicy(maxAttempts: nil)
-            let names = ["this-boot.tar.gz", "other-boot.tar.gz", "seen-synchronized.tar.gz"]
+            let names = ["this-boot.tar.gz", "other-boot.tar.gz", "seen-synchronized.tar.gz", "ahead.tar.gz"]
             for name in names {
-                // The last one is first seen under a synchronized clock: no stamp.
-                synchronized.store(name == "seen-synchronized.tar.gz", ordering: .relaxed)
+                // The last two are first seen under a synchronized clock: no stamp.
+                synchronized.store(name == "seen-synchronized.tar.gz" || name == "ahead.tar.gz", ordering: .relaxed)
                 #expect(try await a.acquireClaim(of: name, orphan: false, owner: ownerA))
                 _ = try await a.beginReading(name: name, now: Date())
             }
@@ -181,8 +181,9 @@ import Testing
                 "first sights under a clock not synchronized are stamped on the boot's clock")
             try await database.psql(
                 """
-                UPDATE dopesync.bundles SET first_seen = first_seen - 10 * 86400;
-                UPDATE dopesync.bundles SET first_seen_boot = 'another-boot@1' WHERE name = 'other-boot.tar.gz'
+                UPDATE dopesync.bundles SET first_seen = first_seen - 10 * 86400 WHERE name <> 'ahead.tar.gz';
+                UPDATE dopesync.bundles SET first_seen_boot = 'another-boot@1' WHERE name = 'other-boot.tar.gz';
+                UPDATE dopesync.bundles SET first_seen = first_seen + 365 * 86400 WHERE name = 'ahead.tar.gz'
                 """)
             synchronized.store(true, ordering: .relaxed)
             func deferral(_ name: String) async throws -> Deferral {
@@ -196,6 +197,11 @@ import Testing
                 let deferral = try await deferral(name)
                 #expect(deferral.exhausted && deferral.age > 9 * 86_400, "\(name): \(deferral)")
             }
+            // First seen a year ahead of the synchronized clock: the clock went back since; the
+            // max age counts from this deferral, in the store too.
+            let ahead = try await deferral("ahead.tar.gz")
+            #expect(!ahead.exhausted && abs(ahead.age) < 1, "\(ahead)")
+            #expect(try await a.bundleState(name: "ahead.tar.gz")?.firstSeen.timeIntervalSinceNow ?? 1e9 < 60)
             #expect(
                 try await database.psql("SELECT count(*) FROM dopesync.bundles WHERE first_seen_boot IS NOT NULL")
                     == "0", "every stamp is gone once used or found useless")
