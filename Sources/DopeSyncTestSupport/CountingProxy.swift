@@ -303,6 +303,9 @@ private final class DelayingHandler: ChannelInboundHandler, RemovableChannelHand
     let tlsDelay: TimeAmount
     var held: [ByteBuffer] = []
     var connecting = false
+    /// The delayed connect, cancelled if the client goes first: a port freed by the test's
+    /// server may belong to another test's by then.
+    var scheduled: Scheduled<EventLoopFuture<any Channel>>?
 
     init(target: Int, tlsDelay: TimeAmount) {
         self.target = target
@@ -317,9 +320,11 @@ private final class DelayingHandler: ChannelInboundHandler, RemovableChannelHand
         let isTLSHello = buffer.readableBytesView.first == 0x16
         let client = context.channel
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.scheduleTask(in: isTLSHello ? tlsDelay : .zero) {
+        let scheduled = context.eventLoop.scheduleTask(in: isTLSHello ? tlsDelay : .zero) {
             ClientBootstrap(group: client.eventLoop).connect(host: "127.0.0.1", port: loopBound.value.0.target)
-        }.futureResult.flatMap { $0 }.whenComplete { result in
+        }
+        self.scheduled = scheduled
+        scheduled.futureResult.flatMap { $0 }.whenComplete { result in
             let (handler, context) = loopBound.value
             guard case .success(let server) = result else {
                 client.close(promise: nil)
@@ -344,7 +349,7 @@ private final class DelayingHandler: ChannelInboundHandler, RemovableChannelHand
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if !connecting { context.close(promise: nil) }
+        scheduled?.cancel()
         context.fireChannelInactive()
     }
 }

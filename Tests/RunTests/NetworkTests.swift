@@ -98,6 +98,21 @@ import Testing
     }
 
     @Test(
+        "a plain server that hangs up once costs no probe wait: asked for TLS, it refuses at once, and the answer is kept"
+    )
+    func aPlainServerRefusesTheTLSProbeAtOnce() async throws {
+        try await withDevServer { plain in
+            let probe = SchemeProbe()
+            let started = ContinuousClock.now
+            #expect(await !probe.speaks(.https, host: "127.0.0.1", port: plain.port))
+            // A refused handshake is an answer: not the pool's retries until the 15 s budget.
+            #expect(ContinuousClock.now - started < .seconds(5), "\(ContinuousClock.now - started)")
+            #expect(await !probe.speaks(.https, host: "127.0.0.1", port: plain.port))
+            #expect(await probe.speaks(.http, host: "127.0.0.1", port: plain.port))
+        }
+    }
+
+    @Test(
         "HTTPS with a certificate nobody vouched for: exit 76 at once, a message naming the cause, bundles back in incoming/ uncounted"
     )
     func untrustedCertificateStopsTheRun() async throws {

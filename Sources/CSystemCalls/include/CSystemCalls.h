@@ -25,9 +25,8 @@ int dopesync_open_path_only(const char *path);
 int dopesync_pidfd_open(int pid);
 
 /// Whether the kernel says its clock is synchronized (adjtimex: a state other than TIME_ERROR,
-/// STA_UNSYNC clear), as an NTP daemon (chrony, systemd-timesyncd, ntpd) keeps it. 1 or 0.
-/* 1 when the kernel calls the wall clock synchronized (adjtimex), 0 when not, -errno when it
-   cannot be asked (a sandbox that refuses adjtimex). */
+/// STA_UNSYNC clear), as an NTP daemon (chrony, systemd-timesyncd, ntpd) keeps it: 1 or 0; -errno
+/// when it cannot be asked (a sandbox that refuses adjtimex, as systemd's ProtectClock= does).
 int dopesync_clock_synchronization(void);
 
 #endif

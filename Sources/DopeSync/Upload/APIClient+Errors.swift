@@ -49,14 +49,17 @@ extension APIClient {
     /// Whether the API's URL is `http://` to a server that speaks TLS (asked once, directly: not
     /// through a proxy, whose hang-ups say nothing of the server).
     private func speaksTLSInstead() async -> Bool {
-        guard proxy == nil, let url = URL(string: baseURL), url.scheme?.lowercased() == "http", let host = url.host
+        // Once a stop is asked for, the run ends whatever the answer: no probe outlasts its grace.
+        guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL), url.scheme?.lowercased() == "http",
+            let host = url.host
         else { return false }
         return await schemeProbe.speaks(.https, host: host, port: url.port ?? 80)
     }
 
     /// Whether the API's URL is `https://` to a server that speaks plain HTTP (as above).
     private func speaksPlainHTTPInstead() async -> Bool {
-        guard proxy == nil, let url = URL(string: baseURL), url.scheme?.lowercased() == "https", let host = url.host
+        guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL), url.scheme?.lowercased() == "https",
+            let host = url.host
         else { return false }
         return await schemeProbe.speaks(.http, host: host, port: url.port ?? 443)
     }
@@ -133,46 +136,65 @@ extension APIClient {
 /// Whether a server speaks the other scheme than its URL's, for a URL whose server hangs up
 /// without an answer (a TLS server does that to plain HTTP, and a plain one, often, to a TLS
 /// hello). One request, any certificate taken, asked once per client and scheme: the answer is
-/// the same for every request. A probe that itself timed out is not remembered: on a loaded
-/// machine a handshake can take seconds, and "no" would then name a misconfigured URL an outage
-/// (exit 75, not 78) for the rest of the run; the next hang-up asks again.
+/// the same for every request, and requests that hang up together wait for the same probe.
+///
+/// The probe connects once, without the pool's retries: a handshake the server refuses is a
+/// "no" at once, remembered (retried until the deadline, it cost every hang-up of a plain server
+/// the whole budget). A probe that got no connection or answer in time is not remembered: on a
+/// loaded machine a handshake can take seconds, and "no" would then name a misconfigured URL an
+/// outage (exit 75, not 78) for the rest of the run; the next hang-up asks again.
 final class SchemeProbe: Sendable {
     enum Scheme: String, Sendable {
         case http, https
     }
-    /// How long the probe waits for its answer. It runs only after a hang-up, so a long budget
-    /// costs a healthy run nothing.
+    /// How long the probe waits for its answer. It runs only after a hang-up, and only until the
+    /// first answer, so a long budget costs a healthy run nothing.
     static let budget: TimeAmount = .seconds(15)
-    private let answers = Mutex<[Scheme: Bool]>([:])
+    private let probes = Mutex<[Scheme: Task<Bool?, Never>]>([:])
 
     func speaks(_ scheme: Scheme, host: String, port: Int) async -> Bool {
-        if let known = answers.withLock({ $0[scheme] }) { return known }
+        let probe = probes.withLock { probes in
+            if let probe = probes[scheme] { return probe }
+            let probe = Task { await Self.ask(scheme, host: host, port: port) }
+            probes[scheme] = probe
+            return probe
+        }
+        guard let spoken = await probe.value else {
+            // No answer in time: the next hang-up asks again.
+            probes.withLock { if $0[scheme] == probe { $0[scheme] = nil } }
+            return false
+        }
+        return spoken
+    }
+
+    /// True: the server answered in `scheme`; false: it refused it; nil: no answer in time.
+    private static func ask(_ scheme: Scheme, host: String, port: Int) async -> Bool? {
         var configuration = HTTPClient.Configuration()
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .none  // only whether TLS is spoken; nothing is sent
         configuration.tlsConfiguration = tls
-        configuration.timeout = .init(connect: Self.budget, read: Self.budget)
+        configuration.timeout = .init(connect: budget, read: budget)
+        configuration.connectionPool.retryConnectionEstablishment = false
         let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        let spoken: Bool?
         do {
-            spoken = try await HTTPClient.withHTTPClient(configuration: configuration) { http in
+            return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
                 var request = HTTPClientRequest(url: "\(scheme.rawValue)://\(bracketed):\(port)/api/health")
                 request.method = .GET
-                let response = try await http.execute(request, timeout: Self.budget)
+                let response = try await http.execute(request, timeout: budget)
                 _ = try? await response.body.collect(upTo: 1 << 16)
                 return true
             }
         } catch let error as HTTPClientError
-            where [.deadlineExceeded, .readTimeout, .connectTimeout].contains(error)
+            where [
+                .deadlineExceeded, .readTimeout, .connectTimeout, .tlsHandshakeTimeout, .getConnectionFromPoolTimeout,
+            ]
+            .contains(error)
         {
-            spoken = nil
-        } catch ChannelError.connectTimeout {
-            spoken = nil
+            return nil
+        } catch is CancellationError {
+            return nil
         } catch {
-            spoken = false
+            return false
         }
-        guard let spoken else { return false }
-        answers.withLock { $0[scheme] = spoken }
-        return spoken
     }
 }
