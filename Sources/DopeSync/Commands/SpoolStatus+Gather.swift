@@ -96,16 +96,16 @@ extension SpoolStatus {
     /// The store's half sessions whose bundle is still in the spool, with the folder it is in (a
     /// bundle deleted by hand leaves its rows, not a session anyone can finish).
     static func halfSessions(_ sessions: [HalfSession], in backlog: SpoolBacklog, now: Date) -> [HalfSessionEntry] {
-        var folderOf: [String: String] = [:]
+        var listed: [String: (folder: String, entry: SpoolEntry)] = [:]
         for folder in [Spool.Folder.incoming, .processing, .failed] {
-            for entry in backlog.listings[folder] ?? [] { folderOf[entry.name] = folder.rawValue }
+            for entry in backlog.listings[folder] ?? [] { listed[entry.name] = (folder.rawValue, entry) }
         }
         return sessions.compactMap { half in
-            folderOf[half.name].map { folder in
+            listed[half.name].map { folder, entry in
                 HalfSessionEntry(
                     name: half.name, folder: folder, session: half.sessionID, recordsOnServer: half.recordsOnServer,
                     recordsLeft: half.recordsLeft, since: half.since,
-                    ageSeconds: now.timeIntervalSince(backlog.halfSessionStart(half.since, of: half.name, now: now)))
+                    ageSeconds: now.timeIntervalSince(backlog.halfSessionStart(half.since, of: entry, now: now)))
             }
         }
     }

@@ -73,28 +73,37 @@ extension CheckpointStore {
 
     private func runs(finishedOnly: Bool, limit: Int) throws(CheckpointError) -> [RunRecord] {
         try read("reading runs") { connection in
-            let filter = finishedOnly ? "WHERE finished_at IS NOT NULL" : ""
-            return try connection.query(
-                """
-                SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
-                       api_lookups
-                FROM runs \(filter) ORDER BY started_at <= ? DESC, started_at DESC, rowid DESC LIMIT ?
-                """, [WallClock.latestBelievable(at: Date()).timeIntervalSince1970, max(limit, 0)]
-            ).map { row throws(SQLiteError) in
-                let finishedAt = (try row["finished_at"] as Double?).map(Date.init(timeIntervalSince1970:))
-                // A finished run has every count (recordRunFinished writes them together).
-                let summary: RunSummary? =
-                    finishedAt == nil
-                    ? nil
-                    : RunSummary(
-                        claimed: try row["claimed"], done: try row["done"], deferred: try row["deferred"],
-                        failed: try row["failed"], requests: try row["requests"], bytes: try row["bytes"],
-                        seconds: try row["seconds"], exitCode: try row["exit_code"])
-                return RunRecord(
-                    runID: try row["run_id"], host: try row["host"], pid: try row["pid"],
-                    startedAt: Date(timeIntervalSince1970: try row["started_at"]), finishedAt: finishedAt,
-                    summary: summary, apiLookups: try row["api_lookups"])
+            // The believable first, then those started ahead of the clock: two walks of the
+            // start-time index, not a sort of every run ever recorded.
+            let latest = WallClock.latestBelievable(at: Date()).timeIntervalSince1970
+            let finished = finishedOnly ? "AND finished_at IS NOT NULL" : ""
+            var runs: [RunRecord] = []
+            for side in ["started_at <= ?", "started_at > ?"] where runs.count < limit {
+                runs += try connection.query(
+                    """
+                    SELECT run_id, host, pid, started_at, finished_at, claimed, done, deferred, failed, requests, bytes, seconds, exit_code,
+                           api_lookups
+                    FROM runs WHERE \(side) \(finished) ORDER BY started_at DESC, rowid DESC LIMIT ?
+                    """, [latest, max(limit - runs.count, 0)]
+                ).map(Self.runRecord)
             }
+            return runs
         }
+    }
+
+    private static func runRecord(_ row: SQLiteRow) throws(SQLiteError) -> RunRecord {
+        let finishedAt = (try row["finished_at"] as Double?).map(Date.init(timeIntervalSince1970:))
+        // A finished run has every count (recordRunFinished writes them together).
+        let summary: RunSummary? =
+            finishedAt == nil
+            ? nil
+            : RunSummary(
+                claimed: try row["claimed"], done: try row["done"], deferred: try row["deferred"],
+                failed: try row["failed"], requests: try row["requests"], bytes: try row["bytes"],
+                seconds: try row["seconds"], exitCode: try row["exit_code"])
+        return RunRecord(
+            runID: try row["run_id"], host: try row["host"], pid: try row["pid"],
+            startedAt: Date(timeIntervalSince1970: try row["started_at"]), finishedAt: finishedAt,
+            summary: summary, apiLookups: try row["api_lookups"])
     }
 }

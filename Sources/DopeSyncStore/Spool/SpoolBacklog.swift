@@ -39,12 +39,13 @@ package struct SpoolBacklog: Sendable {
 
     /// The time a half session's age counts from: when its first record was created, unless that
     /// is ahead of `now` (a clock that has gone back since, ``WallClock``), then when the bundle
-    /// was first seen, or listed (its ctime), or else now. An age below 0 would keep the
+    /// was first seen, or its file's ctime, or else now. An age below 0 would keep the
     /// half-session alert silent for as long as the clock was ahead.
-    package func halfSessionStart(_ since: Date, of name: String, now: Date) -> Date {
+    package func halfSessionStart(_ since: Date, of entry: SpoolEntry, now: Date) -> Date {
         let believable = WallClock.latestBelievable(at: now)
-        let listed = listings.values.lazy.flatMap { $0 }.first { $0.name == name }?.changed
-        return [since, inFlight[name]?.firstSeen, listed].lazy.compactMap { $0 }.first { $0 <= believable } ?? now
+        guard since > believable else { return since }
+        return [inFlight[entry.name]?.firstSeen, entry.changed].lazy.compactMap { $0 }.first { $0 <= believable }
+            ?? now
     }
 
     /// Ages in `incoming/` count from the store's first-seen times where it has them, unless one
