@@ -98,7 +98,7 @@ import Testing
     }
 
     @Test(
-        "a plain server that hangs up once costs no probe wait: asked for TLS, it refuses at once, and the answer is kept"
+        "a plain server that hangs up once costs no probe wait: asked for TLS, it refuses at once; asked for plain HTTP, it answers"
     )
     func aPlainServerRefusesTheTLSProbeAtOnce() async throws {
         try await withDevServer { plain in

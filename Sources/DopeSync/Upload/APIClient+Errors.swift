@@ -49,7 +49,8 @@ extension APIClient {
     /// Whether the API's URL is `http://` to a server that speaks TLS (asked once, directly: not
     /// through a proxy, whose hang-ups say nothing of the server).
     private func speaksTLSInstead() async -> Bool {
-        // Once a stop is asked for, the run ends whatever the answer: no probe outlasts its grace.
+        // Once a stop is asked for, the run ends whatever the answer: no probe starts (one already
+        // under way may take its budget).
         guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL), url.scheme?.lowercased() == "http",
             let host = url.host
         else { return false }
@@ -140,9 +141,10 @@ extension APIClient {
 ///
 /// The probe connects once, without the pool's retries: a handshake the server refuses is a
 /// "no" at once, remembered (retried until the deadline, it cost every hang-up of a plain server
-/// the whole budget). A probe that got no connection or answer in time is not remembered: on a
-/// loaded machine a handshake can take seconds, and "no" would then name a misconfigured URL an
-/// outage (exit 75, not 78) for the rest of the run; the next hang-up asks again.
+/// the whole budget). A probe that got no connection, or no answer in time, is not remembered:
+/// on a loaded machine a handshake can take seconds, a server may be restarting, and "no" would
+/// then name a misconfigured URL an outage (exit 75, not 78) for the rest of the run; the next
+/// hang-up asks again.
 final class SchemeProbe: Sendable {
     enum Scheme: String, Sendable {
         case http, https
@@ -191,10 +193,12 @@ final class SchemeProbe: Sendable {
             .contains(error)
         {
             return nil
-        } catch is CancellationError {
-            return nil
+        } catch is NIOConnectionError {
+            return nil  // not connected at all (refused while the server restarts, a name not found)
+        } catch let error as IOError where [ECONNREFUSED, ECONNRESET, EPIPE].contains(error.errnoCode) {
+            return nil  // cut, not answered: asked again (at once) next time
         } catch {
-            return false
+            return false  // connected, and the other scheme refused: a handshake failed, a hang-up
         }
     }
 }
