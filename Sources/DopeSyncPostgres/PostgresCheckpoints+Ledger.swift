@@ -70,13 +70,23 @@ extension PostgresCheckpoints: CheckpointLedger {
     }
 
     public func recentRuns(limit: Int) async throws(CheckpointError) -> [RunRecord] {
+        // Two walks of the start-time index, as in the SQLite store: not a sort of every run.
         let latest = WallClock.latestBelievable(at: Date()).timeIntervalSince1970
-        return try await runs(
+        var runs = try await runs(
             """
-            SELECT \(unescaped: Self.runColumns) ORDER BY started_at <= \(latest) DESC, started_at DESC
+            SELECT \(unescaped: Self.runColumns) WHERE started_at <= \(latest) ORDER BY started_at DESC
             LIMIT \(max(limit, 0))
             """,
             newestFirst: false)
+        if runs.count < limit {
+            runs += try await self.runs(
+                """
+                SELECT \(unescaped: Self.runColumns) WHERE started_at > \(latest) ORDER BY started_at DESC
+                LIMIT \(limit - runs.count)
+                """,
+                newestFirst: false)
+        }
+        return runs
     }
 
     static let runColumns = """

@@ -88,11 +88,14 @@ import Testing
                 #expect(abs(lastSuccess - Date().timeIntervalSince1970) < 60, "\(written)")
                 // Each host's last run, as status shows it: host-a's is the one just made, not the
                 // one a year ahead; host-c's, all ahead, comes last.
-                let lastRuns = try await PostgresCheckpoints.with(database.settings(), logger: quietLogger) { store in
-                    try await store.lastFinishedRunOfEachHost()
+                let (lastRuns, recent) = try await PostgresCheckpoints.with(database.settings(), logger: quietLogger) {
+                    store in (try await store.lastFinishedRunOfEachHost(), try await store.recentRuns(limit: 10))
                 }
                 #expect(lastRuns.map(\.host) == ["host-a", "host-b", "host-c"], "\(lastRuns)")
                 #expect(lastRuns.first?.runID != "ahead-a", "\(lastRuns)")
+                // status --runs: the two real runs, newest first, then the two stamped ahead.
+                #expect(recent.map(\.host).prefix(2) == ["host-a", "host-b"], "\(recent)")
+                #expect(Set(recent.suffix(2).map(\.runID)) == ["ahead", "ahead-a"], "\(recent)")
             }
         }
     }
