@@ -113,6 +113,24 @@ import Testing
     }
 
     @Test(
+        "a scheme probe's three answers: yes from a server that speaks it, no from one reached that refuses it, none (asked again later) from a port that refuses connections"
+    )
+    func aSchemeProbeTellsRefusedFromUnreached() async throws {
+        try await withTemporaryDirectory { scratch in
+            let certificates = try await TestCertificates(in: scratch)
+            try await withDevServer(tlsServer(certificates)) { tls in
+                #expect(await SchemeProbe.ask(.https, host: "127.0.0.1", port: tls.port) == true)
+                #expect(await SchemeProbe.ask(.http, host: "127.0.0.1", port: tls.port) == false)
+            }
+            try await withRefusingPort { url in
+                let port = try #require(URL(string: url)?.port)
+                // Not reached at all (a server restarting): no answer, so not kept as "no".
+                #expect(await SchemeProbe.ask(.https, host: "127.0.0.1", port: port) == nil)
+            }
+        }
+    }
+
+    @Test(
         "HTTPS with a certificate nobody vouched for: exit 76 at once, a message naming the cause, bundles back in incoming/ uncounted"
     )
     func untrustedCertificateStopsTheRun() async throws {

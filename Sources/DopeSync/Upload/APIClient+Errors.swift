@@ -170,7 +170,7 @@ final class SchemeProbe: Sendable {
     }
 
     /// True: the server answered in `scheme`; false: it refused it; nil: no answer in time.
-    private static func ask(_ scheme: Scheme, host: String, port: Int) async -> Bool? {
+    static func ask(_ scheme: Scheme, host: String, port: Int) async -> Bool? {
         var configuration = HTTPClient.Configuration()
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .none  // only whether TLS is spoken; nothing is sent
