@@ -2,6 +2,7 @@ import DopeSync
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
+import SQLiteSupport
 import Testing
 
 /// A bundle deferred after its session was created leaves that session on the server with only
@@ -12,6 +13,26 @@ import Testing
     static func sampleRefusedAfterItsSession(seed: UInt64) -> (SampleSession, pattern: String) {
         let sample = SampleSession(seed: seed)
         return (sample, "wind from 3 o'clock, 0")
+    }
+
+    /// A spool in `directory` whose one bundle (a sample of `seed`) a run leaves deferred with
+    /// only its session on the API (kept in `api`, a file, when given). Returns the sample, the
+    /// spool and the run's metrics file.
+    static func leaveAHalfSession(seed: UInt64, in directory: URL, api: String? = nil) async throws
+        -> (SampleSession, Spool, metrics: String)
+    {
+        let (sample, pattern) = sampleRefusedAfterItsSession(seed: seed)
+        let spool = try await makeSpool(in: directory, samples: [sample])
+        let metrics = directory.appendingPathComponent("dopesync.prom").path
+        var firewalled = DevServerConfiguration()
+        firewalled.databasePath = api
+        firewalled.forbiddenBodyPattern = pattern
+        try await withDevServer(firewalled) { server async throws in
+            let (summary, _) = await Worker(options: options(spool, server, metrics: metrics), logger: quietLogger)
+                .run()
+            #expect(summary.deferred == 1, "\(summary)")
+        }
+        return (sample, spool, metrics)
     }
 
     static func options(_ spool: Spool, _ server: RunningDevServer, metrics: String) -> RunOptions {
@@ -29,21 +50,9 @@ import Testing
         "status lists a half session after a deferral, with records there and left, and stops once the bundle is done")
     func statusListsAHalfSessionUntilDone() async throws {
         try await withTemporaryDirectory { directory in
-            let (sample, pattern) = Self.sampleRefusedAfterItsSession(seed: 9_600)
-            let spool = try await makeSpool(in: directory, samples: [sample])
-            let name = try #require(try spool.names(.incoming).first)
-            let metrics = directory.appendingPathComponent("dopesync.prom").path
             let api = directory.appendingPathComponent("api.sqlite").path
-            var firewalled = DevServerConfiguration()
-            firewalled.databasePath = api
-            firewalled.forbiddenBodyPattern = pattern
-            try await withDevServer(firewalled) { server async throws in
-                let (summary, _) = await Worker(
-                    options: Self.options(spool, server, metrics: metrics), logger: quietLogger
-                )
-                .run()
-                #expect(summary.deferred == 1, "\(summary)")
-            }
+            let (sample, spool, metrics) = try await Self.leaveAHalfSession(seed: 9_600, in: directory, api: api)
+            let name = try #require(try spool.names(.incoming).first)
             let status = try await SpoolStatus.gather(spool: spool, minAge: .zero)
             let half = try #require(status.halfSessions.first, "\(status.json())")
             #expect(status.halfSessions.count == 1)
@@ -79,20 +88,11 @@ import Testing
     )
     func aHalfSessionStampedAheadOfTheClockHasAnAge() async throws {
         try await withTemporaryDirectory { directory in
-            let (sample, pattern) = Self.sampleRefusedAfterItsSession(seed: 9_610)
-            let spool = try await makeSpool(in: directory, samples: [sample])
-            let metrics = directory.appendingPathComponent("dopesync.prom").path
-            var firewalled = DevServerConfiguration()
-            firewalled.forbiddenBodyPattern = pattern
-            try await withDevServer(firewalled) { server async throws in
-                let (summary, _) = await Worker(
-                    options: Self.options(spool, server, metrics: metrics), logger: quietLogger
-                ).run()
-                #expect(summary.deferred == 1, "\(summary)")
-            }
+            let (_, spool, _) = try await Self.leaveAHalfSession(seed: 9_610, in: directory)
             // The session's record as a clock a year ahead would have stamped it.
-            try await runProcess(
-                "sqlite3", [spool.root + "/dopesync.sqlite", "UPDATE steps SET done_at = done_at + 365 * 86400"])
+            try SQLiteDatabase(path: spool.databasePath).write { connection in
+                try connection.execute("UPDATE steps SET done_at = done_at + 365 * 86400")
+            }
             let status = try await SpoolStatus.gather(spool: spool, minAge: .zero)
             let half = try #require(status.halfSessions.first, "\(status.json())")
             #expect(half.ageSeconds >= 0 && half.ageSeconds < 60, "\(half.ageSeconds)")
