@@ -101,7 +101,7 @@ extension PostgresCheckpoints {
         let (synchronized, boot) = (clock.isSynchronized(), clock.bootInstant())
         return try await fencedTransaction(name, "recording the deferral of \(name)") { connection in
             try await Self.ensureBundle(
-                connection, name: name, now: now.timeIntervalSince1970, boot: synchronized ? nil : boot,
+                connection, name: name, now: now.timeIntervalSince1970, firstSight: synchronized ? nil : boot,
                 logger: self.logger)
             let rows = try await connection.query(
                 """
@@ -221,12 +221,12 @@ extension PostgresCheckpoints {
     }
 
     static func ensureBundle(
-        _ connection: PostgresConnection, name: String, now: Double, boot: BootInstant?, logger: Logger
+        _ connection: PostgresConnection, name: String, now: Double, firstSight: BootInstant?, logger: Logger
     ) async throws {
         _ = try await connection.query(
             """
             INSERT INTO dopesync.bundles (name, first_seen, first_seen_boot, updated_at)
-            VALUES (\(name), \(now), \(boot?.stored), \(now))
+            VALUES (\(name), \(now), \(firstSight?.stored), \(now))
             ON CONFLICT (name) DO NOTHING
             """, logger: logger)
     }

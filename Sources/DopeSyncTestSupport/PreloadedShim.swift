@@ -1,3 +1,4 @@
+import DopeSyncStore
 import Foundation
 
 /// Builds `Tests/Shims/SOURCE` (a C file) with the system's compiler into `directory`, as a
@@ -54,5 +55,14 @@ public struct ClockAhead: Sendable {
         environment = ["LD_PRELOAD": library, "CLOCK_AHEAD_SECONDS": "\(ahead.components.seconds)"].merging(
             synchronized.map { ["CLOCK_SYNCHRONIZED": $0 ? "1" : "0"] } ?? [:]
         ) { $1 }
+    }
+}
+
+extension ClockFacts {
+    /// A clock that the kernel calls synchronized or not, whatever this machine's is, with no boot
+    /// id: first sights get no stamp, and ages count by the wall clock (or from a deferral, for a
+    /// first sight ahead of a synchronized clock).
+    public static func fixed(synchronized: Bool) -> ClockFacts {
+        ClockFacts(isSynchronized: { synchronized }, bootInstant: { nil })
     }
 }

@@ -293,8 +293,8 @@ import Testing
         let aYearOn = now.addingTimeInterval(365 * 86_400)
         func deferral(_ name: String, at time: Date, synchronized: Bool = true) throws -> Deferral {
             try store.recordDeferral(
-                name: name, sessionID: nil, error: error, now: time, policy: policy, clockIsSynchronized: synchronized,
-                boot: nil)
+                name: name, sessionID: nil, error: error, now: time, policy: policy,
+                clock: .fixed(synchronized: synchronized))
         }
         try store.recordClaim(name: "b", owner: owner, now: aYearOn)
         let first = try deferral("b", at: now)
@@ -316,7 +316,7 @@ import Testing
         #expect(try store.claims().map(\.bundleName) == ["b"])
 
         let first = try store.recordDeferral(
-            name: "b", sessionID: "S", error: error, now: now, policy: policy, boot: nil)
+            name: "b", sessionID: "S", error: error, now: now, policy: policy, clock: .fixed(synchronized: false))
         #expect(
             first
                 == Deferral(
@@ -326,7 +326,7 @@ import Testing
         let later = now.addingTimeInterval(100)
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 10, runID: "r2"), now: later)
         let second = try store.recordDeferral(
-            name: "b", sessionID: nil, error: error, now: later, policy: policy, boot: nil)
+            name: "b", sessionID: nil, error: error, now: later, policy: policy, clock: .fixed(synchronized: false))
         #expect(
             second
                 == Deferral(

@@ -18,7 +18,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                boot: SystemClock.firstSightStamp)
+                firstSight: ClockFacts.system.firstSightStamp)
         }
     }
 
@@ -32,7 +32,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                boot: SystemClock.firstSightStamp)
+                firstSight: ClockFacts.system.firstSightStamp)
             if case .anotherProducer(let first) = try Self.bindSession(
                 connection, sessionID, producer: producer, api: api, now: now)
             {
@@ -44,7 +44,7 @@ extension CheckpointStore {
 
     private static func recordClaim(
         _ connection: SQLiteConnection, name: String, sessionID: String?, owner: ClaimOwner, totalSteps: Int?,
-        now: Date, boot: BootInstant?
+        now: Date, firstSight: BootInstant?
     ) throws(SQLiteError) {
         // A claim recorded with its session is a reading that ended (the bundle was validated):
         // the readings cut short before it count no more (``beginReading(name:now:)``).
@@ -59,7 +59,7 @@ extension CheckpointStore {
                 session_id = COALESCE(excluded.session_id, session_id), last_outcome = 'claimed', updated_at = excluded.updated_at,
                 steps_total = COALESCE(excluded.steps_total, steps_total), reading_since = NULL,
                 readings_cut_short = CASE WHEN excluded.session_id IS NULL THEN readings_cut_short ELSE 0 END
-            """, [name, sessionID, t, boot?.stored, t, totalSteps])
+            """, [name, sessionID, t, firstSight?.stored, t, totalSteps])
         try connection.query(
             "INSERT OR REPLACE INTO claims (bundle_name, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)",
             [name, owner.runID, owner.host, Int(owner.pid), t])
@@ -75,7 +75,8 @@ extension CheckpointStore {
             // another file.
             try connection.query(
                 "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
+            try Self.ensureBundle(
+                connection, name: name, now: now, firstSight: ClockFacts.system.firstSightStamp)
             let row = try connection.queryFirst(
                 """
                 UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
@@ -92,11 +93,11 @@ extension CheckpointStore {
     /// ``Deferral/exhausted``, moves it to `failed/` and calls ``recordFailure(name:sessionID:error:now:)``.
     public func recordDeferral(
         name: String, sessionID: String?, error: BundleFailure, now: Date = Date(),
-        policy: DeferralPolicy = DeferralPolicy(), clockIsSynchronized: Bool = SystemClock.isSynchronized,
-        boot: BootInstant? = SystemClock.bootInstant
+        policy: DeferralPolicy = DeferralPolicy(), clock: ClockFacts = .system
     ) throws(CheckpointError) -> Deferral {
-        try write("recording the deferral of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: clockIsSynchronized ? nil : boot)
+        let (synchronized, boot) = (clock.isSynchronized(), clock.bootInstant())
+        return try write("recording the deferral of \(name)") { connection in
+            try Self.ensureBundle(connection, name: name, now: now, firstSight: synchronized ? nil : boot)
             guard
                 let row = try connection.queryFirst(
                     "UPDATE bundles SET attempts = attempts + 1 WHERE name = ? RETURNING attempts, first_seen, first_seen_boot",
@@ -107,7 +108,7 @@ extension CheckpointStore {
             let deferral = policy.deferral(
                 attempts: try row["attempts"], firstSeen: Date(timeIntervalSince1970: try row["first_seen"]),
                 firstSeenOnBoot: BootInstant(stored: try row["first_seen_boot"]), now: now, nowOnBoot: boot,
-                clockIsSynchronized: clockIsSynchronized)
+                clockIsSynchronized: synchronized)
             if deferral.firstSeenDatedAgain {
                 try connection.query(
                     "UPDATE bundles SET first_seen = ?, first_seen_boot = NULL WHERE name = ?",
@@ -125,7 +126,7 @@ extension CheckpointStore {
         throws(CheckpointError)
     {
         try write("recording the failure of \(name)") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
+            try Self.ensureBundle(connection, name: name, now: now)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .failed, error: error, nextAttemptAt: nil,
                 now: now)
@@ -135,7 +136,7 @@ extension CheckpointStore {
     /// Records that the bundle went to `done/`; ends the claim. The last error is kept for history.
     public func recordDone(name: String, sessionID: String?, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) done") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
+            try Self.ensureBundle(connection, name: name, now: now)
             try Self.setOutcome(
                 connection, name: name, sessionID: sessionID, outcome: .done, error: nil, nextAttemptAt: nil, now: now,
                 keepError: true)
@@ -146,7 +147,7 @@ extension CheckpointStore {
     /// (401/403, the circuit breaker, shutdown); ends the claim.
     public func recordReturned(name: String, now: Date = Date()) throws(CheckpointError) {
         try write("recording \(name) given back") { connection in
-            try Self.ensureBundle(connection, name: name, now: now, boot: SystemClock.firstSightStamp)
+            try Self.ensureBundle(connection, name: name, now: now)
             try connection.query(
                 "UPDATE bundles SET last_outcome = 'returned', updated_at = ?, reading_since = NULL WHERE name = ?",
                 [now.timeIntervalSince1970, name])
@@ -165,7 +166,11 @@ extension CheckpointStore {
                 UPDATE bundles SET attempts = 0, first_seen = ?, first_seen_boot = ?, next_attempt_at = NULL,
                     last_outcome = 'requeued', updated_at = ?, reading_since = NULL, readings_cut_short = 0
                 WHERE name = ?
-                """, [now.timeIntervalSince1970, SystemClock.firstSightStamp?.stored, now.timeIntervalSince1970, name])
+                """,
+                [
+                    now.timeIntervalSince1970, ClockFacts.system.firstSightStamp?.stored, now.timeIntervalSince1970,
+                    name,
+                ])
             return connection.changes > 0
         }
     }
@@ -336,12 +341,14 @@ extension CheckpointStore {
 
     // MARK: - Helpers of the bundles table
 
-    static func ensureBundle(_ connection: SQLiteConnection, name: String, now: Date, boot: BootInstant?)
-        throws(SQLiteError)
-    {
+    /// The bundle's row, made if missing; `firstSight` is the stamp of a first sight
+    /// (``ClockFacts/firstSightStamp``) where a deferral may date it again.
+    static func ensureBundle(
+        _ connection: SQLiteConnection, name: String, now: Date, firstSight: BootInstant? = nil
+    ) throws(SQLiteError) {
         try connection.query(
             "INSERT OR IGNORE INTO bundles (name, first_seen, first_seen_boot, updated_at) VALUES (?, ?, ?, ?)",
-            [name, now.timeIntervalSince1970, boot?.stored, now.timeIntervalSince1970])
+            [name, now.timeIntervalSince1970, firstSight?.stored, now.timeIntervalSince1970])
     }
 
     static func setOutcome(

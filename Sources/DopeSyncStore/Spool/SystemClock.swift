@@ -37,11 +37,6 @@ public enum SystemClock {
         #endif
     }
 
-    /// Now on the boot's clock if the wall clock is not synchronized: what a first sight records
-    /// beside its wall time (``BootInstant``), so that a deferral under a clock NTP has set since
-    /// can date it again.
-    public static var firstSightStamp: BootInstant? { isSynchronized ? nil : bootInstant }
-
     /// Read once: a boot's id does not change while a process lives.
     private static let bootID: String? = {
         guard let text = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else {
@@ -69,6 +64,8 @@ public struct ClockFacts: Sendable {
     public static let system = ClockFacts(
         isSynchronized: { SystemClock.isSynchronized }, bootInstant: { SystemClock.bootInstant })
 
-    /// As ``SystemClock/firstSightStamp``.
+    /// Now on the boot's clock if the wall clock is not synchronized: what a first sight records
+    /// beside its wall time (``BootInstant``), so that a deferral under a clock NTP has set since
+    /// can date it again.
     public var firstSightStamp: BootInstant? { isSynchronized() ? nil : bootInstant() }
 }
