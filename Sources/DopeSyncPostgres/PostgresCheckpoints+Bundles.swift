@@ -60,7 +60,7 @@ extension PostgresCheckpoints {
         let fence = try fence(name)
         let rows = try await rows(
             "recording that \(name) is being read",
-            HotStatements.MarkReading(fence: fence, time: now.timeIntervalSince1970, boot: clock.firstSightStamp))
+            HotStatements.MarkReading(fence: fence, time: now.timeIntervalSince1970, firstSight: clock.firstSightStamp))
         guard let row = rows.first else { throw lost(fence) }
         return try Self.decode(row, "readings_cut_short")
     }
@@ -77,7 +77,7 @@ extension PostgresCheckpoints {
             "recording the claim of \(name)",
             HotStatements.RecordClaim(
                 fence: fence, sessionID: sessionID, time: now.timeIntervalSince1970, totalSteps: Int32(totalSteps),
-                api: api, producer: producer, boot: clock.firstSightStamp))
+                api: api, producer: producer, firstSight: clock.firstSightStamp))
         guard let first = rows.first, try Self.decode(first, "fenced") as Bool else { throw lost(fence) }
         let isNew: Bool = try Self.decode(first, "session_new")
         let known: Bool = try Self.decode(first, "session_known")

@@ -92,12 +92,12 @@ package enum HotStatements {
 
     /// The reading mark (``PostgresCheckpoints/beginReading(name:now:)``): `$4` the time, `$5` the
     /// moment on the boot's clock if the wall clock is not synchronized (``ClockFacts/firstSightStamp``;
-    /// empty otherwise).
+    /// NULL otherwise).
     struct MarkReading: HotStatement {
         static let sql = """
             WITH fence AS (\(ClaimFence.sql(.share)))
             INSERT INTO dopesync.bundles AS b (name, first_seen, first_seen_boot, updated_at, reading_since)
-            SELECT $1, $4, NULLIF($5, ''), $4, $4 WHERE EXISTS (SELECT 1 FROM fence)
+            SELECT $1, $4, $5, $4, $4 WHERE EXISTS (SELECT 1 FROM fence)
             ON CONFLICT (name) DO UPDATE SET \(startedAfreshWhenDone),
                 readings_cut_short = CASE WHEN b.last_outcome IN \(BundleOutcome.finishedSQL) THEN 0
                     ELSE b.readings_cut_short + (b.reading_since IS NOT NULL)::int END,
@@ -107,12 +107,12 @@ package enum HotStatements {
         static let bindingDataTypes: [PostgresDataType] = [.text, .int8, .text, .float8, .text]
         let fence: ClaimFence
         let time: Double
-        let boot: BootInstant?
+        let firstSight: BootInstant?
 
         func makeBindings() -> PostgresBindings {
             var bindings = fence.bindings
             bindings.append(time)
-            bindings.append(boot?.stored ?? "")
+            bindings.appendFirstSight(firstSight)
             return bindings
         }
 
@@ -142,7 +142,7 @@ package enum HotStatements {
             WITH fence AS (\(ClaimFence.sql(.share))), claimed AS (
                 INSERT INTO dopesync.bundles (name, session_id, first_seen, first_seen_boot, last_outcome, updated_at,
                     steps_total)
-                SELECT $1, $4, $5, NULLIF($10, ''), 'claimed', $5, $6 WHERE EXISTS (SELECT 1 FROM fence)
+                SELECT $1, $4, $5, $10, 'claimed', $5, $6 WHERE EXISTS (SELECT 1 FROM fence)
                 ON CONFLICT (name) DO UPDATE SET
                     session_id = excluded.session_id, last_outcome = 'claimed', updated_at = excluded.updated_at,
                     steps_total = excluded.steps_total, reading_since = NULL, readings_cut_short = 0
@@ -169,7 +169,7 @@ package enum HotStatements {
         let totalSteps: Int32
         let api: String
         let producer: Producer
-        let boot: BootInstant?
+        let firstSight: BootInstant?
 
         func makeBindings() -> PostgresBindings {
             var bindings = fence.bindings
@@ -179,7 +179,7 @@ package enum HotStatements {
             bindings.append(api)
             bindings.append(Int64(producer.uid))
             bindings.append(producer.name)
-            bindings.append(boot?.stored ?? "")
+            bindings.appendFirstSight(firstSight)
             return bindings
         }
     }
@@ -401,5 +401,12 @@ package enum HotStatements {
             bindings.append(claims.map(\.epoch))
             return bindings
         }
+    }
+}
+
+extension PostgresBindings {
+    /// A first sight's stamp on the boot's clock, or NULL.
+    fileprivate mutating func appendFirstSight(_ stamp: BootInstant?) {
+        if let stamp { append(stamp.stored) } else { appendNull() }
     }
 }
