@@ -59,9 +59,12 @@ public enum PruneCommand {
         )
     }
 
+    /// When a bundle in `done/` got there: as the store recorded it, else its file's mtime.
+    static func doneTime(of entry: SpoolEntry, doneAt: [String: Date]) -> Date { doneAt[entry.name] ?? entry.modified }
+
     /// The bundles of `done` recorded done before `cutoff` (by `doneAt`, else their mtime), oldest first.
     static func prunable(_ done: [SpoolEntry], doneAt: [String: Date], before cutoff: Date) -> [SpoolEntry] {
-        done.map { (entry: $0, at: doneAt[$0.name] ?? $0.modified) }
+        done.map { (entry: $0, at: doneTime(of: $0, doneAt: doneAt)) }
             .filter { $0.at < cutoff }
             .sorted { ($0.at, $0.entry.name) < ($1.at, $1.entry.name) }
             .map(\.entry)

@@ -149,33 +149,34 @@ public struct Worker: Sendable {
     ) async {
         guard counters.report(\.belowFreeSpaceFloor) else { return }
         let done = await SpoolCalls.run { (try? spool.list(.done)) ?? [] }
-        let doneAt =
-            (try? await checkpoints.doneTimes()) ?? [:]
+        let doneAt = (try? await checkpoints.doneTimes()) ?? [:]
         let now = Date()
         let old = PruneCommand.prunable(
             done, doneAt: doneAt, before: now.addingTimeInterval(-(options.pruneAfter / .seconds(1))))
+        /// "12 MiB in 3 bundles".
+        func held(_ entries: [SpoolEntry]) -> String {
+            "\(ByteCount(entries.reduce(0) { $0 + $1.size })) in \(entries.count) bundles"
+        }
+        var metadata: Logger.Metadata = [
+            "free": "\(ByteCount(space.free))",
+            "floor": "\(options.minFreeSpace) (\(ByteCount(options.minFreeSpace.bytes(ofTotal: space.total))))",
+            "prune.frees": "\(held(old)) (done over \(SpoolStatus.age(options.pruneAfter / .seconds(1))) ago)",
+            "done": "\(held(done))",
+            "spool": "\(spool.root)",
+        ]
         // Recorded done ahead of this clock (it has gone back since): prune counts them from when
         // it finds them, under a synchronized clock, and frees them only then.
         let believable = WallClock.latestBelievable(at: now)
-        let ahead = done.filter { (doneAt[$0.name] ?? $0.modified) > believable }
-        var aheadNote: Logger.Metadata = [:]
+        let ahead = done.filter { PruneCommand.doneTime(of: $0, doneAt: doneAt) > believable }
         if !ahead.isEmpty {
-            aheadNote["done.ahead"] = .string(
-                "\(ByteCount(ahead.reduce(0) { $0 + $1.size })) in \(ahead.count) bundles recorded done ahead of this "
-                    + "clock, which has gone back since: prune keeps them for its retention from when it finds them "
-                    + "under a synchronized clock (NTP); delete them from done/ by hand to free the space now")
+            metadata["done.ahead"] = .string(
+                "\(held(ahead)) recorded done ahead of this clock, which has gone back since: prune keeps them for "
+                    + "its retention from when it finds them under a synchronized clock (NTP); delete them from "
+                    + "done/ by hand to free the space now")
         }
         logger.critical(
             "the spool's file system is below its free-space floor: the run claims nothing and gives back what it holds (exit 73)",
-            metadata: aheadNote.merging([
-                "free": "\(ByteCount(space.free))",
-                "floor": "\(options.minFreeSpace) (\(ByteCount(options.minFreeSpace.bytes(ofTotal: space.total))))",
-                "prune.frees": .string(
-                    "\(ByteCount(old.reduce(0) { $0 + $1.size })) in \(old.count) bundles "
-                        + "(done over \(SpoolStatus.age(options.pruneAfter / .seconds(1))) ago)"),
-                "done": "\(ByteCount(done.reduce(0) { $0 + $1.size })) in \(done.count) bundles",
-                "spool": "\(spool.root)",
-            ]) { $1 })
+            metadata: metadata)
     }
 
     /// The end of a run that could not use its spool or database (exit 73; 75 or 78 for the shared
