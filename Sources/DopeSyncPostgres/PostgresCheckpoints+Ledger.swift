@@ -72,17 +72,12 @@ extension PostgresCheckpoints: CheckpointLedger {
     public func recentRuns(limit: Int) async throws(CheckpointError) -> [RunRecord] {
         // Two walks of the start-time index, as in the SQLite store: not a sort of every run.
         let latest = WallClock.latestBelievable(at: Date()).timeIntervalSince1970
-        var runs = try await runs(
-            """
-            SELECT \(unescaped: Self.runColumns) WHERE started_at <= \(latest) ORDER BY started_at DESC
-            LIMIT \(max(limit, 0))
-            """,
-            newestFirst: false)
-        if runs.count < limit {
+        var runs: [RunRecord] = []
+        for side in ["<=", ">"] where runs.count < limit {
             runs += try await self.runs(
                 """
-                SELECT \(unescaped: Self.runColumns) WHERE started_at > \(latest) ORDER BY started_at DESC
-                LIMIT \(limit - runs.count)
+                SELECT \(unescaped: Self.runColumns) WHERE started_at \(unescaped: side) \(latest)
+                ORDER BY started_at DESC LIMIT \(limit - runs.count)
                 """,
                 newestFirst: false)
         }
