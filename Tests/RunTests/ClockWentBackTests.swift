@@ -9,17 +9,27 @@ import Testing
 /// that booted with a wrong date, a run under it, and NTP after. The run's wall clock is moved by
 /// a preloaded shim (``ClockAhead``); everything else is real.
 @Suite struct ClockWentBackTests {
+    /// A spool in `directory` holding `samples`, each file written an hour ago: `status`'s and a
+    /// run's min-age hold nothing back. Returns it with the samples' file names.
+    static func spoolWrittenAnHourAgo(in directory: URL, _ samples: [SampleSession]) async throws
+        -> (Spool, names: [String])
+    {
+        let spool = try await makeSpool(in: directory, samples: samples)
+        let names = samples.map { "\($0.sessionID).tar.gz" }
+        for name in names {
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: spool.path(.incoming, name))
+        }
+        return (spool, names)
+    }
+
     @Test(
         "a bundle deferred while the clock was a year ahead is due once the clock is set right, not a year later; status says why"
     )
     func aDeferralFromAClockAheadDoesNotHoldTheBundle() async throws {
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_880)
-            let spool = try await makeSpool(in: directory, samples: [sample])
-            // Written an hour ago: status's min-age (5 s) holds nothing back.
-            let name = "\(sample.sessionID).tar.gz"
-            try FileManager.default.setAttributes(
-                [.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: spool.path(.incoming, name))
+            let (spool, _) = try await Self.spoolWrittenAnHourAgo(in: directory, [sample])
             let aYearAhead = try await ClockAhead(in: directory, by: .seconds(365 * 86_400)).environment
             try await withDevServer { server in
                 // While the clock is wrong, the API asks for an hour's pause (a 429 with a
@@ -54,10 +64,8 @@ import Testing
     func aClockSetForwardDoesNotAgeADeferredBundle() async throws {
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_895)
-            let spool = try await makeSpool(in: directory, samples: [sample])
-            let name = "\(sample.sessionID).tar.gz"
-            try FileManager.default.setAttributes(
-                [.modificationDate: Date().addingTimeInterval(-3600)], ofItemAtPath: spool.path(.incoming, name))
+            let (spool, names) = try await Self.spoolWrittenAnHourAgo(in: directory, [sample])
+            let name = names[0]
             // A kiosk without a battery-backed clock, booted 10 days behind, before NTP.
             let tenDaysBehind = try await ClockAhead(in: directory, by: .seconds(-10 * 86_400), synchronized: false)
                 .environment
@@ -141,13 +149,8 @@ import Testing
     )
     func bundlesDoneUnderAClockAheadArePrunedInTime() async throws {
         try await withTemporaryDirectory { directory in
-            let samples = [SampleSession(seed: 9_890), SampleSession(seed: 9_891)]
-            let spool = try await makeSpool(in: directory, samples: samples)
-            for sample in samples {
-                try FileManager.default.setAttributes(
-                    [.modificationDate: Date().addingTimeInterval(-3600)],
-                    ofItemAtPath: spool.path(.incoming, "\(sample.sessionID).tar.gz"))
-            }
+            let (spool, _) = try await Self.spoolWrittenAnHourAgo(
+                in: directory, [SampleSession(seed: 9_890), SampleSession(seed: 9_891)])
             try await withDevServer { server in
                 let aYearAhead = try await ClockAhead(in: directory, by: .seconds(365 * 86_400)).environment
                 let (ahead, output) = try await runToEnd(
