@@ -25,13 +25,15 @@ extension APIClient {
                 message: "TLS to \(MaskedURL.string(baseURL)) got an answer that is not TLS: the server speaks plain "
                     + "HTTP: use http://")
         }
-        if Self.isHangUp(error), await speaksPlainHTTPInstead() {
+        if Self.isHangUp(error), await urlNamesTheOtherScheme(than: .http) {
             // A plain server may hang up on a TLS hello before its "400" reaches us.
             return .misdirected(
                 message: "TLS to \(MaskedURL.string(baseURL)) was hung up on, and the server answers plain HTTP there: "
                     + "the server speaks plain HTTP: use http://")
         }
-        if let error = error as? HTTPClientError, error == .remoteConnectionClosed, await speaksTLSInstead() {
+        if let error = error as? HTTPClientError, error == .remoteConnectionClosed,
+            await urlNamesTheOtherScheme(than: .https)
+        {
             return .misdirected(
                 message: "plain HTTP to \(MaskedURL.string(baseURL)) was hung up on, and the server answers TLS there: "
                     + "the server speaks TLS: use https://")
@@ -46,23 +48,16 @@ extension APIClient {
         return .retryable(status: nil, retryAfter: nil, message: describe(error))
     }
 
-    /// Whether the API's URL is `http://` to a server that speaks TLS (asked once, directly: not
-    /// through a proxy, whose hang-ups say nothing of the server).
-    private func speaksTLSInstead() async -> Bool {
-        // Once a stop is asked for, the run ends whatever the answer: no probe starts (one already
-        // under way may take its budget).
-        guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL), url.scheme?.lowercased() == "http",
-            let host = url.host
+    /// Whether the API's URL names the other scheme than `spoken`, which its server speaks (asked
+    /// once, directly: not through a proxy, whose hang-ups say nothing of the server). Once a stop
+    /// is asked for, the run ends whatever the answer: no probe starts (one already under way may
+    /// take its budget).
+    private func urlNamesTheOtherScheme(than spoken: SchemeProbe.Scheme) async -> Bool {
+        let named: SchemeProbe.Scheme = spoken == .https ? .http : .https
+        guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL),
+            url.scheme?.lowercased() == named.rawValue, let host = url.host
         else { return false }
-        return await schemeProbe.speaks(.https, host: host, port: url.port ?? 80)
-    }
-
-    /// Whether the API's URL is `https://` to a server that speaks plain HTTP (as above).
-    private func speaksPlainHTTPInstead() async -> Bool {
-        guard proxy == nil, !stop.isRequested, let url = URL(string: baseURL), url.scheme?.lowercased() == "https",
-            let host = url.host
-        else { return false }
-        return await schemeProbe.speaks(.http, host: host, port: url.port ?? 443)
+        return await schemeProbe.speaks(spoken, host: host, port: url.port ?? (named == .http ? 80 : 443))
     }
 
     /// The server hung up before an answer (or a TLS handshake) was complete.
