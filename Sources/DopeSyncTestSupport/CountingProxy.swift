@@ -55,24 +55,31 @@ public final class CountingProxy: Sendable {
         credentials: String? = nil, _ body: (CountingProxy) async throws -> T
     ) async throws -> T {
         let counter = ProxyCounter()
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        ConnectHandler(proxy: counter, expectedAuthorization: credentials.map(basicAuthorization)))
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let proxy = CountingProxy(port: channel.localAddress?.port ?? 0, counter: counter)
-        do {
-            let result = try await body(proxy)
-            try await channel.close()
-            return result
-        } catch {
-            try? await channel.close()  // the body's error is the one worth reporting
-            throw error
+        let authorization = credentials.map(basicAuthorization)
+        return try await withLoopbackListener(
+            handler: { ConnectHandler(proxy: counter, expectedAuthorization: authorization) },
+            body: { try await body(CountingProxy(port: $0, counter: counter)) })
+    }
+}
+
+/// Listens on a free loopback port for the length of `body`, each connection starting with the
+/// handler `makeHandler` makes; `body` gets the port.
+private func withLoopbackListener<T>(
+    handler makeHandler: @escaping @Sendable () -> any ChannelHandler, body: (Int) async throws -> T
+) async throws -> T {
+    let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        .childChannelInitializer { channel in
+            channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(makeHandler()) }
         }
+        .bind(host: "127.0.0.1", port: 0).get()
+    do {
+        let result = try await body(channel.localAddress?.port ?? 0)
+        try await channel.close()
+        return result
+    } catch {
+        try? await channel.close()  // the body's error is the one worth reporting
+        throw error
     }
 }
 
@@ -177,8 +184,8 @@ private final class GlueHandler: ChannelDuplexHandler {
 
     init(counting counter: ProxyCounter?) { self.counter = counter }
 
-    /// The client's end (reads from the client, counted) and the target's end.
-    static func pair(counting proxy: ProxyCounter) -> (fromClient: GlueHandler, fromTarget: GlueHandler) {
+    /// The client's end (reads from the client, counted if `proxy` is given) and the target's end.
+    static func pair(counting proxy: ProxyCounter?) -> (fromClient: GlueHandler, fromTarget: GlueHandler) {
         let fromClient = GlueHandler(counting: proxy)
         let fromTarget = GlueHandler(counting: nil)
         fromClient.partner = fromTarget
@@ -273,23 +280,9 @@ public final class SlowHandshakeRelay: Sendable {
         to target: Int, handshakeDelay: Duration, _ body: (SlowHandshakeRelay) async throws -> T
     ) async throws -> T {
         let delay = TimeAmount.nanoseconds(Int64(handshakeDelay / .nanoseconds(1)))
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(DelayingHandler(target: target, tlsDelay: delay))
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        let relay = SlowHandshakeRelay(port: channel.localAddress?.port ?? 0)
-        do {
-            let result = try await body(relay)
-            try await channel.close()
-            return result
-        } catch {
-            try? await channel.close()
-            throw error
-        }
+        return try await withLoopbackListener(
+            handler: { DelayingHandler(target: target, tlsDelay: delay) },
+            body: { try await body(SlowHandshakeRelay(port: $0)) })
     }
 }
 
@@ -330,10 +323,7 @@ private final class DelayingHandler: ChannelInboundHandler, RemovableChannelHand
                 client.close(promise: nil)
                 return
             }
-            let fromClient = GlueHandler(counting: nil)
-            let fromServer = GlueHandler(counting: nil)
-            fromClient.partner = fromServer
-            fromServer.partner = fromClient
+            let (fromClient, fromServer) = GlueHandler.pair(counting: nil)
             do {
                 try server.pipeline.syncOperations.addHandler(fromServer)
                 for bytes in handler.held { server.write(bytes, promise: nil) }
