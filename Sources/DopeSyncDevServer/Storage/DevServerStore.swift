@@ -62,6 +62,7 @@ actor DevServerStore {
         // NORMAL in WAL mode loses at most the last transactions on power loss, never
         // consistency: what a dev server needs, at a fraction of FULL's fsyncs.
         options.synchronous = .normal
+        options.reusesPreparedStatements = true
         database = try SQLiteDatabase(path: path ?? ":memory:", options: options)
         self.retentionSeconds = retentionSeconds
         // Static helpers: a synchronous actor initialiser cannot call isolated methods.
