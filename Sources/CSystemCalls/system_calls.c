@@ -64,3 +64,22 @@ int dopesync_clock_synchronization(void) {
     return -ENOSYS;
 #endif
 }
+
+int dopesync_ofd_lock_byte(int descriptor, long long offset, int lock) {
+#ifdef F_OFD_SETLK
+    struct flock range = {0};
+    range.l_type = lock ? F_WRLCK : F_UNLCK;
+    range.l_whence = SEEK_SET;
+    range.l_start = lock ? (off_t)offset : 0;
+    range.l_len = lock ? 1 : 0;
+    while (fcntl(descriptor, F_OFD_SETLK, &range) != 0) {
+        if (errno != EINTR) return errno;
+    }
+    return 0;
+#else
+    (void)descriptor;
+    (void)offset;
+    (void)lock;
+    return EINVAL;
+#endif
+}

@@ -263,16 +263,39 @@ extension Spawned {
 extension Spawned {
     /// Another process that holds an exclusive `flock` on `path` (made, with its folder, when
     /// missing; never truncated), as a live run holds a claim, a session or the database's write
-    /// lock, until its input is closed or it is killed. Returns once the lock is held.
-    public static func holdingLock(on path: String) async throws -> Spawned {
+    /// lock, until its input is closed or it is killed. Returns once the lock is held. `shared`:
+    /// a shared one, as a run holds the checkpoints' `.dopesync.store.lock`.
+    public static func holdingLock(on path: String, shared: Bool = false) async throws -> Spawned {
         // `exec cat`: the shell's descriptor, and with it the lock, lives as long as this pid.
-        let holder = try await Spawned(
-            "/bin/sh", ["-c", #"mkdir -p "${0%/*}" && exec 9>>"$0" && flock -n 9 && echo locked && exec cat"#, path])
+        try await holding(
+            "/bin/sh",
+            [
+                "-c", #"mkdir -p "${0%/*}" && exec 9>>"$0" && flock -n $1 9 && echo locked && exec cat"#, path,
+                shared ? "-s" : "-x",
+            ], describedAs: ["flock", path])
+    }
+
+    /// Another process that holds a write lock on the byte at `offset` of `path` (made when
+    /// missing), a POSIX record lock, which excludes a run's `F_OFD_SETLK` on that byte as another
+    /// run's would, until its input is closed or it is killed. Perl, which Debian always has
+    /// (perl-base is essential), since no command-line tool takes such a lock.
+    public static func holdingByte(_ offset: Int, of path: String) async throws -> Spawned {
+        let script = #"""
+            use Fcntl; open(my $f, "+>>", $ARGV[0]) or die "open: $!";
+            fcntl($f, F_SETLK, pack("s s x4 q q i x4", F_WRLCK, SEEK_SET, $ARGV[1], 1, 0)) or die "lock: $!";
+            $| = 1; print "locked\n"; <STDIN>;
+            """#
+        return try await holding("/usr/bin/perl", ["-e", script, path, "\(offset)"], describedAs: ["lock", path])
+    }
+
+    private static func holding(_ program: String, _ arguments: [String], describedAs command: [String]) async throws
+        -> Spawned
+    {
+        let holder = try await Spawned(program, arguments)
         guard await onOwnThread({ holder.output.readLine() }) == "locked" else {
             holder.kill(SIGKILL)
             throw ProcessFailure(
-                command: ["flock", path], output: ProcessOutput(status: await holder.finished(), stdout: "", stderr: "")
-            )
+                command: command, output: ProcessOutput(status: await holder.finished(), stdout: "", stderr: ""))
         }
         return holder
     }

@@ -277,11 +277,14 @@ import Testing
                 "33333333-3333-4333-8333-333333333333"
             )
             let old = Date(timeIntervalSinceNow: -40 * 86_400)
+            // As versions before `.dopesync.sessions.lock` left them, or runs beside one.
             for id in [oldID, heldID, newID] {
-                let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(id) }
+                let hold = try await SpoolCalls.run { () throws(SpoolError) in
+                    try spool.holdSession(id, besideOlderVersions: true)
+                }
                 await SpoolCalls.run { hold?.release() }
             }
-            let locks = spool.root + "/" + SessionHold.folder
+            let locks = spool.root + "/" + SessionHold.legacyFolder
             for id in [oldID, heldID] {
                 try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: locks + "/" + id)
             }
@@ -294,7 +297,9 @@ import Testing
             #expect(try fileNames(in: locks) == [heldID, newID])
             holder.kill(SIGKILL)
             _ = await holder.finished()
-            let again = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(oldID) }
+            let again = try await SpoolCalls.run { () throws(SpoolError) in
+                try spool.holdSession(oldID, besideOlderVersions: true)
+            }
             #expect(again != nil, "a session whose lock was pruned is held anew")
             await SpoolCalls.run { again?.release() }
         }

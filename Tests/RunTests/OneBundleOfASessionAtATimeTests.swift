@@ -35,6 +35,11 @@ import Testing
                 let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(again == 0, "\(againOutput)")
                 #expect(try spool.names(.done).count == 2)
+                // No file a session: the holds are bytes of one file (in a container, where this
+                // process cannot see every lock, a file too, in case an older version runs).
+                if StoreLock.seesEveryProcessesLocks {
+                    #expect(!FileManager.default.fileExists(atPath: spool.root + "/" + SessionHold.legacyFolder))
+                }
                 // One session (the lookup fails on two), and each of its records once.
                 let tree = try await server.sessionTree(clientID: sample.sessionID)
                 #expect(tree.dope.count == 15)
@@ -48,22 +53,94 @@ import Testing
     func aHoldEndsWithItsHolder() async throws {
         try await withTemporarySpool { spool, _ in
             let sessionID = "5e2b8a1c-0d4f-4b7e-9a3c-2f6d8e1b4c7a"
-            let lock = spool.root + "/" + SessionHold.folder + "/" + sessionID
-            // Another process holds the session's lock as a run's bundle would, then is killed.
-            let holder = try await Spawned.holdingLock(on: lock)
+            // Another process holds the session's byte as a run's bundle would, then is killed.
+            let holder = try await Spawned.holdingByte(
+                SessionHold.byte(of: sessionID), of: spool.root + "/" + SessionHold.fileName)
             #expect(try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) } == nil)
             holder.kill(SIGKILL)
             _ = await holder.finished()
             let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) }
             #expect(hold != nil, "the holder is gone")
-            // Held here now: a second ask, as another slot's, is busy until released.
+            // Held here now: a second ask, as another slot's, is busy until released; another
+            // session is not.
             #expect(try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) } == nil)
-            await SpoolCalls.run { hold?.release() }
+            let other = try await SpoolCalls.run { () throws(SpoolError) in
+                try spool.holdSession("0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5")
+            }
+            #expect(other != nil)
+            await SpoolCalls.run {
+                hold?.release()
+                other?.release()
+            }
+            #expect(try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) } != nil)
         }
     }
 
     @Test(
-        "a .sessions/ the worker may not write (an earlier run as root made it) stops the run with 73, naming it and the chown; nothing is sent without the hold",
+        "beside a run of an older version, which holds .sessions/ID: that session's bundle waits, uncounted; once it has ended, the bundle uploads"
+    )
+    func besideARunOfAnOlderVersion() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_860)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            // What a run of a version before `.dopesync.sessions.lock` holds while it uploads
+            // another bundle of the session: the checkpoints' lock, shared, and `.sessions/ID`.
+            let olderRun = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
+            let itsBundle = try await Spawned.holdingLock(
+                on: spool.root + "/" + SessionHold.legacyFolder + "/" + sample.sessionID)
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(status == 0, "\(output)")
+                #expect(output.contains("another bundle of this session is being uploaded"), "\(output)")
+                #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"])
+                #expect((try await server.createdCounts()["session"] ?? 0) == 0)
+
+                for holder in [itsBundle, olderRun] {
+                    holder.kill(SIGKILL)
+                    _ = await holder.finished()
+                }
+                let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
+                #expect(again == 0, "\(againOutput)")
+                #expect(try spool.names(.done) == ["\(sample.sessionID).tar.gz"])
+                #expect(try await server.createdCounts()["session"] == 1)
+            }
+        }
+    }
+
+    @Test(
+        "a hold beside an older version's run also holds .sessions/ID, so that run finds the session busy; who shares the checkpoints' lock decides"
+    )
+    func aHoldBesideAnOlderVersionLocksItsFileToo() async throws {
+        try await withTemporarySpool { spool, _ in
+            let sessionID = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
+            let legacyFile = spool.root + "/" + SessionHold.legacyFolder + "/" + sessionID
+            let hold = try await SpoolCalls.run { () throws(SpoolError) in
+                try spool.holdSession(sessionID, besideOlderVersions: true)
+            }
+            #expect(hold != nil)
+            await #expect(throws: ProcessFailure.self, "an older version's flock is refused") {
+                try await Spawned.holdingLock(on: legacyFile)
+            }
+            await SpoolCalls.run { hold?.release() }
+            let olderVersions = try await Spawned.holdingLock(on: legacyFile)
+            olderVersions.kill(SIGKILL)
+            _ = await olderVersions.finished()
+
+            // This process's own shared lock is no other run; another process's is.
+            let own = try #require(
+                try await SpoolCalls.run { () throws(SpoolError) in try StoreLock.take(.shared, in: spool) })
+            #expect(
+                await SpoolCalls.run { StoreLock.isHeldByAnotherProcess(spool) } == !StoreLock.seesEveryProcessesLocks)
+            let other = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
+            #expect(await SpoolCalls.run { StoreLock.isHeldByAnotherProcess(spool) } == true)
+            other.kill(SIGKILL)
+            _ = await other.finished()
+            await SpoolCalls.run { own.release() }
+        }
+    }
+
+    @Test(
+        "a spool file for the holds the worker may not write (an earlier run as root made it) stops the run with 73, naming it and the chown; nothing is sent without the hold",
         .enabled(if: geteuid() == 0, "needs root to make the worker's user"))
     func sessionLocksTheWorkerMayNotWrite() async throws {
         let worker = "dopesync-t-holds-" + UUID().uuidString.prefix(8).lowercased()
@@ -74,8 +151,10 @@ import Testing
                 let name = "\(sample.sessionID).tar.gz"
                 #expect(spool.give(to: uids[0], with: [spool.path(.incoming, name)], opening: directory))
                 // Root's, as a run with --allow-root leaves it.
-                let holds = spool.root + "/" + SessionHold.folder
-                #expect(mkdir(holds, 0o700) == 0)
+                let holds = spool.root + "/" + SessionHold.fileName
+                let made = open(holds, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+                #expect(made >= 0)
+                close(made)
                 try await withDevServer { server in
                     let run = try await runDopesync(as: worker, run: spool, against: server)
                     #expect(run.status == 73, "\(run.stderr)")
@@ -115,6 +194,7 @@ import Testing
         #expect(outcome(.notWritable, EROFS) == "stop the run")
         #expect(outcome(.notWritable, ELOOP) == "stop the run", ".sessions a symbolic link")
         #expect(outcome(.notWritable, ENOTDIR) == "stop the run", ".sessions a file")
+        #expect(outcome(.notWritable, EISDIR) == "stop the run", ".dopesync.sessions.lock a folder")
     }
 
     @Test(
@@ -124,7 +204,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_840)
             let spool = try await makeSpool(in: directory, samples: [sample])
-            let refused = try await OpenRefused(in: directory, opensOf: "/.sessions/", failWith: EMFILE)
+            let refused = try await OpenRefused(in: directory, opensOf: "/" + SessionHold.fileName, failWith: EMFILE)
             try await withDevServer { server in
                 let (status, output) = try await runToEnd(
                     spool, apiURL: server.baseURL, token: server.token, environment: refused.environment)

@@ -29,4 +29,11 @@ int dopesync_pidfd_open(int pid);
 /// when it cannot be asked (a sandbox that refuses adjtimex, as systemd's ProtectClock= does).
 int dopesync_clock_synchronization(void);
 
+/// fcntl(descriptor, F_OFD_SETLK) of a write lock on the one byte at `offset` (F_WRLCK), or of
+/// no lock on the whole file (F_UNLCK, with `lock` 0): a lock of the open file description, which
+/// another descriptor of the same process does not share, and which ends when the last
+/// descriptor of it closes. Tried again when a signal interrupts it. 0, or the errno (EAGAIN or
+/// EACCES: another description holds the byte; EINVAL where the kernel lacks OFD locks).
+int dopesync_ofd_lock_byte(int descriptor, long long offset, int lock);
+
 #endif

@@ -1,6 +1,7 @@
 import DopeSyncBundle
 import DopeSyncSupport
 import Foundation
+import Synchronization
 
 /// How a run holds a bundle against the other workers, beside the spool's own claim (the flock
 /// and rename into `processing/`, ``ClaimedBundle``): a lease with an epoch in the PostgreSQL
@@ -42,7 +43,12 @@ public protocol ClaimStorage: Sendable {
 /// One host's claims: the spool's `flock` on the claimed file, which the kernel drops when the
 /// process dies. A claim is held for as long as the process lives, and there is nothing to take,
 /// renew or fence.
-public struct SpoolClaims: ClaimStorage {
+public final class SpoolClaims: ClaimStorage {
+    /// Whether a run of an older version may share the spool: asked at each hold until the
+    /// answer is yes, then kept. Such a run was started before this one (the binary is this
+    /// version's since), and holds the checkpoints' lock once its settings and token are read.
+    private let besideOlderVersions = Mutex(false)
+
     public init() {}
     public func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner)
         async throws(CheckpointError) -> Bool
@@ -54,11 +60,19 @@ public struct SpoolClaims: ClaimStorage {
     public var claimsRunOut: Bool { false }
     public func confirmClaim(of name: String) async -> Bool { true }
     public func releaseClaim(of name: String) async {}
-    /// The spool's flock on `.sessions/ID`, on the spool's threads.
+    /// The session's byte of the spool's `.dopesync.sessions.lock` (``SessionHold``), on the
+    /// spool's threads; also `.sessions/ID` once another run, maybe of an older version, has been
+    /// seen holding the checkpoints' lock.
     public func holdSession(_ sessionID: String, of claimed: ClaimedBundle) async -> SessionHoldOutcome {
         let spool = claimed.spool
         do {
-            let hold = try await SpoolCalls.run { () throws(SpoolError) in try spool.holdSession(sessionID) }
+            let hold = try await SpoolCalls.run { () throws(SpoolError) in
+                let beside = self.besideOlderVersions.withLock { seen in
+                    if !seen { seen = StoreLock.isHeldByAnotherProcess(spool) }
+                    return seen
+                }
+                return try spool.holdSession(sessionID, besideOlderVersions: beside)
+            }
             return hold.map { .held($0) } ?? .busy
         } catch {
             return Self.outcome(of: error)
@@ -73,9 +87,10 @@ public struct SpoolClaims: ClaimStorage {
         if error.code == .claimFailed && SpoolError.noLockErrors.contains(errno) {
             return .unavailable(reason: "\(error)")
         }
-        // ENOTDIR, ELOOP: `.sessions` is a file or a symbolic link, which no run mends either.
+        // ENOTDIR, EISDIR, ELOOP: `.sessions` a file, `.dopesync.sessions.lock` a folder, either a
+        // symbolic link: no run mends them either.
         if error.code == .notWritable
-            && (SpoolError.folderWideErrors.contains(errno) || [ENOTDIR, ELOOP].contains(errno))
+            && (SpoolError.folderWideErrors.contains(errno) || [ENOTDIR, EISDIR, ELOOP].contains(errno))
         {
             return .spoolNotWritable(reason: "\(error)")
         }

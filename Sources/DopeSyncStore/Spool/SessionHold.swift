@@ -1,3 +1,4 @@
+import CSystemCalls
 import Crypto
 import DopeSyncBundle
 import DopeSyncSupport
@@ -20,62 +21,159 @@ import ThreadRules
 /// the records exist twice; where keys hold, the older bundle's body can stand under the newer
 /// bundle's checkpoint. One after the other, each resumes where the server stands.
 ///
-/// One host: a `flock` on `.sessions/ID` in the spool, held by the open file, so it ends with the
-/// process whatever ends it, and it excludes other descriptors of the same process too. The files
-/// stay, empty, one per session seen, until `prune` removes those no bundle holds
-/// (``Spool/pruneSessionHolds(before:)``). Several hosts: the shared store keeps it with the bundle's
-/// claim (``ClaimStorage/holdSession(_:of:)``), since a flock would outlive a paused worker's lease.
+/// One host: a write lock on one byte of `.dopesync.sessions.lock` in the spool, the byte the
+/// session's id hashes to (``byte(of:)``), taken as an open file description's lock (`F_OFD_SETLK`)
+/// on a descriptor of its own. So it ends with the process whatever ends it, another descriptor of
+/// the same process is refused too, and no file is made per session: the worker made one in
+/// `.sessions/` for each, and on a file system that searches long for a free inode (ext4 without
+/// a journal, after many deletions) that cost 3-6% of a run's CPU (BENCHMARKS.md, 2026-12-07,
+/// third session). Two sessions whose ids share a byte wait for each other: with 2^31 bytes and
+/// 64 bundles uploading, one bundle in 30 million waits for a later run so.
+///
+/// Builds from 2026-11-28 to 2026-12-07 locked `.sessions/ID` with `flock` instead. Once a run has
+/// seen another process hold the checkpoints' lock (another run, maybe of such a build:
+/// ``StoreLock/isHeldByAnotherProcess(_:)``, asked at each hold until it says yes), each of its
+/// holds takes that file's lock too, as they did. Where locks of open file descriptions do not
+/// exist, that file's lock is the hold.
+///
+/// Several hosts: the shared store keeps the hold with the bundle's claim
+/// (``ClaimStorage/holdSession(_:of:)``), since a lock would outlive a paused worker's lease.
 public final class SessionHold: Sendable {
     public let sessionID: String
-    /// The lock file's descriptor; nil for a hold the store keeps (``heldByTheStore(_:)``).
-    private let descriptor: Mutex<Int32?>
+    /// The descriptors holding the byte's lock and, beside a run of an older version, the
+    /// `.sessions/ID` file's; nil for a hold the store keeps (``heldByTheStore(_:)``).
+    private let descriptors: Mutex<Descriptors?>
 
-    private init(sessionID: String, descriptor: Int32?) {
+    private struct Descriptors {
+        let byte: Int32?
+        let legacyFile: Int32?
+
+        func unlockAndClose() {
+            if let byte { SessionHold.unlockAndClose(byte) }
+            if let legacyFile { SpoolFiles.unlockAndClose(legacyFile) }
+        }
+    }
+
+    private init(sessionID: String, descriptors: Descriptors?) {
         self.sessionID = sessionID
-        self.descriptor = Mutex(descriptor)
+        self.descriptors = Mutex(descriptors)
     }
 
     /// A hold kept by a shared store, which ends with the bundle's claim: nothing to release here.
     package static func heldByTheStore(_ sessionID: String) -> SessionHold {
-        SessionHold(sessionID: sessionID, descriptor: nil)
+        SessionHold(sessionID: sessionID, descriptors: nil)
     }
 
     /// Lets the session go. Idempotent. A `close`, which may wait for an NFS server: on the
     /// spool's threads, as every spool call.
     public func release() {
         BlockingCalls.check("releasing the hold on session \(sessionID)")
-        guard let descriptor = descriptor.withLock({ $0.take() }) else { return }
-        SpoolFiles.unlockAndClose(descriptor)
+        descriptors.withLock { $0.take() }?.unlockAndClose()
     }
 
     /// Whether nothing is left to release (a store's hold never has anything).
-    public var isReleased: Bool { descriptor.withLock { $0 == nil } }
+    public var isReleased: Bool { descriptors.withLock { $0 == nil } }
 
     // The last reference may go on an event loop.
-    deinit { if let descriptor = descriptor.withLock({ $0.take() }) { SpoolCalls.closeLater(descriptor) } }
+    deinit {
+        if let descriptors = descriptors.withLock({ $0.take() }) {
+            SpoolCalls.later { descriptors.unlockAndClose() }
+        }
+    }
 
-    /// The folder of the holds, inside the spool (hidden: not a folder of the queue).
-    public static let folder = ".sessions"
+    /// The file whose bytes are the holds, in the spool (hidden: not a folder of the queue).
+    public static let fileName = ".dopesync.sessions.lock"
 
-    /// A file name for `sessionID`: the UUID itself in lowercase (validation allows nothing else),
-    /// else its SHA-256, so that no id can name a path.
-    static func fileName(_ sessionID: String) -> String {
+    /// The folder of the holds of versions before ``fileName``, one empty file per session.
+    public static let legacyFolder = ".sessions"
+
+    /// The byte of ``fileName`` that holds `sessionID`: 31 bits of the SHA-256 of its canonical
+    /// form, so it stays within the offsets every lock protocol carries (NFS v3's NLM among them).
+    package static func byte(of sessionID: String) -> Int {
+        let digest = SHA256.hash(data: Array(legacyFileName(sessionID).utf8))
+        return digest.prefix(4).reduce(0) { $0 << 8 | Int($1) } & 0x7FFF_FFFF
+    }
+
+    /// A file name for `sessionID` in ``legacyFolder``: the UUID itself in lowercase (validation
+    /// allows nothing else), else its SHA-256, so that no id can name a path.
+    static func legacyFileName(_ sessionID: String) -> String {
         SessionFieldFormats.canonicalUUID(sessionID) ?? "sha256-" + SHA256.hash(data: Array(sessionID.utf8)).hexString
     }
 
     /// Holds `sessionID` for the caller, or nil when another bundle holds it now (in this process
-    /// or another). Throws when the hold cannot be asked for at all (no lock support, a spool that
-    /// cannot be written): the caller decides whether to go on without it.
-    static func take(_ sessionID: String, in spool: Spool) throws(SpoolError) -> SessionHold? {
+    /// or another). With `besideOlderVersions`, also holds its file in ``legacyFolder``, as a run
+    /// of an older version would. Throws when the hold cannot be asked for at all (no lock
+    /// support, a spool that cannot be written): the caller decides whether to go on without it.
+    static func take(_ sessionID: String, in spool: Spool, besideOlderVersions: Bool = false) throws(SpoolError)
+        -> SessionHold?
+    {
         BlockingCalls.check("holding session \(sessionID)")
-        let folder = spool.root + "/" + Self.folder
+        let path = spool.root + "/" + fileName
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            let error = errno
+            // Not there and not made: the spool's folder refuses, and is what to put right.
+            let made = access(path, F_OK) == 0
+            throw SpoolError(
+                code: .notWritable,
+                message: made
+                    ? Spool.notWritableMessage(path, error: error, kind: "file")
+                    : Spool.notWritableMessage(spool.root, error: error),
+                path: path, errno: error)
+        }
+        let error = tryLock(descriptor, byte: byte(of: sessionID))
+        if error == EINVAL || error == ENOSYS {
+            // No locks of open file descriptions (a kernel before Linux 3.15, another system):
+            // the file of the session's own, as versions before this one held it.
+            close(descriptor)
+            return try takeLegacy(sessionID, in: spool).map {
+                SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: nil, legacyFile: $0))
+            }
+        }
+        guard error == 0 else {
+            close(descriptor)
+            if error == EAGAIN || error == EACCES { return nil }
+            throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
+        }
+        guard besideOlderVersions else {
+            return SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: descriptor, legacyFile: nil))
+        }
+        do {
+            guard let legacyFile = try takeLegacy(sessionID, in: spool) else {
+                unlockAndClose(descriptor)
+                return nil
+            }
+            return SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: descriptor, legacyFile: legacyFile))
+        } catch {
+            unlockAndClose(descriptor)
+            throw error
+        }
+    }
+
+    /// A write lock on one byte (``CSystemCalls/dopesync_ofd_lock_byte``): 0, or the errno
+    /// (EAGAIN or EACCES: another descriptor holds it).
+    private static func tryLock(_ descriptor: Int32, byte: Int) -> Int32 {
+        dopesync_ofd_lock_byte(descriptor, Int64(byte), 1)
+    }
+
+    /// Ends the byte's lock, then closes the descriptor. The unlock comes first, as in
+    /// ``SpoolFiles/unlockAndClose(_:)``: a child forked meanwhile shares the open file until its `exec`.
+    private static func unlockAndClose(_ descriptor: Int32) {
+        _ = dopesync_ofd_lock_byte(descriptor, 0, 0)
+        close(descriptor)
+    }
+
+    /// The `flock` on `.sessions/ID` that versions before ``fileName`` took; its descriptor, or
+    /// nil while one of them holds it.
+    private static func takeLegacy(_ sessionID: String, in spool: Spool) throws(SpoolError) -> Int32? {
+        let folder = spool.root + "/" + legacyFolder
         if mkdir(folder, 0o700) != 0 && errno != EEXIST {
             let error = errno
             throw SpoolError(
                 code: .notWritable, message: Spool.notWritableMessage(spool.root, error: error), path: folder,
                 errno: error)
         }
-        let path = folder + "/" + fileName(sessionID)
+        let path = folder + "/" + legacyFileName(sessionID)
         // `prune` may remove the file between this open and the lock (it removes only files it
         // has locked itself): a lock on a file no longer at the path holds nothing, so open again.
         for _ in 0..<8 {
@@ -93,19 +191,20 @@ public final class SessionHold: Sendable {
                 throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
             }
             if SpoolFiles.identity(ofDescriptor: descriptor)?.file == SpoolFiles.identity(ofPath: path) {
-                return SessionHold(sessionID: sessionID, descriptor: descriptor)
+                return descriptor
             }
             close(descriptor)
         }
         throw SpoolError(code: .claimFailed, message: "the session's lock kept being removed", path: path)
     }
 
-    /// Removes the lock files of sessions no bundle holds and none took since `cutoff` (by the
-    /// file's mtime, which taking a hold does not change: a session last sent long ago), each
-    /// under its own lock, so that a worker opening it meanwhile opens it again. Returns how many.
+    /// Removes the files in ``legacyFolder`` of sessions no bundle holds and none took since
+    /// `cutoff` (by the file's mtime, which taking a hold does not change: a session last sent
+    /// long ago), each under its own lock, so that a run opening it meanwhile opens it again.
+    /// Returns how many.
     static func prune(in spool: Spool, before cutoff: Date) -> Int {
         BlockingCalls.check("pruning the sessions' locks")
-        let folder = spool.root + "/" + Self.folder
+        let folder = spool.root + "/" + legacyFolder
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return 0 }
         var removed = 0
         for name in names {
@@ -128,12 +227,16 @@ public final class SessionHold: Sendable {
 }
 
 extension Spool {
-    /// Holds `sessionID` while one of its bundles uploads (``SessionHold``); nil while another does.
-    public func holdSession(_ sessionID: String) throws(SpoolError) -> SessionHold? {
-        try SessionHold.take(sessionID, in: self)
+    /// Holds `sessionID` while one of its bundles uploads (``SessionHold``); nil while another
+    /// does. `besideOlderVersions`: also as versions before ``SessionHold/fileName`` held it.
+    public func holdSession(_ sessionID: String, besideOlderVersions: Bool = false) throws(SpoolError)
+        -> SessionHold?
+    {
+        try SessionHold.take(sessionID, in: self, besideOlderVersions: besideOlderVersions)
     }
 
-    /// Removes the lock files of sessions held by no bundle and created before `cutoff`; how many.
+    /// Removes the files in ``SessionHold/legacyFolder`` of sessions held by no bundle and created
+    /// before `cutoff`; how many.
     public func pruneSessionHolds(before cutoff: Date) -> Int {
         SessionHold.prune(in: self, before: cutoff)
     }

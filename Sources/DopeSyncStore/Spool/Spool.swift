@@ -92,9 +92,10 @@ public struct Spool: Sendable, Hashable {
 
     /// "spool folder /var/spool/dopesync/done is not writable by dopesync: it belongs to root
     /// (mode 0755); …": what a person needs to put it right, by the cause
-    /// (``FileSystem/whyNotWritable(_:error:otherOwnerFix:)``).
-    package static func notWritableMessage(_ folder: String, error: Int32) -> String {
-        "spool folder "
+    /// (``FileSystem/whyNotWritable(_:error:otherOwnerFix:)``). `kind`: "file" for one of the
+    /// spool's own files.
+    package static func notWritableMessage(_ folder: String, error: Int32, kind: String = "folder") -> String {
+        "spool \(kind) "
             + FileSystem.whyNotWritable(folder, error: error) { me in
                 "if \(me) runs the worker, fix it with chown \(me) \(folder), or run dopesync as the user the "
                     + "spool belongs to"

@@ -35,7 +35,12 @@ package enum SpoolCalls {
     /// Closes `descriptor` on the pool, without waiting: for a `deinit`, which may run on an
     /// event loop, of a descriptor that holds a lock (over NFS its close waits for the server).
     package static func closeLater(_ descriptor: Int32) {
-        pool.submit { _ in SpoolFiles.unlockAndClose(descriptor) }
+        later { SpoolFiles.unlockAndClose(descriptor) }
+    }
+
+    /// Runs `body` on the pool, without waiting: for a `deinit` that lets spool files go.
+    package static func later(_ body: @escaping @Sendable () -> Void) {
+        pool.submit { _ in body() }
     }
 
     /// ``run(_:)`` for a call that throws.

@@ -39,6 +39,40 @@ public final class StoreLock: Sendable {
         case exclusive
     }
 
+    /// Whether a process other than this one may hold a lock on the file now: another run, of
+    /// this version or an older one, or a migration. From `/proc/locks`, which lists each lock on
+    /// the machine with its file's inode (an inode of another file system with the same number
+    /// counts too). True wherever that list may leave one out, the careful answer for
+    /// ``SessionHold``: where it cannot be read, and in a PID namespace of its own (a container),
+    /// where the kernel leaves out the locks of processes outside it.
+    public static func isHeldByAnotherProcess(_ spool: Spool) -> Bool {
+        BlockingCalls.check("spool: asking who holds the checkpoints' lock")
+        var info = stat()
+        guard stat(path(spool), &info) == 0 else { return errno != ENOENT }  // no run has made it
+        guard seesEveryProcessesLocks, let locks = fopen("/proc/locks", "r") else { return true }
+        defer { fclose(locks) }
+        let (me, inode) = (getpid(), ":\(info.st_ino)")
+        var line: UnsafeMutablePointer<CChar>? = nil
+        defer { free(line) }
+        var capacity = 0
+        while getline(&line, &capacity, locks) > 0, let line {
+            // "1: FLOCK  ADVISORY  READ 1234 fd:00:5678 0 EOF", or "1: -> FLOCK …" for a waiter.
+            var fields = String(cString: line).split(separator: " ").dropFirst()
+            if fields.first == "->" { fields = fields.dropFirst() }
+            let (pid, file) = (fields.dropFirst(3).first, fields.dropFirst(4).first)
+            if let file, file.hasSuffix(inode), pid != "\(me)" { return true }
+        }
+        return false
+    }
+
+    /// Whether this process is in the machine's first PID namespace, whose `/proc/locks` lists
+    /// every process's locks (`PROC_PID_INIT_INO`, fixed in the kernel, names it).
+    package static let seesEveryProcessesLocks: Bool = {
+        var name = [CChar](repeating: 0, count: 64)
+        let length = readlink("/proc/self/ns/pid", &name, name.count - 1)
+        return length > 0 && String(cString: name) == "pid:[4026531836]"
+    }()
+
     /// Takes the lock in `mode` without waiting: nil while the other kind holds it. Throws when
     /// the file cannot be opened or made (a spool whose folder this user may not write).
     public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
