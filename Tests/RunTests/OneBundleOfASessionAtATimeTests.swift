@@ -139,6 +139,22 @@ import Testing
         }
     }
 
+    @Test("a run asks whether another shares the spool at its first hold, then once a minute until yes, then never")
+    func whenARunAsksAfterOlderRuns() {
+        var watch = SpoolClaims.OlderRunsWatch()
+        let start = ContinuousClock.now
+        var asks: [Bool] = []
+        asks.append(watch.isDue(now: start))
+        let first = watch.answered(false)
+        asks.append(watch.isDue(now: start + .seconds(59)))
+        asks.append(watch.isDue(now: start + .seconds(60)))
+        let second = watch.answered(true)
+        asks.append(watch.isDue(now: start + .seconds(600)))
+        let third = watch.answered(false)
+        #expect(asks == [true, false, true, false], "at the first hold; not at every hold; a minute on; a yes is kept")
+        #expect([first, second, third] == [false, true, true])
+    }
+
     @Test(
         "a spool file for the holds the worker may not write (an earlier run as root made it) stops the run with 73, naming it and the chown; nothing is sent without the hold",
         .enabled(if: geteuid() == 0, "needs root to make the worker's user"))

@@ -32,8 +32,8 @@ import ThreadRules
 ///
 /// Builds from 2026-11-28 to 2026-12-07 locked `.sessions/ID` with `flock` instead. Once a run has
 /// seen another process hold the checkpoints' lock (another run, maybe of such a build:
-/// ``StoreLock/isHeldByAnotherProcess(_:)``, asked at each hold until it says yes), each of its
-/// holds takes that file's lock too, as they did. Where locks of open file descriptions do not
+/// ``StoreLock/isHeldByAnotherProcess(_:)``, asked when `SpoolClaims.OlderRunsWatch` says), each
+/// of its holds takes that file's lock too, as they did. Where locks of open file descriptions do not
 /// exist, that file's lock is the hold.
 ///
 /// Several hosts: the shared store keeps the hold with the bundle's claim
