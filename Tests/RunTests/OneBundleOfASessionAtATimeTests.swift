@@ -139,6 +139,45 @@ import Testing
         }
     }
 
+    @Test(
+        "slots that hold at once as a run starts beside an older run's hold on .sessions/ID all find it busy: none goes on with the byte alone"
+    )
+    func holdsAtTheFirstAskWaitForItsAnswer() async throws {
+        try await withTemporarySpool { spool, _ in
+            let sessionID = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
+            let olderRun = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
+            let itsBundle = try await Spawned.holdingLock(
+                on: spool.root + "/" + SessionHold.legacyFolder + "/" + sessionID)
+            var outcomes: [String] = []
+            for _ in 0..<10 {
+                let claims = SpoolClaims()  // a run's: its first hold asks
+                outcomes += await withTaskGroup(of: String.self) { group in
+                    for slot in 0..<8 {
+                        group.addTask {
+                            let claimed = ClaimedBundle(
+                                spool: spool, name: "slot\(slot).tar.gz", descriptor: open("/dev/null", O_RDONLY),
+                                identity: FileIdentity(device: 0, inode: 0), size: 0, modified: Date(),
+                                isOrphan: false, renameCalls: .system)
+                            switch await claims.holdSession(sessionID, of: claimed) {
+                            case .held(let hold):
+                                await SpoolCalls.run { hold.release() }
+                                return "held"
+                            case .busy: return "busy"
+                            default: return "other"
+                            }
+                        }
+                    }
+                    return await group.reduce(into: []) { $0.append($1) }
+                }
+            }
+            #expect(outcomes == Array(repeating: "busy", count: 80))
+            for holder in [itsBundle, olderRun] {
+                holder.kill(SIGKILL)
+                _ = await holder.finished()
+            }
+        }
+    }
+
     @Test("a run asks whether another shares the spool at its first hold, then once a minute until yes, then never")
     func whenARunAsksAfterOlderRuns() {
         var watch = SpoolClaims.OlderRunsWatch()

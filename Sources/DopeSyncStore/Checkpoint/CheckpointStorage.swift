@@ -65,12 +65,11 @@ public final class SpoolClaims: ClaimStorage {
         let spool = claimed.spool
         do {
             let hold = try await SpoolCalls.run { () throws(SpoolError) in
-                let now = ContinuousClock.now
-                // Read outside the lock: `/proc/locks` takes a millisecond or more under load.
-                var beside = self.olderRuns.withLock { $0.seen }
-                if self.olderRuns.withLock({ $0.isDue(now: now) }) {
-                    let seen = StoreLock.isHeldByAnotherProcess(spool)
-                    beside = self.olderRuns.withLock { $0.answered(seen) }
+                // Asked and answered under the lock, so no hold goes ahead on a stale "no" while an
+                // ask is under way; the others wait the read's milliseconds, once a minute.
+                let beside = self.olderRuns.withLock { watch in
+                    guard watch.isDue(now: .now) else { return watch.seen }
+                    return watch.answered(StoreLock.isHeldByAnotherProcess(spool))
                 }
                 return try spool.holdSession(sessionID, besideOlderVersions: beside)
             }
