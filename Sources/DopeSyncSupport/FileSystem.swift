@@ -155,8 +155,10 @@ package enum FileSystem {
         let owner = userName(info.st_uid)
         let mode = octal(info.st_mode & 0o7777)
         if info.st_uid == geteuid() {
-            return info.st_mode & 0o300 != 0o300
-                ? "\(path) belongs to \(me) but its mode \(mode) does not let its owner write: chmod u+wx \(path)"
+            // A folder is written through its entries (w) and reached through them (x); a file, w.
+            let (needed, fix): (mode_t, String) = info.st_mode & S_IFMT == S_IFDIR ? (0o300, "u+wx") : (0o200, "u+w")
+            return info.st_mode & needed != needed
+                ? "\(path) belongs to \(me) but its mode \(mode) does not let its owner write: chmod \(fix) \(path)"
                 : "\(path) belongs to \(me) (mode \(mode)), yet writing is refused "
                     + "(\(String(cString: strerror(error)))): an ACL, a file attribute (lsattr) or a security policy"
         }

@@ -278,11 +278,12 @@ extension Spawned {
     /// Another process that holds a write lock on the byte at `offset` of `path` (made when
     /// missing), a POSIX record lock, which excludes a run's `F_OFD_SETLK` on that byte as another
     /// run's would, until its input is closed or it is killed. Perl, which Debian always has
-    /// (perl-base is essential), since no command-line tool takes such a lock.
+    /// (perl-base is essential), since no command-line tool takes such a lock; its whence is 0
+    /// (SEEK_SET), which a bare `use Fcntl` does not export.
     public static func holdingByte(_ offset: Int, of path: String) async throws -> Spawned {
         let script = #"""
             use Fcntl; open(my $f, "+>>", $ARGV[0]) or die "open: $!";
-            fcntl($f, F_SETLK, pack("s s x4 q q i x4", F_WRLCK, SEEK_SET, $ARGV[1], 1, 0)) or die "lock: $!";
+            fcntl($f, F_SETLK, pack("s s x4 q q i x4", F_WRLCK, 0, $ARGV[1], 1, 0)) or die "lock: $!";
             $| = 1; print "locked\n"; <STDIN>;
             """#
         return try await holding("/usr/bin/perl", ["-e", script, path, "\(offset)"], describedAs: ["lock", path])

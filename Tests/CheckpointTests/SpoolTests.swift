@@ -21,6 +21,21 @@ import Testing
         try spool.create()
     }
 
+    @Test(
+        "the fix named for a spool file or folder of this user's own that refuses writing: u+w for a file, u+wx for a folder"
+    )
+    func whatToChmod() throws {
+        let (file, folder) = (spool.root + "/.dopesync.sessions.lock", spool.path(.done, ""))
+        #expect(FileManager.default.createFile(atPath: file, contents: nil, attributes: [.posixPermissions: 0o400]))
+        #expect(chmod(folder, 0o500) == 0)
+        defer { chmod(folder, 0o755) }
+        #expect(Spool.notWritableMessage(file, error: EACCES, kind: "file").hasSuffix("chmod u+w \(file)"))
+        #expect(Spool.notWritableMessage(folder, error: EACCES).hasSuffix("chmod u+wx \(folder)"))
+        #expect(chmod(file, 0o600) == 0)
+        #expect(
+            !Spool.notWritableMessage(file, error: EACCES, kind: "file").contains("chmod"), "0600 lets its owner write")
+    }
+
     /// A bundle in `incoming/`, old enough to be due.
     func arrive(_ name: String, _ contents: String? = nil, age: TimeInterval = 60) throws {
         try writeFile(spool.path(.incoming, name), contents ?? name, modified: now.addingTimeInterval(-age))

@@ -265,6 +265,8 @@ import Testing
                     spool, apiURL: server.baseURL, token: server.token, environment: refused.environment)
                 #expect(status == 75, "\(output)")
                 #expect(output.contains("cannot hold the session while its bundle uploads"), "\(output)")
+                #expect(output.contains("cannot open the sessions' lock file: Too many open files"), "\(output)")
+                #expect(!output.contains("chmod") && !output.contains("chown"), "no owner or mode to blame")
                 #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"], "given back")
                 let state = try CheckpointStore(spool: spool).bundleState(name: "\(sample.sessionID).tar.gz")
                 #expect(

@@ -112,14 +112,9 @@ public final class SessionHold: Sendable {
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else {
             let error = errno
-            // Not there and not made: the spool's folder refuses, and is what to put right.
-            let made = access(path, F_OK) == 0
             throw SpoolError(
-                code: .notWritable,
-                message: made
-                    ? Spool.notWritableMessage(path, error: error, kind: "file")
-                    : Spool.notWritableMessage(spool.root, error: error),
-                path: path, errno: error)
+                code: .notWritable, message: cannotOpenMessage(path, in: spool, error: error), path: path,
+                errno: error)
         }
         let error = tryLock(descriptor, byte: byte(of: sessionID))
         if error == EINVAL || error == ENOSYS {
@@ -148,6 +143,20 @@ public final class SessionHold: Sendable {
             unlockAndClose(descriptor)
             throw error
         }
+    }
+
+    /// Why ``fileName`` could not be opened, and what to put right: the file, where it is there
+    /// and refuses this user; the spool's folder, where the file is missing and could not be made;
+    /// else the system's words (no descriptor left, say).
+    private static func cannotOpenMessage(_ path: String, in spool: Spool, error: Int32) -> String {
+        var info = stat()
+        let there = lstat(path, &info) == 0
+        guard [EACCES, EPERM, EROFS].contains(error) else {
+            return "cannot open the sessions' lock file: \(String(cString: strerror(error)))"
+        }
+        return there
+            ? Spool.notWritableMessage(path, error: error, kind: "file")
+            : Spool.notWritableMessage(spool.root, error: error)
     }
 
     /// A write lock on one byte (``CSystemCalls/dopesync_ofd_lock_byte``): 0, or the errno
