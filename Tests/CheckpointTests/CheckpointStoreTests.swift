@@ -26,7 +26,10 @@ import Testing
         #expect(try store.beginReading(name: "b.tar.gz") == 1)
     }
 
-    func open() throws -> CheckpointStore { try CheckpointStore(path: folder.sub("dopesync.sqlite"), now: now) }
+    /// The test's database; `clock` says what the store is told of the clock (the system's by default).
+    func open(clock: ClockFacts = .system) throws -> CheckpointStore {
+        try CheckpointStore(path: folder.sub("dopesync.sqlite"), now: now, clock: clock)
+    }
 
     // MARK: Migrations
 
@@ -286,15 +289,16 @@ import Testing
     /// the 6-day max age counts from that deferral, not from a year on, so it can still end the
     /// deferrals. Under a clock not synchronized, which may be the one behind, the time stands.
     @Test func aFirstSeenTimeAheadOfTheClockCountsFromTheDeferral() throws {
-        let store = try open()
+        let (store, unsynchronized) = (
+            try open(clock: .fixed(synchronized: true)), try open(clock: .fixed(synchronized: false))
+        )
         let policy = DeferralPolicy(maxAttempts: nil, maxAge: .seconds(6 * 86_400))
         let error = BundleFailure(reason: .http(503))
         let owner = ClaimOwner(host: "h", pid: 9, runID: "r")
         let aYearOn = now.addingTimeInterval(365 * 86_400)
         func deferral(_ name: String, at time: Date, synchronized: Bool = true) throws -> Deferral {
-            try store.recordDeferral(
-                name: name, sessionID: nil, error: error, now: time, policy: policy,
-                clock: .fixed(synchronized: synchronized))
+            try (synchronized ? store : unsynchronized).recordDeferral(
+                name: name, sessionID: nil, error: error, now: time, policy: policy)
         }
         try store.recordClaim(name: "b", owner: owner, now: aYearOn)
         let first = try deferral("b", at: now)
@@ -309,14 +313,14 @@ import Testing
     }
 
     @Test func deferralsCountAttemptsGrowTheDelayAndEndTheClaim() throws {
-        let store = try open()
+        let store = try open(clock: .fixed(synchronized: false))
         let policy = DeferralPolicy(base: .seconds(60), factor: 2, cap: .seconds(150), maxAttempts: 3, maxAge: nil)
         let error = BundleFailure(reason: .http(503), step: "dope:2", httpStatus: 503, message: "busy\nretry later")
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 9, runID: "r"), now: now)
         #expect(try store.claims().map(\.bundleName) == ["b"])
 
         let first = try store.recordDeferral(
-            name: "b", sessionID: "S", error: error, now: now, policy: policy, clock: .fixed(synchronized: false))
+            name: "b", sessionID: "S", error: error, now: now, policy: policy)
         #expect(
             first
                 == Deferral(
@@ -326,7 +330,7 @@ import Testing
         let later = now.addingTimeInterval(100)
         try store.recordClaim(name: "b", owner: ClaimOwner(host: "h", pid: 10, runID: "r2"), now: later)
         let second = try store.recordDeferral(
-            name: "b", sessionID: nil, error: error, now: later, policy: policy, clock: .fixed(synchronized: false))
+            name: "b", sessionID: nil, error: error, now: later, policy: policy)
         #expect(
             second
                 == Deferral(

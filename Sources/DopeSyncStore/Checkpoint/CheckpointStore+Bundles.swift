@@ -18,7 +18,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                firstSight: ClockFacts.system.firstSightStamp)
+                firstSight: clock.firstSightStamp)
         }
     }
 
@@ -32,7 +32,7 @@ extension CheckpointStore {
         try write("recording the claim of \(name)") { connection in
             try Self.recordClaim(
                 connection, name: name, sessionID: sessionID, owner: owner, totalSteps: totalSteps, now: now,
-                firstSight: ClockFacts.system.firstSightStamp)
+                firstSight: clock.firstSightStamp)
             if case .anotherProducer(let first) = try Self.bindSession(
                 connection, sessionID, producer: producer, api: api, now: now)
             {
@@ -76,7 +76,7 @@ extension CheckpointStore {
             try connection.query(
                 "DELETE FROM bundles WHERE name = ? AND last_outcome IN \(BundleOutcome.finishedSQL)", [name])
             try Self.ensureBundle(
-                connection, name: name, now: now, firstSight: ClockFacts.system.firstSightStamp)
+                connection, name: name, now: now, firstSight: clock.firstSightStamp)
             let row = try connection.queryFirst(
                 """
                 UPDATE bundles SET readings_cut_short = readings_cut_short + (reading_since IS NOT NULL), reading_since = ?
@@ -93,7 +93,7 @@ extension CheckpointStore {
     /// ``Deferral/exhausted``, moves it to `failed/` and calls ``recordFailure(name:sessionID:error:now:)``.
     public func recordDeferral(
         name: String, sessionID: String?, error: BundleFailure, now: Date = Date(),
-        policy: DeferralPolicy = DeferralPolicy(), clock: ClockFacts = .system
+        policy: DeferralPolicy = DeferralPolicy()
     ) throws(CheckpointError) -> Deferral {
         let (synchronized, boot) = (clock.isSynchronized(), clock.bootInstant())
         return try write("recording the deferral of \(name)") { connection in
@@ -168,7 +168,7 @@ extension CheckpointStore {
                 WHERE name = ?
                 """,
                 [
-                    now.timeIntervalSince1970, ClockFacts.system.firstSightStamp?.stored, now.timeIntervalSince1970,
+                    now.timeIntervalSince1970, clock.firstSightStamp?.stored, now.timeIntervalSince1970,
                     name,
                 ])
             return connection.changes > 0

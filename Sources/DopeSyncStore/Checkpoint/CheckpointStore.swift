@@ -33,6 +33,8 @@ public final class CheckpointStore: Sendable {
     /// A run's shared ``StoreLock``, held for as long as the store is: no `migrate` copies the
     /// file while the run may still write it.
     private let storeLock: StoreLock?
+    /// What a first sight and a deferral ask of the clock: the system's, or a test's.
+    let clock: ClockFacts
 
     /// Opens (creating if needed) the database at `path` and applies missing migrations.
     ///
@@ -40,10 +42,12 @@ public final class CheckpointStore: Sendable {
     ///   - lockPath: the write-lock file; `path + ".lock"` when nil.
     ///   - busyTimeoutMilliseconds: how long a statement waits for another process before ``CheckpointError/Code/busy``.
     ///   - lock: a run's shared ``StoreLock``, kept until the store goes.
+    ///   - clock: whether the clock is synchronized, and now on the boot's clock (``ClockFacts``).
     public init(
         path: String, lockPath: String? = nil, holding lock: StoreLock? = nil, busyTimeoutMilliseconds: Int32 = 10_000,
-        now: Date = Date()
+        now: Date = Date(), clock: ClockFacts = .system
     ) throws(CheckpointError) {
+        self.clock = clock
         // The folder may be reached through a symlink (a spool on another disk); the files in it
         // may not be one (DatabaseOwnership, SQLITE_OPEN_NOFOLLOW, which refuses any link in the path).
         temporaryFolder = nil
@@ -96,6 +100,7 @@ public final class CheckpointStore: Sendable {
         let copy = Self.privateCopy(of: path)
         temporaryFolder = copy.map { ($0 as NSString).deletingLastPathComponent }
         storeLock = nil
+        clock = .system
         do {
             if let copy {
                 database = try SQLiteDatabase(path: copy, options: SQLiteOptions())
