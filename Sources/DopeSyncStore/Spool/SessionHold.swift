@@ -116,31 +116,33 @@ public final class SessionHold: Sendable {
                 code: .notWritable, message: cannotOpenMessage(path, in: spool, error: error), path: path,
                 errno: error)
         }
-        let error = tryLock(descriptor, byte: byte(of: sessionID))
-        if error == EINVAL || error == ENOSYS {
-            // No locks of open file descriptions (a kernel before Linux 3.15, another system):
-            // the file of the session's own, as versions before this one held it.
+        // nil where there are no locks of open file descriptions (a kernel before Linux 3.15,
+        // another system): then the session's own file is the hold, as versions before this one had.
+        var byteHeld: Int32? = descriptor
+        switch dopesync_ofd_lock_byte(descriptor, Int64(byte(of: sessionID)), 1) {
+        case 0: break
+        case EINVAL, ENOSYS:
             close(descriptor)
-            return try takeLegacy(sessionID, in: spool).map {
-                SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: nil, legacyFile: $0))
-            }
-        }
-        guard error == 0 else {
+            byteHeld = nil
+        case EAGAIN, EACCES:
             close(descriptor)
-            if error == EAGAIN || error == EACCES { return nil }
+            return nil
+        case let error:
+            close(descriptor)
             throw SpoolError(code: .claimFailed, message: "cannot lock the session", path: path, errno: error)
         }
-        guard besideOlderVersions else {
-            return SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: descriptor, legacyFile: nil))
+        guard besideOlderVersions || byteHeld == nil else {
+            return SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: byteHeld, legacyFile: nil))
         }
         do {
-            guard let legacyFile = try takeLegacy(sessionID, in: spool) else {
-                unlockAndClose(descriptor)
-                return nil
+            if let legacyFile = try takeLegacy(sessionID, in: spool) {
+                return SessionHold(
+                    sessionID: sessionID, descriptors: Descriptors(byte: byteHeld, legacyFile: legacyFile))
             }
-            return SessionHold(sessionID: sessionID, descriptors: Descriptors(byte: descriptor, legacyFile: legacyFile))
+            byteHeld.map(unlockAndClose)
+            return nil
         } catch {
-            unlockAndClose(descriptor)
+            byteHeld.map(unlockAndClose)
             throw error
         }
     }
@@ -149,20 +151,13 @@ public final class SessionHold: Sendable {
     /// and refuses this user; the spool's folder, where the file is missing and could not be made;
     /// else the system's words (no descriptor left, say).
     private static func cannotOpenMessage(_ path: String, in spool: Spool, error: Int32) -> String {
-        var info = stat()
-        let there = lstat(path, &info) == 0
         guard [EACCES, EPERM, EROFS].contains(error) else {
             return "cannot open the sessions' lock file: \(String(cString: strerror(error)))"
         }
-        return there
+        var info = stat()
+        return lstat(path, &info) == 0
             ? Spool.notWritableMessage(path, error: error, kind: "file")
             : Spool.notWritableMessage(spool.root, error: error)
-    }
-
-    /// A write lock on one byte (``CSystemCalls/dopesync_ofd_lock_byte``): 0, or the errno
-    /// (EAGAIN or EACCES: another descriptor holds it).
-    private static func tryLock(_ descriptor: Int32, byte: Int) -> Int32 {
-        dopesync_ofd_lock_byte(descriptor, Int64(byte), 1)
     }
 
     /// Ends the byte's lock, then closes the descriptor. The unlock comes first, as in
