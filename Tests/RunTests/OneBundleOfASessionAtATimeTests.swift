@@ -83,11 +83,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 9_860)
             let spool = try await makeSpool(in: directory, samples: [sample])
-            // What a run of a version before `.dopesync.sessions.lock` holds while it uploads
-            // another bundle of the session: the checkpoints' lock, shared, and `.sessions/ID`.
-            let olderRun = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
-            let itsBundle = try await Spawned.holdingLock(
-                on: spool.root + "/" + SessionHold.legacyFolder + "/" + sample.sessionID)
+            let olderRun = try await OlderRun.uploading(sample.sessionID, in: spool)
             try await withDevServer { server in
                 let (status, output) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(status == 0, "\(output)")
@@ -95,10 +91,7 @@ import Testing
                 #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"])
                 #expect((try await server.createdCounts()["session"] ?? 0) == 0)
 
-                for holder in [itsBundle, olderRun] {
-                    holder.kill(SIGKILL)
-                    _ = await holder.finished()
-                }
+                await olderRun.end()
                 let (again, againOutput) = try await runToEnd(spool, apiURL: server.baseURL, token: server.token)
                 #expect(again == 0, "\(againOutput)")
                 #expect(try spool.names(.done) == ["\(sample.sessionID).tar.gz"])
@@ -145,9 +138,7 @@ import Testing
     func holdsAtTheFirstAskWaitForItsAnswer() async throws {
         try await withTemporarySpool { spool, _ in
             let sessionID = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
-            let olderRun = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
-            let itsBundle = try await Spawned.holdingLock(
-                on: spool.root + "/" + SessionHold.legacyFolder + "/" + sessionID)
+            let olderRun = try await OlderRun.uploading(sessionID, in: spool)
             var outcomes: [String] = []
             for _ in 0..<10 {
                 let claims = SpoolClaims()  // a run's: its first hold asks
@@ -171,10 +162,7 @@ import Testing
                 }
             }
             #expect(outcomes == Array(repeating: "busy", count: 80))
-            for holder in [itsBundle, olderRun] {
-                holder.kill(SIGKILL)
-                _ = await holder.finished()
-            }
+            await olderRun.end()
         }
     }
 
@@ -273,6 +261,26 @@ import Testing
                     state?.attempts == 0 && state?.lastOutcome == .returned, "uncounted: \(String(describing: state))")
                 #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
             }
+        }
+    }
+}
+
+/// What a run of a build before `.dopesync.sessions.lock` holds while it uploads a bundle of a
+/// session, in processes of its own: the checkpoints' lock, shared, and `.sessions/ID`.
+struct OlderRun {
+    let holders: [Spawned]
+
+    static func uploading(_ sessionID: String, in spool: Spool) async throws -> OlderRun {
+        let run = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
+        let bundle = try await Spawned.holdingLock(on: spool.root + "/" + SessionHold.legacyFolder + "/" + sessionID)
+        return OlderRun(holders: [bundle, run])
+    }
+
+    /// Ends it as a crash would: its locks go with its processes.
+    func end() async {
+        for holder in holders {
+            holder.kill(SIGKILL)
+            _ = await holder.finished()
         }
     }
 }
