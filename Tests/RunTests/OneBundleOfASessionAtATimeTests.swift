@@ -133,15 +133,50 @@ import Testing
     }
 
     @Test(
-        "slots that hold at once as a run starts beside an older run's hold on .sessions/ID all find it busy: none goes on with the byte alone"
+        "a run's shared checkpoints' lock tells whether another process held it: alone no, beside another run yes, and a migration's still keeps it out"
     )
-    func holdsAtTheFirstAskWaitForItsAnswer() async throws {
+    func theStoreLockTellsWhoElseHeldIt() async throws {
+        try await withTemporarySpool { spool, _ in
+            func take() async throws -> StoreLock? {
+                try await SpoolCalls.run { () throws(SpoolError) in try StoreLock.take(.shared, in: spool) }
+            }
+            let alone = try #require(try await take())
+            #expect(!alone.othersHeldItWhenTaken)
+            await SpoolCalls.run { alone.release() }
+
+            // Read while thousands of other locks come and go, as the test suite's are, where a
+            // read of /proc/locks once missed it.
+            let other = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
+            for _ in 0..<20 {
+                let beside = try #require(try await take())
+                #expect(beside.othersHeldItWhenTaken)
+                await SpoolCalls.run { beside.release() }
+            }
+            other.kill(SIGKILL)
+            _ = await other.finished()
+            let afterwards = try #require(try await take())
+            #expect(!afterwards.othersHeldItWhenTaken, "its lock went with it")
+            await SpoolCalls.run { afterwards.release() }
+
+            let migration = try await Spawned.holdingLock(on: StoreLock.path(spool))
+            #expect(try await take() == nil, "a migration holds it")
+            migration.kill(SIGKILL)
+            _ = await migration.finished()
+        }
+    }
+
+    @Test(
+        "a run started beside an older run knows it from its first hold: slots holding that session at once all find it busy, none goes on with the byte alone"
+    )
+    func aRunBesideAnOlderRunKnowsItFromTheStart() async throws {
         try await withTemporarySpool { spool, _ in
             let sessionID = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
             let olderRun = try await OlderRun.uploading(sessionID, in: spool)
             var outcomes: [String] = []
             for _ in 0..<10 {
-                let claims = SpoolClaims()  // a run's: its first hold asks
+                let lock = try #require(
+                    try await SpoolCalls.run { () throws(SpoolError) in try StoreLock.take(.shared, in: spool) })
+                let claims = SpoolClaims(othersHeldTheStoreLock: lock.othersHeldItWhenTaken)
                 outcomes += await withTaskGroup(of: String.self) { group in
                     for slot in 0..<8 {
                         group.addTask {
@@ -160,26 +195,31 @@ import Testing
                     }
                     return await group.reduce(into: []) { $0.append($1) }
                 }
+                await SpoolCalls.run { lock.release() }
             }
             #expect(outcomes == Array(repeating: "busy", count: 80))
             await olderRun.end()
         }
     }
 
-    @Test("a run asks whether another shares the spool at its first hold, then once a minute until yes, then never")
+    @Test("a run told at its start that it is alone asks again once a minute until yes, then never")
     func whenARunAsksAfterOlderRuns() {
-        var watch = SpoolClaims.OlderRunsWatch()
         let start = ContinuousClock.now
+        var watch = SpoolClaims.OlderRunsWatch(seenAtStart: false, now: start)
         var asks: [Bool] = []
-        asks.append(watch.isDue(now: start))
-        let first = watch.answered(false)
-        asks.append(watch.isDue(now: start + .seconds(59)))
+        asks.append(watch.isDue(now: start + .seconds(1)))
         asks.append(watch.isDue(now: start + .seconds(60)))
+        let first = watch.answered(false)
+        asks.append(watch.isDue(now: start + .seconds(119)))
+        asks.append(watch.isDue(now: start + .seconds(120)))
         let second = watch.answered(true)
         asks.append(watch.isDue(now: start + .seconds(600)))
         let third = watch.answered(false)
-        #expect(asks == [true, false, true, false], "at the first hold; not at every hold; a minute on; a yes is kept")
+        #expect(asks == [false, true, false, true, false], "not at every hold; a minute on; a yes is kept")
         #expect([first, second, third] == [false, true, true])
+
+        var besideAnother = SpoolClaims.OlderRunsWatch(seenAtStart: true, now: start)
+        #expect(besideAnother.seen && !besideAnother.isDue(now: start + .seconds(600)), "told at the start")
     }
 
     @Test(

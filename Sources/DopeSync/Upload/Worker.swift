@@ -46,7 +46,10 @@ public struct Worker: Sendable {
         }
         do {
             return try await CheckpointWriter.with(opening: open) { checkpoints in
-                await run(spool: spool, checkpoints: checkpoints, claims: SpoolClaims(), runID: runID, started: started)
+                let shared = (try? await checkpoints.perform { $0.othersHeldTheStoreLock }) ?? true
+                return await run(
+                    spool: spool, checkpoints: checkpoints, claims: SpoolClaims(othersHeldTheStoreLock: shared),
+                    runID: runID, started: started)
             }
         } catch let error as SpoolBindingError {
             return await refused(error, spool: spool, started: started)

@@ -45,9 +45,13 @@ public protocol ClaimStorage: Sendable {
 /// renew or fence.
 public final class SpoolClaims: ClaimStorage {
     /// Whether a run of an older version may share the spool (``OlderRunsWatch``).
-    private let olderRuns = Mutex(OlderRunsWatch())
+    private let olderRuns: Mutex<OlderRunsWatch>
 
-    public init() {}
+    /// `othersHeldTheStoreLock`: whether another process held the checkpoints' lock when this run
+    /// took it (``StoreLock/othersHeldItWhenTaken``).
+    public init(othersHeldTheStoreLock: Bool) {
+        olderRuns = Mutex(OlderRunsWatch(seenAtStart: othersHeldTheStoreLock, now: .now))
+    }
     public func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner)
         async throws(CheckpointError) -> Bool
     { true }
@@ -79,20 +83,25 @@ public final class SpoolClaims: ClaimStorage {
         }
     }
 
-    /// When a run asks whether another process holds the checkpoints' lock (a run that may be of
-    /// a build that held sessions by `.sessions/ID`, ``SessionHold``): at its first hold, then at
-    /// most once a minute until the answer is yes, which is kept. Such a run was started before
-    /// this one (the binary is this build's since) and holds that lock once its settings and
-    /// token are read, within seconds. Not at every hold: reading `/proc/locks` cost 5 ms a bundle
-    /// at 64 bundles at once.
+    /// Whether another process holds the checkpoints' lock (a run that may be of a build that
+    /// held sessions by `.sessions/ID`, ``SessionHold``): known when the run took that lock, then
+    /// asked of `/proc/locks` at most once a minute until the answer is yes, which is kept. Such a
+    /// run was started before this one (the binary is this build's since) and holds that lock once
+    /// its settings and token are read, within seconds: the later asks are for one that took it
+    /// after this run did. Not at every hold: reading `/proc/locks` cost 5 ms a bundle at 64
+    /// bundles at once.
     struct OlderRunsWatch {
         static let interval: Duration = .seconds(60)
-        private(set) var seen = false
-        private var asked: ContinuousClock.Instant?
+        private(set) var seen: Bool
+        private var asked: ContinuousClock.Instant
+
+        init(seenAtStart: Bool, now: ContinuousClock.Instant) {
+            (seen, asked) = (seenAtStart, now)
+        }
 
         /// Whether to ask now; if so, the next ask waits ``interval`` from now.
         mutating func isDue(now: ContinuousClock.Instant) -> Bool {
-            guard !seen, asked.map({ now - $0 >= Self.interval }) ?? true else { return false }
+            guard !seen, now - asked >= Self.interval else { return false }
             asked = now
             return true
         }

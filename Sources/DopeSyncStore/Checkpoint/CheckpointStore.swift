@@ -33,6 +33,9 @@ public final class CheckpointStore: Sendable {
     /// A run's shared ``StoreLock``, held for as long as the store is: no `migrate` copies the
     /// file while the run may still write it.
     private let storeLock: StoreLock?
+    /// Whether another process held the ``StoreLock`` when the run took it (true without one):
+    /// a run of an older build may share the spool (``SpoolClaims``).
+    public var othersHeldTheStoreLock: Bool { storeLock?.othersHeldItWhenTaken ?? true }
     /// What a first sight and a deferral ask of the clock: the system's, or a test's.
     let clock: ClockFacts
 

@@ -31,8 +31,8 @@ import ThreadRules
 /// 64 bundles uploading, one bundle in 30 million waits for a later run so.
 ///
 /// Builds from 2026-11-28 to 2026-12-07 locked `.sessions/ID` with `flock` instead. Once a run has
-/// seen another process hold the checkpoints' lock (another run, maybe of such a build:
-/// ``StoreLock/isHeldByAnotherProcess(_:)``, asked when `SpoolClaims.OlderRunsWatch` says), each
+/// seen another process hold the checkpoints' lock (another run, maybe of such a build: as it
+/// took that lock, ``StoreLock/othersHeldItWhenTaken``, then as `SpoolClaims.OlderRunsWatch` asks), each
 /// of its holds takes that file's lock too, as they did. Where locks of open file descriptions do not
 /// exist, that file's lock is the hold.
 ///

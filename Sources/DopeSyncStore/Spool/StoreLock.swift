@@ -16,8 +16,16 @@ import ThreadRules
 /// with the process, whatever ends it.
 public final class StoreLock: Sendable {
     private let descriptor: Mutex<Int32?>
+    /// Whether another process held the lock when this one took it: another run (of this build
+    /// or an older one) or a command, for a shared lock; always false for an exclusive one. Told
+    /// exactly where `flock` can take the lock exclusive for a moment (``take(_:in:)``); true
+    /// wherever it cannot tell (NFS, where an exclusive lock needs a writable descriptor).
+    public let othersHeldItWhenTaken: Bool
 
-    private init(descriptor: Int32) { self.descriptor = Mutex(descriptor) }
+    private init(descriptor: Int32, othersHeldItWhenTaken: Bool) {
+        self.descriptor = Mutex(descriptor)
+        self.othersHeldItWhenTaken = othersHeldItWhenTaken
+    }
 
     /// Lets the lock go now (a close, which may wait for an NFS server: off the event loops).
     /// Idempotent; without it, the lock goes with the last reference, a moment later.
@@ -44,7 +52,9 @@ public final class StoreLock: Sendable {
     /// the machine with its file's inode (an inode of another file system with the same number
     /// counts too). True wherever that list may leave one out, the careful answer for
     /// ``SessionHold``: where it cannot be read, and in a PID namespace of its own (a container),
-    /// where the kernel leaves out the locks of processes outside it.
+    /// where the kernel leaves out the locks of processes outside it. Read a page at a time while
+    /// locks come and go, the list can miss one: a run asks so only after its start, once a minute,
+    /// for a run that took the lock after its own (``othersHeldItWhenTaken`` answers at the start).
     public static func isHeldByAnotherProcess(_ spool: Spool) -> Bool {
         BlockingCalls.check("spool: asking who holds the checkpoints' lock")
         var info = stat()
@@ -75,6 +85,13 @@ public final class StoreLock: Sendable {
 
     /// Takes the lock in `mode` without waiting: nil while the other kind holds it. Throws when
     /// the file cannot be opened or made (a spool whose folder this user may not write).
+    ///
+    /// A shared lock is asked exclusive first, for the moment of two calls: granted, no other
+    /// process held it, and it is made shared at once (``othersHeldItWhenTaken``). This answers
+    /// exactly where `/proc/locks` cannot: the kernel hands that list out a page per read, so a
+    /// reader among many locks that come and go can miss one (1 of 80 asks did while the test
+    /// suite ran). A run of this build refused in that moment asks again (``takeShared(_:)``); one
+    /// of an older build takes it for a migration and waits for the next timer.
     public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
         BlockingCalls.check("spool: locking the checkpoints' store")
         let path = path(spool)
@@ -88,13 +105,38 @@ public final class StoreLock: Sendable {
             throw SpoolError(
                 code: .notWritable, message: "cannot open the checkpoints' lock", path: path, errno: error)
         }
-        let error = SpoolFiles.tryLock(descriptor, mode == .shared ? LOCK_SH : LOCK_EX)
+        var othersHeldIt = false
+        var error = SpoolFiles.tryLock(descriptor, LOCK_EX)
+        if mode == .shared {
+            if error == 0 {
+                // Nobody else held it: made shared, a downgrade that waits for nobody. Refused
+                // all the same (a migration's lock came between, where the kernel lets one in),
+                // it is the migration's.
+                error = SpoolFiles.tryLock(descriptor, LOCK_SH)
+            } else {
+                // Another process holds it, or this file system cannot tell (EBADF over NFS).
+                othersHeldIt = true
+                error = takeShared(descriptor)
+            }
+        }
         guard error == 0 else {
             close(descriptor)
             if error == EWOULDBLOCK { return nil }
             throw SpoolError(
                 code: .claimFailed, message: "cannot lock the checkpoints' store", path: path, errno: error)
         }
-        return StoreLock(descriptor: descriptor)
+        return StoreLock(descriptor: descriptor, othersHeldItWhenTaken: othersHeldIt)
+    }
+
+    /// A shared lock on `descriptor`, asked again for up to 100 ms while refused: another run
+    /// holds it exclusive for the moment of its own ``take(_:in:)``, a migration for its whole
+    /// copy. Returns 0 or the last errno.
+    private static func takeShared(_ descriptor: Int32) -> Int32 {
+        var error = SpoolFiles.tryLock(descriptor, LOCK_SH)
+        for _ in 0..<20 where error == EWOULDBLOCK {
+            usleep(5_000)
+            error = SpoolFiles.tryLock(descriptor, LOCK_SH)
+        }
+        return error
     }
 }
