@@ -53,7 +53,8 @@ test: deps lint
 	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) \
 	  $(SWIFT) test --skip-build --parallel --skip '$(EXIT_TESTS)'
 	@mkdir -p .build
-	bash -o pipefail -c "$(SWIFT) test --skip-build --filter '$(EXIT_TESTS)' 2>&1 | tee .build/exit-tests.log"
+	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) \
+	  bash -o pipefail -c "$(SWIFT) test --skip-build --filter '$(EXIT_TESTS)' 2>&1 | tee .build/exit-tests.log"
 	@grep -q 'Test run with [1-9][0-9]* test' .build/exit-tests.log || \
 	  { echo "make test: no exit test ran (suites named …ExitTests)" >&2; exit 1; }
 
