@@ -269,6 +269,7 @@ extension PostgresCheckpoints {
             name: try decode(row, "name"), sessionID: try decode(row, "session_id"),
             attempts: try decode(row, "attempts"),
             firstSeen: Date(timeIntervalSince1970: try decode(row, "first_seen")),
+            firstSeenOnBoot: BootInstant(stored: try decode(row, "first_seen_boot")),
             nextAttemptAt: (try decode(row, "next_attempt_at") as Double?).map(Date.init(timeIntervalSince1970:)),
             lastError: error,
             lastOutcome: (try decode(row, "last_outcome") as String?).map(BundleOutcome.init(rawValue:)),

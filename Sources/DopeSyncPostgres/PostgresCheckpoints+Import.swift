@@ -125,11 +125,12 @@ extension PostgresCheckpoints {
     private static func bundleInsertion(_ recordset: String) -> PostgresQuery {
         """
         WITH written AS (
-            INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, next_attempt_at,
+            INSERT INTO dopesync.bundles (name, session_id, attempts, first_seen, first_seen_boot, next_attempt_at,
                 last_error_reason, last_error_step, last_error_http_status, last_error_message, last_error_field,
                 last_outcome, updated_at, steps_total)
             SELECT * FROM jsonb_to_recordset(\(recordset)::jsonb) AS g(name text, session_id text, attempts integer,
-                first_seen double precision, next_attempt_at double precision, last_error_reason text,
+                first_seen double precision, first_seen_boot text, next_attempt_at double precision,
+                last_error_reason text,
                 last_error_step text, last_error_http_status integer, last_error_message text,
                 last_error_field text, last_outcome text, updated_at double precision, steps_total integer)
             ON CONFLICT (name) DO NOTHING RETURNING 1
@@ -223,6 +224,7 @@ private struct ImportedBundle: Encodable {
     var sessionId: String?
     var attempts: Int
     var firstSeen: Double
+    var firstSeenBoot: String?
     var nextAttemptAt: Double?
     var lastErrorReason, lastErrorStep: String?
     var lastErrorHttpStatus: Int?
@@ -233,8 +235,9 @@ private struct ImportedBundle: Encodable {
     init(_ bundle: BundleState) {
         let error = bundle.lastError
         (name, sessionId, attempts) = (bundle.name, bundle.sessionID, bundle.attempts)
-        (firstSeen, nextAttemptAt) = (
-            bundle.firstSeen.timeIntervalSince1970, bundle.nextAttemptAt?.timeIntervalSince1970
+        (firstSeen, firstSeenBoot, nextAttemptAt) = (
+            bundle.firstSeen.timeIntervalSince1970, bundle.firstSeenOnBoot?.stored,
+            bundle.nextAttemptAt?.timeIntervalSince1970
         )
         (lastErrorReason, lastErrorStep, lastErrorHttpStatus) = (error?.reason.rawValue, error?.step, error?.httpStatus)
         (lastErrorMessage, lastErrorField, lastOutcome) = (error?.message, error?.field, bundle.lastOutcome?.rawValue)

@@ -102,4 +102,29 @@ import Testing
             }
         }
     }
+
+    @Test(
+        "a bundle first seen while the clock was not synchronized keeps that sight's boot-clock stamp through migrate, which max-age counts from"
+    )
+    func migrateKeepsTheBootClockOfAFirstSight() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await withTemporarySpool { spool, _ in
+            let sight = BootInstant(bootID: "host-a:1f2e3d4c", secondsSinceBoot: 86_400.25)
+            let unsynchronized = ClockFacts(isSynchronized: { false }, bootInstant: { sight })
+            let store = try CheckpointStore(
+                path: spool.databasePath, lockPath: spool.databaseLockPath, clock: unsynchronized)
+            let failure = BundleFailure(reason: .unreachable, message: "no answer")
+            _ = try store.recordDeferral(name: "waits.tar.gz", sessionID: nil, error: failure)
+            #expect(try store.bundleState(name: "waits.tar.gz")?.firstSeenOnBoot == sight)
+            store.close()
+
+            let (_, environment) = database.runArguments(host: "host-a")
+            let migrate = try await dopesync(
+                ["migrate", "--to", database.url, "--spool", spool.root], environment: environment)
+            #expect(migrate.status == 0, "\(migrate.stderr)")
+            #expect(
+                try await database.psql("SELECT first_seen_boot FROM dopesync.bundles WHERE name = 'waits.tar.gz'")
+                    == sight.stored)
+        }
+    }
 }

@@ -229,6 +229,9 @@ public struct BundleState: Sendable, Hashable {
     public let attempts: Int
     /// When this bundle was first claimed (or requeued): the clock of the max-age rule.
     public let firstSeen: Date
+    /// The same instant on the boot's clock, recorded when the wall clock was not synchronized
+    /// (``ClockFacts/firstSightStamp``): the max-age rule counts from it instead.
+    public let firstSeenOnBoot: BootInstant?
     public let nextAttemptAt: Date?
     public let lastError: BundleFailure?
     public let lastOutcome: BundleOutcome?
@@ -240,13 +243,15 @@ public struct BundleState: Sendable, Hashable {
     public let stepsTotal: Int?
 
     package init(
-        name: String, sessionID: String?, attempts: Int, firstSeen: Date, nextAttemptAt: Date?,
-        lastError: BundleFailure?, lastOutcome: BundleOutcome?, updatedAt: Date, stepsDone: Int?, stepsTotal: Int?
+        name: String, sessionID: String?, attempts: Int, firstSeen: Date, firstSeenOnBoot: BootInstant? = nil,
+        nextAttemptAt: Date?, lastError: BundleFailure?, lastOutcome: BundleOutcome?, updatedAt: Date, stepsDone: Int?,
+        stepsTotal: Int?
     ) {
         self.name = name
         self.sessionID = sessionID
         self.attempts = attempts
         self.firstSeen = firstSeen
+        self.firstSeenOnBoot = firstSeenOnBoot
         self.nextAttemptAt = nextAttemptAt
         self.lastError = lastError
         self.lastOutcome = lastOutcome
@@ -354,7 +359,7 @@ extension BundleState {
             ? "(SELECT count(*) FROM \(schema)steps s WHERE s.session_id = bundles.session_id AND s.state = 'done')"
             : "CAST(NULL AS bigint)"
         return """
-            SELECT name, session_id, attempts, first_seen, next_attempt_at, last_error_reason, last_error_step,
+            SELECT name, session_id, attempts, first_seen, first_seen_boot, next_attempt_at, last_error_reason, last_error_step,
                    last_error_http_status, last_error_message, last_error_field, last_outcome, updated_at, steps_total,
                    \(stepsDone) AS steps_done
             FROM \(schema)bundles

@@ -394,6 +394,7 @@ extension CheckpointStore {
         return BundleState(
             name: try row["name"], sessionID: try row["session_id"], attempts: try row["attempts"],
             firstSeen: Date(timeIntervalSince1970: try row["first_seen"]),
+            firstSeenOnBoot: BootInstant(stored: try row["first_seen_boot"]),
             nextAttemptAt: (try row["next_attempt_at"] as Double?).map(Date.init(timeIntervalSince1970:)),
             lastError: error,
             lastOutcome: (try row["last_outcome"] as String?).map(BundleOutcome.init(rawValue:)),
