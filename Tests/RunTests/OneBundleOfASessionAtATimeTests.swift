@@ -166,6 +166,24 @@ import Testing
     }
 
     @Test(
+        "on NFS, where the checkpoints' lock cannot be asked exclusive through a descriptor open for reading, a run alone still holds sessions by the byte alone",
+        .enabled(if: StoreLock.seesEveryProcessesLocks, "the answer then comes from /proc/locks"))
+    func aRunAloneOnNFSHoldsByTheByte() async throws {
+        try await withTemporaryDirectory { directory in
+            let sample = SampleSession(seed: 9_880)
+            let spool = try await makeSpool(in: directory, samples: [sample])
+            let nfs = try await NFSLocks(in: directory, locksOf: "/.dopesync.store.lock")
+            try await withDevServer { server in
+                let (status, output) = try await runToEnd(
+                    spool, apiURL: server.baseURL, token: server.token, environment: nfs.environment)
+                #expect(status == 0, "\(output)")
+                #expect(try spool.names(.done) == ["\(sample.sessionID).tar.gz"])
+                #expect(!FileManager.default.fileExists(atPath: spool.root + "/" + SessionHold.legacyFolder))
+            }
+        }
+    }
+
+    @Test(
         "a run started beside an older run knows it from its first hold: slots holding that session at once all find it busy, none goes on with the byte alone"
     )
     func aRunBesideAnOlderRunKnowsItFromTheStart() async throws {

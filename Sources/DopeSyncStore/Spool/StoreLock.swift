@@ -18,8 +18,9 @@ public final class StoreLock: Sendable {
     private let descriptor: Mutex<Int32?>
     /// Whether another process held the lock when this one took it: another run (of this build
     /// or an older one) or a command, for a shared lock; always false for an exclusive one. Told
-    /// exactly where `flock` can take the lock exclusive for a moment (``take(_:in:)``); true
-    /// wherever it cannot tell (NFS, where an exclusive lock needs a writable descriptor).
+    /// exactly where `flock` can take the lock exclusive for a moment (``take(_:in:)``); where it
+    /// cannot (NFS, where an exclusive lock needs a writable descriptor), as `/proc/locks` tells
+    /// (``isHeldByAnotherProcess(_:)``).
     public let othersHeldItWhenTaken: Bool
 
     private init(descriptor: Int32, othersHeldItWhenTaken: Bool) {
@@ -114,9 +115,12 @@ public final class StoreLock: Sendable {
                 // it is the migration's.
                 error = SpoolFiles.tryLock(descriptor, LOCK_SH)
             } else {
-                // Another process holds it, or this file system cannot tell (EBADF over NFS).
-                othersHeldIt = true
+                // Another process holds it; or this file system cannot take it exclusive through
+                // a descriptor open for reading (EBADF over NFS), and `/proc/locks` answers as
+                // well as it can once the shared lock is held.
+                let refused = error == EWOULDBLOCK
                 error = takeShared(descriptor)
+                othersHeldIt = refused || (error == 0 && isHeldByAnotherProcess(spool))
             }
         }
         guard error == 0 else {
