@@ -32,7 +32,7 @@ public struct Worker: Sendable {
             try spool.checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
             try spool.create()
             // Shared with other runs, kept by the store to the end: no migration starts under this run.
-            guard let lock = try StoreLock.take(.shared, in: spool) else { throw MigrationUnderWay() }
+            guard let lock = try StoreLock.take(.run, in: spool) else { throw MigrationUnderWay() }
             // A spool bound to PostgreSQL: its SQLite file is not even made.
             let sqlite = StoreIdentity.sqlite(spool)
             let wasBound = try SpoolBinding.check(spool, store: sqlite, bindIfUnbound: false)

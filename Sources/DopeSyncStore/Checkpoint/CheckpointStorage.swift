@@ -50,7 +50,7 @@ public final class SpoolClaims: ClaimStorage {
     /// `othersHeldTheStoreLock`: whether another process held the checkpoints' lock when this run
     /// took it (``StoreLock/othersHeldItWhenTaken``).
     public init(othersHeldTheStoreLock: Bool) {
-        olderRuns = Mutex(OlderRunsWatch(seenAtStart: othersHeldTheStoreLock, now: .now))
+        olderRuns = Mutex(OlderRunsWatch(seenAtStart: othersHeldTheStoreLock))
     }
     public func acquireClaim(of name: String, orphan: Bool, modified: Date, owner: ClaimOwner)
         async throws(CheckpointError) -> Bool
@@ -84,24 +84,25 @@ public final class SpoolClaims: ClaimStorage {
     }
 
     /// Whether another process holds the checkpoints' lock (a run that may be of a build that
-    /// held sessions by `.sessions/ID`, ``SessionHold``): known when the run took that lock, then
-    /// asked of `/proc/locks` at most once a minute until the answer is yes, which is kept. Such a
-    /// run was started before this one (the binary is this build's since) and holds that lock once
-    /// its settings and token are read, within seconds: the later asks are for one that took it
-    /// after this run did. Not at every hold: reading `/proc/locks` cost 5 ms a bundle at 64
-    /// bundles at once.
+    /// held sessions by `.sessions/ID`, ``SessionHold``): known exactly when the run took that
+    /// lock; then, unless it was held, asked of `/proc/locks` at the first hold and at most once a
+    /// minute after it until the answer is yes, which is kept. Such a run was started before
+    /// this one (the binary is this build's since) and holds that lock once its settings and token
+    /// are read, within seconds: the asks are for one that took it after this run did (a run
+    /// waiting out min-age takes it long before its first hold). Not at every hold: reading
+    /// `/proc/locks` cost 5 ms a bundle at 64 bundles at once.
     struct OlderRunsWatch {
         static let interval: Duration = .seconds(60)
         private(set) var seen: Bool
-        private var asked: ContinuousClock.Instant
+        private var asked: ContinuousClock.Instant?
 
-        init(seenAtStart: Bool, now: ContinuousClock.Instant) {
-            (seen, asked) = (seenAtStart, now)
+        init(seenAtStart: Bool) {
+            seen = seenAtStart
         }
 
         /// Whether to ask now; if so, the next ask waits ``interval`` from now.
         mutating func isDue(now: ContinuousClock.Instant) -> Bool {
-            guard !seen, now - asked >= Self.interval else { return false }
+            guard !seen, asked.map({ now - $0 >= Self.interval }) ?? true else { return false }
             asked = now
             return true
         }

@@ -16,8 +16,8 @@ import ThreadRules
 /// with the process, whatever ends it.
 public final class StoreLock: Sendable {
     private let descriptor: Mutex<Int32?>
-    /// Whether another process held the lock when this one took it: another run (of this build
-    /// or an older one) or a command, for a shared lock; always false for an exclusive one. Told
+    /// Whether another process held the lock when a run took it (``Mode/run``): another run (of
+    /// this build or an older one) or a command; always false for the other modes. Told
     /// exactly where `flock` can take the lock exclusive for a moment (``take(_:in:)``); where it
     /// cannot (NFS, where an exclusive lock needs a writable descriptor), as `/proc/locks` tells
     /// (``isHeldByAnotherProcess(_:)``).
@@ -42,7 +42,10 @@ public final class StoreLock: Sendable {
     public static func path(_ spool: Spool) -> String { spool.root + "/.dopesync.store.lock" }
 
     public enum Mode: Sendable {
-        /// A run's: any number at once.
+        /// A run's: shared, any number at once, and told whether another process held it
+        /// (``othersHeldItWhenTaken``).
+        case run
+        /// A command's (`requeue`, `prune`): shared, as a run's.
         case shared
         /// A migration's: alone.
         case exclusive
@@ -87,19 +90,20 @@ public final class StoreLock: Sendable {
     /// Takes the lock in `mode` without waiting: nil while the other kind holds it. Throws when
     /// the file cannot be opened or made (a spool whose folder this user may not write).
     ///
-    /// A shared lock is asked exclusive first, for the moment of two calls: granted, no other
-    /// process held it, and it is made shared at once (``othersHeldItWhenTaken``). This answers
-    /// exactly where `/proc/locks` cannot: the kernel hands that list out a page per read, so a
-    /// reader among many locks that come and go can miss one (1 of 80 asks did while the test
-    /// suite ran). A run of this build refused in that moment asks again (``takeShared(_:)``); one
-    /// of an older build takes it for a migration and waits for the next timer.
+    /// A run's is asked exclusive first, for the moment of two calls: granted, no other process
+    /// held it, and it is made shared at once (``othersHeldItWhenTaken``). This answers exactly
+    /// where `/proc/locks` cannot: the kernel hands that list out a page per read, so a reader
+    /// among many locks that come and go can miss one (1 of 80 asks did while the test suite
+    /// ran). A run or command of this build refused in that moment asks again
+    /// (``takeShared(_:)``); one of an older build takes it for a migration and waits for the
+    /// next timer.
     public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
         BlockingCalls.check("spool: locking the checkpoints' store")
         let path = path(spool)
         // Readable by all: a lock file made by root (`--allow-root`) must not lock a run out. A
         // migration opens it for writing: over NFS, `flock` is a byte-range lock, and an
         // exclusive one needs a descriptor open for writing (EBADF otherwise).
-        let access = mode == .shared ? O_RDONLY : O_RDWR
+        let access = mode == .exclusive ? O_RDWR : O_RDONLY
         let descriptor = open(path, access | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else {
             let error = errno
@@ -107,24 +111,28 @@ public final class StoreLock: Sendable {
                 code: .notWritable, message: "cannot open the checkpoints' lock", path: path, errno: error)
         }
         var othersHeldIt = false
-        var error = SpoolFiles.tryLock(descriptor, LOCK_EX)
-        if mode == .shared {
-            if error == 0 {
-                // Nobody else held it: made shared, a downgrade that waits for nobody. Refused
-                // all the same (a migration's lock came between, where the kernel lets one in),
-                // it is the migration's.
-                error = SpoolFiles.tryLock(descriptor, LOCK_SH)
-            } else {
-                // Another process holds it; or this file system cannot take it exclusive through
-                // a descriptor open for reading (EBADF over NFS), and `/proc/locks` answers as
-                // well as it can once the shared lock is held.
-                let refused = error == EWOULDBLOCK
+        var error: Int32
+        switch mode {
+        case .exclusive:
+            error = SpoolFiles.tryLock(descriptor, LOCK_EX)
+        case .shared:
+            error = takeShared(descriptor)
+        case .run:
+            let probe = SpoolFiles.tryLock(descriptor, LOCK_EX)
+            // Nobody else held it: made shared, a downgrade that waits for nobody on Linux.
+            error = probe == 0 ? SpoolFiles.tryLock(descriptor, LOCK_SH) : probe
+            if error != 0 {
+                // Another process holds it; or this file system cannot take it exclusive through a
+                // descriptor open for reading (EBADF over NFS), or cannot make it shared in place:
+                // then `/proc/locks` answers, as well as it can, once the shared lock is held.
+                if probe == 0 { flock(descriptor, LOCK_UN) }
+                let refused = probe == EWOULDBLOCK
                 error = takeShared(descriptor)
                 othersHeldIt = refused || (error == 0 && isHeldByAnotherProcess(spool))
             }
         }
         guard error == 0 else {
-            close(descriptor)
+            SpoolFiles.unlockAndClose(descriptor)
             if error == EWOULDBLOCK { return nil }
             throw SpoolError(
                 code: .claimFailed, message: "cannot lock the checkpoints' store", path: path, errno: error)
@@ -132,13 +140,14 @@ public final class StoreLock: Sendable {
         return StoreLock(descriptor: descriptor, othersHeldItWhenTaken: othersHeldIt)
     }
 
-    /// A shared lock on `descriptor`, asked again for up to 100 ms while refused: another run
-    /// holds it exclusive for the moment of its own ``take(_:in:)``, a migration for its whole
-    /// copy. Returns 0 or the last errno.
+    /// A shared lock on `descriptor`, asked again for up to a second while refused: another run
+    /// holds it exclusive for the moment of its own ``take(_:in:)`` (a process descheduled
+    /// between its two calls, a CPU quota or a pause, for longer), a migration for its whole copy.
+    /// Returns 0 or the last errno.
     private static func takeShared(_ descriptor: Int32) -> Int32 {
         var error = SpoolFiles.tryLock(descriptor, LOCK_SH)
-        for _ in 0..<20 where error == EWOULDBLOCK {
-            usleep(5_000)
+        for _ in 0..<50 where error == EWOULDBLOCK {
+            usleep(20_000)
             error = SpoolFiles.tryLock(descriptor, LOCK_SH)
         }
         return error
