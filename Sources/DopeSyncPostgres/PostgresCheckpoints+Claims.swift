@@ -31,7 +31,14 @@ extension PostgresCheckpoints: ClaimStorage {
             HotStatements.ClaimNew(
                 name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred,
                 modified: mtime))
-        if rows.isEmpty {
+        for attempt in 1...Self.orphanTakeoverAttempts where rows.isEmpty {
+            // An orphan whose row a statement locks this instant (a dead worker's last write,
+            // delivered when a partition heals, fenced and harmless) is asked again a few times:
+            // skipped, it would wait for the next run.
+            if attempt > 1 {
+                guard orphan, try await isFreeOrRunOut(name, owner: owner) else { break }
+                try? await sleepOnLoop(for: Self.orphanTakeoverPause)
+            }
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for.
             rows = try await self.rows(
@@ -69,6 +76,23 @@ extension PostgresCheckpoints: ClaimStorage {
         let epoch: Int64 = try Self.decode(row, "epoch")
         leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
         return true
+    }
+
+    /// How many times a takeover of an orphan is asked while its row is locked, and the pause
+    /// between: about a second in all.
+    static let orphanTakeoverAttempts = 6
+    static let orphanTakeoverPause = Duration.milliseconds(200)
+
+    /// Whether `name`'s claim is free or run out for `owner` to take, its row locked or not.
+    private func isFreeOrRunOut(_ name: String, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
+        try await !rows(
+            "asking whether the claim of \(name) is free",
+            """
+            SELECT 1 FROM dopesync.claims
+            WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: Self.databaseNow))
+                AND run_id IS DISTINCT FROM \(owner.runID)
+            """
+        ).isEmpty
     }
 
     public func tookOverExpiredLease(of name: String) -> Bool {

@@ -267,6 +267,39 @@ import Testing
         }
     }
 
+    @Test(
+        "PostgreSQL: an orphan whose claim row another session locks for a moment (a dead worker's late write) is taken over once it is let go, not left for the next run"
+    )
+    func anOrphanLockedForAMomentIsTakenOver() async throws {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database, lease: .seconds(1)) { a in
+            let taken = try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA)
+            #expect(taken)
+        }
+        try await waitUntilEveryLeaseHasRunOut(database)
+        let marker = "dopesync-test-lock-\(UUID().uuidString.prefix(8))"
+        let locker = Task {
+            try await database.psql(
+                """
+                BEGIN;
+                SELECT '\(marker)', 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;
+                SELECT pg_sleep(0.3);
+                COMMIT;
+                """)
+        }
+        // Until the lock is held: the sleep after it is under way.
+        while try await database.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(0.3)%' AND pid <> pg_backend_pid()"
+        ) == "0" {
+            await Task.yield()
+        }
+        try await worker(ownerB, on: database) { b in
+            let taken = try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB)
+            #expect(taken, "skipped while locked, it waits for the next run")
+        }
+        _ = try await locker.value
+    }
+
     @Test("PostgreSQL: prune records done times ahead of its clock as now, and only those")
     func doneTimesAheadAreRestamped() async throws {
         let database = try await SharedCluster.freshDatabase()

@@ -168,8 +168,9 @@ import Testing
                     // The dead worker's sessions are ended first, as an operator would. Left alone, its
                     // kernel sends what it still held once the link is up (its last statements, which
                     // the partition dropped), and the database runs them then: fenced, they change
-                    // nothing, but a claim row they lock for a moment is one a takeover skips
-                    // (`SKIP LOCKED`), and the bundle waits for the next run.
+                    // nothing, but a claim row they lock is one a takeover skips (`SKIP LOCKED`)
+                    // and asks again for a second at most (`orphanTakeoverAttempts`); past that
+                    // the bundle waits for the next run, which this test does not make.
                     _ = try await database.psql(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_addr = '10.92.\(namespace.subnet).2'"
                     )
