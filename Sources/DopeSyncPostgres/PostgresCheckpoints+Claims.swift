@@ -15,7 +15,7 @@ extension PostgresCheckpoints: ClaimStorage {
         async throws(CheckpointError) -> Bool
     {
         let lease = settings.lease / .seconds(1)
-        let askedAt = ContinuousClock.now
+        var askedAt = ContinuousClock.now
         let now = Self.databaseNow
         // Another host may have deferred it since this run listed it as due: its next attempt,
         // on the deferring worker's clock as `IncomingQueue` reads it, still holds, unless it was
@@ -26,28 +26,24 @@ extension PostgresCheckpoints: ClaimStorage {
         let deferred = orphan ? Double.infinity : clientNow
         let mtime = modified.timeIntervalSince1970
         // A bundle never claimed: its row is made with epoch 1, in one statement.
-        var rows = try await rows(
+        var epoch: Int64? = try await rows(
             "claiming \(name)",
             HotStatements.ClaimNew(
                 name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred,
-                modified: mtime))
-        for attempt in 1...Self.orphanTakeoverAttempts where rows.isEmpty {
-            // An orphan whose row a statement locks this instant (a dead worker's last write,
-            // delivered when a partition heals, fenced and harmless) is asked again a few times:
-            // skipped, it would wait for the next run.
+                modified: mtime)
+        ).first.map { row throws(CheckpointError) in try Self.decode(row, "epoch") }
+        for attempt in 1...Self.orphanTakeoverAttempts where epoch == nil {
             if attempt > 1 {
-                guard orphan, try await isFreeOrRunOut(name, owner: owner) else { break }
-                try? await sleepOnLoop(for: Self.orphanTakeoverPause)
+                do { try await sleepOnLoop(for: Self.orphanTakeoverPause) } catch { break }
+                askedAt = .now
             }
             // Known: free, or its lease has run out. A claim another worker is taking this instant
-            // is skipped, not waited for.
-            rows = try await self.rows(
+            // is skipped, not waited for; `takeable` says whether the row, locked or not, was free
+            // or run out as the statement began.
+            let rows = try await self.rows(
                 "claiming \(name)",
                 """
-                UPDATE dopesync.claims AS c SET epoch = c.epoch + 1, run_id = \(owner.runID), host = \(owner.host),
-                    pid = \(Int(owner.pid)), claimed_at = \(unescaped: now), renewed_at = \(unescaped: now),
-                    lease_expires_at = \(unescaped: now) + \(lease)
-                FROM (
+                WITH free AS (
                     SELECT bundle_name, host AS previous_host, run_id AS previous_run FROM dopesync.claims
                     WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: now))
                         AND run_id IS DISTINCT FROM \(owner.runID)
@@ -57,13 +53,25 @@ extension PostgresCheckpoints: ClaimStorage {
                                 AND ((updated_at >= \(mtime) AND next_attempt_at > \(deferred))
                                     OR (updated_at < \(mtime) AND \(mtime) > \(deferred))))
                     FOR UPDATE SKIP LOCKED
-                ) AS free
-                WHERE c.bundle_name = free.bundle_name
-                RETURNING c.epoch, free.previous_host, free.previous_run
+                ), taken AS (
+                    UPDATE dopesync.claims AS c SET epoch = c.epoch + 1, run_id = \(owner.runID), host = \(owner.host),
+                        pid = \(Int(owner.pid)), claimed_at = \(unescaped: now), renewed_at = \(unescaped: now),
+                        lease_expires_at = \(unescaped: now) + \(lease)
+                    FROM free WHERE c.bundle_name = free.bundle_name
+                    RETURNING c.epoch, free.previous_host, free.previous_run
+                )
+                SELECT taken.epoch, taken.previous_host, taken.previous_run, EXISTS (
+                    SELECT 1 FROM dopesync.claims
+                    WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: now))
+                        AND run_id IS DISTINCT FROM \(owner.runID)
+                ) AS takeable
+                FROM (VALUES (1)) AS one LEFT JOIN taken ON true
                 """)
-            if let row = rows.first, let previousRun: String = try? Self.decode(row, "previous_run") {
+            guard let row = rows.first else { break }
+            epoch = try Self.decode(row, "epoch")
+            if epoch != nil, let previousRun = try Self.decode(row, "previous_run") as String? {
                 takenOver.withLock { _ = $0.insert(name) }
-                let previousHost: String? = try? Self.decode(row, "previous_host")
+                let previousHost = try Self.decode(row, "previous_host") as String?
                 logger.warning(
                     "taking over a bundle whose claim ran out: its worker stopped renewing it",
                     metadata: [
@@ -71,29 +79,20 @@ extension PostgresCheckpoints: ClaimStorage {
                         "previous.run": "\(previousRun)",
                     ])
             }
+            // An orphan whose row a statement locked as it was free (a dead worker's last write,
+            // delivered when a partition heals, fenced and harmless) is asked again a few times:
+            // skipped, it would wait for the next run. Anything else is another worker's.
+            guard epoch == nil, orphan, try Self.decode(row, "takeable") as Bool else { break }
         }
-        guard let row = rows.first else { return false }
-        let epoch: Int64 = try Self.decode(row, "epoch")
+        guard let epoch else { return false }
         leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
         return true
     }
 
     /// How many times a takeover of an orphan is asked while its row is locked, and the pause
-    /// between: about a second in all.
-    static let orphanTakeoverAttempts = 6
+    /// between: about two seconds in all.
+    static let orphanTakeoverAttempts = 10
     static let orphanTakeoverPause = Duration.milliseconds(200)
-
-    /// Whether `name`'s claim is free or run out for `owner` to take, its row locked or not.
-    private func isFreeOrRunOut(_ name: String, owner: ClaimOwner) async throws(CheckpointError) -> Bool {
-        try await !rows(
-            "asking whether the claim of \(name) is free",
-            """
-            SELECT 1 FROM dopesync.claims
-            WHERE bundle_name = \(name) AND (run_id IS NULL OR lease_expires_at <= \(unescaped: Self.databaseNow))
-                AND run_id IS DISTINCT FROM \(owner.runID)
-            """
-        ).isEmpty
-    }
 
     public func tookOverExpiredLease(of name: String) -> Bool {
         takenOver.withLock { $0.contains(name) }

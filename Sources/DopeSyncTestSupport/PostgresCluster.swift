@@ -103,6 +103,18 @@ public final class PostgresCluster: Sendable {
         }
     }
 
+    /// A `psql` session the test feeds statement by statement through its standard input
+    /// (``Spawned/input``), for a transaction held open across the test's own steps: a lock it
+    /// lets go of when the test says. Its output is discarded.
+    public func session(database: String = PostgresCluster.database) async throws -> Spawned {
+        try await Spawned(
+            psqlProgram,
+            [
+                "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", folder.path, "-p", String(port),
+                "-U", "postgres", "-d", database, "-o", "/dev/null",
+            ], errors: .silenced)
+    }
+
     /// Writes `password` and a newline to a new file of mode 0600 (`password` in `directory`, by
     /// default the cluster's folder), this process's user's; returns its path.
     @discardableResult

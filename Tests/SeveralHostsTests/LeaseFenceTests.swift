@@ -277,27 +277,38 @@ import Testing
             #expect(taken)
         }
         try await waitUntilEveryLeaseHasRunOut(database)
-        let marker = "dopesync-test-lock-\(UUID().uuidString.prefix(8))"
-        let locker = Task {
-            try await database.psql(
-                """
-                BEGIN;
-                SELECT '\(marker)', 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;
-                SELECT pg_sleep(0.3);
-                COMMIT;
-                """)
+        // Another session locks the row, as a late fenced write would, until the test lets go:
+        // after B's takeover has run once and skipped it.
+        let locker = try await database.cluster.session(database: database.name)
+        locker.input.write(
+            Data("BEGIN;\nSELECT 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;\n".utf8))
+        try await waitFor(database, "the lock held", "state = 'idle in transaction' AND query LIKE '%FOR SHARE%'")
+        try await worker(ownerB, on: database) { b in
+            let taking = Task { try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB) }
+            // (`pg_stat_activity` keeps a statement's first 1 KiB: its head names it.)
+            try await waitFor(database, "B's takeover tried", "query LIKE 'WITH free AS%'")
+            locker.input.write(Data("COMMIT;\n".utf8))
+            #expect(try await taking.value, "skipped while locked, it waits for the next run")
         }
-        // Until the lock is held: the sleep after it is under way.
-        while try await database.psql(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(0.3)%' AND pid <> pg_backend_pid()"
-        ) == "0" {
+        try locker.input.close()
+        _ = await locker.finished()
+    }
+
+    /// Asks `pg_stat_activity` until a session of `database` other than the asking one matches
+    /// `condition`: a minute at most.
+    func waitFor(_ database: SharedDatabase, _ what: String, _ condition: String) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        let query = """
+            SELECT count(*) FROM pg_stat_activity
+            WHERE datname = current_database() AND pid <> pg_backend_pid() AND \(condition)
+            """
+        while try await database.psql(query) == "0" {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("never seen: \(what)")
+                return
+            }
             await Task.yield()
         }
-        try await worker(ownerB, on: database) { b in
-            let taken = try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB)
-            #expect(taken, "skipped while locked, it waits for the next run")
-        }
-        _ = try await locker.value
     }
 
     @Test("PostgreSQL: prune records done times ahead of its clock as now, and only those")
