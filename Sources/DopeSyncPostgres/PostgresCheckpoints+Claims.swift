@@ -32,11 +32,14 @@ extension PostgresCheckpoints: ClaimStorage {
                 name: name, owner: owner, leaseSeconds: lease, deferredAfter: deferred,
                 modified: mtime)
         ).first.map { row throws(CheckpointError) in try Self.decode(row, "epoch") }
-        for attempt in 1...Self.orphanTakeoverAttempts where epoch == nil {
-            if attempt > 1 {
+        let askUntil = askedAt + Self.orphanTakeoverPatience(settings)
+        var asked = false
+        while epoch == nil {
+            if asked {
                 do { try await sleepOnLoop(for: Self.orphanTakeoverPause) } catch { break }
                 askedAt = .now
             }
+            asked = true
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for; `takeable` says whether the row, locked or not, was free
             // or run out as the statement began.
@@ -82,16 +85,19 @@ extension PostgresCheckpoints: ClaimStorage {
             // An orphan whose row a statement locked as it was free (a dead worker's last write,
             // delivered when a partition heals, fenced and harmless) is asked again a few times:
             // skipped, it would wait for the next run. Anything else is another worker's.
-            guard epoch == nil, orphan, try Self.decode(row, "takeable") as Bool else { break }
+            guard epoch == nil, orphan, try Self.decode(row, "takeable") as Bool, askedAt < askUntil else { break }
         }
         guard let epoch else { return false }
         leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
         return true
     }
 
-    /// How many times a takeover of an orphan is asked while its row is locked, and the pause
-    /// between: about two seconds in all.
-    static let orphanTakeoverAttempts = 10
+    /// How long a takeover of an orphan is asked again while its free row is locked: until the
+    /// server has ended a session idle in a transaction that holds it (a dead worker's, of which
+    /// only the first statements arrived), and a second more; and the pause between asks.
+    static func orphanTakeoverPatience(_ settings: DatabaseSettings) -> Duration {
+        idleInTransactionTimeout(settings) + .seconds(1)
+    }
     static let orphanTakeoverPause = Duration.milliseconds(200)
 
     public func tookOverExpiredLease(of name: String) -> Bool {

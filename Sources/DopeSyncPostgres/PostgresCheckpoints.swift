@@ -143,7 +143,7 @@ public final class PostgresCheckpoints: Sendable {
     ///   run had reported failed once committed 3 s later. A transaction of several statements
     ///   commits only within the same limit (``transaction(_:timeout:_:)``).
     static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
-        let milliseconds = max(Int(settings.lease / .milliseconds(3)), 1000)
+        let milliseconds = Int(idleInTransactionTimeout(settings) / .milliseconds(1))
         let statement = Int(statementLimit(statementTimeout) / .milliseconds(1))
         return [
             ("idle_in_transaction_session_timeout", "\(milliseconds)ms"),
@@ -152,6 +152,11 @@ public final class PostgresCheckpoints: Sendable {
             ("plan_cache_mode", "force_generic_plan"),
             ("application_name", "dopesync"),
         ]
+    }
+
+    /// `idle_in_transaction_session_timeout`: a third of the lease, a second at least.
+    static func idleInTransactionTimeout(_ settings: DatabaseSettings) -> Duration {
+        max(settings.lease / 3, .seconds(1))
     }
 
     /// How long one statement may take: four fifths of the run's wait, so that the server's own

@@ -271,18 +271,9 @@ import Testing
         "PostgreSQL: an orphan whose claim row another session locks for a moment (a dead worker's late write) is taken over once it is let go, not left for the next run"
     )
     func anOrphanLockedForAMomentIsTakenOver() async throws {
-        let database = try await SharedCluster.freshDatabase()
-        try await worker(ownerA, on: database, lease: .seconds(1)) { a in
-            let taken = try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA)
-            #expect(taken)
-        }
-        try await waitUntilEveryLeaseHasRunOut(database)
         // Another session locks the row, as a late fenced write would, until the test lets go:
         // after B's takeover has run once and skipped it.
-        let locker = try await database.cluster.session(database: database.name)
-        locker.input.write(
-            Data("BEGIN;\nSELECT 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;\n".utf8))
-        try await waitFor(database, "the lock held", "state = 'idle in transaction' AND query LIKE '%FOR SHARE%'")
+        let (database, locker) = try await orphanWithItsRowLocked()
         try await worker(ownerB, on: database) { b in
             let taking = Task { try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB) }
             // (`pg_stat_activity` keeps a statement's first 1 KiB: its head names it.)
@@ -292,6 +283,43 @@ import Testing
         }
         try locker.input.close()
         _ = await locker.finished()
+    }
+
+    @Test(
+        "PostgreSQL: an orphan whose claim row a dead worker's half-arrived transaction holds is taken over once the server ends that idle session"
+    )
+    func anOrphanHeldByAnIdleTransactionIsTakenOver() async throws {
+        // A worker's session, as its settings make it, whose transaction locked the row and whose
+        // next statement never came: the server ends it after 3 s, as it would a worker's after a
+        // third of its lease (10 s for 30 s).
+        let (database, dead) = try await orphanWithItsRowLocked(
+            settingFirst: "SET idle_in_transaction_session_timeout = '3s';")
+        try await worker(ownerB, on: database) { b in
+            let asked = ContinuousClock.now
+            let taken = try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB)
+            #expect(taken, "given up on while the idle session held it: it waits for the next run")
+            #expect(ContinuousClock.now - asked < .seconds(30))
+        }
+        try dead.input.close()
+        _ = await dead.finished()
+    }
+
+    /// A fresh database where A's claim of `x.tar.gz` has run out, and a psql session (after
+    /// `settingFirst`) in a transaction that holds its row `FOR SHARE`, fed by the test.
+    func orphanWithItsRowLocked(settingFirst: String = "") async throws -> (SharedDatabase, Spawned) {
+        let database = try await SharedCluster.freshDatabase()
+        try await worker(ownerA, on: database, lease: .seconds(1)) { a in
+            let taken = try await a.acquireClaim(of: "x.tar.gz", orphan: false, owner: ownerA)
+            #expect(taken)
+        }
+        try await waitUntilEveryLeaseHasRunOut(database)
+        let session = try await database.cluster.session(database: database.name)
+        session.input.write(
+            Data(
+                "\(settingFirst)\nBEGIN;\nSELECT 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;\n"
+                    .utf8))
+        try await waitFor(database, "the lock held", "state = 'idle in transaction' AND query LIKE '%FOR SHARE%'")
+        return (database, session)
     }
 
     /// Asks `pg_stat_activity` until a session of `database` other than the asking one matches

@@ -169,8 +169,8 @@ import Testing
                     // kernel sends what it still held once the link is up (its last statements, which
                     // the partition dropped), and the database runs them then: fenced, they change
                     // nothing, but a claim row they lock is one a takeover skips (`SKIP LOCKED`)
-                    // and asks again for a second at most (`orphanTakeoverAttempts`); past that
-                    // the bundle waits for the next run, which this test does not make.
+                    // and asks again for a while (`orphanTakeoverPatience`); past that the bundle
+                    // waits for the next run, which this test does not make.
                     let itsSessions = "FROM pg_stat_activity WHERE client_addr = '10.92.\(namespace.subnet).2'"
                     _ = try await database.psql("SELECT pg_terminate_backend(pid) \(itsSessions)")
                     // Signalled, not yet gone: until they have ended.
