@@ -89,12 +89,9 @@ public final class PostgresCluster: Sendable {
     /// command tags, without the last newline. The first failing statement throws.
     @discardableResult
     public func psql(_ sql: String, database: String = PostgresCluster.database) async throws -> String {
-        let arguments = [
-            "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", folder.path, "-p", String(port),
-            "-U", "postgres", "-d", database, "-f", "-",
-        ]
         do {
-            let output = try await runProcess(psqlProgram, arguments, stdin: Data(sql.utf8))
+            let output = try await runProcess(
+                psqlProgram, psqlArguments(database) + ["-f", "-"], stdin: Data(sql.utf8))
             var text = output.stdout
             while text.hasSuffix("\n") { text.removeLast() }
             return text
@@ -107,12 +104,16 @@ public final class PostgresCluster: Sendable {
     /// (``Spawned/input``), for a transaction held open across the test's own steps: a lock it
     /// lets go of when the test says. Its output is discarded.
     public func session(database: String = PostgresCluster.database) async throws -> Spawned {
-        try await Spawned(
-            psqlProgram,
-            [
-                "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", folder.path, "-p", String(port),
-                "-U", "postgres", "-d", database, "-o", "/dev/null",
-            ], errors: .silenced)
+        try await Spawned(psqlProgram, psqlArguments(database) + ["-o", "/dev/null"], errors: .silenced)
+    }
+
+    /// psql as the superuser on `database`, without a startup file, printing bare rows and
+    /// stopping at the first error.
+    private func psqlArguments(_ database: String) -> [String] {
+        [
+            "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", folder.path, "-p", String(port), "-U", "postgres",
+            "-d", database,
+        ]
     }
 
     /// Writes `password` and a newline to a new file of mode 0600 (`password` in `directory`, by

@@ -277,7 +277,7 @@ import Testing
         try await worker(ownerB, on: database) { b in
             let taking = Task { try await b.acquireClaim(of: "x.tar.gz", orphan: true, owner: ownerB) }
             // (`pg_stat_activity` keeps a statement's first 1 KiB: its head names it.)
-            try await waitFor(database, "B's takeover tried", "query LIKE 'WITH free AS%'")
+            try await waitUntil(database, "B's takeover tried", anotherSession(where: "query LIKE 'WITH free AS%'"))
             locker.input.write(Data("COMMIT;\n".utf8))
             #expect(try await taking.value, "skipped while locked, it waits for the next run")
         }
@@ -318,25 +318,10 @@ import Testing
             Data(
                 "\(settingFirst)\nBEGIN;\nSELECT 1 FROM dopesync.claims WHERE bundle_name = 'x.tar.gz' FOR SHARE;\n"
                     .utf8))
-        try await waitFor(database, "the lock held", "state = 'idle in transaction' AND query LIKE '%FOR SHARE%'")
+        try await waitUntil(
+            database, "the lock held",
+            anotherSession(where: "state = 'idle in transaction' AND query LIKE '%FOR SHARE%'"))
         return (database, session)
-    }
-
-    /// Asks `pg_stat_activity` until a session of `database` other than the asking one matches
-    /// `condition`: a minute at most.
-    func waitFor(_ database: SharedDatabase, _ what: String, _ condition: String) async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
-        let query = """
-            SELECT count(*) FROM pg_stat_activity
-            WHERE datname = current_database() AND pid <> pg_backend_pid() AND \(condition)
-            """
-        while try await database.psql(query) == "0" {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("never seen: \(what)")
-                return
-            }
-            await Task.yield()
-        }
     }
 
     @Test("PostgreSQL: prune records done times ahead of its clock as now, and only those")

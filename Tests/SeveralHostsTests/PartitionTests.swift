@@ -174,14 +174,9 @@ import Testing
                     let itsSessions = "FROM pg_stat_activity WHERE client_addr = '10.92.\(namespace.subnet).2'"
                     _ = try await database.psql("SELECT pg_terminate_backend(pid) \(itsSessions)")
                     // Signalled, not yet gone: until they have ended.
-                    let deadline = ContinuousClock.now + .seconds(60)
-                    while try await database.psql("SELECT count(*) \(itsSessions)") != "0" {
-                        guard ContinuousClock.now < deadline else {
-                            Issue.record("the partitioned worker's sessions did not end")
-                            break
-                        }
-                        await Task.yield()
-                    }
+                    try await waitUntil(
+                        database, "the partitioned worker's sessions ended",
+                        "SELECT NOT EXISTS (SELECT 1 \(itsSessions))")
                     try await Namespace.ip(["link", "set", namespace.databaseLink, "up"])
                     try await waitUntilEveryLeaseHasRunOut(database)
                     let other = try await spawnSharedRun(

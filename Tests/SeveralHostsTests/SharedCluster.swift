@@ -33,6 +33,29 @@ func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
         """)
 }
 
+/// Asks `database` `question` (a query of one boolean) until it answers true, a minute at most,
+/// then records that `what` was never seen: for what another process does that only the
+/// database sees (a psql session's lock, a worker's statement, sessions ending).
+func waitUntil(_ database: SharedDatabase, _ what: String, _ question: String) async throws {
+    let deadline = ContinuousClock.now + .seconds(60)
+    while try await database.psql(question) != "t" {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("never seen: \(what)")
+            return
+        }
+        await Task.yield()
+    }
+}
+
+/// The question for ``waitUntil(_:_:_:)`` whether a session of the database other than the
+/// asking one matches `condition` on `pg_stat_activity`.
+func anotherSession(where condition: String) -> String {
+    """
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND \(condition))
+    """
+}
+
 /// The built `dopesync` with `arguments`, and `environment` added to the test's.
 func dopesync(_ arguments: [String], environment: [String: String]) async throws -> ProcessOutput {
     try await runBuilt("dopesync", arguments, environment: environment)
