@@ -1,6 +1,7 @@
 import DopeSyncDevServer
 import DopeSyncTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 @testable import DopeSync
@@ -136,7 +137,7 @@ import Testing
         "a run's shared checkpoints' lock tells whether another process held it: alone no, beside another run yes, and a migration's still keeps it out"
     )
     func theStoreLockTellsWhoElseHeldIt() async throws {
-        try await withTemporarySpool { spool, _ in
+        try await withTemporarySpool { spool, scratch in
             func take() async throws -> StoreLock? {
                 try await SpoolCalls.run { () throws(SpoolError) in try StoreLock.take(.run, in: spool) }
             }
@@ -144,14 +145,16 @@ import Testing
             #expect(!alone.othersHeldItWhenTaken)
             await SpoolCalls.run { alone.release() }
 
-            // Read while thousands of other locks come and go, as the test suite's are, where a
-            // read of /proc/locks once missed it.
+            // Asked while 300 other locks come and go, as the test suite's do: /proc/locks, read a
+            // page at a time, then leaves out one now and then, and missed the other run's so.
             let other = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
-            for _ in 0..<20 {
+            let churn = LockChurn(file: scratch.appendingPathComponent("churn").path, descriptors: 300)
+            for _ in 0..<50 {
                 let beside = try #require(try await take())
                 #expect(beside.othersHeldItWhenTaken)
                 await SpoolCalls.run { beside.release() }
             }
+            churn.stop()
             other.kill(SIGKILL)
             _ = await other.finished()
             let afterwards = try #require(try await take())
@@ -321,6 +324,33 @@ import Testing
                 #expect((try await server.createdCounts()["session"] ?? 0) == 0, "nothing sent without the hold")
             }
         }
+    }
+}
+
+/// Locks that come and go on a thread of their own until stopped: shared `flock`s on
+/// `descriptors` open descriptions of `file`, all let go, then all taken again, each a line of
+/// /proc/locks that comes and goes.
+final class LockChurn: Sendable {
+    private let stopped = Atomic(false)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(file: String, descriptors count: Int) {
+        let descriptors = (0..<count).map { _ in open(file, O_RDONLY | O_CREAT | O_CLOEXEC, 0o600) }
+        Thread.detachNewThread { [self] in
+            for descriptor in descriptors { flock(descriptor, LOCK_SH | LOCK_NB) }
+            while !self.stopped.load(ordering: .relaxed) {
+                for descriptor in descriptors { flock(descriptor, LOCK_UN) }
+                for descriptor in descriptors { flock(descriptor, LOCK_SH | LOCK_NB) }
+            }
+            for descriptor in descriptors { close(descriptor) }
+            self.done.signal()
+        }
+    }
+
+    /// Stops the churn and lets every lock go.
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+        done.wait()
     }
 }
 
