@@ -20,7 +20,7 @@ private func withUTF8Names<T>(_ body: () -> T) -> T {
 
 /// A forward-only reader over one archive file, wrapping libarchive.
 ///
-/// Only the containers and filters of BUNDLE.md are enabled: tar (ustar, pax, GNU) and zip, and
+/// Only the containers and filters of docs/bundle-format.md are enabled: tar (ustar, pax, GNU) and zip, and
 /// at most one compression filter, gzip, bzip2, xz or zstd. The filter is chosen from the file's
 /// first bytes and given to libarchive explicitly, which turns its filter detection off: a stream
 /// nested in another (gzip in gzip, or a gzip stream that decompresses into itself, which sends

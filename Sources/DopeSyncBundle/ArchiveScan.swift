@@ -271,7 +271,7 @@ private struct EntryContent {
     }
 }
 
-/// Paths inside an archive, as BUNDLE.md has them: a leading `./` dropped, no absolute paths,
+/// Paths inside an archive, as docs/bundle-format.md has them: a leading `./` dropped, no absolute paths,
 /// no `..` component.
 enum EntryPath {
     static func normalise(_ raw: String) -> Result<String, BundleError> {

@@ -48,7 +48,7 @@ public struct BundleError: Error, Hashable, Sendable, CustomStringConvertible {
         /// Every code, for the reference docs' test (each must be documented there).
         public static var all: [Code] { Base.allCases.map(Code.init) }
 
-        /// Not a tar or zip archive in a format BUNDLE.md accepts (this includes mtree, cpio, ISO, 7-Zip…).
+        /// Not a tar or zip archive in a format docs/bundle-format.md accepts (this includes mtree, cpio, ISO, 7-Zip…).
         public static let notAnArchive = Code(.notAnArchive)
         /// The archive or its compressed stream ends early.
         public static let truncated = Code(.truncated)

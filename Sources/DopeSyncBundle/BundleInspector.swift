@@ -42,7 +42,7 @@ public struct FileIdentity: Sendable, Hashable {
     }
 }
 
-/// A bundle that passed every check of BUNDLE.md: what it holds and where.
+/// A bundle that passed every check of docs/bundle-format.md: what it holds and where.
 public struct ValidatedBundle: Sendable {
     /// The bundle file.
     public var path: String
@@ -67,7 +67,7 @@ public struct ValidatedBundle: Sendable {
     public var limits: BundleLimits
 }
 
-/// Reads a bundle once, streaming, and applies every rule of BUNDLE.md.
+/// Reads a bundle once, streaming, and applies every rule of docs/bundle-format.md.
 ///
 /// Memory stays bounded by a read buffer plus `session.json`, whatever the images weigh.
 public struct BundleInspector: Sendable {

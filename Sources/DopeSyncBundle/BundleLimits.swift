@@ -1,4 +1,4 @@
-/// The limits a bundle must stay within (BUNDLE.md, "What makes a bundle unacceptable").
+/// The limits a bundle must stay within (docs/bundle-format.md, "Limits").
 ///
 /// The defaults are roomy for phones' real bundles — hundreds of photos of a few MB, which
 /// barely compress — and stop a decompression bomb while it is being read, not after.

@@ -1,7 +1,7 @@
 import CArchive
 
-/// The compression a stream starts with, recognised by its first bytes. The four BUNDLE.md
-/// allows, and the others only to name them in an error.
+/// The compression a stream starts with, recognised by its first bytes. The four
+/// docs/bundle-format.md allows, and the others only to name them in an error.
 enum CompressionMagic: String, Sendable, CaseIterable {
     case gzip, bzip2, xz, zstd
     case lz4, lzip
@@ -40,7 +40,7 @@ enum CompressionMagic: String, Sendable, CaseIterable {
         }
     }
 
-    /// libarchive's code for a filter BUNDLE.md allows; nil for the others.
+    /// libarchive's code for a filter docs/bundle-format.md allows; nil for the others.
     var allowedFilter: Int32? {
         switch self {
         case .gzip: ARCHIVE_FILTER_GZIP

@@ -1,5 +1,5 @@
-/// A validated `session.json`: one range session with every nested record, as BUNDLE.md
-/// ("session.json") describes it. Only `SessionValidator` produces one from bytes, so a value
+/// A validated `session.json`: one range session with every nested record, as
+/// docs/bundle-format.md ("session.json") describes it. Only `SessionValidator` produces one from bytes, so a value
 /// it returns satisfies every rule of that section.
 ///
 /// What the model keeps, so that request bodies built from it are deterministic:

@@ -1,5 +1,5 @@
-/// Decodes and validates `session.json` against BUNDLE.md ("session.json" and "Rules across
-/// the document"), reporting every problem of a document, not only the first.
+/// Decodes and validates `session.json` against docs/bundle-format.md ("session.json" and
+/// "Rules across the document"), reporting every problem of a document, not only the first.
 ///
 /// Decisions the spec leaves open:
 /// - `null` for an optional field means absent (clients write it); for a required field it is
@@ -12,13 +12,13 @@
 ///   duplicates are found on that form. Version and variant bits are not checked.
 /// - Dates: `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, `T` and `Z` in either case, real
 ///   calendar days; a leap second (`:60`) is refused, since servers commonly refuse it.
-/// - Image file names: besides BUNDLE.md's rules, a NUL character is refused (no archive or
+/// - Image file names: besides docs/bundle-format.md's rules, a NUL character is refused (no archive or
 ///   file system can hold it).
 /// - Unknown keys, `syncAttempts` and `lastSyncError` are ignored.
 /// Whether the named images exist in the archive is the archive reader's check; it gets them
 /// from `SessionDocument.imageReferences`.
 public enum SessionValidator {
-    /// BUNDLE.md's limit for `session.json`.
+    /// docs/bundle-format.md's limit for `session.json`.
     public static let defaultMaxBytes = 16 * 1024 * 1024
 
     /// The document, or every issue found in it. Documents longer than `maxBytes` are refused
@@ -65,7 +65,7 @@ public enum SessionValidator {
 
 /// Every reason a `session.json` was refused. `description` has one issue a line.
 public struct SessionValidationError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// In the order found: the session's fields in BUNDLE.md's order, then each nested record.
+    /// In the order found: the session's fields in docs/bundle-format.md's order, then each nested record.
     /// Never empty.
     public let issues: [SessionIssue]
 

@@ -22,9 +22,9 @@ extension PostgresCheckpoints {
     /// and done in the file, which becomes done: importing twice adds nothing.
     /// A step done there under another server id is refused, naming it, before anything is written.
     ///
-    /// Rows go in batches of ``importBatch``, one statement each: a statement a row took about
-    /// 0.1 ms each, and a spool of 2,000 bundles of 50 records (100,000 steps) outlasted the
-    /// statement wait and could not be migrated at all.
+    /// Rows go in batches of ``importBatch``, one statement each: with a statement a row, a spool
+    /// of 100,000 steps outlasted the statement wait and could not be migrated at all
+    /// (BENCHMARKS.md, "migrate in batches").
     public func importCheckpoints(
         steps: [StepRecord], bundles: [BundleState], runs: [RunRecord],
         referenceLists: [ReferenceList: CachedReferenceList], sessions: [String: SessionBinding] = [:],

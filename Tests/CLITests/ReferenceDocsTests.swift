@@ -4,7 +4,8 @@ import Testing
 
 /// Each exit code, setting and failure reason the code knows is documented where an operator
 /// looks it up: the reference pages in docs/ and the man page (issue 36: the man page is written
-/// by hand, so it is checked against the code's own lists here).
+/// by hand, so it is checked against the code's own lists here). And what the code's comments
+/// cite is in the repository: a file that ships, a benchmark entry BENCHMARKS.md holds.
 @Suite struct ReferenceDocsTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
@@ -42,6 +43,45 @@ import Testing
             #expect(man.contains("\(setting.key):"), "the man page's JOB FILE lacks \(setting.key)")
             #expect(man.contains(setting.environmentVariable), "the man page lacks \(setting.environmentVariable)")
         }
+    }
+
+    @Test("comments cite files that ship, and every BENCHMARKS.md entry they quote is in it")
+    func commentsCiteWhatShips() throws {
+        let benchmarks = Self.normalized(try Self.read("BENCHMARKS.md"))
+        let sources = Self.repository.appendingPathComponent("Sources")
+        let files = try #require(FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil))
+            .compactMap { $0 as? URL }.filter { $0.pathExtension == "swift" }
+        #expect(files.count > 100, "Sources/ read from \(sources.path)")
+        let citedFile = try Regex(#"[A-Za-z0-9_/-]+\.md\b"#)
+        let quotedEntry = try Regex(#"BENCHMARKS\.md, "([^"]+)""#)
+        for file in files {
+            let name = file.path.dropFirst(Self.repository.path.count + 1)
+            let comments = Self.commentText(of: try String(contentsOf: file, encoding: .utf8))
+            for match in comments.matches(of: citedFile) {
+                let cited = String(comments[match.range])
+                let ships = FileManager.default.fileExists(atPath: Self.repository.appendingPathComponent(cited).path)
+                #expect(ships, "\(name) cites \(cited), which does not ship")
+            }
+            for match in comments.matches(of: quotedEntry) {
+                let quoted = Self.normalized(String(try #require(match.output[1].substring)))
+                let held = benchmarks.contains(quoted)
+                #expect(held, "\(name) quotes \"\(quoted)\" of BENCHMARKS.md, which lacks it")
+            }
+        }
+    }
+
+    /// The text of a file's whole-line comments, joined by spaces: a citation may wrap.
+    static func commentText(of source: String) -> String {
+        source.split(separator: "\n").compactMap { line -> Substring? in
+            let code = line.drop { $0 == " " }
+            guard code.hasPrefix("//") else { return nil }
+            return code.drop { $0 == "/" }.drop { $0 == " " }
+        }.joined(separator: " ")
+    }
+
+    /// `text` with every run of white space as one space.
+    static func normalized(_ text: String) -> String {
+        text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
     }
 
     @Test("every named failure reason is in docs/spool.md's table of reasons and in the man page")

@@ -97,7 +97,7 @@ public struct APIClient: Sendable {
         // the API (a "created" from a login page). A 3xx is the configuration's fault (exit 78).
         configuration.redirectConfiguration = .disallow
         // No spans: the worker bootstraps no tracer, and the default (a no-op one) still built
-        // each request's attributes, parsing its URL again: 3.7% of the event loops' time.
+        // each request's attributes, parsing its URL again (BENCHMARKS.md, "No tracing spans").
         configuration.tracing.tracer = nil
         if let caFile = network.caFile {
             var tls = TLSConfiguration.makeClientConfiguration()

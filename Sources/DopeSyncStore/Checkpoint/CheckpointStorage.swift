@@ -90,7 +90,7 @@ public final class SpoolClaims: ClaimStorage {
     /// this one (the binary is this build's since) and holds that lock once its settings and token
     /// are read, within seconds: the asks are for one that took it after this run did (a run
     /// waiting out min-age takes it long before its first hold). Not at every hold: reading
-    /// `/proc/locks` cost 5 ms a bundle at 64 bundles at once.
+    /// `/proc/locks` is slow beside a hold (BENCHMARKS.md, "The hold's cost").
     struct OlderRunsWatch {
         static let interval: Duration = .seconds(60)
         private(set) var seen: Bool

@@ -15,7 +15,8 @@ import SQLiteSupport
 /// - `synchronous = NORMAL`: a commit is durable once the WAL is synced at checkpoint, so a power loss can
 ///   lose the last few commits but never corrupts the file. Losing a step's result is harmless: the step is
 ///   sent again with the same deterministic `Idempotency-Key` and byte-identical body, and a server that
-///   honours keys replays its first answer. FULL measured ~300 commits/s on these disks, NORMAL ~37,000.
+///   honours keys replays its first answer. FULL, which syncs at every commit, is far slower
+///   (BENCHMARKS.md, "synchronous NORMAL against FULL").
 /// - Methods block the calling thread for the length of one short transaction (or the busy timeout);
 ///   a run calls them through its ``CheckpointWriter``, on a thread of their own.
 ///

@@ -26,8 +26,8 @@ import ThreadRules
 /// on a descriptor of its own. So it ends with the process whatever ends it, another descriptor of
 /// the same process is refused too, and no file is made per session: the worker made one in
 /// `.sessions/` for each, and on a file system that searches long for a free inode (ext4 without
-/// a journal, after many deletions) that cost 3-6% of a run's CPU (BENCHMARKS.md, 2026-12-07,
-/// third session). Two sessions whose ids share a byte wait for each other: with 2^31 bytes and
+/// a journal, after many deletions) that cost a run CPU it could measure (BENCHMARKS.md,
+/// "The hold's cost"). Two sessions whose ids share a byte wait for each other: with 2^31 bytes and
 /// 64 bundles uploading, one bundle in 30 million waits for a later run so.
 ///
 /// Builds from 2026-11-28 to 2026-12-07 locked `.sessions/ID` with `flock` instead. Once a run has

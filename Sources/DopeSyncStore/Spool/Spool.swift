@@ -188,9 +188,8 @@ extension Spool {
     /// with `.` and do not end in `.tmp` or `.part`. A file with an mtime in the future (a producer's
     /// clock ahead) waits until then.
     ///
-    /// Cost: one `readdir` pass and one `fstatat` per candidate name, then a sort. Measured on this project's
-    /// machines: 0.37 s for 100,000 files in a release build, the same as `find -printf '%T@' | sort`
-    /// (most of it is the kernel's stat); about 1 s in a debug build.
+    /// Cost: one `readdir` pass and one `fstatat` per candidate name, then a sort: about what
+    /// `find -printf '%T@' | sort` takes, most of it the kernel's stat (BENCHMARKS.md, "the scan").
     public func scan(now: Date = Date(), minAge: Duration = .seconds(5)) throws(SpoolError) -> [SpoolEntry] {
         let (seconds, attoseconds) = minAge.components
         let cutoff = now.timeIntervalSince1970 - (Double(seconds) + Double(attoseconds) / 1e18)
