@@ -84,7 +84,7 @@ public final class StoreLock: Sendable {
     package static let seesEveryProcessesLocks: Bool = {
         var name = [CChar](repeating: 0, count: 64)
         let length = readlink("/proc/self/ns/pid", &name, name.count - 1)
-        return length > 0 && String(cString: name) == "pid:[4026531836]"
+        return length > 0 && String(cCharacters: name) == "pid:[4026531836]"
     }()
 
     /// Takes the lock in `mode` without waiting: nil while the other kind holds it. Throws when

@@ -45,7 +45,7 @@ public enum SystemClock {
         let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !id.isEmpty else { return nil }
         var name = [CChar](repeating: 0, count: 256)
-        let host = gethostname(&name, name.count - 1) == 0 ? String(cString: name) : ""
+        let host = gethostname(&name, name.count - 1) == 0 ? String(cCharacters: name) : ""
         return "\(host)/\(id)"
     }()
 }
