@@ -13,7 +13,7 @@ import DopeSync
 /// out-of-memory) is a finding.
 @main
 enum BundleReaderFuzz {
-    /// BUNDLE.md's defaults, with the byte limits lowered so that a decompression bomb costs a few
+    /// docs/bundle-format.md's defaults, with the byte limits lowered so that a decompression bomb costs a few
     /// milliseconds and the fuzzer reaches every limit often. The checks are the same code.
     static let limits: BundleLimits = {
         var limits = BundleLimits()

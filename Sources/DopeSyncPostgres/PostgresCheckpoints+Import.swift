@@ -24,7 +24,7 @@ extension PostgresCheckpoints {
     ///
     /// Rows go in batches of ``importBatch``, one statement each: with a statement a row, a spool
     /// of 100,000 steps outlasted the statement wait and could not be migrated at all
-    /// (BENCHMARKS.md, "migrate in batches").
+    /// (BENCHMARKS.md, "Migrate in batches").
     public func importCheckpoints(
         steps: [StepRecord], bundles: [BundleState], runs: [RunRecord],
         referenceLists: [ReferenceList: CachedReferenceList], sessions: [String: SessionBinding] = [:],

@@ -4,7 +4,7 @@ import Testing
 
 @testable import DopeSync
 
-/// One bad bundle per rule of BUNDLE.md's "What makes a bundle unacceptable", each refused
+/// One bad bundle per rule of docs/bundle-format.md (its rules and "Limits"), each refused
 /// with a reason that names the culprit.
 @Suite struct RefusedBundlesTests {
     struct Case: Sendable, CustomTestStringConvertible {
@@ -49,7 +49,7 @@ import Testing
         }
     }
 
-    /// bsdtar writing a format BUNDLE.md refuses, from a valid layout.
+    /// bsdtar writing a format docs/bundle-format.md refuses, from a valid layout.
     static func bsdtarFormat(_ format: String) -> @Sendable (URL) async throws -> URL {
         { directory in
             let source = directory.appendingPathComponent("s")

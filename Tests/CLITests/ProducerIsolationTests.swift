@@ -7,7 +7,7 @@ import Testing
     import Glibc
 #endif
 
-/// Producers cannot list or read each other's files in `tmp/` and `incoming/` (WORKER.md, "The spool"), and
+/// Producers cannot list or read each other's files in `tmp/` and `incoming/` (docs/spool.md, "What a producer can see"), and
 /// the worker still reads and syncs every producer's bundle: proved on the spool the Debian package makes,
 /// packaging/deb/dopesync/tmpfiles.conf (the folders' owners, modes and default ACLs), applied by
 /// `systemd-tmpfiles --create` as postinst and every boot apply it, to a spool in a temporary folder. Its

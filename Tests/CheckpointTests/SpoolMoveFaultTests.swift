@@ -9,7 +9,7 @@ import Testing
     import Glibc
 #endif
 
-/// Moves over a network file system (WORKER.md, "Several hosts"): a rename or link over NFS can
+/// Moves over a network file system (docs/operations.md, "Several hosts"): a rename or link over NFS can
 /// report an error for what it did, when the client sent the request again and the answer to the
 /// first was lost. "A file move that reports an error but happened counts as done; a bundle is never
 /// lost or found in two folders." Real files; the faults are injected into the calls the moves are

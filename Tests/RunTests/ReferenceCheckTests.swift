@@ -5,7 +5,7 @@ import Testing
 
 @testable import DopeSync
 
-/// WORKER.md, "References before the first step": the ids a bundle names are checked against the
+/// docs/api.md, "Reference lists": the ids a bundle names are checked against the
 /// dev server's reference lists before anything of it is sent, over real sockets.
 @Suite struct ReferenceCheckTests {
     @Test(

@@ -17,7 +17,7 @@ extension APIClient {
 
     /// `GET path`, for looking records up before a step is sent again. Bodies up to 16 MiB
     /// (a session tree of thousands of records).
-    /// What the API says of the current token alone (docs/api.md, "What each answer does": 401 or 403).
+    /// What the API says of the current token alone (docs/troubleshooting.md, "Exit 77: credentials refused").
     enum TokenCheck: Equatable {
         /// A request that needs nothing else was answered: the token is taken.
         case accepted
@@ -44,7 +44,7 @@ extension APIClient {
         return .nothingToAsk
     }
 
-    /// Whose a refusal of a bundle's request that stood is (docs/api.md, "What each answer does": 401 or 403).
+    /// Whose a refusal of a bundle's request that stood is (docs/troubleshooting.md, "Exit 77: credentials refused").
     enum TokenVerdict: Equatable {
         /// The bundle's: deferred, counted, and the other bundles go on.
         case bundles
