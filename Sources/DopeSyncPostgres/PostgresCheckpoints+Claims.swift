@@ -33,13 +33,7 @@ extension PostgresCheckpoints: ClaimStorage {
                 modified: mtime)
         ).first.map { row throws(CheckpointError) in try Self.decode(row, "epoch") }
         let askUntil = askedAt + Self.orphanTakeoverPatience(settings)
-        var asked = false
         while epoch == nil {
-            if asked {
-                do { try await sleepOnLoop(for: Self.orphanTakeoverPause) } catch { break }
-                askedAt = .now
-            }
-            asked = true
             // Known: free, or its lease has run out. A claim another worker is taking this instant
             // is skipped, not waited for; `takeable` says whether the row, locked or not, was free
             // or run out as the statement began.
@@ -86,6 +80,8 @@ extension PostgresCheckpoints: ClaimStorage {
             // delivered when a partition heals, fenced and harmless) is asked again a few times:
             // skipped, it would wait for the next run. Anything else is another worker's.
             guard epoch == nil, orphan, try Self.decode(row, "takeable") as Bool, askedAt < askUntil else { break }
+            do { try await sleepOnLoop(for: Self.orphanTakeoverPause) } catch { break }
+            askedAt = .now
         }
         guard let epoch else { return false }
         leaseBook.withLock { $0.acquired(name, epoch: epoch, askedAt: askedAt) }
