@@ -34,17 +34,22 @@ func waitUntilEveryLeaseHasRunOut(_ database: SharedDatabase) async throws {
 }
 
 /// Asks `database` `question` (a query of one boolean) until it answers true, a minute at most,
-/// then records that `what` was never seen: for what another process does that only the
-/// database sees (a psql session's lock, a worker's statement, sessions ending).
+/// inside the server as ``waitUntilEveryLeaseHasRunOut(_:)`` waits: one psql, not one a try. For
+/// what another process does that only the database sees (a psql session's lock, a worker's
+/// statement, sessions ending). Never true, it throws the server's error naming `what`.
 func waitUntil(_ database: SharedDatabase, _ what: String, _ question: String) async throws {
-    let deadline = ContinuousClock.now + .seconds(60)
-    while try await database.psql(question) != "t" {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("never seen: \(what)")
-            return
-        }
-        await Task.yield()
-    }
+    try await database.psql(
+        """
+        DO $$ BEGIN
+          FOR attempt IN 1..6000 LOOP
+            -- pg_stat_activity is read once a transaction unless its snapshot is let go.
+            PERFORM pg_stat_clear_snapshot();
+            IF (\(question)) THEN RETURN; END IF;
+            PERFORM pg_sleep(0.01);
+          END LOOP;
+          RAISE EXCEPTION 'never seen in a minute: %', '\(what.replacingOccurrences(of: "'", with: "''"))';
+        END $$
+        """)
 }
 
 /// The question for ``waitUntil(_:_:_:)`` whether a session of the database other than the
