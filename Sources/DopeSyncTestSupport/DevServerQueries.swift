@@ -88,12 +88,14 @@ public struct LoggedRequest: Decodable, Sendable {
     /// The `Idempotency-Key` sent, if any.
     public var key: String?
     public var status: Int
+    /// Whether the server answered it as a replay of what its key had already created.
+    public var replayed: Bool
     /// When its head arrived, in milliseconds since the server started (entries are listed as
     /// they are answered).
     public var receivedMs: Double
 
     enum CodingKeys: String, CodingKey {
-        case method, path, status, receivedMs
+        case method, path, status, replayed, receivedMs
         case key = "idempotencyKey"
     }
 }

@@ -171,14 +171,16 @@ import Testing
                 let wake = try #require(logged.first { $0.path.hasPrefix("/admin/requests") }).receivedMs
                 // The pause comes as a request's head arrives, so the server may see the rest of
                 // that request after the wake: the fence cuts its body short, and the server
-                // creates nothing. Nothing else reaches it (one bundle, one request in flight), and
-                // nothing completes. What still gets through is a pause between the fence's last
-                // question and the body's write, which no client can close (ARCHITECTURE.md): 1 case
-                // in 8 under ASan with the cores oversubscribed.
+                // creates nothing. Nothing else reaches it (one bundle, one request in flight). What
+                // still gets through is a pause between the fence's last question and the body's
+                // write, which no client can close (ARCHITECTURE.md): about 1 run in 25 here, 1 in
+                // 8 under ASan. Its key then makes it a replay of what host-b created; an API that
+                // ignores keys creates it twice, which `expectAllSyncedOnce` below reports.
                 let afterWaking = logged.filter { !$0.path.hasPrefix("/admin") }
                 #expect(
-                    afterWaking.allSatisfy { !(200..<300).contains($0.status) && $0.receivedMs < wake }
-                        && afterWaking.count <= 1,
+                    afterWaking.allSatisfy { late in
+                        late.receivedMs < wake && (!(200..<300).contains(late.status) || late.replayed)
+                    } && afterWaking.count <= 1,
                     """
                     sent after waking (woken at \(wake) ms): \(afterWaking.map { "\($0.method) \($0.path) \($0.status), head at \($0.receivedMs) ms" })
                     the woken worker's log:
