@@ -1,9 +1,10 @@
 # dopesync: `make demo` runs the whole job end to end; `make test` runs every test.
 SWIFT ?= swift
-SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config
+SYSTEM_PACKAGES := libarchive-dev libsqlite3-dev pkg-config libfuse3-dev
 # Tools the tests drive as real archive producers (GNU tar, bsdtar, zip, zstd, xz, bzip2), what
-# the demo and the benchmark's plain-script comparison call (curl, jq, python3), and the C
-# compiler that builds the stalled file system's preloaded library (StalledSpoolTests), and `nm`,
+# the demo and the benchmark's plain-script comparison call (curl, jq, python3), the C compiler
+# that builds the tests' preloaded libraries and, with libfuse3, the stalling file system
+# (StalledSpoolTests), and `nm`,
 # which reads which modules `dopesync-bundle` links (BundleToolLinkageTests).
 TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 
