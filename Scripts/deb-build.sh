@@ -235,13 +235,13 @@ install -D -m 0644 jobs/prometheus/dopesync.rules.yml "$ROOT/usr/share/dopesync/
 install -D -m 0644 jobs/prometheus/dopesync.rules.test.yml "$ROOT/usr/share/dopesync/prometheus/dopesync.rules.test.yml"
 install -D -m 0644 jobs/grafana/dopesync-dashboard.json "$ROOT/usr/share/dopesync/grafana/dopesync-dashboard.json"
 
-# The documentation, as in the repository: README.md, and docs/*.md beside it in docs/, so that
+# The documentation, as in the repository: README.md, and docs/*.md (and api.yaml) in docs/, so that
 # the README's links (docs/spool.md, ...) and the docs' links to each other work where installed.
 # Not compressed (dh_compress would, above 4 kB): a link to docs/spool.md must find that name.
 DOC="$ROOT/usr/share/doc/dopesync"
 install -m 0644 README.md "$DOC/README.md"
 install -d "$DOC/docs"
-install -m 0644 docs/*.md docs/*.png "$DOC/docs/"   # and the pictures they show
+install -m 0644 docs/*.md docs/*.png docs/api.yaml "$DOC/docs/"   # the pictures they show, the API's description
 # Relative links the installed documents hold that lead to no installed file (information only:
 # ARCHITECTURE.md, the man page's source, are not installed there).
 (cd "$DOC" && for md in README.md docs/*.md; do

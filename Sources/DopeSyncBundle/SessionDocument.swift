@@ -222,7 +222,7 @@ extension SessionDocument {
     /// One use of an image by a group: what the archive reader checks against `images/<fileName>`
     /// and what the uploader sends, in this order.
     public struct ImageReference: Sendable, Equatable {
-        /// The image's part in the upload request (`role` in api.yaml).
+        /// The image's part in the upload request (`role` in docs/api.yaml).
         public enum Role: String, Sendable, Equatable {
             case photo
             case original

@@ -6,7 +6,7 @@
 ///   `missing_field`.
 /// - Integer fields take integer literals only: `1.5`, `1.0` and `1e2` are `wrong_type`; an
 ///   integer literal beyond 64 bits is `out_of_range`.
-/// - "Characters" in `notes` are Unicode scalars, as JSON Schema's `maxLength` in api.yaml
+/// - "Characters" in `notes` are Unicode scalars, as JSON Schema's `maxLength` in docs/api.yaml
 ///   counts them, so the server agrees on the limit.
 /// - UUIDs are the 8-4-4-4-12 hex form in either case; the model keeps them lowercase, and
 ///   duplicates are found on that form. Version and variant bits are not checked.

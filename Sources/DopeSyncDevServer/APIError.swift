@@ -5,7 +5,7 @@ import Hummingbird
 ///
 /// Its body is the spec's `{"error": {"code": ..., "message": ..., "field": ...}}`.
 struct APIError: Error, Sendable {
-    /// The stable codes of api.yaml (`Error.error.code`).
+    /// The stable codes of docs/api.yaml (`Error.error.code`).
     struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String {
             case validationFailed = "validation_failed"
@@ -34,7 +34,7 @@ struct APIError: Error, Sendable {
         static let idempotencyKeyInUse = Code(.idempotencyKeyInUse)
         static let idempotencyKeyReused = Code(.idempotencyKeyReused)
         static let rateLimited = Code(.rateLimited)
-        /// Not in api.yaml's list (which names no 405): the path exists, the method is not one it takes.
+        /// Not in docs/api.yaml's list (which names no 405): the path exists, the method is not one it takes.
         static let methodNotAllowed = Code(.methodNotAllowed)
         static let `internal` = Code(.internal)
 

@@ -8,11 +8,11 @@ import NIOSSL
 import ServiceLifecycle
 import UnixSignals
 
-/// The TrueDope API on loopback (api.yaml), for demos, tests and benchmarks.
+/// The TrueDope API on loopback (docs/api.yaml), for demos, tests and benchmarks.
 ///
 /// Start it in-process with ``run(configuration:logger:handlingSignals:shutdown:shutdownGrace:onListening:)`` (tests
 /// usually go through `withDevServer` in DopeSyncTestSupport), or as the `dopesync-devserver`
-/// executable. Routes: every path of api.yaml under `/api`, and the admin routes documented on
+/// executable. Routes: every path of docs/api.yaml under `/api`, and the admin routes documented on
 /// ``AdminRoutes`` under `/admin`.
 public enum DevServer {
     public static let name = "dopesync-devserver"

@@ -35,7 +35,7 @@ public struct DevServerConfiguration: Sendable {
     /// or load balancer that redirects, and a page that looks like a create. Nothing is stored.
     /// `--redirect STATUS`, default none.
     public var redirectStatus: Int? = nil
-    /// Answer a new record's 201 with `{"id": N}` alone, without the `clientId` api.yaml requires
+    /// Answer a new record's 201 with `{"id": N}` alone, without the `clientId` docs/api.yaml requires
     /// (replays keep the full body). `--answer-creates-without-client-id`, default off.
     public var answerCreatesWithoutClientID: Bool = false
     /// Where ``redirectStatus`` points.

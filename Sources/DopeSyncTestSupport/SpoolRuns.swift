@@ -41,7 +41,7 @@ extension Spool {
     }
 }
 
-/// Whether the dev server honours `Idempotency-Key` (api.yaml) or ignores it, as an existing
+/// Whether the dev server honours `Idempotency-Key` (docs/api.yaml) or ignores it, as an existing
 /// backend may: exactly once must hold against both (the second through look-before-resend).
 /// The arguments of every test that proves it.
 public let keysHonouredOrIgnored = [true, false]

@@ -55,7 +55,7 @@ import Testing
         }
         #expect(files.count > 200, "Swift files read under \(Self.repository.path)")
         // Not `\b`: Swift's default word boundary finds none between a name and its `'s`.
-        let citedFile = try Regex(#"[A-Za-z0-9_/-]+\.md(?![A-Za-z0-9_])"#)
+        let citedFile = try Regex(#"[A-Za-z0-9_/-]+\.(md|yaml)(?![A-Za-z0-9_])"#)
         let quotedEntry = try Regex(#"BENCHMARKS\.md, "([^"]+)""#)
         var (citations, quotes) = (0, 0)
         for file in files {

@@ -6,7 +6,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
-/// Integration: every endpoint of api.yaml against a real server on port 0.
+/// Integration: every endpoint of docs/api.yaml against a real server on port 0.
 @Suite struct EndpointTests {
     @Test func healthNeedsNoToken() async throws {
         try await withDevServer { server in
@@ -165,7 +165,7 @@ import Testing
         }
     }
 
-    /// HEAD is not in api.yaml, so it is a method like any other: 405 on a path that exists.
+    /// HEAD is not in docs/api.yaml, so it is a method like any other: 405 on a path that exists.
     @Test func aMethodThatAPathDoesNotTakeIs405WithAllow() async throws {
         try await withDevServer { server in
             let client = DevServerClient(server)

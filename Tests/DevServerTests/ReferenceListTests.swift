@@ -4,7 +4,7 @@ import Foundation
 import NIOHTTP1
 import Testing
 
-/// `GET /api/rifles`, `/api/ammunition`, `/api/locations`: api.yaml's reference lists, from the
+/// `GET /api/rifles`, `/api/ammunition`, `/api/locations`: docs/api.yaml's reference lists, from the
 /// server's reference tables, with ETags, 304s and their reads counted in `/admin/stats`.
 @Suite struct ReferenceListTests {
     static func ids(_ response: APIResponse) -> [Int] {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import DopeSync
 
-/// The look before a resend, as a value: a session tree as api.yaml gives it, asked about the
+/// The look before a resend, as a value: a session tree as docs/api.yaml gives it, asked about the
 /// steps of a plan. No server, no disk.
 @Suite struct ServerTreeTests {
     /// A plan for `sample` (images of `sample`, recognised as the reader would).

@@ -45,7 +45,7 @@ import Testing
         #expect(document.session.groupEntries[0].measurement?.cep50 == nil)
     }
 
-    /// Notes count Unicode scalars, as api.yaml's `maxLength` does: 5,000 "é" written as
+    /// Notes count Unicode scalars, as docs/api.yaml's `maxLength` does: 5,000 "é" written as
     /// e + combining accent are 5,000 Characters but 10,000 scalars, which is the limit.
     @Test(arguments: [(5_000, true), (5_001, false)])
     func notesCountUnicodeScalars(accentedLetters: Int, isValid: Bool) throws {

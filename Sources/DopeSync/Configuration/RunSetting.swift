@@ -141,7 +141,7 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
         self.message = message
     }
 
-    /// `jobs/prod.yaml:7: concurency: unknown key (did you mean concurrency?) [unknown_key]`
+    /// `jobs/production.yaml:7: concurency: unknown key (did you mean concurrency?) [unknown_key]`
     public var description: String {
         let place: String =
             switch source {

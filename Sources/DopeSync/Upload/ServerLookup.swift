@@ -1,7 +1,7 @@
 import Logging
 import Synchronization
 
-/// Whether the API answers the lookups of api.yaml (`GET /api/sessions?clientId=` and
+/// Whether the API answers the lookups of docs/api.yaml (`GET /api/sessions?clientId=` and
 /// `GET /api/sessions/{id}`), as learnt by the run. Shared by the run's uploaders.
 final class LookupSupport: Sendable {
     enum State: Sendable, Equatable {

@@ -1,4 +1,4 @@
-/// What the server holds of one session, from `GET /api/sessions/{id}` (api.yaml's SessionTree),
+/// What the server holds of one session, from `GET /api/sessions/{id}` (docs/api.yaml's SessionTree),
 /// indexed by the step keys of `UploadPlan`: the look before a step is sent again.
 ///
 /// A value, built from the answer's bytes and asked about steps; no I/O, so every rule of the

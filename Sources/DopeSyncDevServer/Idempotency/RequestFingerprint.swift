@@ -1,7 +1,7 @@
 import Crypto
 import Hummingbird
 
-/// SHA-256 over the method, the path and the exact body bytes, as api.yaml defines a request's
+/// SHA-256 over the method, the path and the exact body bytes, as docs/api.yaml defines a request's
 /// identity for idempotency. Fed while the body is read, so no second pass over an image.
 struct RequestFingerprint {
     private var hasher = SHA256()

@@ -35,7 +35,7 @@ enum ReferenceKind: Sendable {
     }
 }
 
-/// One property of a request schema in api.yaml.
+/// One property of a request schema in docs/api.yaml.
 struct FieldRule: Sendable {
     enum ValueType: Sendable {
         case uuid
@@ -61,7 +61,7 @@ struct FieldRule: Sendable {
     }
 }
 
-/// A request schema: its fields in the order api.yaml lists them (which is the stored order).
+/// A request schema: its fields in the order docs/api.yaml lists them (which is the stored order).
 struct RecordSchema: Sendable {
     let fields: [FieldRule]
 

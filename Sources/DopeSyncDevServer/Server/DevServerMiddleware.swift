@@ -3,7 +3,7 @@ import Hummingbird
 import Logging
 
 extension HTTPField.Name {
-    /// Marks a replayed response (api.yaml's `Replayed` header).
+    /// Marks a replayed response (docs/api.yaml's `Replayed` header).
     static let idempotentReplayed = HTTPField.Name("Idempotent-Replayed")!
     static let idempotencyKey = HTTPField.Name("Idempotency-Key")!
 }
@@ -117,7 +117,7 @@ struct DevServerMiddleware: RouterMiddleware {
         record(
             request, path: path, status: response.status.code, replayed: replayed, fault: fault, since: started,
             context: context)
-        // No route takes HEAD (api.yaml has none): its 405 or 404 goes out with headers only.
+        // No route takes HEAD (docs/api.yaml has none): its 405 or 404 goes out with headers only.
         if request.method == .head { return response.createHeadResponse() }
         if let slow = state.configuration.slowBody, slow.applies(method: request.method.rawValue, path: path) {
             let body = response.body

@@ -1,7 +1,7 @@
 import HTTPTypes
 import Hummingbird
 
-/// The routes of api.yaml and the admin routes, on one router.
+/// The routes of docs/api.yaml and the admin routes, on one router.
 enum DevServerRoutes {
     static func router(state: DevServerState) -> Router<DevServerRequestContext> {
         var routes = apiRoutes(state: state) + AdminRoutes.routes(state: state)
@@ -30,7 +30,7 @@ enum DevServerRoutes {
         return router
     }
 
-    /// Every path and method of api.yaml.
+    /// Every path and method of docs/api.yaml.
     static func apiRoutes(state: DevServerState) -> [Route] {
         var routes = [
             Route(.get, "/api/health") { _, _ in
@@ -114,7 +114,7 @@ enum DevServerRoutes {
     }
 }
 
-/// Builds api.yaml's SessionTree from a session's rows, every record in creation order.
+/// Builds docs/api.yaml's SessionTree from a session's rows, every record in creation order.
 ///
 /// Each record is `{"id": …, <every stored field>}`; a chrono session adds `readings`, a group
 /// adds `measurement` (the first one created, absent if none), `measurements` (all of them,

@@ -2,7 +2,7 @@ import HTTPTypes
 import Hummingbird
 import Synchronization
 
-/// `GET /api/rifles`, `/api/ammunition` and `/api/locations`: api.yaml's reference lists, built
+/// `GET /api/rifles`, `/api/ammunition` and `/api/locations`: docs/api.yaml's reference lists, built
 /// from the server's reference tables as they are at the request (so `/admin/references`
 /// changes them), each with an `ETag` that `If-None-Match` turns into a 304.
 ///

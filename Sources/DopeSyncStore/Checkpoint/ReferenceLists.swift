@@ -59,7 +59,7 @@ public struct ReferenceUse: Sendable, Equatable {
     }
 }
 
-/// The three lists of api.yaml that say which ids a credential may reference.
+/// The three lists of docs/api.yaml that say which ids a credential may reference.
 public enum ReferenceList: String, Sendable, CaseIterable {
     case rifles, ammunition, locations
 

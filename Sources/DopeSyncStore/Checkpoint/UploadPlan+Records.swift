@@ -43,7 +43,7 @@ struct StepBuilder {
     }
 }
 
-/// The request body of each kind of record, as api.yaml names its fields.
+/// The request body of each kind of record, as docs/api.yaml names its fields.
 enum RecordBody {
     static func session(_ session: SessionDocument.Session) -> JSONObject {
         var body = JSONObject()
