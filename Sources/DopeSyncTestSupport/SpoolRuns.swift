@@ -7,7 +7,7 @@ import Logging
 public func withTemporarySpool<T>(_ body: (Spool, URL) async throws -> T) async throws -> T {
     try await withTemporaryDirectory { directory in
         let spool = Spool(root: directory.appendingPathComponent("spool").path)
-        try spool.create()
+        try await spool.create()
         return try await body(spool, directory)
     }
 }

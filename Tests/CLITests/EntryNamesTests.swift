@@ -77,7 +77,7 @@ import Testing
         let env = Self.environments.first { $0.label == label }!.env
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
-            try spool.create()
+            try await spool.create()
             var samples: [SampleSession] = []
             for (index, producer) in Self.producers.enumerated() {
                 let sample = SampleSession(seed: 700 + UInt64(index)).renamingImages(to: Self.names)
@@ -91,8 +91,8 @@ import Testing
                 ]
                 let result = try await Self.dopesync(arguments, env: env + ["DOPESYNC_API_TOKEN=\(server.token)"])
                 #expect(result.status == 0, "\(label): \(result.stderr)")
-                #expect(try spool.list(.done).count == samples.count)
-                #expect(try spool.list(.failed).isEmpty)
+                #expect(try await spool.list(.done).count == samples.count)
+                #expect(try await spool.list(.failed).isEmpty)
                 for sample in samples {
                     let items = try #require(
                         (try await server.getJSON("/api/sessions?clientId=\(sample.sessionID)") as? [String: Any])?[

@@ -173,7 +173,7 @@ import Testing
             let report = try await runBuilt("dopesync", ["status", "--spool", spool.root, "--json"])
             #expect(
                 report.stdout.contains(#""failed":1"#) || report.stdout.contains(#""failed" : 1"#), "\(report.stdout)")
-            #expect(try spool.list(.failed).map(\.name) == ["x.error"])
+            #expect(try await spool.list(.failed).map(\.name) == ["x.error"])
             let requeue = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
             #expect(requeue.status == 0, "\(requeue.stderr)")
             #expect(try spool.names(.incoming) == ["x.error"] && spool.names(.failed).isEmpty)
@@ -210,7 +210,7 @@ import Testing
     func sidecarLookalikes() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let forged = "bundle: hidden.error\nfailed_at: 2026-01-01T00:00:00Z\nreason: x\n"
             try Data(forged.utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "hidden.error")))
             #expect(chown(spool.path(.failed, "hidden.error"), 65533, 65533) == 0)
@@ -220,7 +220,7 @@ import Testing
             // A sidecar whose bundle was moved away by hand: the worker's own, naming itself.
             let orphan = ErrorSidecar(bundle: "gone.tgz", failedAt: Date(), reason: FailureReason(rawValue: "x"))
             try Data(orphan.rendered().utf8).write(to: URL(fileURLWithPath: spool.path(.failed, "gone.tgz.error")))
-            #expect(try spool.list(.failed).map(\.name).sorted() == ["big.error", "hidden.error"])
+            #expect(try await spool.list(.failed).map(\.name).sorted() == ["big.error", "hidden.error"])
         }
     }
 

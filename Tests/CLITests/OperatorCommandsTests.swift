@@ -152,9 +152,9 @@ import Testing
             for name in ["held.tar.gz", "orphan.tar.gz"] {
                 _ = FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data("x".utf8))
             }
-            let entries = try spool.scan(minAge: .zero)
-            let held = try #require(try spool.claim(entries.first { $0.name == "held.tar.gz" }!))
-            try #require(try spool.claim(entries.first { $0.name == "orphan.tar.gz" }!)).release()
+            let entries = try await spool.scan(minAge: .zero)
+            let held = try #require(try await spool.claim(entries.first { $0.name == "held.tar.gz" }!))
+            try await #require(try await spool.claim(entries.first { $0.name == "orphan.tar.gz" }!)).release()
             let store = try CheckpointStore(spool: spool)
             try store.recordClaim(name: "held.tar.gz", owner: ClaimOwner(host: "h", pid: 42, runID: "r1"))
 
@@ -165,10 +165,10 @@ import Testing
             #expect(claims["orphan.tar.gz"]?.ownerAlive == false)
             #expect(held.isHeld)
             // status took nothing: the orphan can still be taken back, the held one cannot.
-            let processing = try spool.processingEntries()
-            #expect(try spool.claimOrphan(processing.first { $0.name == "held.tar.gz" }!) == nil)
-            #expect(try spool.claimOrphan(processing.first { $0.name == "orphan.tar.gz" }!) != nil)
-            held.release()
+            let processing = try await spool.processingEntries()
+            #expect(try await spool.claimOrphan(processing.first { $0.name == "held.tar.gz" }!) == nil)
+            #expect(try await spool.claimOrphan(processing.first { $0.name == "orphan.tar.gz" }!) != nil)
+            await held.release()
         }
     }
 
@@ -389,7 +389,7 @@ import Testing
             try store.recordDone(name: "d.tar.gz", sessionID: "session-d", now: old)
 
             // `migrate`'s lock, held here as a migration under way holds it.
-            let migration = try #require(try StoreLock.take(.exclusive, in: spool))
+            let migration = try #require(try await StoreLock.take(.exclusive, in: spool))
             let requeue = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
             #expect(requeue.status == 75, "\(requeue.stderr)")
             #expect(requeue.stderr.contains("`dopesync migrate` is copying"), "\(requeue.stderr)")
@@ -400,7 +400,7 @@ import Testing
             #expect(try store.bundleState(name: "f.tar.gz")?.lastOutcome == .failed)
             #expect(try store.bundleState(name: "d.tar.gz") != nil)
 
-            migration.release()
+            await migration.release()
             let requeued = try await runBuilt("dopesync", ["requeue", "--all", "--spool", spool.root])
             #expect(requeued.status == 0, "\(requeued.stderr)")
             #expect(try spool.names(.incoming) == ["f.tar.gz"])

@@ -128,7 +128,7 @@ import Testing
                     $0 == "/etc/dopesync/production.yaml" ? packageRoot() + "/jobs/production.yaml" : $0
                 }
                 // The package's tmpfiles make the spool; dopesync never makes one it was not asked to.
-                try Spool(root: directory.appendingPathComponent("spool").path).create()
+                try await Spool(root: directory.appendingPathComponent("spool").path).create()
                 let result = try await runBuilt(
                     "dopesync", arguments,
                     environment: [
@@ -181,7 +181,7 @@ import Testing
                 environment["DOPESYNC_SPOOL"] = directory.appendingPathComponent("spool").path
                 environment["DOPESYNC_API_URL"] = server.baseURL
                 // As the cron example's notes do: dopesync never makes a spool it was not asked to.
-                try Spool(root: directory.appendingPathComponent("spool").path).create()
+                try await Spool(root: directory.appendingPathComponent("spool").path).create()
                 for command in commands {
                     // The words from the subcommand on, up to the redirection into logger
                     // (`cd /var/spool/dopesync && dopesync run ... 2>&1 | logger -t dopesync`).

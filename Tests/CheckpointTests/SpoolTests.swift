@@ -214,18 +214,18 @@ import Testing
     @Test func anOrphanIsTakenBackAfterItsHolderProcessIsKilled() async throws {
         try arrive("b.tar.gz")
         let claim = try claimFirstDue()
-        claim.release()
+        await claim.release()
         let path = spool.path(.processing, "b.tar.gz")
 
         // Another process holds the bundle's lock.
         let holder = try await Spawned.holdingLock(on: path)
 
-        let entry = try #require(try spool.processingEntries().first)
-        #expect(try spool.claimOrphan(entry) == nil)  // a live holder
+        let entry = try #require(try await spool.processingEntries().first)
+        #expect(try await spool.claimOrphan(entry) == nil)  // a live holder
 
         holder.kill(SIGKILL)
         #expect(await holder.finished() == 128 + SIGKILL)
-        let taken = try #require(try spool.claimOrphan(entry))
+        let taken = try #require(try await spool.claimOrphan(entry))
         #expect(taken.name == "b.tar.gz")
     }
 
@@ -368,7 +368,7 @@ import Testing
     func retryTimeComesFromTheStore() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let store = try CheckpointStore(spool: spool)
             let now = Date()
             try writeFile(spool.path(.incoming, "deferred.tgz"), "d", modified: now.addingTimeInterval(-3600))
@@ -395,7 +395,7 @@ import Testing
     func aDeferralFromAClockThatWentBackIsDue() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let store = try CheckpointStore(spool: spool)
             let now = Date()
             for (name, recordedAhead) in [("slightly.tgz", 60.0), ("far.tgz", 86_400.0)] {
@@ -405,7 +405,8 @@ import Testing
                     now: now.addingTimeInterval(recordedAhead))
             }
             let queue = IncomingQueue(
-                incoming: try spool.list(.incoming), states: try store.bundlesInFlight(), now: now, minAge: .seconds(5))
+                incoming: try await spool.list(.incoming), states: try store.bundlesInFlight(), now: now,
+                minAge: .seconds(5))
             #expect(queue.due.map(\.name) == ["far.tgz"])
             #expect(queue.waitingForRetry.map(\.entry.name) == ["slightly.tgz"])
             #expect(queue.deferredAhead.map(\.entry.name) == ["far.tgz"])
@@ -419,7 +420,7 @@ import Testing
     func filesFromAClockThatWentBackAreDue() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let store = try CheckpointStore(spool: spool)
             let written = Date()
             try writeFile(spool.path(.incoming, "deferred.tgz"), "d", modified: written)
@@ -430,7 +431,7 @@ import Testing
             // the ctimes the kernel gave them, are a year ahead of it.
             let yearBefore = written.addingTimeInterval(-365 * 86_400)
             let queue = IncomingQueue(
-                incoming: try spool.list(.incoming), states: try store.bundlesInFlight(), now: yearBefore,
+                incoming: try await spool.list(.incoming), states: try store.bundlesInFlight(), now: yearBefore,
                 minAge: .seconds(5))
             #expect(queue.due.map(\.name).sorted() == ["deferred.tgz", "fresh.tgz"])
             #expect(queue.heldByMinAge.isEmpty && queue.waitingForRetry.isEmpty)
@@ -439,12 +440,12 @@ import Testing
             // whose mtime a producer set an hour ahead: its ctime is now.
             try writeFile(spool.path(.incoming, "ahead.tgz"), "a", modified: written.addingTimeInterval(3600))
             let justWritten = IncomingQueue(
-                incoming: try spool.list(.incoming), states: [:], now: written, minAge: .seconds(5))
+                incoming: try await spool.list(.incoming), states: [:], now: written, minAge: .seconds(5))
             #expect(justWritten.heldByMinAge.count == 3 && justWritten.due.isEmpty)
             // Read by a clock an hour behind the file server's (its ctimes an hour ahead): a file
             // being written is still held, whatever its times say.
             let serverAhead = IncomingQueue(
-                incoming: try spool.list(.incoming), states: [:], now: written.addingTimeInterval(-3600),
+                incoming: try await spool.list(.incoming), states: [:], now: written.addingTimeInterval(-3600),
                 minAge: .seconds(5))
             #expect(serverAhead.heldByMinAge.count == 3 && serverAhead.due.isEmpty)
         }
@@ -456,7 +457,7 @@ import Testing
     func aFirstSeenTimeAheadDoesNotHideABundlesAge() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let store = try CheckpointStore(spool: spool)
             let arrived = Date()
             try writeFile(spool.path(.incoming, "b.tgz"), "b", modified: arrived)
@@ -464,7 +465,7 @@ import Testing
                 name: "b.tgz", owner: ClaimOwner(host: "h", pid: 1, runID: "r"),
                 now: arrived.addingTimeInterval(365 * 86_400))
             let twoHoursOn = arrived.addingTimeInterval(7200)
-            let backlog = try SpoolBacklog.list(spool, inFlight: try store.bundlesInFlight(), now: twoHoursOn)
+            let backlog = try await SpoolBacklog.list(spool, inFlight: try store.bundlesInFlight(), now: twoHoursOn)
             let age = try #require(backlog.folders["incoming"]?.oldestAgeSeconds)
             #expect(abs(age - 7200) < 60, "from its ctime, not 0: \(age)")
         }
@@ -474,7 +475,7 @@ import Testing
     func arrivalOrderNotMtime() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.path)
-            try spool.create()
+            try await spool.create()
             let now = Date()
             // Arrives first, mtime now; then a file claiming to be from 2001. (Should both arrive in
             // one tick of the kernel's clock, their names keep the same order: sorting by mtime
@@ -483,7 +484,8 @@ import Testing
             try writeFile(
                 spool.path(.incoming, "second.tgz"), "2", modified: Date(timeIntervalSince1970: 1_000_000_000))
             let queue = IncomingQueue(
-                incoming: try spool.list(.incoming), states: [:], now: now.addingTimeInterval(60), minAge: .seconds(5))
+                incoming: try await spool.list(.incoming), states: [:], now: now.addingTimeInterval(60),
+                minAge: .seconds(5))
             #expect(queue.due.map(\.name) == ["first.tgz", "second.tgz"])
         }
     }

@@ -37,7 +37,7 @@ import Testing
     @Test(.enabled(if: !isChild)) func twoProcessesWriteTheSameDatabaseAtOnce() async throws {
         let folder = try TemporaryFolder("two-writers")
         let spool = Spool(root: folder.sub("spool"))
-        try spool.create()
+        try await spool.create()
         let count = 300
         let child = try await ChildProcess(role: "writer", spool: spool, count: count)
         try Self.write(spool: spool, prefix: "parent", count: count, startSignal: { try child.send("go") })
@@ -57,7 +57,7 @@ import Testing
     @Test(.enabled(if: !isChild)) func twoProcessesClaimingOneSpoolClaimEachBundleOnce() async throws {
         let folder = try TemporaryFolder("two-claimers")
         let spool = Spool(root: folder.sub("spool"))
-        try spool.create()
+        try await spool.create()
         let old = Date().addingTimeInterval(-60)
         for index in 0..<300 { try writeFile(spool.path(.incoming, "b\(index).tar.gz"), modified: old) }
         let store = try CheckpointStore(spool: spool)

@@ -50,7 +50,7 @@ import Testing
     func sigtermDuringReading() async throws {
         try await withTemporaryDirectory { directory in
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
-            try spool.create()
+            try await spool.create()
             // 64 GiB of zeros to hash: many minutes of reading, so only the stop can end it soon.
             try await HostileBundles.huge(
                 SampleSession(seed: 11), gigabytes: 64, at: URL(fileURLWithPath: spool.path(.incoming, "huge.tar")))

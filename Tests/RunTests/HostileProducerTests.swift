@@ -89,7 +89,7 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 2410).renamingImages(to: ["x.jpg\r\nX-Injected: yes"])
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
-            try spool.create()
+            try await spool.create()
             try await Self.packUncompressed(sample, named: "injected.tar", into: spool, scratch: directory)
             try await withDevServer { server in
                 let (_, status) = await runWorker(spool, apiURL: server.baseURL, token: server.token)
@@ -150,12 +150,12 @@ import Testing
         try await withTemporaryDirectory { directory in
             let sample = SampleSession(seed: 2430)
             let spool = Spool(root: directory.appendingPathComponent("spool").path)
-            try spool.create()
+            try await spool.create()
             try await Self.packUncompressed(sample, named: "b.tar", into: spool, scratch: directory)
             try await Self.packUncompressed(
                 SampleSession(seed: 2431), named: "other.tar", into: spool, scratch: directory)
-            let entry = try #require(try spool.scan(minAge: .zero).first { $0.name == "b.tar" })
-            let claimed = try #require(try spool.claim(entry))
+            let entry = try #require(try await spool.scan(minAge: .zero).first { $0.name == "b.tar" })
+            let claimed = try #require(try await spool.claim(entry))
             #expect(throws: Never.self) {
                 try BundleInspector().inspect(path: claimed.path, expected: claimed.identity)
             }

@@ -46,7 +46,7 @@ import Testing
                         spool, apiURL: server.baseURL, token: server.token,
                         ["--ca-file", certificates.caCertificatePath])
                     #expect(status == 0, "\(output)")
-                    #expect(Set(try spool.list(.done).map(\.name)).isSuperset(of: names))
+                    #expect(Set(try await spool.list(.done).map(\.name)).isSuperset(of: names))
                     #expect(try await server.createdCounts()["session"] == 3)
                 }
             }
@@ -72,7 +72,7 @@ import Testing
                 #expect(status == 78, "\(output)")
                 #expect(output.contains("the server speaks TLS: use https://"), "\(output)")
             }
-            #expect(Set(try spool.list(.incoming).map(\.name)) == Set(names))
+            #expect(Set(try await spool.list(.incoming).map(\.name)) == Set(names))
             let store = try CheckpointStore(spool: spool)
             for name in names { #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0) }
         }
@@ -93,7 +93,7 @@ import Testing
                     #expect(output.contains("the server speaks TLS: use https://"), "\(output)")
                 }
             }
-            #expect(try spool.list(.incoming).map(\.name) == names)
+            #expect(try await spool.list(.incoming).map(\.name) == names)
         }
     }
 
@@ -142,8 +142,9 @@ import Testing
                 #expect(status == 76, "\(output)")
                 #expect(output.contains("TLS certificate cannot be trusted"), "\(output)")
                 #expect(output.contains("--ca-file"), "the message says what to do: \(output)")
-                #expect(Set(try spool.list(.incoming).map(\.name)) == Set(names))
-                #expect(try spool.list(.failed).isEmpty && spool.list(.processing).isEmpty)
+                #expect(Set(try await spool.list(.incoming).map(\.name)) == Set(names))
+                #expect(try await spool.list(.failed).isEmpty)
+                #expect(try await spool.list(.processing).isEmpty)
                 let store = try CheckpointStore(spool: spool)
                 for name in names { #expect(try store.bundleState(name: name)?.attempts ?? 0 == 0) }
                 #expect(try await server.createdCounts()["session", default: 0] == 0)
@@ -161,7 +162,7 @@ import Testing
                     spool, apiURL: server.baseURL, token: server.token, ["--ca-file", certificates.caCertificatePath])
                 #expect(status == 76, "\(output)")
                 #expect(output.contains("TLS certificate cannot be trusted"), "\(output)")
-                #expect(try spool.list(.incoming).count == 1)
+                #expect(try await spool.list(.incoming).count == 1)
             }
         }
     }
@@ -187,7 +188,7 @@ import Testing
                     let (status, output) = try await runToEnd(
                         spool, apiURL: server.baseURL, token: server.token, environment: ["http_proxy": proxy.url])
                     #expect(status == 0, "\(output)")
-                    #expect(try spool.list(.done).count == 3)
+                    #expect(try await spool.list(.done).count == 3)
                     let counts = proxy.snapshot
                     let seen = try await server.requestLog()
                     #expect(counts.tunnels >= 1)
@@ -213,7 +214,7 @@ import Testing
                         ["--ca-file", certificates.caCertificatePath, "--concurrency", "4"],
                         environment: ["HTTPS_PROXY": proxy.url])
                     #expect(status == 0, "\(output)")
-                    #expect(try spool.list(.done).count == 4)
+                    #expect(try await spool.list(.done).count == 4)
                     let counts = proxy.snapshot
                     #expect(counts.tunnels >= 1 && counts.bytesFromClient > 0)
                     #expect(counts.requests.isEmpty, "TLS inside the tunnel: nothing readable")
@@ -237,7 +238,7 @@ import Testing
                         spool, apiURL: server.baseURL, token: server.token,
                         environment: ["http_proxy": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
                     #expect(status == 0, "\(output)")
-                    #expect(try spool.list(.done).count == 2)
+                    #expect(try await spool.list(.done).count == 2)
                     #expect(proxy.snapshot.tunnels == 0 && proxy.snapshot.bytesFromClient == 0)
                 }
             }
@@ -256,13 +257,13 @@ import Testing
                         spool, apiURL: server.baseURL, token: server.token, ["--proxy", proxy.url])
                     #expect(refusedStatus == 77, "credentials refused, as the API's would be: \(refusedOutput)")
                     #expect(refusedOutput.contains("asks for credentials (407)"), "\(refusedOutput)")
-                    #expect(try spool.list(.incoming).count == 1, "given back")
+                    #expect(try await spool.list(.incoming).count == 1, "given back")
 
                     let withCredentials = "http://ops:s3cret-proxy-word@127.0.0.1:\(proxy.port)"
                     let (status, output) = try await runToEnd(
                         spool, apiURL: server.baseURL, token: server.token, ["--proxy", withCredentials])
                     #expect(status == 0, "\(output)")
-                    #expect(try spool.list(.done).count == 1)
+                    #expect(try await spool.list(.done).count == 1)
                     #expect(!output.contains("s3cret"), "\(output)")
                     #expect(output.contains("http://***@127.0.0.1:\(proxy.port)"), "the log names the proxy: \(output)")
                 }

@@ -34,13 +34,14 @@ import Testing
                 #expect(
                     ContinuousClock.now - stopped < .seconds(10 * sanitizerSlowdown),
                     "the steps in flight finish, nothing more")
-                let done = try spool.list(.done).count
-                let back = try spool.list(.incoming).count
+                let done = try await spool.list(.done).count
+                let back = try await spool.list(.incoming).count
                 #expect(done < bundles, "it stopped before the end")
                 #expect(done + back == bundles)
-                #expect(try spool.list(.processing).isEmpty && spool.list(.failed).isEmpty)
+                #expect(try await spool.list(.processing).isEmpty)
+                #expect(try await spool.list(.failed).isEmpty)
                 let store = try CheckpointStore(spool: spool)
-                for entry in try spool.list(.incoming) {
+                for entry in try await spool.list(.incoming) {
                     #expect(
                         try store.bundleState(name: entry.name)?.attempts ?? 0 == 0,
                         "given back uncounted: \(entry.name)")

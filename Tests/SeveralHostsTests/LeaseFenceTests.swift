@@ -37,8 +37,8 @@ import Testing
             for name in ["a.tar.gz", "b.tar.gz"] {
                 #expect(FileManager.default.createFile(atPath: spool.path(.incoming, name), contents: Data(name.utf8)))
             }
-            let entries = try spool.list(.incoming).sorted { $0.name < $1.name }
-            let (bundleA, bundleB) = (
+            let entries = try await spool.list(.incoming).sorted { $0.name < $1.name }
+            let (bundleA, bundleB) = await (
                 try #require(try spool.claim(entries[0])), try #require(try spool.claim(entries[1]))
             )
             try await worker(ownerA, on: database) { a in

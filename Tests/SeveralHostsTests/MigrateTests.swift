@@ -85,7 +85,7 @@ import Testing
                 #expect(await run.finished() == 0)
 
                 // A migration under way (its lock, held here): a run now claims nothing.
-                let migration = try #require(try StoreLock.take(.exclusive, in: spool))
+                let migration = try #require(try await StoreLock.take(.exclusive, in: spool))
                 let during = try await spawnRun(spool, against: server)
                 #expect(await during.finished() == 75)
                 #expect(try spool.names(.incoming) == ["\(sample.sessionID).tar.gz"], "nothing claimed")

@@ -23,7 +23,7 @@ public enum APICommand {
         let url = APIAddress.normalized(apiURL)
         guard let database else {
             do {
-                try SpoolBinding.check(spool, store: .sqlite(spool), bindIfUnbound: false)
+                try await SpoolBinding.check(spool, store: .sqlite(spool), bindIfUnbound: false)
                 guard FileManager.default.fileExists(atPath: spool.databasePath) else {
                     return CommandOutcome(
                         output: "no checkpoints yet: \(spool.databasePath) does not exist", status: .success)
@@ -41,7 +41,7 @@ public enum APICommand {
         return await withSharedLedger(database) { store in
             do {
                 let identity = try await store.storeIdentity()
-                try SpoolBinding.check(spool, store: identity, bindIfUnbound: false)
+                try await SpoolBinding.check(spool, store: identity, bindIfUnbound: false)
                 let book = try await store.apiBook(countingSessions: true)
                 var record: String? = nil
                 let outcome = answered(answer, url: url, book: book, store: "\(identity)") { record = $0 }

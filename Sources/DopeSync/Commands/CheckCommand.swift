@@ -55,7 +55,7 @@ public enum CheckCommand {
     static func checkStore(_ spool: Spool, database: DatabaseSettings?) async -> (Line, ExitStatus) {
         let bound: StoreIdentity?
         do {
-            bound = try SpoolBinding.read(spool)
+            bound = try await SpoolBinding.read(spool)
         } catch {
             return (Line(ok: false, what: "store", detail: "\(error)"), error.exitStatus)
         }

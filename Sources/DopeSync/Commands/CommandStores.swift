@@ -43,7 +43,7 @@ func withSQLiteCheckpoints(
     var lock: StoreLock?
     if spool.isRunByItsWorker || FileManager.default.fileExists(atPath: StoreLock.path(spool)) {
         do {
-            lock = try StoreLock.take(.shared, in: spool)
+            lock = try await StoreLock.take(.shared, in: spool)
         } catch {
             return CommandOutcome(output: "", diagnostics: "\(error)", status: .cannotCreate)
         }
@@ -55,9 +55,10 @@ func withSQLiteCheckpoints(
                 status: .temporaryFailure)
         }
     }
-    defer { lock?.release() }
-    if let refused = sqliteRefusal(spool) { return refused }
-    return await body()
+    let outcome: CommandOutcome
+    if let refused = sqliteRefusal(spool) { outcome = refused } else { outcome = await body() }
+    await lock?.release()
+    return outcome
 }
 
 /// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file

@@ -19,7 +19,7 @@ public enum MigrateCommand {
         let spool = Spool(root: spoolRoot)
         let bound: StoreIdentity?
         do {
-            bound = try SpoolBinding.read(spool)
+            bound = try await SpoolBinding.read(spool)
         } catch {
             return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
         }
@@ -32,7 +32,7 @@ public enum MigrateCommand {
         // could write steps after they are copied, and one that starts now must not.
         let lock: StoreLock?
         do {
-            lock = try StoreLock.take(.exclusive, in: spool)
+            lock = try await StoreLock.take(.exclusive, in: spool)
         } catch {
             return CommandOutcome(output: "", diagnostics: "\(error)", status: .cannotCreate)
         }
@@ -43,7 +43,14 @@ public enum MigrateCommand {
                     "a run (or a `requeue` or `prune`) is using \(spool.databasePath): stop the timers and dopesync.path (systemctl stop dopesync.timer dopesync.path), let the run end, then migrate",
                 status: .cannotCreate)
         }
-        defer { lock.release() }
+        let outcome = await copy(spool, to: database)
+        await lock.release()
+        return outcome
+    }
+
+    /// Copies the SQLite file's checkpoints into `database` and binds the spool to it; the caller
+    /// holds the file's lock, alone.
+    private static func copy(_ spool: Spool, to database: DatabaseSettings) async -> CommandOutcome {
         guard FileManager.default.fileExists(atPath: spool.databasePath) else {
             return await withSharedLedger(database) { store in
                 await bindToDatabase(
@@ -91,7 +98,7 @@ public enum MigrateCommand {
             if FileManager.default.fileExists(atPath: spool.databasePath) {
                 try CheckpointStore(spool: spool).markMoved(to: identity.name)
             }
-            try SpoolBinding.rebind(spool, to: identity)
+            try await SpoolBinding.rebind(spool, to: identity)
             return CommandOutcome(
                 output: "\(copied). The spool is bound to \(identity) now (\(SpoolBinding.path(spool))); "
                     + "\(spool.databasePath) is no longer used. Give every host `database: \(identity.name)` now.",

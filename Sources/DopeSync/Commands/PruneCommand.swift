@@ -112,7 +112,7 @@ public enum PruneCommand {
         do {
             // When each got to done/: the store's record of it, since the move can set the file's
             // mtime only where the worker owns the file (a producer's keeps the producer's time).
-            old = Self.prunable(try spool.list(.done), doneAt: doneAt, before: cutoff)
+            old = Self.prunable(try await spool.list(.done), doneAt: doneAt, before: cutoff)
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
@@ -122,7 +122,7 @@ public enum PruneCommand {
         var deleted: [String] = []
         var bytes: Int64 = 0
         for entry in old {
-            let error = spool.deleteDone(entry)
+            let error = await spool.deleteDone(entry)
             if error == 0 {
                 deleted.append(entry.name)
                 bytes += entry.size
@@ -145,7 +145,7 @@ public enum PruneCommand {
             "pruned \(deleted.count) bundle\(deleted.count == 1 ? "" : "s") from done/, \(bytes) bytes (\(ByteCount(bytes))); \(forgotten) checkpoint row\(forgotten == 1 ? "" : "s") forgotten"
         )
         // The empty lock files of sessions no bundle has held since the cutoff (``SessionHold``).
-        let locks = spool.pruneSessionHolds(before: cutoff)
+        let locks = await spool.pruneSessionHolds(before: cutoff)
         if locks > 0 {
             lines.append("removed \(locks) session lock\(locks == 1 ? "" : "s") in .sessions/ unused since then")
         }

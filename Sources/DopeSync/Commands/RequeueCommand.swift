@@ -28,7 +28,7 @@ public enum RequeueCommand {
         let spool = Spool(root: spoolRoot)
         let failedBundles: [SpoolEntry]
         do {
-            failedBundles = try spool.list(.failed)
+            failedBundles = try await spool.list(.failed)
         } catch {
             return CommandOutcome(output: "", diagnostics: "cannot read the spool: \(error)", status: .cannotCreate)
         }
@@ -150,7 +150,7 @@ public enum RequeueCommand {
             // Reset first, under the name the row has now: once moved, a run may claim it at any moment.
             let steps = try await ledger?.bundleState(name: name)?.stepsDone ?? nil
             _ = try await ledger?.resetAttempts(name: name, now: now)
-            let final = try spool.requeueFailed(name, now: now)
+            let final = try await spool.requeueFailed(name, now: now)
             if final != name { try await ledger?.renamed(from: name, to: final, now: now) }
             unlink(spool.sidecarPath(forFailed: name))
             var line = "requeued failed/\(name) -> incoming/\(final)"

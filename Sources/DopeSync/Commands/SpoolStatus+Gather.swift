@@ -11,7 +11,7 @@ extension SpoolStatus {
     ) async throws -> SpoolStatus {
         if let database {
             return try await PostgresCheckpoints.with(database, logger: commandLogger) { store in
-                try SpoolBinding.check(spool, store: try await store.storeIdentity(), bindIfUnbound: false)
+                try await SpoolBinding.check(spool, store: try await store.storeIdentity(), bindIfUnbound: false)
                 var status = try await gather(
                     spool: spool, ledger: store, minAge: minAge, runs: runs, now: now,
                     place: Place(database: database.url, exists: true), apiURL: apiURL)
@@ -62,7 +62,7 @@ extension SpoolStatus {
         apiURL: String?
     ) async throws -> SpoolStatus {
         let inFlight = try await ledger?.bundlesInFlight() ?? [:]
-        let backlog = try SpoolBacklog.list(spool, inFlight: inFlight, now: now)
+        let backlog = try await SpoolBacklog.list(spool, inFlight: inFlight, now: now)
         // The same rules as a run's (``IncomingQueue``): what status calls due, a run takes.
         let queue = IncomingQueue(
             incoming: backlog.listings[.incoming] ?? [], states: inFlight, now: now, minAge: minAge)

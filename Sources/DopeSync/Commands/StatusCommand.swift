@@ -24,7 +24,7 @@ public enum StatusCommand {
             if database == nil, let refused = sqliteRefusal(Spool(root: root)) { return refused }
             var report = try await SpoolStatus.gather(
                 spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database, apiURL: apiURL)
-            report.space = FileSystemSpace(of: root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
+            report.space = await FileSystemSpace.of(root).map { SpoolStatus.Space($0, floor: minFreeSpace) }
             return CommandOutcome(output: json ? report.json() : report.text(), status: .success)
         } catch let error as SpoolBindingError {
             return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)

@@ -155,7 +155,7 @@ struct BundleDisposition: Sendable {
         logger.error(
             "a claimed bundle was replaced in processing/: what is there now is left alone for a person",
             metadata: ["error": "\(why)"])
-        await claimed.releaseOffTheLoop()
+        await claimed.release()
         return .returned
     }
 
@@ -187,7 +187,7 @@ struct BundleDisposition: Sendable {
             logger.error(
                 "the bundle is no longer this worker's to move: left where it is",
                 metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
-            await claimed.releaseOffTheLoop()
+            await claimed.release()
             return .returned
         }
         let errno = (error as? SpoolError)?.errno
@@ -199,7 +199,7 @@ struct BundleDisposition: Sendable {
                 ? "cannot move a bundle to \(folder.rawValue)/: the spool cannot be written; the run stops claiming, leaves the bundle in processing/ for the next run, and exits 73"
                 : "cannot move a bundle to \(folder.rawValue)/: it stays in processing/ for the next run; exit 73",
             metadata: ["bundle.path": "processing/\(claimed.name)", "error": "\(error)"])
-        await claimed.releaseOffTheLoop()
+        await claimed.release()
         return .returned
     }
 
@@ -221,7 +221,7 @@ struct BundleDisposition: Sendable {
         logger.error(
             "the claim on the bundle ran out, or the store could not confirm it, before it could be moved: it is left where it is for the worker that takes it over",
             metadata: ["bundle.path": "processing/\(claimed.name)"])
-        await claimed.releaseOffTheLoop()
+        await claimed.release()
         return .returned
     }
 

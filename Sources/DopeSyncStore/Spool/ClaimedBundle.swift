@@ -87,6 +87,7 @@ public final class ClaimedBundle: Sendable {
     /// Keeps `hold` until the bundle moves out of `processing/`.
     public func keep(_ hold: SessionHold) { sessionHold.withLock { $0 = hold } }
 
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func release() {
         BlockingCalls.check("spool: letting go of processing/\(name)")
         state.withLock { state in
@@ -97,18 +98,13 @@ public final class ClaimedBundle: Sendable {
         sessionHold.withLock { $0.take() }?.release()
     }
 
-    /// ``release()`` on the spool's threads, for a caller on an event loop: over NFS the close
-    /// sends the unlock and waits for the server's answer, which a stalled server never gives.
-    public func releaseOffTheLoop() async {
-        await SpoolCalls.run { self.release() }
-    }
-
     /// Moves the bundle to `done/` with its mtime set to now, and ends the claim. Returns its name there (suffixed if taken).
     /// Call it only after the last step's result is checkpointed.
     ///
     /// Every move here counts one that reported an error but happened (as a rename over NFS can) as done:
     /// ``SpoolFiles/renameNoReplace(_:_:of:calls:)`` looks where the claimed file is.
     @discardableResult
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func moveToDone() throws(SpoolError) -> String {
         try move(to: .done) { (descriptor: Int32) throws(SpoolError) -> String in
             // mtime = now, so `ls -l` in done/ says when it got there. Best effort: only the file's owner
@@ -135,6 +131,7 @@ public final class ClaimedBundle: Sendable {
     /// without its reason. The sidecar's name is also the reservation of the name: it is created with
     /// no-replace semantics, so two processes failing bundles of the same name pick different suffixes.
     @discardableResult
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func moveToFailed(_ sidecar: ErrorSidecar) throws(SpoolError) -> String {
         try move(to: .failed) { (_: Int32) throws(SpoolError) -> String in
             let folder = spool.path(.failed)
@@ -219,6 +216,7 @@ public final class ClaimedBundle: Sendable {
     /// store's (``IncomingQueue``), because only a file's owner may set its times, and producers own
     /// their bundles.
     @discardableResult
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func giveBack() throws(SpoolError) -> String {
         try move(to: .incoming) { (_: Int32) throws(SpoolError) -> String in
             let final = try SpoolFiles.moveNoReplace(
@@ -279,6 +277,7 @@ extension Spool {
     ///
     /// `leased`: the claim is a lease in a shared database, which can run out while this process
     /// lives (``ClaimedBundle/clearsCutShortMoves``).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func claim(_ entry: SpoolEntry, leased: Bool = false) throws(SpoolError) -> ClaimedBundle? {
         try claim(entry, leased: leased, renameCalls: .system)
     }
@@ -343,6 +342,7 @@ extension Spool {
     /// `lockRequired: false` is for claims held as leases in a shared database: the lease was
     /// taken already, and a lock still held on this host belongs to a worker whose lease ran out
     /// (a paused process), which sends and moves nothing more. The lock is taken if free.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func claimOrphan(_ entry: SpoolEntry, lockRequired: Bool = true, leased: Bool = false) throws(SpoolError)
         -> ClaimedBundle?
     {

@@ -124,6 +124,7 @@ public struct ErrorSidecar: Sendable, Hashable {
 
     /// Reads `failed/NAME.error`, or nil if it is missing or not a sidecar. At most
     /// ``maxBytes``: a sidecar is a few lines, and a producer's bundle may be named `*.error`.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func read(from path: String) -> ErrorSidecar? {
         // Never through a link, never waiting on a FIFO: a producer names its bundles.
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)

@@ -30,6 +30,7 @@ extension FileSystem {
     /// is never replaced: the spool's suffix rule applies (`s.tar.gz` → `s.1.tar.gz`) and the
     /// final path is returned. The file gets `mode` (mkstemp makes it 0600 first).
     @discardableResult
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     package static func writeAtomically(
         to target: String,
         temporaryDirectory: String,

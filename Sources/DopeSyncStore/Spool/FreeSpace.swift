@@ -60,6 +60,7 @@ public struct FileSystemSpace: Sendable, Hashable {
     }
 
     /// Nil when the folder cannot be asked (it does not exist): nothing to judge.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public init?(of folder: String) {
         BlockingCalls.check("spool: statvfs of \(folder)")
         var info = statvfs()

@@ -66,6 +66,7 @@ public final class SessionHold: Sendable {
 
     /// Lets the session go. Idempotent. A `close`, which may wait for an NFS server: on the
     /// spool's threads, as every spool call.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func release() {
         BlockingCalls.check("releasing the hold on session \(sessionID)")
         descriptors.withLock { $0.take() }?.unlockAndClose()
@@ -233,6 +234,7 @@ public final class SessionHold: Sendable {
 extension Spool {
     /// Holds `sessionID` while one of its bundles uploads (``SessionHold``); nil while another
     /// does. `besideOlderVersions`: also as versions before ``SessionHold/fileName`` held it.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func holdSession(_ sessionID: String, besideOlderVersions: Bool = false) throws(SpoolError)
         -> SessionHold?
     {
@@ -241,6 +243,7 @@ extension Spool {
 
     /// Removes the files in ``SessionHold/legacyFolder`` of sessions held by no bundle and created
     /// before `cutoff`; how many.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func pruneSessionHolds(before cutoff: Date) -> Int {
         SessionHold.prune(in: self, before: cutoff)
     }

@@ -52,6 +52,7 @@ public struct Spool: Sendable, Hashable {
     /// root does not write into a spool another user owns (unless `allowRoot`): the database, the
     /// sidecars and the metrics it made would be root's, and the service's own user could not use
     /// them (every later run would exit 73).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func checkBeforeWriting(mayCreate: Bool, allowRoot: Bool) throws(SpoolError) {
         var info = stat()
         guard stat(root, &info) == 0 else {
@@ -77,6 +78,7 @@ public struct Spool: Sendable, Hashable {
 
     /// Creates the root and the five folders when missing and checks that each is writable.
     /// Any failure is ``SpoolError/Code/cannotCreate`` or ``SpoolError/Code/notWritable`` (exit 73).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func create() throws(SpoolError) {
         try Self.makeDirectory(root, intermediate: true)
         for folder in Folder.allCases {
@@ -190,6 +192,7 @@ extension Spool {
     ///
     /// Cost: one `readdir` pass and one `fstatat` per candidate name, then a sort: about what
     /// `find -printf '%T@' | sort` takes, most of it the kernel's stat (BENCHMARKS.md, "the scan").
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func scan(now: Date = Date(), minAge: Duration = .seconds(5)) throws(SpoolError) -> [SpoolEntry] {
         let (seconds, attoseconds) = minAge.components
         let cutoff = now.timeIntervalSince1970 - (Double(seconds) + Double(attoseconds) / 1e18)
@@ -200,6 +203,7 @@ extension Spool {
 
     /// The bundles in `processing/`, oldest first: claimed by a live run, or orphans of a dead one
     /// (``claimOrphan(_:)`` tells them apart by their lock).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func processingEntries() throws(SpoolError) -> [SpoolEntry] {
         var entries = try list(.processing)
         entries.sort { ($0.modified, $0.name) < ($1.modified, $1.name) }
@@ -215,6 +219,7 @@ extension Spool {
         try list(folder, bundlesOnly: false)
     }
 
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func list(_ folder: Folder) throws(SpoolError) -> [SpoolEntry] {
         try list(folder, bundlesOnly: true)
     }

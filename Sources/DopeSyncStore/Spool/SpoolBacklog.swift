@@ -51,6 +51,7 @@ package struct SpoolBacklog: Sendable {
     /// Ages in `incoming/` count from the store's first-seen times where it has them, unless one
     /// is ahead of `now` (recorded under a clock that has gone back since, ``WallClock``): an
     /// age of 0 for as long as the clock was ahead would keep the stuck-bundle alert silent.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     package static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) throws -> SpoolBacklog {
         let believable = WallClock.latestBelievable(at: now)
         let firstSeen = inFlight.mapValues(\.firstSeen).filter { $0.value <= believable }

@@ -81,6 +81,7 @@ public enum SpoolBinding {
 
     /// The store the spool is bound to; nil when it is bound to none yet (a new spool, or one
     /// from a version before bindings).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func read(_ spool: Spool) throws(SpoolBindingError) -> StoreIdentity? {
         let path = path(spool)
         let text: String
@@ -111,6 +112,7 @@ public enum SpoolBinding {
     /// is bound to `store` when `bindIfUnbound` (a run), else left so (a command that only reads
     /// or moves files). Returns whether the spool was bound before.
     @discardableResult
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func check(_ spool: Spool, store: StoreIdentity, bindIfUnbound: Bool) throws(SpoolBindingError)
         -> Bool
     {
@@ -129,6 +131,7 @@ public enum SpoolBinding {
     }
 
     /// Binds the spool to `store`, whatever it was bound to: `dopesync migrate` alone.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func rebind(_ spool: Spool, to store: StoreIdentity) throws(SpoolBindingError) {
         if case .failed(let error) = write(spool, store, replacing: true) { throw error }
     }

@@ -33,6 +33,7 @@ extension Spool {
     /// Where the claimer died, the worker's look also tries the exclusive lock a run would take,
     /// through a second descriptor: on a local file system it fails against the look's own shared
     /// lock and takes nothing, and on NFS it tells a file the worker may not write (``ClaimLook/notLockable(_:)``).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func lookAtClaim(_ entry: SpoolEntry) -> ClaimLook {
         let path = path(.processing, entry.name)
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -80,6 +81,7 @@ extension Spool {
     /// owns it (a file modified after its last deferral is due at once, ``IncomingQueue``), without
     /// replacing a file of the same name there.
     /// Returns its name in `incoming/` (suffixed if taken). The sidecar is left for the caller.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func requeueFailed(_ name: String, now: Date = Date()) throws(SpoolError) -> String {
         let source = path(.failed, name)
         var times = [timespec(tv_sec: 0, tv_nsec: SpoolFiles.utimeOmit), spoolTimespec(now)]
@@ -95,6 +97,7 @@ extension Spool {
 
     /// `prune`: deletes `done/NAME` if it is still the file that was listed. Returns an errno or 0
     /// (ENOENT: already gone).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func deleteDone(_ entry: SpoolEntry) -> Int32 {
         let target = path(.done, entry.name)
         guard SpoolFiles.identity(ofPath: target) == FileIdentity(device: entry.device, inode: entry.inode) else {

@@ -74,6 +74,7 @@ extension Spool {
     /// to ``SpoolNames/escaped(_:)``, never replacing a file (a suffix when the name is taken). A
     /// file that cannot be renamed (gone meanwhile, or the folder not writable) is left as it is,
     /// and returned with the error, for the run to say.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func renameNonUTF8Names(_ entries: [SpoolEntry]) -> [RenamedBundle] {
         let folder = path(.incoming)
         var renamed: [RenamedBundle] = []

@@ -30,6 +30,7 @@ public final class StoreLock: Sendable {
 
     /// Lets the lock go now (a close, which may wait for an NFS server: off the event loops).
     /// Idempotent; without it, the lock goes with the last reference, a moment later.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public func release() {
         BlockingCalls.check("spool: letting go of the checkpoints' lock")
         if let descriptor = descriptor.withLock({ $0.take() }) { SpoolFiles.unlockAndClose(descriptor) }
@@ -59,6 +60,7 @@ public final class StoreLock: Sendable {
     /// where the kernel leaves out the locks of processes outside it. Read a page at a time while
     /// locks come and go, the list can miss one: a run asks so only after its start, once a minute,
     /// for a run that took the lock after its own (``othersHeldItWhenTaken`` answers at the start).
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func isHeldByAnotherProcess(_ spool: Spool) -> Bool {
         BlockingCalls.check("spool: asking who holds the checkpoints' lock")
         var info = stat()
@@ -97,6 +99,7 @@ public final class StoreLock: Sendable {
     /// ran). A run or command of this build refused in that moment asks again
     /// (``takeShared(_:)``); one of an older build takes it for a migration and waits for the
     /// next timer.
+    @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func take(_ mode: Mode, in spool: Spool) throws(SpoolError) -> StoreLock? {
         BlockingCalls.check("spool: locking the checkpoints' store")
         let path = path(spool)
