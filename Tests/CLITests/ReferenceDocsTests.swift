@@ -45,6 +45,36 @@ import Testing
         }
     }
 
+    @Test("every environment variable the worker's code reads is in docs/job-file.md and in the man page")
+    func environmentVariables() throws {
+        let reference = try Self.read("docs/job-file.md")
+        let man = try Self.manPage()
+        // Read from the code, not from a list kept beside it: a variable added without its docs
+        // fails here. The dev server's, the benchmark's and the tests' own are documented elsewhere.
+        let notTheWorkers = ["DopeSyncDevServer", "dopesync-devserver", "dopesync-bench", "DopeSyncTestSupport"]
+        let sources = Self.repository.appendingPathComponent("Sources")
+        let files = try #require(FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil))
+            .compactMap { $0 as? URL }
+            .filter { file in
+                file.pathExtension == "swift" && !notTheWorkers.contains { file.path.contains("/Sources/\($0)/") }
+            }
+        let variable = try Regex(#""(DOPESYNC_[A-Z_]+)""#)
+        var variables: Set<String> = []
+        for file in files {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            for match in text.matches(of: variable) {
+                variables.insert(String(try #require(match.output[1].substring)))
+            }
+        }
+        #expect(variables.isSuperset(of: ["DOPESYNC_API_TOKEN", "DOPESYNC_HOST", "DOPESYNC_DATABASE_PASSWORD"]))
+        let section = man[try #require(man.range(of: ".SH ENVIRONMENT\n")).upperBound...]
+        let environment = section[..<(section.range(of: "\n.SH ")?.lowerBound ?? section.endIndex)]
+        for name in variables.union(RunSetting.all.map(\.environmentVariable)).sorted() {
+            #expect(reference.contains("`\(name)`"), "docs/job-file.md does not name \(name)")
+            #expect(environment.contains(".B \(name)\n"), "the man page's ENVIRONMENT has no entry for \(name)")
+        }
+    }
+
     @Test("comments cite files that ship, and every BENCHMARKS.md entry they quote is in it")
     func commentsCiteWhatShips() throws {
         let benchmarks = Self.normalized(try Self.read("BENCHMARKS.md"))
