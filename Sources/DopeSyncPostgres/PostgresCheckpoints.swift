@@ -140,7 +140,7 @@ public final class PostgresCheckpoints: Sendable {
     ///   four fifths of the run's wait (``statementTimeout``), and one waiting for a lock half as
     ///   long, so that a statement's wait ends with the server's own "cancelled" and nothing of it
     ///   commits later: a wait that only gave up on it left the statement running, and a write the
-    ///   run had reported failed once committed 3 s later. A transaction of several statements
+    ///   run had reported failed once committed after the report. A transaction of several statements
     ///   commits only within the same limit (``transaction(_:timeout:_:)``).
     static func sessionSettings(_ settings: DatabaseSettings, statementTimeout: Duration) -> [(String, String)] {
         let milliseconds = Int(idleInTransactionTimeout(settings) / .milliseconds(1))

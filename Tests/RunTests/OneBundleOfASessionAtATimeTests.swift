@@ -126,7 +126,10 @@ import Testing
             #expect(
                 await SpoolCalls.run { StoreLock.isHeldByAnotherProcess(spool) } == !StoreLock.seesEveryProcessesLocks)
             let other = try await Spawned.holdingLock(on: StoreLock.path(spool), shared: true)
-            #expect(await SpoolCalls.run { StoreLock.isHeldByAnotherProcess(spool) } == true)
+            // Read a page at a time while the suite's other processes take and drop locks, the
+            // list can miss one on a read (StoreLock.isHeldByAnotherProcess): a lock held all
+            // along is seen on one of a few.
+            #expect(await SpoolCalls.run { (1...5).contains { _ in StoreLock.isHeldByAnotherProcess(spool) } })
             other.kill(SIGKILL)
             _ = await other.finished()
             await SpoolCalls.run { own.release() }

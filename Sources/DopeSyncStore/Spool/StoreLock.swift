@@ -95,8 +95,8 @@ public final class StoreLock: Sendable {
     /// A run's is asked exclusive first, for the moment of two calls: granted, no other process
     /// held it, and it is made shared at once (``othersHeldItWhenTaken``). This answers exactly
     /// where `/proc/locks` cannot: the kernel hands that list out a page per read, so a reader
-    /// among many locks that come and go can miss one (1 of 80 asks did while the test suite
-    /// ran). A run or command of this build refused in that moment asks again
+    /// among many locks that come and go can miss one (asks made while the test suite ran
+    /// did). A run or command of this build refused in that moment asks again
     /// (``takeShared(_:)``); one of an older build takes it for a migration and waits for the
     /// next timer.
     @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
