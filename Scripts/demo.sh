@@ -110,7 +110,7 @@ run_dopesync || status=$?
 case $status in
   0) say "exit 0: every bundle synced" ;;
   1) say "exit 1: the run finished and at least one bundle went to failed/ (expected here)" ;;
-  *) echo "dopesync run exited $status (see the exit codes in README.md)" >&2; exit "$status" ;;
+  *) echo "dopesync run exited $status (docs/exit-codes.md says what it means)" >&2; exit "$status" ;;
 esac
 
 heading "The spool after the run"
