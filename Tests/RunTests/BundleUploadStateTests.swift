@@ -51,7 +51,8 @@ import Testing
     ) -> (trace: [String], finish: BundleUploadState.Finish) {
         var trace: [String] = []
         var sent = 0
-        var unsettled: [String] = []  // handed in, not settled, oldest first
+        var handedIn: [String] = []  // the step of each result handed in, by its ticket
+        var settledCount = 0
         var action = first ?? state.start(stopping: script.stopping(0))
         while true {
             switch action {
@@ -90,10 +91,13 @@ import Testing
                 action = state.backedOff(script.backOff, stopping: script.stopping(sent))
             case .handInResult(let result, let found):
                 trace.append("hand in \(result.stepKey)=\(result.serverID)\(found ? " (found)" : "")")
-                unsettled.append(result.stepKey)
-                action = state.resultHandedIn(stopping: script.stopping(sent))
-            case .settleResult:
-                let oldest = unsettled.removeFirst()
+                handedIn.append(result.stepKey)
+                action = state.resultHandedIn(handedIn.count - 1, stopping: script.stopping(sent))
+            case .settleResult(let ticket):
+                // Results settle oldest first, each once.
+                #expect(ticket == settledCount)
+                settledCount += 1
+                let oldest = handedIn[ticket]
                 trace.append("settle \(oldest)")
                 action = state.settled(committed: script.settles(oldest), stopping: script.stopping(sent))
             case .finish(let finish):

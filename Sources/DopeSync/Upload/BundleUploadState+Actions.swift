@@ -24,12 +24,13 @@ extension BundleUploadState {
         /// Wait before retry number `retry` of the step (`Retry-After` when the answer gave one),
         /// then ``backedOff(_:stopping:)``. `after`: the answer that is retried, for the log.
         case backOff(UploadStep, retry: Int, retryAfter: Duration?, after: StepResponse)
-        /// Hand this result to the group commit, then ``resultHandedIn(stopping:)``. `found`: the
+        /// Hand this result to the group commit, then ``resultHandedIn(_:stopping:)`` with its
+        /// ticket. `found`: the
         /// step was found on the server instead of being sent.
         case handInResult(CheckpointStore.StepResult, found: Bool)
-        /// Wait until the oldest result handed in and not settled is committed, then
-        /// ``settled(committed:stopping:)``.
-        case settleResult
+        /// Wait until the oldest result handed in and not settled, this ticket's, is committed,
+        /// then ``settled(committed:stopping:)``.
+        case settleResult(GroupCommit.Ticket)
         /// The bundle's work is over.
         case finish(Finish)
     }

@@ -65,6 +65,20 @@ struct BundleUploadState {
         }
     }
 
+    /// The tickets of the results handed in and not settled, oldest first: what a bundle whose
+    /// claim ran out settles before it goes.
+    var resultsNotSettled: [GroupCommit.Ticket] {
+        switch phase {
+        case .unstarted(let walk, _), .checkingReferences(let walk), .recordingIntents(let walk, _),
+            .looking(let walk, _, _), .recordingFound(let walk, _, _), .sending(let walk, _),
+            .renewingCredential(let walk, _, _), .checkingToken(let walk, _), .backingOff(let walk, _, _, _),
+            .handingIn(let walk), .settling(let walk, _):
+            walk.unsettled
+        case .finished: []
+        case .modifying: preconditionFailure("no event reads the state while it handles another")
+        }
+    }
+
     // MARK: Events
     //
     // Each takes the walk out of its phase and leaves `.modifying` in its place, so the walk's
@@ -183,11 +197,12 @@ struct BundleUploadState {
         }
     }
 
-    /// The created step's result was handed to the group commit (``Action/handInResult(_:found:)``).
-    mutating func resultHandedIn(stopping: Bool) -> Action {
+    /// The created step's result was handed to the group commit (``Action/handInResult(_:found:)``)
+    /// under `ticket`.
+    mutating func resultHandedIn(_ ticket: GroupCommit.Ticket, stopping: Bool) -> Action {
         guard case .handingIn(var walk) = phase else { preconditionFailure("resultHandedIn only after handInResult") }
         phase = .modifying
-        walk.resultsPending += 1
+        walk.unsettled.append(ticket)
         walk.index += 1
         return enter(advance(&walk, stopping: stopping))
     }
@@ -196,7 +211,7 @@ struct BundleUploadState {
     mutating func settled(committed: Bool, stopping: Bool) -> Action {
         guard case .settling(var walk, let then) = phase else { preconditionFailure("settled only after settleResult") }
         phase = .modifying
-        walk.resultsPending -= 1
+        walk.unsettled.removeFirst()
         // The server has that step; the deterministic key makes sending it again later harmless.
         // The results after it are settled too before the bundle goes back.
         guard committed else { return enter(settleThen(.finish(.giveBack(.checkpointFailed)), &walk)) }
@@ -257,8 +272,8 @@ extension BundleUploadState {
         /// The server's tree as first looked at for the steps an earlier process left ambiguous:
         /// one read serves the first look of each of them (nil: not read yet).
         var treeBefore: ServerTree? = nil
-        /// Results handed in and not yet settled.
-        var resultsPending = 0
+        /// The group commit's tickets of the results handed in and not yet settled, oldest first.
+        var unsettled: [GroupCommit.Ticket] = []
     }
 
     /// The tries of the step being worked on (``BundleUploadState+Tries``).
@@ -353,8 +368,8 @@ extension BundleUploadState {
     func settleThen(_ then: AfterSettle, _ walk: inout Walk, stopping: Bool = false) -> Next {
         let mustSettle =
             switch then {
-            case .finish: walk.resultsPending > 0
-            case .act: walk.resultsPending >= Self.unsettledResults
+            case .finish: !walk.unsettled.isEmpty
+            case .act: walk.unsettled.count >= Self.unsettledResults
             }
         guard mustSettle else {
             switch then {
@@ -362,7 +377,7 @@ extension BundleUploadState {
             case .act(let resolution): return act(on: resolution, &walk, stopping: stopping)
             }
         }
-        return (.settling(walk, then: then), .settleResult)
+        return (.settling(walk, then: then), .settleResult(walk.unsettled[0]))
     }
 
     /// The intent a step is sent under. Its fingerprint names the request: the method, the path

@@ -242,9 +242,6 @@ struct BundleUploader: Sendable {
         var state = BundleUploadState(
             plan: plan, bundleName: claimed.name, completed: completed, checksReferences: references != nil,
             looksOnServer: lookup != nil, attemptsPerStep: retry.attempts)
-        // The results handed to the group commit and not yet settled, oldest first (they commit
-        // while the next steps are sent; ``BundleUploadState/unsettledResults`` at most).
-        var pendingResults: [GroupCommit.Ticket] = []
         // The token the last request carried: a refusal of it may be answered by a fresh one.
         var tokenSent = client.credential.current
         var action = state.start(stopping: counters.shouldStop)
@@ -253,12 +250,13 @@ struct BundleUploader: Sendable {
             // out (a paused process, a lost database, a body cut short) sends nothing more, and
             // waits for nothing; another worker may hold the bundle now.
             if action.needsTheClaim, !claims.holdsClaim(of: claimed.name) {
-                return await abandon(claimed, settling: pendingResults, logger: logger)
+                return await abandon(claimed, settling: state.resultsNotSettled, logger: logger)
             }
             switch action {
             case .checkReferences(let uses):
-                guard let references else { preconditionFailure("references are checked only with a catalog") }
-                action = state.referencesChecked(await references.check(uses), stopping: counters.shouldStop)
+                // No catalog, no check (the state asks only with one): nothing there refuses an id.
+                let check = await references?.check(uses) ?? .passed
+                action = state.referencesChecked(check, stopping: counters.shouldStop)
             case .recordIntents(let intents):
                 action = await recordIntents(intents, in: &state, logger: logger)
             case .lookUp(_, let target):
@@ -295,11 +293,10 @@ struct BundleUploader: Sendable {
                     await backOff(step, retry: number, retryAfter: retryAfter, after: answer, logger: logger),
                     stopping: counters.shouldStop)
             case .handInResult(let result, let found):
-                pendingResults.append(handIn(result, found: found, logger: logger))
-                action = state.resultHandedIn(stopping: counters.shouldStop)
-            case .settleResult:
-                guard !pendingResults.isEmpty else { preconditionFailure("a result to settle was handed in") }
-                let ticket = pendingResults.removeFirst()
+                // It commits while the next steps are sent (``BundleUploadState/unsettledResults`` at most).
+                let ticket = handIn(result, found: found, logger: logger)
+                action = state.resultHandedIn(ticket, stopping: counters.shouldStop)
+            case .settleResult(let ticket):
                 let error = await results.settle(ticket)
                 if let error { disposition.checkpointFailed(error, logger: logger) }
                 action = state.settled(committed: error == nil, stopping: counters.shouldStop)
@@ -339,7 +336,8 @@ struct BundleUploader: Sendable {
 
     /// The session's tree on the server, where ``BundleUploadState`` looks for a step.
     private func look(_ target: BundleUploadState.LookUp, logger: Logger) async -> ServerLookup.Found {
-        guard let lookup else { preconditionFailure("a look is asked for only with lookups") }
+        // Without lookups the state asks for none; were it to, the keys alone would have to do.
+        guard let lookup else { return .unavailable }
         let found: ServerLookup.Found
         switch target {
         case .sessionByClientID(let clientID): found = await lookup.tree(clientID: clientID)
