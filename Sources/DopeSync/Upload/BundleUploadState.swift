@@ -54,27 +54,26 @@ struct BundleUploadState {
 
     /// The server ids of the steps done so far (their records on the server), by step key.
     var serverIDs: [String: Int64] {
-        switch phase {
-        case .unstarted(let walk, _), .checkingReferences(let walk), .recordingIntents(let walk, _),
-            .looking(let walk, _, _), .recordingFound(let walk, _, _), .sending(let walk, _),
-            .renewingCredential(let walk, _, _), .checkingToken(let walk, _), .backingOff(let walk, _, _, _),
-            .handingIn(let walk), .settling(let walk, _):
-            walk.serverIDs
-        case .finished(let serverIDs): serverIDs
-        case .modifying: preconditionFailure("no event reads the state while it handles another")
-        }
+        if case .finished(let serverIDs) = phase { return serverIDs }
+        return currentWalk.serverIDs
     }
 
     /// The tickets of the results handed in and not settled, oldest first: what a bundle whose
     /// claim ran out settles before it goes.
     var resultsNotSettled: [GroupCommit.Ticket] {
+        if case .finished = phase { return [] }
+        return currentWalk.unsettled
+    }
+
+    /// The walk of every phase but the end, read without taking it out.
+    private var currentWalk: Walk {
         switch phase {
         case .unstarted(let walk, _), .checkingReferences(let walk), .recordingIntents(let walk, _),
             .looking(let walk, _, _), .recordingFound(let walk, _, _), .sending(let walk, _),
             .renewingCredential(let walk, _, _), .checkingToken(let walk, _), .backingOff(let walk, _, _, _),
             .handingIn(let walk), .settling(let walk, _):
-            walk.unsettled
-        case .finished: []
+            walk
+        case .finished: preconditionFailure("a finished upload has no walk")
         case .modifying: preconditionFailure("no event reads the state while it handles another")
         }
     }
