@@ -250,13 +250,10 @@ import Testing
             // Held until the test ends it (below), however long the run takes.
             async let held = database.psql(
                 "BEGIN; LOCK TABLE dopesync.claims IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600); COMMIT;")
-            var granted = "0"
-            while granted != "1" {
-                granted = try await database.psql(
-                    "SELECT count(*) FROM pg_locks WHERE relation = 'dopesync.claims'::regclass AND granted "
-                        + "AND mode = 'AccessExclusiveLock'"
-                ).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
+            try await waitUntil(
+                database, "the claims locked",
+                "EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'dopesync.claims'::regclass AND granted "
+                    + "AND mode = 'AccessExclusiveLock')")
             try await withDevServer { server in
                 let started = ContinuousClock.now
                 let run = try await spawnSharedRun(spool, against: server, database: database, host: "host-a")
@@ -312,13 +309,10 @@ extension CancelledStatementTests {
             } throws: { ($0 as? CheckpointError)?.code == .unreachable }
             // Until the server has ended every statement of this store's (the suite's other
             // databases share the server): one left running could still commit.
-            var busy = "1"
-            while busy != "0" {
-                busy = try await database.psql(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dopesync' AND state <> 'idle' "
-                        + "AND datname = current_database()"
-                ).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
+            try await waitUntil(
+                database, "every statement of the store ended",
+                "NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'dopesync' AND state <> 'idle' "
+                    + "AND datname = current_database())")
             #expect(
                 try await database.psql("SELECT last_outcome FROM dopesync.bundles WHERE name = 'x.tar.gz'")
                     == "claimed", "the failure committed after the store had reported it failed")

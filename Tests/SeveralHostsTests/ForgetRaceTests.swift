@@ -45,14 +45,12 @@ import Testing
                 END $$;
                 COMMIT;
                 """)
-            // The holder is in place once its fence is granted.
-            var holding = "0"
-            while holding != "1" {
-                holding = try await database.psql(
-                    "SELECT count(*) FROM pg_locks WHERE relation = 'dopesync.claims'::regclass AND granted "
-                        + "AND mode = 'RowShareLock' AND pid <> pg_backend_pid()"
-                ).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
+            // The holder is in place once its fence is granted (asked inside the server, not by a
+            // psql a try).
+            try await waitUntil(
+                database, "the claim's fence granted",
+                "EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'dopesync.claims'::regclass AND granted "
+                    + "AND mode = 'RowShareLock' AND pid <> pg_backend_pid())")
             let pruned = try await dopesync(
                 ["prune", "--spool", spool.root, "--older-than", "1ms", "--database", database.url],
                 environment: environment)
