@@ -165,6 +165,37 @@ import Testing
         }
     }
 
+    /// The dev server serves every path of docs/api.yaml with exactly its methods: asked with a
+    /// method the API has nowhere (DELETE), each path answers 405 with the yaml's methods in
+    /// `Allow`. Read from the shipped description, so a path added to one and not the other fails.
+    @Test func everyPathOfTheAPIDescriptionIsServedWithItsMethods() async throws {
+        let description = try String(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .appendingPathComponent("../../docs/api.yaml").standardizedFileURL, encoding: .utf8)
+        var methods: [(path: String, methods: [String])] = []
+        var inPaths = false
+        for line in description.split(separator: "\n", omittingEmptySubsequences: false) {
+            if !line.hasPrefix(" ") { inPaths = line == "paths:" }
+            guard inPaths else { continue }
+            if line.hasPrefix("  /"), line.hasSuffix(":"), !line.hasPrefix("   ") {
+                methods.append((String(line.dropFirst(2).dropLast()), []))
+            } else if let verb = ["get", "post", "put", "patch", "delete"].first(where: { line == "    \($0):" }) {
+                methods[methods.count - 1].methods.append(verb.uppercased())
+            }
+        }
+        #expect(methods.count >= 12, "paths read from docs/api.yaml: \(methods.map(\.path))")
+        try await withDevServer { server in
+            let client = DevServerClient(server)
+            for (template, verbs) in methods {
+                // Every path parameter as an id that exists nowhere: the route, not the record, answers.
+                let path = template.replacing(/\{[A-Za-z]+\}/, with: "1")
+                let response = try await client.send(.DELETE, path)
+                #expect(response.status == 405, "DELETE \(path)")
+                #expect(response.headers.first(name: "Allow") == verbs.sorted().joined(separator: ", "), "\(template)")
+            }
+        }
+    }
+
     /// HEAD is not in docs/api.yaml, so it is a method like any other: 405 on a path that exists.
     @Test func aMethodThatAPathDoesNotTakeIs405WithAllow() async throws {
         try await withDevServer { server in
