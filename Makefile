@@ -44,10 +44,11 @@ format:
 # reaped; in one process with the suites that start hundreds of children it spun for a tenth of
 # the suite's CPU (BENCHMARKS.md). The second run fails if it finds no exit test to run.
 EXIT_TESTS := ExitTests/
-# At most this many test cases at once. Unbounded, all 548 start together, and their set-up
-# (packing bundles, starting dev servers) held both threads of Swift's cooperative pool for up to
-# 7.5 s: the dev servers and proxies in the same process stopped answering, and tests with a
-# deadline failed (2 of 3 suite runs). At 32 the pool never waited 1.5 s, for 90 s in all.
+# At most this many test cases at once. Unbounded, they all start together, and their set-up
+# (packing bundles, starting dev servers) held both threads of Swift's cooperative pool for
+# seconds: the dev servers and proxies in the same process stopped answering, and tests with a
+# deadline failed. The figures, and the suite's time at 16 and 32, are in BENCHMARKS.md, "The
+# suite's stalls, and the day's changes at 64".
 TEST_WIDTH ?= 32
 test: deps lint
 	$(SWIFT) build --build-tests
