@@ -58,7 +58,7 @@ import Testing
             .filter { file in
                 file.pathExtension == "swift" && !notTheWorkers.contains { file.path.contains("/Sources/\($0)/") }
             }
-        let variable = try Regex(#""(DOPESYNC_[A-Z_]+)""#)
+        let variable = try Regex(#""(DOPESYNC_[A-Z0-9_]+)""#)
         var variables: Set<String> = []
         for file in files {
             let text = try String(contentsOf: file, encoding: .utf8)

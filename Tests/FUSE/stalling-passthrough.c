@@ -91,12 +91,13 @@ static int fs_readdir(const char *path, void *buffer, fuse_fill_dir_t fill, off_
     (void)flags;
     DIR *directory = (DIR *)(uintptr_t)fi->fh;
     if (offset == 0) rewinddir(directory); else seekdir(directory, offset);
-    struct dirent *entry;
-    while ((entry = readdir(directory))) {
+    for (;;) {
+        errno = 0;
+        struct dirent *entry = readdir(directory);
+        if (!entry) return -errno;  /* 0 at the end; a failed read is the caller's error, not a short list */
         struct stat st = {.st_ino = entry->d_ino, .st_mode = (mode_t)entry->d_type << 12};
-        if (fill(buffer, entry->d_name, &st, entry->d_off, 0)) break;
+        if (fill(buffer, entry->d_name, &st, entry->d_off, 0)) return 0;
     }
-    return 0;
 }
 
 static int fs_releasedir(const char *path, struct fuse_file_info *fi) {
@@ -192,7 +193,9 @@ static int fs_statfs(const char *path, struct statvfs *st) {
 static int fs_flush(const char *path, struct fuse_file_info *fi) {
     (void)path;
     /* A close of a copy: what the caller's close would have reported (NFS reports here). */
-    return result(close(dup((int)fi->fh)));
+    int copy = dup((int)fi->fh);
+    if (copy < 0) return -errno;
+    return result(close(copy));
 }
 
 static int fs_release(const char *path, struct fuse_file_info *fi) {

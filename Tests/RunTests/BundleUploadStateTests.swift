@@ -101,6 +101,8 @@ import Testing
                 trace.append("settle \(oldest)")
                 action = state.settled(committed: script.settles(oldest), stopping: script.stopping(sent))
             case .finish(let finish):
+                // Every result handed in was settled before the bundle's end.
+                #expect(settledCount == handedIn.count, "\(handedIn.count - settledCount) results never settled")
                 return (trace, finish)
             }
         }
