@@ -36,9 +36,8 @@ public enum CheckCommand {
         }
         let (apiLines, apiStatus) = await checkAPI(settings: settings, network: network)
         for line in apiLines { record(line, failing: apiStatus) }
-        for line in checkSpool(
-            Spool(root: settings.spool), floor: settings.minFreeSpace, sqliteStore: settings.database == nil)
-        {
+        let (spool, floor, sqliteStore) = (Spool(root: settings.spool), settings.minFreeSpace, settings.database == nil)
+        for line in await SpoolCalls.run({ checkSpool(spool, floor: floor, sqliteStore: sqliteStore) }) {
             record(line, failing: .cannotCreate)
         }
         let (storeLine, storeStatus) = await checkStore(Spool(root: settings.spool), database: settings.database)

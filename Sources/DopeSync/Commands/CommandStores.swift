@@ -8,7 +8,9 @@ func withSharedLedger(
 ) async -> CommandOutcome {
     do {
         return try await PostgresCheckpoints.with(database, logger: SpoolStatus.commandLogger) { ledger in
-            if let spool, let refused = storeRefusal(spool, store: try await ledger.storeIdentity()) { return refused }
+            if let spool, let refused = await storeRefusal(spool, store: try await ledger.storeIdentity()) {
+                return refused
+            }
             return await body(ledger)
         }
     } catch {
@@ -20,9 +22,9 @@ func withSharedLedger(
 
 /// A command's refusal of `store` when the spool is bound to another (``SpoolBinding``); nil
 /// when it may go on. A command binds nothing: only a run or `migrate` does.
-func storeRefusal(_ spool: Spool, store: StoreIdentity) -> CommandOutcome? {
+func storeRefusal(_ spool: Spool, store: StoreIdentity) async -> CommandOutcome? {
     do {
-        _ = try SpoolBinding.check(spool, store: store, bindIfUnbound: false)
+        try await SpoolBinding.check(spool, store: store, bindIfUnbound: false)
         return nil
     } catch {
         return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
@@ -56,17 +58,17 @@ func withSQLiteCheckpoints(
         }
     }
     let outcome: CommandOutcome
-    if let refused = sqliteRefusal(spool) { outcome = refused } else { outcome = await body() }
+    if let refused = await sqliteRefusal(spool) { outcome = refused } else { outcome = await body() }
     await lock?.release()
     return outcome
 }
 
 /// A command's refusal of the spool's SQLite file: the spool is bound to a database, or the file
 /// was moved to one by `migrate`.
-func sqliteRefusal(_ spool: Spool) -> CommandOutcome? {
+func sqliteRefusal(_ spool: Spool) async -> CommandOutcome? {
     let bound: StoreIdentity?
     do {
-        bound = try SpoolBinding.read(spool)
+        bound = try await SpoolBinding.read(spool)
     } catch {
         return CommandOutcome(output: "", diagnostics: "\(error)", status: error.exitStatus)
     }

@@ -59,7 +59,7 @@ public enum MigrateCommand {
         }
         let exported: Exported
         do {
-            exported = try Exported(spool: spool)
+            exported = try await SpoolCalls.run { try Exported(spool: spool) }
         } catch {
             return CommandOutcome(
                 output: "", diagnostics: "cannot read \(spool.databasePath): \(error)", status: .cannotCreate)

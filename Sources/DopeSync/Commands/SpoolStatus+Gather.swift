@@ -151,15 +151,19 @@ extension SpoolStatus {
         let states = Dictionary(
             try await ledger?.bundles(withOutcome: .failed).map { ($0.name, $0) } ?? [], uniquingKeysWith: { a, _ in a }
         )
-        return entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
-            let state = states[entry.name]
-            let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name))
-            let failure = sidecar?.failure ?? state?.lastError
-            return Failed(
-                name: entry.name, session: sidecar?.session ?? state?.sessionID,
-                failedAt: sidecar?.failedAt ?? state?.updatedAt, reason: failure?.reason.rawValue, step: failure?.step,
-                httpStatus: failure?.httpStatus, field: failure?.field, message: failure?.message,
-                attempts: sidecar?.attempts ?? state?.attempts, hasSidecar: sidecar != nil)
+        // Each sidecar read on the spool's threads, as every spool call.
+        return await SpoolCalls.run {
+            entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.map { entry in
+                let state = states[entry.name]
+                let sidecar = ErrorSidecar.read(from: spool.sidecarPath(forFailed: entry.name))
+                let failure = sidecar?.failure ?? state?.lastError
+                return Failed(
+                    name: entry.name, session: sidecar?.session ?? state?.sessionID,
+                    failedAt: sidecar?.failedAt ?? state?.updatedAt, reason: failure?.reason.rawValue,
+                    step: failure?.step,
+                    httpStatus: failure?.httpStatus, field: failure?.field, message: failure?.message,
+                    attempts: sidecar?.attempts ?? state?.attempts, hasSidecar: sidecar != nil)
+            }
         }
     }
 
@@ -170,31 +174,34 @@ extension SpoolStatus {
     {
         let records = Dictionary(
             try await ledger?.claims().map { ($0.bundleName, $0) } ?? [], uniquingKeysWith: { a, _ in a })
-        return entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
-            let record = records[entry.name]
-            if let record, let expires = record.leaseExpiresAt, let readAt = record.readAt {
-                var claim = Claim(
-                    name: entry.name, host: record.owner.host, pid: record.owner.pid, runID: record.owner.runID,
-                    claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
-                    ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
-                // A lease that ran out is taken over with a lock, which NFS may refuse (as below).
-                if expires <= readAt, case .notLockable(let ownerAndMode) = spool.lookAtClaim(entry) {
-                    claim.notLockable = ownerAndMode
+        // Each claim's lock looked at on the spool's threads, as every spool call.
+        return await SpoolCalls.run {
+            entries.sorted { ($0.modified, $0.name) < ($1.modified, $1.name) }.compactMap { entry -> Claim? in
+                let record = records[entry.name]
+                if let record, let expires = record.leaseExpiresAt, let readAt = record.readAt {
+                    var claim = Claim(
+                        name: entry.name, host: record.owner.host, pid: record.owner.pid, runID: record.owner.runID,
+                        claimedAt: record.claimedAt, ageSeconds: max(0, readAt.timeIntervalSince(record.claimedAt)),
+                        ownerAlive: expires > readAt, leaseRemainingSeconds: expires.timeIntervalSince(readAt))
+                    // A lease that ran out is taken over with a lock, which NFS may refuse (as below).
+                    if expires <= readAt, case .notLockable(let ownerAndMode) = spool.lookAtClaim(entry) {
+                        claim.notLockable = ownerAndMode
+                    }
+                    return claim
                 }
-                return claim
+                let (alive, unreadable, notLockable): (Bool, String?, String?)
+                switch spool.lookAtClaim(entry) {
+                case .held(let held): (alive, unreadable, notLockable) = (held, nil, nil)
+                case .unreadable(let ownerAndMode): (alive, unreadable, notLockable) = (false, ownerAndMode, nil)
+                case .notLockable(let ownerAndMode): (alive, unreadable, notLockable) = (false, nil, ownerAndMode)
+                case .gone: return nil  // moved on since it was listed
+                }
+                let since = record?.claimedAt ?? entry.modified
+                return Claim(
+                    name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
+                    claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive,
+                    unreadable: unreadable, notLockable: notLockable)
             }
-            let (alive, unreadable, notLockable): (Bool, String?, String?)
-            switch spool.lookAtClaim(entry) {
-            case .held(let held): (alive, unreadable, notLockable) = (held, nil, nil)
-            case .unreadable(let ownerAndMode): (alive, unreadable, notLockable) = (false, ownerAndMode, nil)
-            case .notLockable(let ownerAndMode): (alive, unreadable, notLockable) = (false, nil, ownerAndMode)
-            case .gone: return nil  // moved on since it was listed
-            }
-            let since = record?.claimedAt ?? entry.modified
-            return Claim(
-                name: entry.name, host: record?.owner.host, pid: record?.owner.pid, runID: record?.owner.runID,
-                claimedAt: record?.claimedAt, ageSeconds: max(0, now.timeIntervalSince(since)), ownerAlive: alive,
-                unreadable: unreadable, notLockable: notLockable)
         }
     }
 }

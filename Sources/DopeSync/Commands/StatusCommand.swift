@@ -21,7 +21,7 @@ public enum StatusCommand {
                         "no spool at \(root): check --spool, or the job file's spool: (--job FILE; without either, ./spool)",
                     status: .cannotCreate)
             }
-            if database == nil, let refused = sqliteRefusal(Spool(root: root)) { return refused }
+            if database == nil, let refused = await sqliteRefusal(Spool(root: root)) { return refused }
             var report = try await SpoolStatus.gather(
                 spool: Spool(root: root), minAge: minAge, runs: runs, now: now, database: database, apiURL: apiURL)
             report.space = await FileSystemSpace.of(root).map { SpoolStatus.Space($0, floor: minFreeSpace) }

@@ -58,7 +58,6 @@ extension Spool {
         await SpoolCalls.run { lookAtClaim(entry) }
     }
 
-    @discardableResult
     public func requeueFailed(_ name: String, now: Date = Date()) async throws(SpoolError) -> String {
         try await SpoolCalls.run { () throws(SpoolError) in try requeueFailed(name, now: now) }
     }
