@@ -1,4 +1,5 @@
 import DopeSync
+import DopeSyncStore
 import Foundation
 import Testing
 
@@ -73,6 +74,31 @@ import Testing
             #expect(reference.contains("`\(name)`"), "docs/job-file.md does not name \(name)")
             #expect(environment.contains(".B \(name)\n"), "the man page's ENVIRONMENT has no entry for \(name)")
         }
+    }
+
+    @Test("the deferral rules docs/spool.md states, and the man page repeats, are the code's")
+    func deferralRules() throws {
+        let policy = DeferralPolicy()
+        let attempts = try #require(policy.maxAttempts)
+        let days = Int(try #require(policy.maxAge) / .seconds(86_400))
+        let (first, last) = (Int(policy.base / .seconds(60)), Int(policy.cap / .seconds(3600)))
+        #expect((policy.factor, policy.delay(afterAttempt: 2)) == (2, policy.base * 2), "the back-off doubles")
+        let spool = Self.normalized(try Self.read("docs/spool.md"))
+        let man = Self.normalized(try Self.manPage())
+        // Each found or not first, so that a failure names the document, not its whole text.
+        for (text, name) in [(spool, "docs/spool.md"), (man, "the man page")] {
+            let rules = [
+                "the first delay": "due \(first) minute later, then 2, 4, ",
+                "the longest delay": " up to \(last) hour apart",
+                "the limits": "after \(attempts) attempts, or \(days) days after dopesync first saw",
+            ]
+            for (rule, phrase) in rules {
+                let stated = text.lowercased().contains(phrase.lowercased())
+                #expect(stated, "\(name) does not say \(rule) as the code has it: \"\(phrase)\"")
+            }
+        }
+        let gaveUp = man.contains("Deferred \(attempts) times or for \(days) days")
+        #expect(gaveUp, "the man page's gave_up does not say \(attempts) times or \(days) days")
     }
 
     @Test("comments cite files that ship, and every BENCHMARKS.md entry they quote is in it")
