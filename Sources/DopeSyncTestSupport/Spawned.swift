@@ -8,6 +8,20 @@ import SystemPackage
     import Glibc
 #endif
 
+/// The environment a test's child starts from: what finds programs, the locale and time zone, a
+/// home and a temporary folder, the user's name, and the sanitizers' settings (`make sanitize`).
+/// Not the rest of the test runner's (a proxy, certificate bundles, a developer's `DOPESYNC_`
+/// settings): a child of the worker gets a minimal environment too (`ChildProcess`), and a test's
+/// outcome must not depend on the shell that started the suite. A test adds what its child needs.
+public let childEnvironment: [String: String] = {
+    let kept: Set = [
+        "PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME",
+        "DOPESYNC_SANITIZER", "ASAN_OPTIONS", "ASAN_SYMBOLIZER_PATH", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS",
+        "SWIFT_BACKTRACE",
+    ]
+    return ProcessInfo.processInfo.environment.filter { kept.contains($0.key) }
+}()
+
 /// A child process, its standard input and output (and its standard error, if asked) on pipes:
 /// how the tests start every program, whether they talk to it as it runs or, through
 /// ``runProcess(_:_:in:environment:stdin:allowFailure:)``, run it to its end. Both start it as the
@@ -59,7 +73,7 @@ public final class Spawned: Sendable {
     /// Starts `executable` (a path: no PATH lookup) with `arguments`, in `directory` if one is given.
     public init(
         _ executable: String, _ arguments: [String],
-        environment: [String: String] = ProcessInfo.processInfo.environment,
+        environment: [String: String] = childEnvironment,
         in directory: URL? = nil, errors errorOutput: ErrorOutput = .inherited
     ) async throws {
         // One pipe for each of the child's descriptors 0, 1 and (piped) 2; the child's end of the
@@ -201,7 +215,7 @@ public func runProcess(
     stdin: Data? = nil,
     allowFailure: Bool = false
 ) async throws -> ProcessOutput {
-    let variables = ProcessInfo.processInfo.environment.merging(environment ?? [:]) { $1 }
+    let variables = childEnvironment.merging(environment ?? [:]) { $1 }
     var configuration = ChildProcess.configuration(
         executable, arguments, environment: variables, in: directory?.path, grace: Spawned.grace)
     // A bare name is looked up in the child's PATH, as a shell finds it (swift-subprocess's `.name`).

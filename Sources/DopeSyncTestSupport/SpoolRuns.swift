@@ -91,7 +91,7 @@ public func spawnRun(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:],
     errors: Spawned.ErrorOutput = .silenced
 ) async throws -> Spawned {
-    var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
+    var environment = childEnvironment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments =
@@ -104,7 +104,7 @@ public func spawnRun(
 public func spawnRunLogging(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = [], environment more: [String: String] = [:]
 ) async throws -> Spawned {
-    var environment = ProcessInfo.processInfo.environment.merging(more) { $1 }
+    var environment = childEnvironment.merging(more) { $1 }
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
     let arguments = [
@@ -127,7 +127,7 @@ public struct ProgressTick: Sendable {
 public func spawnRunShowingProgress(
     _ spool: Spool, against server: RunningDevServer, _ extra: [String] = []
 ) async throws -> (Spawned, AsyncStream<ProgressTick>) {
-    var environment = ProcessInfo.processInfo.environment
+    var environment = childEnvironment
     environment["DOPESYNC_API_TOKEN"] = server.token
     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     let arguments = [
@@ -173,7 +173,7 @@ public func spawnRunShowingProgress(
 public func runToEnd(
     _ spool: Spool, apiURL: String, token: String, _ extra: [String] = [], environment: [String: String] = [:]
 ) async throws -> (status: Int32, output: String) {
-    var variables = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
+    var variables = childEnvironment.filter { !proxyVariables.contains($0.key) }
     variables["DOPESYNC_API_TOKEN"] = token
     variables["DOPESYNC_MIN_FREE_SPACE"] = "0"  // a test's outcome must not hang on the machine's free disk
     variables.merge(environment) { $1 }

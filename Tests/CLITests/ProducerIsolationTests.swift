@@ -114,7 +114,7 @@ struct ProducerIsolationTests {
     static func runWorker(as user: String, _ spool: Spool, server: RunningDevServer) async throws -> (
         status: Int32, output: String
     ) {
-        var environment = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
+        var environment = childEnvironment.filter { !proxyVariables.contains($0.key) }
         environment["DOPESYNC_API_TOKEN"] = server.token
         environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // not the machine's free disk
         let arguments = [

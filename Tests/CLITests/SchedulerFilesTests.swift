@@ -177,7 +177,7 @@ import Testing
                 let token = directory.appendingPathComponent("api-token").path
                 try "token\n".write(toFile: token, atomically: true, encoding: .utf8)
                 try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: token)
-                var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("DOPESYNC_") }
+                var environment = childEnvironment.filter { !$0.key.hasPrefix("DOPESYNC_") }
                 environment["DOPESYNC_SPOOL"] = directory.appendingPathComponent("spool").path
                 environment["DOPESYNC_API_URL"] = server.baseURL
                 // As the cron example's notes do: dopesync never makes a spool it was not asked to.

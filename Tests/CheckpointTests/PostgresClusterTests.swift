@@ -66,7 +66,7 @@ import Testing
 
     @Test(.enabled(if: !isChild)) func terminatingAUsersConnectionsEndsItsSessions() async throws {
         let cluster = try await PostgresCluster.start()
-        var environment = ProcessInfo.processInfo.environment
+        var environment = childEnvironment
         environment["PGPASSWORD"] = cluster.password
         let session = try await Spawned(
             cluster.psqlProgram, ["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", cluster.url], environment: environment,
@@ -104,7 +104,7 @@ import Testing
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let child = try await Spawned(
             executable, ["--testing-library", "swift-testing", "--filter", "PostgresClusterTests/child"],
-            environment: ProcessInfo.processInfo.environment.merging(["DOPESYNC_TEST_CHILD": "postgres-cluster"]) {
+            environment: childEnvironment.merging(["DOPESYNC_TEST_CHILD": "postgres-cluster"]) {
                 $1
             },
             errors: .piped)

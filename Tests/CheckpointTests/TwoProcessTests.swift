@@ -124,7 +124,7 @@ final class ChildProcess {
 
     init(role: String, spool: Spool, count: Int) async throws {
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        var environment = ProcessInfo.processInfo.environment
+        var environment = childEnvironment
         environment["DOPESYNC_TEST_CHILD"] = role
         environment["DOPESYNC_TEST_SPOOL"] = spool.root
         environment["DOPESYNC_TEST_COUNT"] = String(count)

@@ -24,7 +24,7 @@ struct ProducerOwnedBundlesTests {
             "/bin/sh", "-c", #"exec "$0" "$@" 2>&1"#, builtProduct("dopesync").path,
             "run", "--spool", spool.root, "--api", server.baseURL, "--min-age", "0", "--progress", "never",
         ]
-        var environment = ProcessInfo.processInfo.environment.filter { !proxyVariables.contains($0.key) }
+        var environment = childEnvironment.filter { !proxyVariables.contains($0.key) }
         environment["DOPESYNC_API_TOKEN"] = server.token
         environment["DOPESYNC_MIN_FREE_SPACE"] = "0"  // not the machine's free disk
         let run = try await Spawned("/usr/bin/setpriv", arguments, environment: environment)

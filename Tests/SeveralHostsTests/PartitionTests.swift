@@ -134,7 +134,7 @@ import Testing
                     let lease: Duration = .seconds(2)
                     let url =
                         "postgresql://\(PostgresCluster.role)@\(namespace.databaseAddress):\(cluster.port)/\(database.name)"
-                    var environment = ProcessInfo.processInfo.environment
+                    var environment = childEnvironment
                     environment["DOPESYNC_API_TOKEN"] = server.token
                     environment["DOPESYNC_MIN_FREE_SPACE"] = "0"
                     environment["DOPESYNC_HOST"] = "host-a"
