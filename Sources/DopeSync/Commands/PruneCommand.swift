@@ -102,6 +102,9 @@ public enum PruneCommand {
 
     /// Deletes what `doneAt` (else the files' mtimes) says got to done/ before the cutoff, then
     /// has the store `forget` them.
+    /// How many deleted bundles' rows one transaction forgets.
+    static let forgetBatch = 500
+
     private static func prune(
         _ spool: Spool, olderThan: Duration, now: Date, doneAt: [String: Date], report: String?,
         forget: ([String]) async throws(CheckpointError) -> Int
@@ -133,12 +136,16 @@ public enum PruneCommand {
             }
         }
 
+        // In batches, each one transaction: it holds the SQLite file's write lock, or PostgreSQL's
+        // lock on the claims, while it deletes, so a run on the spool (or another host's lease
+        // renewals) waits for one batch at most, not for a prune of months of bundles.
         var forgotten = 0
-        if !deleted.isEmpty {
+        for start in stride(from: 0, to: deleted.count, by: Self.forgetBatch) {
             do {
-                forgotten = try await forget(deleted)
+                forgotten += try await forget(Array(deleted[start..<min(start + Self.forgetBatch, deleted.count)]))
             } catch {
                 diagnostics.append("bundles deleted, but their checkpoint rows could not be: \(error)")
+                break
             }
         }
         lines.append(
