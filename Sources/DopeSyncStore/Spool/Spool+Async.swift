@@ -8,11 +8,6 @@ import Foundation
 // that already run there.
 
 extension Spool {
-    public func checkBeforeWriting(mayCreate: Bool, allowRoot: Bool) async throws(SpoolError) {
-        try await SpoolCalls.run { () throws(SpoolError) in
-            try checkBeforeWriting(mayCreate: mayCreate, allowRoot: allowRoot)
-        }
-    }
 
     public func create() async throws(SpoolError) {
         try await SpoolCalls.run { () throws(SpoolError) in try create() }
@@ -54,10 +49,6 @@ extension Spool {
         await SpoolCalls.run { pruneSessionHolds(before: cutoff) }
     }
 
-    public func lookAtClaim(_ entry: SpoolEntry) async -> ClaimLook {
-        await SpoolCalls.run { lookAtClaim(entry) }
-    }
-
     public func requeueFailed(_ name: String, now: Date = Date()) async throws(SpoolError) -> String {
         try await SpoolCalls.run { () throws(SpoolError) in try requeueFailed(name, now: now) }
     }
@@ -66,9 +57,6 @@ extension Spool {
         await SpoolCalls.run { deleteDone(entry) }
     }
 
-    public func renameNonUTF8Names(_ entries: [SpoolEntry]) async -> [RenamedBundle] {
-        await SpoolCalls.run { renameNonUTF8Names(entries) }
-    }
 }
 
 extension ClaimedBundle {
@@ -78,20 +66,6 @@ extension ClaimedBundle {
         await SpoolCalls.run { self.release() }
     }
 
-    @discardableResult
-    public func moveToDone() async throws(SpoolError) -> String {
-        try await SpoolCalls.run { () throws(SpoolError) in try self.moveToDone() }
-    }
-
-    @discardableResult
-    public func moveToFailed(_ sidecar: ErrorSidecar) async throws(SpoolError) -> String {
-        try await SpoolCalls.run { () throws(SpoolError) in try self.moveToFailed(sidecar) }
-    }
-
-    @discardableResult
-    public func giveBack() async throws(SpoolError) -> String {
-        try await SpoolCalls.run { () throws(SpoolError) in try self.giveBack() }
-    }
 }
 
 extension SessionHold {
@@ -103,10 +77,6 @@ extension SessionHold {
 extension StoreLock {
     public func release() async {
         await SpoolCalls.run { self.release() }
-    }
-
-    public static func isHeldByAnotherProcess(_ spool: Spool) async -> Bool {
-        await SpoolCalls.run { isHeldByAnotherProcess(spool) }
     }
 
     public static func take(_ mode: Mode, in spool: Spool) async throws(SpoolError) -> StoreLock? {
@@ -133,12 +103,6 @@ extension SpoolBinding {
     }
 }
 
-extension ErrorSidecar {
-    public static func read(from path: String) async -> ErrorSidecar? {
-        await SpoolCalls.run { read(from: path) }
-    }
-}
-
 extension FileSystemSpace {
     /// The free and total bytes of the file system holding `folder`, read on the spool's threads.
     public static func of(_ folder: String) async -> FileSystemSpace? {
@@ -149,5 +113,11 @@ extension FileSystemSpace {
 extension SpoolBacklog {
     package static func list(_ spool: Spool, inFlight: [String: BundleState], now: Date) async throws -> SpoolBacklog {
         try await SpoolCalls.run { try list(spool, inFlight: inFlight, now: now) }
+    }
+}
+
+extension ErrorSidecar {
+    public static func read(from path: String) async -> ErrorSidecar? {
+        await SpoolCalls.run { read(from: path) }
     }
 }
