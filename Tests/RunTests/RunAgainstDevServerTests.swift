@@ -322,11 +322,16 @@ import Testing
             configuration.ignoreIdempotencyKeys = !keysHonoured
             try await withDevServer(configuration) { server in
                 var children: [Spawned] = []
-                for _ in 0..<3 { children.append(try await spawnRun(spool, against: server, ["--concurrency", "2"])) }
+                for index in 0..<3 {
+                    // Each run's log kept, for a failure to show why that run ended as it did.
+                    let log = directory.appendingPathComponent("run-\(index).stderr").path
+                    children.append(
+                        try await spawnRun(spool, against: server, ["--concurrency", "2"], errors: .file(log)))
+                }
                 var claimed: [Int] = []
                 for child in children {
                     let summary = await onOwnThread { child.output.readLine() ?? "" }
-                    #expect(await child.finished() == 0, "\(summary)")
+                    #expect(await child.finished() == 0, "\(summary)\n\(child.errorText)")
                     let count = summary.split(separator: " ").dropFirst(2).first.flatMap { Int($0) }
                     claimed.append(try #require(count, "no summary line: \(summary)"))
                 }
