@@ -177,9 +177,17 @@ public final class Spawned: Sendable {
 
     /// Waits for the child to end; returns its exit status, or 128 + the signal that ended it. Any
     /// number of callers get the same status.
+    ///
+    /// A wait that is cancelled (a test past its time limit) ends the child with SIGKILL, then
+    /// waits the moment it takes to go: Swift Testing waits for a timed-out test's body to return,
+    /// and a child stuck for good (in a held file system, behind a lock) would hold the suite.
     @discardableResult
     public func finished() async -> Int32 {
-        await run.value
+        await withTaskCancellationHandler {
+            await run.value
+        } onCancel: {
+            kill(SIGKILL)
+        }
     }
 }
 
