@@ -105,10 +105,7 @@ public final class StallingFileSystem: Sendable {
     /// uses it (a test that failed with a child inside): the daemon is then ended with SIGTERM.
     private func unmount() async throws {
         release()
-        if try await runProcess("umount", [mountPoint.path], allowFailure: true).status != 0 {
-            _ = try await runProcess("umount", ["-l", mountPoint.path], allowFailure: true)
-            daemon.kill(SIGTERM)
-        }
+        if try await !DopeSyncTestSupport.unmount(mountPoint) { daemon.kill(SIGTERM) }
         await daemon.finished()
     }
 

@@ -212,25 +212,23 @@ import Testing
             let folder = directory.appendingPathComponent("node-exporter")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             // Read-only for root too: root passes every permission check, not a read-only mount.
-            _ = try await runProcess("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", folder.path])
-            defer {
-                _ = try? Process.run(URL(fileURLWithPath: "/bin/umount"), arguments: [folder.path]).waitUntilExit()
-            }
-            try await withDevServer { server in
-                let checked = try await dopesync(
-                    ["check", "--spool", spool.root, "--api", server.baseURL],
-                    environment: [
-                        "DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0",
-                        "DOPESYNC_METRICS_FILE": folder.appendingPathComponent("dopesync.prom").path,
-                    ])
-                #expect(checked.status == 73, "\(checked.stdout)")
-                #expect(checked.stdout.contains("FAIL metrics"), "\(checked.stdout)")
-                #expect(
-                    checked.stdout.contains("\(folder.path) is on a file system that is read-only for root"),
-                    "\(checked.stdout)")
-                #expect(checked.stdout.contains("ReadWritePaths=\(folder.path)"), "\(checked.stdout)")
-                // An ACL cannot make a read-only mount writable.
-                #expect(!checked.stdout.contains("setfacl"), "\(checked.stdout)")
+            try await withMount(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"], on: folder) {
+                try await withDevServer { server in
+                    let checked = try await dopesync(
+                        ["check", "--spool", spool.root, "--api", server.baseURL],
+                        environment: [
+                            "DOPESYNC_API_TOKEN": server.token, "DOPESYNC_MIN_FREE_SPACE": "0",
+                            "DOPESYNC_METRICS_FILE": folder.appendingPathComponent("dopesync.prom").path,
+                        ])
+                    #expect(checked.status == 73, "\(checked.stdout)")
+                    #expect(checked.stdout.contains("FAIL metrics"), "\(checked.stdout)")
+                    #expect(
+                        checked.stdout.contains("\(folder.path) is on a file system that is read-only for root"),
+                        "\(checked.stdout)")
+                    #expect(checked.stdout.contains("ReadWritePaths=\(folder.path)"), "\(checked.stdout)")
+                    // An ACL cannot make a read-only mount writable.
+                    #expect(!checked.stdout.contains("setfacl"), "\(checked.stdout)")
+                }
             }
         }
     }
