@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs one `swift test` with a deadline, its output shown and kept in LOG.
+# Runs one `swift test` with a deadline, its output kept in LOG and shown but for the lines of
+# tests that start and pass, with a progress line every PROGRESS (15) seconds.
 #
 #   Scripts/test-deadline.sh SECONDS LOG COMMAND [ARGUMENT...]
 #
@@ -40,7 +41,7 @@ unfinished() {
             name = substr($0, index($0, "Test ") + 5)
             sub(/ (with [0-9]+ test cases? )?(passed|failed) after .*$/, "", name); delete running[name]
         }
-        END { for (name in running) print "  " name }' "$log"
+        END { for (name in running) print "  " name }' "$log" 2>/dev/null
 }
 
 diagnose() { # run by the watch: the run is what is under this script but the watch
@@ -82,26 +83,38 @@ diagnose() { # run by the watch: the run is what is under this script but the wa
     kill -KILL $pids 2>/dev/null
 }
 
+# A plain line every PROGRESS seconds while the run goes on (the console shows no line per test).
+progress=${PROGRESS:-15}
 rm -f "$log.deadline"
-# The watch: a sleep of its own in the background. The run stays in the foreground, so a
-# terminal's Ctrl-C reaches it (a background command of a script ignores SIGINT).
+# The watch, in the background; the run stays in the foreground, so a terminal's Ctrl-C reaches
+# it (a background command of a script ignores SIGINT). Each wait is a sleep of its own, waited
+# for, so that the run's end ends the watch at once.
 (
-    sleep "$deadline" &
-    wait $!
-    kill -0 $$ 2>/dev/null || exit 0 # the script was ended meanwhile: nothing to say
+    elapsed=0
+    while [ "$elapsed" -lt "$deadline" ]; do
+        step=$((deadline - elapsed < progress ? deadline - elapsed : progress))
+        sleep "$step" &
+        wait $!
+        elapsed=$((elapsed + step))
+        kill -0 $$ 2>/dev/null || exit 0 # the script was ended meanwhile: nothing to say
+        ended=$(grep -cP '^(✔|✘) Test (?!run with ).* (passed|failed) after ' "$log" 2>/dev/null)
+        echo "test-deadline: ${elapsed} s, ${ended:-0} tests ended, $(unfinished | wc -l) running" >&2
+    done
     diagnose
     touch "$log.deadline"
 ) &
 watch=$!
 # Line by line (stdbuf): the test process's own output to a pipe is kept in a buffer that a
-# process ended here never writes, and the last lines are those that tell where it hung.
-stdbuf -oL -eL "$@" > >(tee "$log") 2>&1
-status=$?
+# process ended here never writes, and the last lines are those that tell where it hung. All of
+# it is kept in LOG; the console gets all but the line each test starts and passes with (some
+# 1,900 lines, 200 kB, a run), so that what failed is what a CI log shows.
+stdbuf -oL -eL "$@" 2>&1 | tee "$log" |
+    grep --line-buffered -v -P '^(◇ (Test|Suite) .* started\.|✔ (Test (?!run with )|Suite ).* passed after [0-9.]+ seconds\.)$'
+status=${PIPESTATUS[0]}
 # The watch first, then its sleep (which holds this script's output open until it ends).
 sleeper=$(pgrep -P "$watch" sleep)
 kill "$watch" $sleeper 2>/dev/null
 wait "$watch" 2>/dev/null
-wait # for tee, to the run's last line
 if [ -e "$log.deadline" ]; then
     rm -f "$log.deadline"
     echo "test-deadline: ended after ${deadline} s" >&2
