@@ -147,6 +147,7 @@ package final class ArchiveReader {
 
 /// Opens the archive at `path` and lends a reader to `body`; the reader closes when `body` is
 /// done with it (unless `body` keeps it: then use ``ArchiveReader/opening(path:budget:blockSize:)``).
+@available(*, noasync, message: "blocks on the archive's file: call it on a thread of its own")
 package func withArchiveReader<T>(
     path: String,
     expected: FileIdentity? = nil,

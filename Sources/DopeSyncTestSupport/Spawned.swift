@@ -271,6 +271,12 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
     }
 }
 
+/// ``onOwnThread(_:)`` for work that throws: a test's own call that blocks and is unavailable from
+/// async code (opening a SQLite file to look into it or change it behind the worker's back).
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await onOwnThread { Result { try body() } }.get()
+}
+
 extension Spawned {
     /// The child's output, line by line as it comes (``FileHandle/lines()``).
     public func lines() -> AsyncStream<String> { output.lines() }

@@ -31,6 +31,7 @@ public final class SQLiteDatabase: Sendable {
     }
 
     /// Opens (and creates, unless `readOnly`) the database at `path`.
+    @available(*, noasync, message: "blocks on the database file: call it on the writer's thread, or one of its own")
     public init(path: String, options: SQLiteOptions = SQLiteOptions(), readOnly: Bool = false) throws(SQLiteError) {
         self.path = path
         _ = Self.configureLibraryOnce
@@ -116,6 +117,7 @@ public final class SQLiteDatabase: Sendable {
 
     /// Closes the connection now, on this thread (a close may checkpoint the WAL, so an owner that
     /// must not block closes it where it may). Later uses throw; a second close does nothing.
+    @available(*, noasync, message: "blocks on the database file: call it on the writer's thread, or one of its own")
     public func close() {
         lock.withLock { closed in
             guard !closed else { return }
@@ -145,6 +147,7 @@ public final class SQLiteDatabase: Sendable {
     }
 
     /// Lends the connection to `body` for reads (no transaction is opened).
+    @available(*, noasync, message: "blocks on the database file: call it on the writer's thread, or one of its own")
     public func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try withConnection(body)
     }
@@ -153,6 +156,7 @@ public final class SQLiteDatabase: Sendable {
     ///
     /// IMMEDIATE takes the write lock up front, so a transaction never fails half-way with
     /// SQLITE_BUSY on its first write; it waits (busy timeout) instead.
+    @available(*, noasync, message: "blocks on the database file: call it on the writer's thread, or one of its own")
     public func write<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try withConnection { connection in
             try writeLock?.acquire()

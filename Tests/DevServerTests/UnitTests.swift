@@ -118,13 +118,16 @@ import Testing
         let record = DevServerStore.PreparedRecord(
             clientId: BadRequest.uuid, fieldsJSON: #"{"clientId":"\#(BadRequest.uuid)"}"#)
         _ = try await first.createOrReplay(kind: .session, parent: .none, key: nil, prepare: { record })
-        try SQLiteDatabase(path: path).write { connection in
-            try connection.execute("DROP TABLE schema_migrations")
-            try connection.execute("PRAGMA user_version = 1")
+        try await onOwnThread {
+            try SQLiteDatabase(path: path).write { connection in
+                try connection.execute("DROP TABLE schema_migrations")
+                try connection.execute("PRAGMA user_version = 1")
+            }
         }
         let reopened = try DevServerStore(path: path, retentionSeconds: 3600)
         #expect(try await reopened.sessions(clientId: BadRequest.uuid).count == 1)
-        #expect(try SQLiteMigrator.appliedNames(SQLiteDatabase(path: path)) == ["create records and idempotency keys"])
+        let applied = try await onOwnThread { try SQLiteMigrator.appliedNames(SQLiteDatabase(path: path)) }
+        #expect(applied == ["create records and idempotency keys"])
     }
 
     @Test func idempotencyKeysAreKeptSevenDaysThenPurged() async throws {

@@ -139,14 +139,16 @@ import Testing
 
             // The server's own records, from its database (its /admin/stats counts only what the
             // second process created): every record of every bundle, each exactly once.
-            let records = try SQLiteDatabase(path: database).read { connection in
-                try connection.query(
-                    "SELECT kind, count(*) AS count, count(DISTINCT client_id) AS distinct_ids FROM records GROUP BY kind"
-                ).map { row in
-                    (
-                        kind: try row["kind"] as String, count: try row["count"] as Int,
-                        distinct: try row["distinct_ids"] as Int
-                    )
+            let records = try await onOwnThread {
+                try SQLiteDatabase(path: database).read { connection in
+                    try connection.query(
+                        "SELECT kind, count(*) AS count, count(DISTINCT client_id) AS distinct_ids FROM records GROUP BY kind"
+                    ).map { row in
+                        (
+                            kind: try row["kind"] as String, count: try row["count"] as Int,
+                            distinct: try row["distinct_ids"] as Int
+                        )
+                    }
                 }
             }
             #expect(records.first { $0.kind == "session" }?.count == samples.count)

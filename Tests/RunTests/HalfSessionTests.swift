@@ -90,8 +90,10 @@ import Testing
         try await withTemporaryDirectory { directory in
             let (_, spool, _) = try await Self.leaveAHalfSession(seed: 9_610, in: directory)
             // The session's record as a clock a year ahead would have stamped it.
-            try SQLiteDatabase(path: spool.databasePath).write { connection in
-                try connection.execute("UPDATE steps SET done_at = done_at + 365 * 86400")
+            try await onOwnThread { [path = spool.databasePath] in
+                try SQLiteDatabase(path: path).write { connection in
+                    try connection.execute("UPDATE steps SET done_at = done_at + 365 * 86400")
+                }
             }
             let status = try await SpoolStatus.gather(spool: spool, minAge: .zero)
             let half = try #require(status.halfSessions.first, "\(status.json())")

@@ -180,16 +180,16 @@ import Testing
             let samples = [SampleSession(seed: 42)]
             let spool = try await makeSpool(in: directory, samples: samples)
             // The database refuses to record any bundle as done, as a full or failing disk would.
-            let store = try CheckpointStore(spool: spool)
-            let database = try SQLiteDatabase(path: spool.databasePath)
-            try database.write { connection in
-                try connection.execute(
-                    """
-                    CREATE TRIGGER refuse_done BEFORE UPDATE OF last_outcome ON bundles WHEN NEW.last_outcome = 'done'
-                    BEGIN SELECT RAISE(ABORT, 'disk trouble'); END
-                    """)
+            _ = try CheckpointStore(spool: spool)  // the schema, made as a run makes it
+            try await onOwnThread { [path = spool.databasePath] in
+                try SQLiteDatabase(path: path).write { connection in
+                    try connection.execute(
+                        """
+                        CREATE TRIGGER refuse_done BEFORE UPDATE OF last_outcome ON bundles WHEN NEW.last_outcome = 'done'
+                        BEGIN SELECT RAISE(ABORT, 'disk trouble'); END
+                        """)
+                }
             }
-            _ = store
             try await withDevServer { server in
                 let result = try await runBuilt(
                     "dopesync",
