@@ -16,7 +16,7 @@ TEST_TOOLS := libarchive-tools zip unzip zstd xz-utils bzip2 python3 curl jq
 deps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq /usr/bin/cc:gcc nm:binutils; do \
+	for t in bsdtar:libarchive-tools zip:zip unzip:unzip zstd:zstd xz:xz-utils bzip2:bzip2 /usr/bin/time:time python3:python3 curl:curl jq:jq /usr/bin/cc:gcc nm:binutils ps:procps; do \
 	  command -v $${t%%:*} >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
 	{ ls /usr/lib/postgresql/*/bin/initdb && ls /usr/lib/postgresql/*/bin/psql; } >/dev/null 2>&1 || \
 	  missing="$$missing postgresql postgresql-client"; \
