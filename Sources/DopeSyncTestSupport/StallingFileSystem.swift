@@ -6,7 +6,8 @@ import Foundation
 
 /// A spool's file system that stalls, as a `hard` NFS mount does while its server is gone: a FUSE
 /// file system (`Tests/FUSE/stalling-passthrough.c`) that passes every call through to a backing
-/// folder, and holds each rename whose source path contains a given piece until ``release()``.
+/// folder, and holds each rename whose source path contains a given piece until ``release()``
+/// (or, should a test never release it, for `STALL_LIMIT` seconds, 120, each such rename).
 /// The rename waits in the kernel, which meanwhile holds its folders' locks and the file
 /// system's rename lock: every other move between the spool's folders, and every listing of the
 /// two folders, waits behind it, whichever thread asks. Built with the system's C compiler and
@@ -54,12 +55,14 @@ public final class StallingFileSystem: Sendable {
         in directory: URL, holdingRenamesOf match: String, _ body: (StallingFileSystem) async throws -> T
     ) async throws -> T {
         let fileSystem = try await mount(in: directory, holdingRenamesOf: match)
+        // The unmount in a task of its own: one started from a cancelled test (past its time
+        // limit) would have its `umount` ended at once by swift-subprocess.
         do {
             let result = try await body(fileSystem)
-            try await fileSystem.unmount()
+            try await Task { try await fileSystem.unmount() }.value
             return result
         } catch {
-            try? await fileSystem.unmount()
+            try? await Task { try await fileSystem.unmount() }.value
             throw error
         }
     }

@@ -48,7 +48,8 @@ import Testing
         #expect(try store.completedSteps(sessionID: "child").count == count)
         #expect(try store.bundleState(name: "parent.tar.gz")?.stepsDone == count)
         #expect(try store.bundleState(name: "child.tar.gz")?.stepsDone == count)
-        #expect(try Self.integrityCheck(spool.databasePath) == "ok")
+        let path = spool.databasePath
+        #expect(try await onOwnThread { try Self.integrityCheck(path) } == "ok")
     }
 
     @Test(.enabled(if: !isChild)) func twoProcessesClaimingOneSpoolClaimEachBundleOnce() async throws {
