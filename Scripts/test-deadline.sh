@@ -20,7 +20,7 @@ progress=${PROGRESS:-15}
 # Once the command has ended, how long the processes it left may hold its output open: the
 # PostgreSQL clusters' watchdogs keep it while they stop their servers and delete their folders,
 # which took 0.2 s after a one-test run here.
-drain=30
+drain=${DRAIN:-30}
 
 # The processes of the run: what is under this script but not under the watch ($1), the watch's
 # own commands included, from one listing.
