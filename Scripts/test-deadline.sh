@@ -8,8 +8,9 @@
 # nothing said (one did: a run past 5400 s, its last lines a minute into a 77 s suite). Past
 # SECONDS this prints the tests that started and never ended, the processes under the run with
 # their states and kernel waits, the test process's threads (gdb, when present), and ends them.
-# Exits with the command's status, or 124 past the deadline (as timeout(1) does). Needs procps
-# (`ps`), which `make deps` installs when missing.
+# Exits with the command's status, or 124 past the deadline (as timeout(1) does). Once the
+# command has ended, processes it left that still hold its output get DRAIN (30) seconds. Needs
+# procps (`ps`), which `make deps` installs when missing. Tested by TestDeadlineScriptTests.
 set -uo pipefail
 
 deadline=$1
