@@ -180,7 +180,8 @@ public final class Spawned: Sendable {
     ///
     /// A wait that is cancelled (a test past its time limit) ends the child with SIGKILL, then
     /// waits the moment it takes to go: Swift Testing waits for a timed-out test's body to return,
-    /// and a child stuck for good (in a held file system, behind a lock) would hold the suite.
+    /// and a child stuck for good (in a held file system, behind a lock) would hold the suite. A
+    /// cleanup that must see its child to the end (a cluster's watchdog) waits in a task of its own.
     @discardableResult
     public func finished() async -> Int32 {
         await withTaskCancellationHandler {
