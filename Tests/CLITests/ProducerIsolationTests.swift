@@ -50,13 +50,17 @@ struct ProducerIsolationTests {
             }
         }
 
-        /// Removes whatever of them exists; never throws (it runs after a failure too).
+        /// Removes whatever of them exists; never throws (it runs after a failure too). In a task
+        /// of its own: a test past its time limit is cancelled, and swift-subprocess ends at once a
+        /// child started from a cancelled task.
         func remove() async {
-            for user in [worker, producerA, producerB] {
-                _ = try? await runProcess("userdel", [user], allowFailure: true)
-                _ = try? await runProcess("groupdel", [user], allowFailure: true)  // if userdel left it
-            }
-            _ = try? await runProcess("groupdel", [producers], allowFailure: true)
+            await Task { [worker, producerA, producerB, producers] in
+                for user in [worker, producerA, producerB] {
+                    _ = try? await runProcess("userdel", [user], allowFailure: true)
+                    _ = try? await runProcess("groupdel", [user], allowFailure: true)  // if userdel left it
+                }
+                _ = try? await runProcess("groupdel", [producers], allowFailure: true)
+            }.value
         }
     }
 
