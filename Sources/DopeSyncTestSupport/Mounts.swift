@@ -13,18 +13,12 @@ public func withMount<T>(
     try await runProcess("mount", arguments + [folder.path])
     do {
         let result = try await body()
-        try await unmountUncancelled(folder)
+        try await uncancelled { try await unmount(folder) }
         return result
     } catch {
-        try? await unmountUncancelled(folder)
+        _ = try? await uncancelled { try await unmount(folder) }
         throw error
     }
-}
-
-/// ``unmount(_:)`` in a task of its own: a test past its time limit is cancelled, and
-/// swift-subprocess ends at once a child started from a cancelled task, `umount` included.
-func unmountUncancelled(_ folder: URL) async throws {
-    _ = try await Task { try await unmount(folder) }.value
 }
 
 /// Unmounts `folder`, lazily if it is busy; returns whether the plain unmount worked.

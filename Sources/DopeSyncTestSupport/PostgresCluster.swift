@@ -270,9 +270,9 @@ private struct ClusterServer: Sendable {
     func remove(watchdog: Spawned) async {
         let postmaster = postmasterPID
         try? watchdog.input.close()
-        // Waited for in a task of its own: a cancelled wait (a test past its time limit) would
-        // kill the watchdog before it stops the server and deletes the folder.
-        let stopped = await Task { await watchdog.finished() }.value == 0
+        // Not cancelled with a test past its time limit: the watchdog must stop the server and
+        // delete the folder.
+        let stopped = await uncancelled { await watchdog.finished() } == 0
         guard let postmaster else { return }
         // A pid file left by a server that died may name another process by now.
         if !stopped && processName(postmaster) == "postgres" { kill(postmaster, SIGKILL) }

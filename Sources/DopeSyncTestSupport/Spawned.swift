@@ -181,7 +181,7 @@ public final class Spawned: Sendable {
     /// A wait that is cancelled (a test past its time limit) ends the child with SIGKILL, then
     /// waits the moment it takes to go: Swift Testing waits for a timed-out test's body to return,
     /// and a child stuck for good (in a held file system, behind a lock) would hold the suite. A
-    /// cleanup that must see its child to the end (a cluster's watchdog) waits in a task of its own.
+    /// cleanup that must see its child to the end (a cluster's watchdog) waits ``uncancelled(_:)``.
     @discardableResult
     public func finished() async -> Int32 {
         await withTaskCancellationHandler {
@@ -270,6 +270,21 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
     await withCheckedContinuation { continuation in
         Thread { continuation.resume(returning: body()) }.start()
     }
+}
+
+/// Runs `body` in a task of its own, which the caller's cancellation does not reach: for cleanup
+/// that must finish when a test past its time limit is cancelled. swift-subprocess ends at once a
+/// child started from a cancelled task (an `umount`, a `userdel`), and a cancelled
+/// ``Spawned/finished()`` kills its child.
+@discardableResult
+public func uncancelled<T: Sendable>(_ body: @escaping @Sendable () async -> T) async -> T {
+    await Task { await body() }.value
+}
+
+/// ``uncancelled(_:)`` for cleanup that throws.
+@discardableResult
+public func uncancelled<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await Task { try await body() }.value
 }
 
 /// ``onOwnThread(_:)`` for work that throws: a test's own call that blocks and is unavailable from

@@ -55,14 +55,12 @@ public final class StallingFileSystem: Sendable {
         in directory: URL, holdingRenamesOf match: String, _ body: (StallingFileSystem) async throws -> T
     ) async throws -> T {
         let fileSystem = try await mount(in: directory, holdingRenamesOf: match)
-        // The unmount in a task of its own: one started from a cancelled test (past its time
-        // limit) would have its `umount` ended at once by swift-subprocess.
         do {
             let result = try await body(fileSystem)
-            try await Task { try await fileSystem.unmount() }.value
+            try await uncancelled { try await fileSystem.unmount() }
             return result
         } catch {
-            try? await Task { try await fileSystem.unmount() }.value
+            try? await uncancelled { try await fileSystem.unmount() }
             throw error
         }
     }

@@ -314,16 +314,14 @@ import Testing
             // Two batches; sessions whose bundles fall in both. Recorded on a thread of their own: a
             // thousand SQLite commits would hold one of the two threads the suite's tests share.
             let count = 501
-            try await onOwnThread { () -> Result<Void, any Error> in
-                Result {
-                    for index in 0..<count {
-                        let name = "b-\(index).tar.gz"
-                        _ = FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data([7]))
-                        try store.recordClaim(name: name, owner: owner)
-                        try store.recordDone(name: name, sessionID: "session-\(index % 7)", now: old)
-                    }
+            try await onOwnThread {
+                for index in 0..<count {
+                    let name = "b-\(index).tar.gz"
+                    _ = FileManager.default.createFile(atPath: spool.path(.done, name), contents: Data([7]))
+                    try store.recordClaim(name: name, owner: owner)
+                    try store.recordDone(name: name, sessionID: "session-\(index % 7)", now: old)
                 }
-            }.get()
+            }
             let result = try await runBuilt("dopesync", ["prune", "--older-than", "7d", "--spool", spool.root])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(result.stdout.contains("pruned \(count) bundles from done/"), "\(result.stdout.suffix(300))")

@@ -50,17 +50,16 @@ struct ProducerIsolationTests {
             }
         }
 
-        /// Removes whatever of them exists; never throws (it runs after a failure too). In a task
-        /// of its own: a test past its time limit is cancelled, and swift-subprocess ends at once a
-        /// child started from a cancelled task.
+        /// Removes whatever of them exists; never throws (it runs after a failure too), and is not
+        /// cancelled with a test past its time limit (``uncancelled(_:)``).
         func remove() async {
-            await Task { [worker, producerA, producerB, producers] in
+            await uncancelled { [worker, producerA, producerB, producers] in
                 for user in [worker, producerA, producerB] {
                     _ = try? await runProcess("userdel", [user], allowFailure: true)
                     _ = try? await runProcess("groupdel", [user], allowFailure: true)  // if userdel left it
                 }
                 _ = try? await runProcess("groupdel", [producers], allowFailure: true)
-            }.value
+            }
         }
     }
 

@@ -48,8 +48,12 @@ import Testing
         #expect(try store.completedSteps(sessionID: "child").count == count)
         #expect(try store.bundleState(name: "parent.tar.gz")?.stepsDone == count)
         #expect(try store.bundleState(name: "child.tar.gz")?.stepsDone == count)
-        let path = spool.databasePath
-        #expect(try await onOwnThread { try Self.integrityCheck(path) } == "ok")
+        let check = try await onOwnThread { [path = spool.databasePath] in
+            try SQLiteDatabase(path: path).read {
+                try $0.queryFirst("PRAGMA integrity_check")?["integrity_check"] as String?
+            }
+        }
+        #expect(check == "ok")
     }
 
     @Test(.enabled(if: !isChild)) func twoProcessesClaimingOneSpoolClaimEachBundleOnce() async throws {
@@ -93,14 +97,6 @@ import Testing
             try store.recordResult(sessionID: prefix, stepKey: "dope:\(index)", serverID: Int64(index))
         }
         try store.recordDone(name: bundle, sessionID: prefix)
-    }
-
-    /// SQLite's own check of the file, from a synchronous context (the database's calls are
-    /// unavailable from async code): "ok" when the two processes' writes left it whole.
-    static func integrityCheck(_ path: String) throws -> String? {
-        try SQLiteDatabase(path: path).read {
-            try $0.queryFirst("PRAGMA integrity_check")?["integrity_check"] as String?
-        }
     }
 
     /// Tells the parent (on standard output, unbuffered) that the child is set up, and waits for its "go".

@@ -85,13 +85,12 @@ import Testing
             await namespace.remove()
         }
 
-        /// In a task of its own: a test past its time limit is cancelled, and swift-subprocess
-        /// ends at once a child started from a cancelled task.
+        /// Not cancelled with a test past its time limit (``uncancelled(_:)``).
         func remove() async {
-            await Task { [name, subnet] in
+            await uncancelled { [name, subnet] in
                 _ = try? await Self.ip(["netns", "del", name])  // deletes the veth pairs with it
                 for link in ["dsp\(subnet)a", "dsp\(subnet)d"] { _ = try? await Self.ip(["link", "del", link]) }
-            }.value
+            }
         }
 
         static func ip(_ arguments: [String]) async throws {

@@ -8,7 +8,6 @@ import Foundation
 // that already run there.
 
 extension Spool {
-
     public func create() async throws(SpoolError) {
         try await SpoolCalls.run { () throws(SpoolError) in try create() }
     }
@@ -56,7 +55,6 @@ extension Spool {
     public func deleteDone(_ entry: SpoolEntry) async -> Int32 {
         await SpoolCalls.run { deleteDone(entry) }
     }
-
 }
 
 extension ClaimedBundle {
@@ -65,7 +63,6 @@ extension ClaimedBundle {
     public func release() async {
         await SpoolCalls.run { self.release() }
     }
-
 }
 
 extension SessionHold {
