@@ -42,6 +42,10 @@ run_processes() {
         }'
 }
 
+command_line() { # of process $1, its arguments joined by spaces; nothing once it is gone
+    { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null
+}
+
 # "◇ Test NAME started." without a "✔ Test NAME …" or "✘ Test NAME …" that ends it. (Names
 # alone: two tests of one name in two suites count as one.)
 unfinished() {
@@ -65,18 +69,16 @@ diagnose() { # run by the watch, whose pid is $1
     unfinished
     echo "processes under the run (state, kernel wait, seconds):"
     [ -n "$pids" ] && ps -o pid,ppid,stat,wchan:28,etimes,args -p "${pids// /,}" 2>/dev/null | cut -c1-220
-    for pid in $pids; do
-        # A process in the kernel (D) waits on something outside it: a file system, a lock.
-        if [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = D ]; then
-            echo "kernel stack of $pid:"
-            sed 's/^/  /' "/proc/$pid/stack" 2>/dev/null
-        fi
+    # A process in the kernel (D) waits on something outside it: a file system, a lock.
+    for pid in $([ -n "$pids" ] && ps -o pid=,stat= -p "${pids// /,}" | awk '$2 ~ /^D/ { print $1 }'); do
+        echo "kernel stack of $pid:"
+        sed 's/^/  /' "/proc/$pid/stack" 2>/dev/null
     done
     echo "FUSE and tmpfs mounts under /tmp:"
     awk '{ split($0, halves, " - "); split(halves[1], mount, " "); split(halves[2], kind, " ")
            if (mount[5] ~ "^/tmp/" && kind[1] ~ /^(fuse|tmpfs)/) print "  " mount[5], kind[1] }' /proc/self/mountinfo
     for pid in $pids; do
-        case "$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null)" in
+        case "$(command_line "$pid")" in
         *.xctest\ *)
             echo "threads of the test process $pid:"
             for task in /proc/"$pid"/task/*; do
@@ -95,7 +97,7 @@ diagnose() { # run by the watch, whose pid is $1
 # which ignore SIGTERM on purpose and stop their servers once the test process is gone.
 end_run() {
     for pid in $(run_processes "$1"); do
-        case "$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null)" in
+        case "$(command_line "$pid")" in
         *postgres-cluster-watchdog*) ;;
         *) kill -KILL "$pid" 2>/dev/null ;;
         esac
@@ -147,14 +149,13 @@ trap 'kill "$watch" 2>/dev/null' EXIT
     /^◇ (Test|Suite) .* started\.$/d
     /^✔ Test run with /b
     /^✔ (Test|Suite) .* passed after [0-9.]+ seconds\.$/d'
-# Past the deadline the watch is ending the run's processes: it is let finish.
-[ -e "$log.deadline" ] || kill "$watch" 2>/dev/null
-wait "$watch" 2>/dev/null
 if [ -e "$log.deadline" ]; then
+    wait "$watch" # it is ending the run's processes: let it finish
     rm -f "$log.deadline" "$log.status"
     echo "test-deadline: ended after ${deadline} s" >&2
     exit 124
 fi
+kill "$watch" 2>/dev/null
 status=$(cat "$log.status" 2>/dev/null || echo 1)
 rm -f "$log.status"
 exit "$status"
