@@ -114,8 +114,11 @@ public struct Worker: Sendable {
     private func refused(_ error: SpoolBindingError, spool: Spool, started: ContinuousClock.Instant) async
         -> (RunSummary, ExitStatus)
     {
+        let reason =
+            error.code == .otherStore
+            ? "the spool is bound to another store" : "which store holds the spool's checkpoints cannot be told"
         logger.critical(
-            "the spool is bound to another store: the run claims nothing (exit \(error.exitStatus.rawValue))",
+            "\(reason): the run claims nothing (exit \(error.exitStatus.rawValue))",
             metadata: ["spool": "\(options.spoolRoot)", "error": "\(error)"])
         return await endedBeforeStarting(spool, started: started, status: error.exitStatus)
     }
