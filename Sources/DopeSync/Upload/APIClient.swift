@@ -76,8 +76,8 @@ public struct APIClient: Sendable {
     var rateLimit: UploadRateLimit? { network.rateLimit }
     var proxy: HTTPProxy? { network.proxy }
 
-    /// Runs `body` with a client whose pool holds up to `connections` connections, and shuts it
-    /// down afterwards.
+    /// Runs `body` with a client whose pool holds up to `connections` connections on the loops
+    /// of `eventLoopGroup`, and shuts it down afterwards.
     public static func with<T: Sendable>(
         baseURL: String,
         credential: Credential,
@@ -85,6 +85,7 @@ public struct APIClient: Sendable {
         timeouts: Timeouts = Timeouts(),
         network: Network = Network(),
         stop: StopRequest = StopRequest(),
+        eventLoopGroup: any EventLoopGroup = HTTPClient.defaultEventLoopGroup,
         _ body: (APIClient) async throws -> T
     ) async throws -> T {
         var configuration = HTTPClient.Configuration()
@@ -112,7 +113,8 @@ public struct APIClient: Sendable {
         }
         let share = network.rateLimit.map { $0.bytesPerSecond / Int64(max(connections, 1)) }
         let slowest = max(min(timeouts.minimumBytesPerSecond, share ?? .max), 1)
-        return try await HTTPClient.withHTTPClient(configuration: configuration) { http in
+        return try await HTTPClient.withHTTPClient(eventLoopGroup: eventLoopGroup, configuration: configuration) {
+            http in
             let client = APIClient(
                 http: http, baseURL: baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL,
                 credential: credential, timeouts: timeouts, network: network, slowestBytesPerSecond: slowest,

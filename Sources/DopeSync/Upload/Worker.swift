@@ -6,15 +6,19 @@ public struct Worker: Sendable {
     public let options: RunOptions
     public let logger: Logger
 
+    /// The loops the run's tasks and connections are on: one for a few bundles at once.
+    private let placement: UploadExecutor.Placement
+
     public init(options: RunOptions, logger: Logger) {
         self.options = options
         self.logger = logger
+        placement = UploadExecutor.placement(bundlesInFlight: options.concurrency)
     }
 
     /// Processes what is due (orphans first), then returns the summary and the exit status. The
     /// run is on NIO's loops in every process (``UploadExecutor``).
     public func run() async -> (RunSummary, ExitStatus) {
-        await withTaskExecutorPreference(UploadExecutor.loops) { await runOnLoops() }
+        await withTaskExecutorPreference(placement.executor) { await runOnLoops() }
     }
 
     private func runOnLoops() async -> (RunSummary, ExitStatus) {
@@ -308,7 +312,8 @@ public struct Worker: Sendable {
         let idle = work.bundles.isEmpty && !counters.shouldStop
         let clientResult: ExitStatus?? = try? await APIClient.with(
             baseURL: options.apiURL, credential: Credential(token: options.token, source: options.tokenSource),
-            connections: options.concurrency, network: options.network, stop: options.stop
+            connections: options.concurrency, network: options.network, stop: options.stop,
+            eventLoopGroup: placement.group
         ) { client -> ExitStatus? in
             let api: String
             switch await bindAPI(client, checkpoints: checkpoints) {
