@@ -98,10 +98,11 @@ public final class CheckpointStore: Sendable {
     /// WAL's commits are included (a torn last frame is left out by SQLite's own checksums).
     /// Without a readable WAL, the main file as it is on disk (``SQLiteOptions/immutable``). The
     /// file itself is neither migrated nor checked for its owner, since nothing acts on what it says.
+    /// Throws ``CheckpointError/Code/busy`` when a run checkpointed the file under every copy.
     public init(readingSnapshotOf path: String) throws(CheckpointError) {
         self.path = path
         self.lockPath = path + ".lock"
-        let copy = Self.privateCopy(of: path)
+        let copy = try Self.privateCopy(of: path)
         temporaryFolder = copy.map { ($0 as NSString).deletingLastPathComponent }
         storeLock = nil
         clock = .system
@@ -126,28 +127,55 @@ public final class CheckpointStore: Sendable {
     }
 
     /// The database and its WAL copied into a new private folder; nil when either cannot be read
-    /// or copied (then the main file is read in place).
-    private static func privateCopy(of path: String) -> String? {
+    /// or copied (then the main file is read in place). Throws when the file changed under every
+    /// try (``copyTries``).
+    ///
+    /// Why the file is copied twice: a run checkpoints its WAL back into the file as it goes, and
+    /// restarts the WAL once all of it is in. The file copied before a checkpoint, with the WAL
+    /// copied after it, read as a damaged database ("malformed", pages referenced twice), as a
+    /// table not there yet, or as rows twice (`SnapshotWhileWritingTests` tore about one copy in
+    /// three that way while a writer checkpointed every few commits). So the file is copied again
+    /// once the WAL is: when both copies of it are the same, no checkpoint wrote it in between,
+    /// and the WAL's frames (a torn last one is left out by SQLite's checksums) apply to it whole.
+    private static func privateCopy(of path: String) throws(CheckpointError) -> String? {
         let wal = path + "-wal"
         guard FileManager.default.isReadableFile(atPath: path),
             !FileManager.default.fileExists(atPath: wal) || FileManager.default.isReadableFile(atPath: wal)
         else { return nil }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "dopesync-status-\(UUID().uuidString)")
+        let copy = folder.appendingPathComponent("dopesync.sqlite").path
+        let again = copy + ".again"
         do {
             try FileManager.default.createDirectory(
                 at: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-            let copy = folder.appendingPathComponent("dopesync.sqlite").path
-            try FileManager.default.copyItem(atPath: path, toPath: copy)
-            if FileManager.default.fileExists(atPath: wal) {
-                try FileManager.default.copyItem(atPath: wal, toPath: copy + "-wal")
+            for _ in 0..<copyTries {
+                for file in [copy, copy + "-wal", again] where FileManager.default.fileExists(atPath: file) {
+                    try FileManager.default.removeItem(atPath: file)
+                }
+                try FileManager.default.copyItem(atPath: path, toPath: copy)
+                if FileManager.default.fileExists(atPath: wal) {
+                    try FileManager.default.copyItem(atPath: wal, toPath: copy + "-wal")
+                }
+                try FileManager.default.copyItem(atPath: path, toPath: again)
+                if FileManager.default.contentsEqual(atPath: copy, andPath: again) {
+                    try FileManager.default.removeItem(atPath: again)
+                    return copy
+                }
             }
-            return copy
         } catch {
             try? FileManager.default.removeItem(at: folder)
             return nil
         }
+        try? FileManager.default.removeItem(at: folder)
+        throw CheckpointError(
+            code: .busy,
+            message: "\(path) was being checkpointed by a run under each of \(copyTries) copies, which would read "
+                + "as a damaged file: nothing is wrong with it; try again in a moment")
     }
+
+    /// How many times ``privateCopy(of:)`` copies a file that a checkpoint keeps changing.
+    static let copyTries = 10
 
     deinit {
         if let temporaryFolder { try? FileManager.default.removeItem(atPath: temporaryFolder) }

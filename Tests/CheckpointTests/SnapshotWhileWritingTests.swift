@@ -1,0 +1,79 @@
+import DopeSyncTestSupport
+import Foundation
+import SQLiteSupport
+import Synchronization
+import Testing
+
+@testable import DopeSyncStore
+
+/// `status` as another user than the worker's reads a private copy of the checkpoint file and its
+/// WAL (``CheckpointStore/init(readingSnapshotOf:)``), often while a run writes and checkpoints.
+@Suite struct SnapshotWhileWritingTests {
+    @Test(
+        "a copy taken while a run commits and checkpoints reads as one moment: whole transactions, never a torn file",
+        .timeLimit(minutes: 2))
+    func aSnapshotIsNeverTorn() async throws {
+        let folder = try TemporaryFolder("snapshot")
+        let path = folder.sub("dopesync.sqlite")
+        let stop = Atomic<Bool>(false)
+        let committed = Atomic<Int>(0)
+        // The run: transactions of 20 rows each, on 1 KiB pages, with the WAL checkpointed back
+        // into the file and restarted every few commits, as a busy run's autocheckpoint does.
+        async let written = onOwnThread { () throws -> Int in
+            var options = SQLiteOptions()
+            options.pageSizeOfNewDatabase = 1024
+            let database = try SQLiteDatabase(path: path, options: options)
+            try database.write { try $0.execute("CREATE TABLE rows (batch INTEGER, filler TEXT)") }
+            var batch = 0
+            while !stop.load(ordering: .relaxed) {
+                batch += 1
+                try database.write { connection in
+                    for _ in 0..<20 {
+                        try connection.query(
+                            "INSERT INTO rows (batch, filler) VALUES (?, ?)",
+                            [batch, String(repeating: "x", count: 300)])
+                    }
+                    if batch % 40 == 0 { try connection.execute("DELETE FROM rows WHERE batch < \(batch - 20)") }
+                }
+                committed.store(batch, ordering: .relaxed)
+                if batch % 3 == 0 { try database.read { _ = try $0.query("PRAGMA wal_checkpoint(RESTART)") } }
+            }
+            database.close()
+            return batch
+        }
+        let (problems, read) = try await onOwnThread { () throws -> ([String], Int) in
+            var problems: [String] = []
+            var read = 0
+            var taken = 0
+            let giveUp = ContinuousClock.now + .seconds(60)
+            while taken < 300, ContinuousClock.now < giveUp {
+                guard committed.load(ordering: .relaxed) > 0 else { continue }
+                taken += 1
+                do {
+                    let snapshot = try CheckpointStore(readingSnapshotOf: path)
+                    let counts = try snapshot.read("counting") { connection in
+                        try connection.query("SELECT batch, count(*) AS n FROM rows GROUP BY batch").map {
+                            (try $0["batch"] as Int, try $0["n"] as Int)
+                        }
+                    }
+                    problems += counts.filter { $0.1 != 20 }.map { "batch \($0.0) has \($0.1) rows" }
+                    let check: String = try snapshot.read("checking") {
+                        try $0.queryFirst("PRAGMA quick_check")!["quick_check"]
+                    }
+                    if check != "ok" { problems.append(check) }
+                    read += 1
+                } catch let error as CheckpointError where error.code == .busy {
+                    // Checkpointed under every try: refused in words, never read torn.
+                } catch {
+                    problems.append("\(error)")
+                }
+            }
+            stop.store(true, ordering: .relaxed)
+            return (problems, read)
+        }
+        let batches = try await written
+        #expect(batches > 50, "the writer wrote while the copies were taken")
+        #expect(problems.isEmpty, "\(problems.count) torn copies: \(problems.prefix(3))")
+        #expect(read >= 150, "only \(read) of 300 copies could be read")
+    }
+}
