@@ -14,10 +14,10 @@ import Testing
     func runsBindingAtOnceAllSeeTheBinding() throws {
         let store = StoreIdentity(kind: .postgresql, id: "4f1c", name: "postgresql://db.example/dopesync")
         let refusals = Mutex<[String]>([])
-        for round in 0..<500 {
+        for round in 0..<200 {
             let spool = Spool(root: folder.sub("spool-\(round)"))
             try spool.create()
-            DispatchQueue.concurrentPerform(iterations: 6) { _ in
+            DispatchQueue.concurrentPerform(iterations: 4) { _ in
                 do {
                     try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
                 } catch {
