@@ -4,31 +4,55 @@ import Foundation
 import Synchronization
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The spool's binding to its store (`SPOOL/dopesync.store`) as runs that start together see it.
 @Suite struct SpoolBindingTests {
     let folder: TemporaryFolder
 
     init() throws { folder = try TemporaryFolder("binding") }
 
-    @Test("runs that bind a new spool at the same moment all find it bound to their one store")
-    func runsBindingAtOnceAllSeeTheBinding() throws {
+    @Test("a binding read while another run links it into place is either absent or read, never unreadable")
+    func aBindingAppearingMeanwhileIsNeverUnreadable() async throws {
+        let spool = Spool(root: folder.sub("spool"))
+        try await spool.create()
         let store = StoreIdentity(kind: .postgresql, id: "4f1c", name: "postgresql://db.example/dopesync")
-        let refusals = Mutex<[String]>([])
-        for round in 0..<200 {
-            let spool = Spool(root: folder.sub("spool-\(round)"))
-            try spool.create()
-            DispatchQueue.concurrentPerform(iterations: 4) { _ in
+        try await SpoolBinding.rebind(spool, to: store)
+        let bound = SpoolBinding.path(spool)
+        let spare = bound + ".spare"
+        #expect(link(bound, spare) == 0)
+        #expect(unlink(bound) == 0)
+        // Another run binding the spool, over and over: the file there, then gone, as a link
+        // makes it appear at once.
+        let stop = Atomic<Bool>(false)
+        async let toggled = onOwnThread { () -> Int in
+            var times = 0
+            while !stop.load(ordering: .relaxed) {
+                link(spare, bound)
+                unlink(bound)
+                times += 1
+            }
+            return times
+        }
+        let (read, absent, refusals) = await onOwnThread { () -> (Int, Int, [String]) in
+            var (read, absent, refusals) = (0, 0, [String]())
+            for _ in 0..<20_000 {
                 do {
-                    try SpoolBinding.check(spool, store: store, bindIfUnbound: true)
+                    if try SpoolBinding.read(spool) == store { read += 1 } else { absent += 1 }
                 } catch {
-                    refusals.withLock { $0.append("round \(round): \(error)") }
+                    refusals.append("\(error)")
                 }
             }
-            #expect(try SpoolBinding.read(spool) == store)
+            stop.store(true, ordering: .relaxed)
+            return (read, absent, refusals)
         }
-        // A run that read the file as it was being bound took the race for an unreadable file,
-        // and refused the whole spool (exit 73) on a healthy host.
-        #expect(refusals.withLock { $0 } == [])
+        #expect(await toggled > 0)
+        // A look that found nothing, then a second look that found the file, took it for one that
+        // cannot be read and refused the whole spool (exit 73) on a healthy host.
+        #expect(refusals.isEmpty, "\(refusals.count) refusals: \(refusals.prefix(2))")
+        #expect(read > 0 && absent > 0, "read \(read), absent \(absent)")
     }
 
     @Test("a binding that cannot be read refuses the spool and names the file, and an absent one is no binding")

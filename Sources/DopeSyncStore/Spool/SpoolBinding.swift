@@ -84,27 +84,16 @@ public enum SpoolBinding {
     @available(*, noasync, message: "blocks on the spool's file system: call it through SpoolCalls")
     public static func read(_ spool: Spool) throws(SpoolBindingError) -> StoreIdentity? {
         let path = path(spool)
-        // Absent is told by the open itself: a second look (does it exist now?) would take a file
-        // another run links into place in between for one that cannot be read, and refuse the spool.
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        if descriptor < 0, errno == ENOENT { return nil }
-        func unreadable(_ reason: String) -> SpoolBindingError {
-            SpoolBindingError(code: .unreadable, message: "cannot read \(path): \(reason)", path: path)
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch CocoaError.fileReadNoSuchFile {
+            // Absent, as the read itself found it: a second look (does it exist now?) took a file
+            // another run linked into place in between for one that cannot be read.
+            return nil
+        } catch {
+            throw SpoolBindingError(code: .unreadable, message: "cannot read \(path): \(error)", path: path)
         }
-        guard descriptor >= 0 else { throw unreadable(String(cString: strerror(errno))) }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            guard count >= 0 else { throw unreadable(String(cString: strerror(errno))) }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            // A binding is a few lines: anything this long is not one.
-            guard bytes.count <= 64 * 1024 else { throw unreadable("it is over 64 KiB, not a binding") }
-        }
-        let text = String(decoding: bytes, as: UTF8.self)
         var fields: [String: String] = [:]
         for line in text.split(separator: "\n") where !line.hasPrefix("#") {
             guard let colon = line.firstIndex(of: ":") else { continue }
