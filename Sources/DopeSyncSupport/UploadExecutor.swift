@@ -14,7 +14,7 @@ import NIOPosix
 public enum UploadExecutor {
     /// NIO's singleton loops as a task executor. A job goes to the loop it was enqueued from when
     /// that is one of them (`any()` is sticky), as NIO's global-executor hook does.
-    public static let loops: any TaskExecutor = EventLoopsTaskExecutor(group: .singleton)
+    public static let loops: any TaskExecutor = EventLoopsTaskExecutor(group: MultiThreadedEventLoopGroup.singleton)
 
     /// Where one run's tasks and HTTP connections go (``placement(bundlesInFlight:)``).
     public struct Placement: Sendable {
@@ -27,8 +27,8 @@ public enum UploadExecutor {
     /// One loop carries the bundles in flight up to this many; above, the run takes every loop.
     public static let bundlesPerLoop = 16
 
-    /// How many of `loops` loops a run of `bundlesInFlight` bundles at once uses: one up to
-    /// ``bundlesPerLoop``, every loop above.
+    /// The loops of NIO's singleton group a run of `bundlesInFlight` bundles at once uses: one,
+    /// pinned, up to ``bundlesPerLoop``; all of them (``loops``) above.
     ///
     /// Why one: a loop that waits between answers sleeps and is woken for each, and a task that a
     /// writer or the spool's threads resume lands on the next loop in turn, away from its
@@ -36,20 +36,12 @@ public enum UploadExecutor {
     /// than the raw client, whose connections all stay on one loop; on one loop it used less CPU
     /// at the same pace. Many bundles at once need every loop: at 64, one loop was the run's
     /// bottleneck. The figures are in BENCHMARKS.md.
-    public static func loopCount(bundlesInFlight: Int, loops: Int) -> Int {
-        bundlesInFlight <= bundlesPerLoop ? 1 : max(loops, 1)
-    }
-
-    /// The loops of NIO's singleton group a run of `bundlesInFlight` bundles at once uses
-    /// (``loopCount(bundlesInFlight:loops:)``): all of them as ``loops``, or one, pinned.
     public static func placement(bundlesInFlight: Int) -> Placement {
         let group = MultiThreadedEventLoopGroup.singleton
-        let all = Array(group.makeIterator())
-        guard loopCount(bundlesInFlight: bundlesInFlight, loops: all.count) == 1, all.count > 1 else {
-            return Placement(executor: loops, group: group)
-        }
+        guard bundlesInFlight <= bundlesPerLoop else { return Placement(executor: loops, group: group) }
+        // A loop is a group of one: its `any()` is itself.
         let loop = group.next()
-        return Placement(executor: OneLoopTaskExecutor(loop: loop), group: loop)
+        return Placement(executor: EventLoopsTaskExecutor(group: loop), group: loop)
     }
 
     /// Call first thing in `main`, before any task runs; `dopesync run` and `dopesync-bench` do.
@@ -59,9 +51,9 @@ public enum UploadExecutor {
 }
 
 package final class EventLoopsTaskExecutor: TaskExecutor {
-    private let group: MultiThreadedEventLoopGroup
+    private let group: any EventLoopGroup
 
-    init(group: MultiThreadedEventLoopGroup) {
+    init(group: any EventLoopGroup) {
         self.group = group
     }
 
@@ -71,22 +63,5 @@ package final class EventLoopsTaskExecutor: TaskExecutor {
         let job = UnownedJob(job)
         let executor = asUnownedTaskExecutor()
         group.any().execute { job.runSynchronously(on: executor) }
-    }
-}
-
-/// One event loop as a task executor: every job of the tasks that prefer it runs there.
-package final class OneLoopTaskExecutor: TaskExecutor {
-    private let loop: any EventLoop
-
-    init(loop: any EventLoop) {
-        self.loop = loop
-    }
-
-    /// As ``EventLoopsTaskExecutor``'s: the job runs as this executor's, so a call already where
-    /// the task prefers makes no hop.
-    package func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        loop.execute { job.runSynchronously(on: executor) }
     }
 }

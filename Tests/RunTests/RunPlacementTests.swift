@@ -13,12 +13,14 @@ import Testing
 @Suite struct RunPlacementTests {
     @Test("up to 16 bundles at once share one loop; more take every loop there is")
     func oneLoopForAFewBundles() {
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 1, loops: 2) == 1)
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 4, loops: 8) == 1)
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 16, loops: 2) == 1)
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 17, loops: 2) == 2)
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 64, loops: 8) == 8)
-        #expect(UploadExecutor.loopCount(bundlesInFlight: 64, loops: 1) == 1)
+        for few in [1, 4, 16] {
+            #expect(UploadExecutor.placement(bundlesInFlight: few).group is any EventLoop, "\(few)")
+        }
+        for many in [17, 64] {
+            let group = ObjectIdentifier(UploadExecutor.placement(bundlesInFlight: many).group as AnyObject)
+            let everyLoop = group == ObjectIdentifier(MultiThreadedEventLoopGroup.singleton)
+            #expect(everyLoop, "\(many)")
+        }
     }
 
     @Test(
