@@ -38,7 +38,7 @@ import Testing
         }
         let (read, absent, refusals) = await onOwnThread { () -> (Int, Int, [String]) in
             var (read, absent, refusals) = (0, 0, [String]())
-            for _ in 0..<20_000 {
+            for _ in 0..<3_000 {
                 do {
                     if try SpoolBinding.read(spool) == store { read += 1 } else { absent += 1 }
                 } catch {
