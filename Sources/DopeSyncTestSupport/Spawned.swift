@@ -272,6 +272,35 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async 
     }
 }
 
+/// Two sides of a race, each on a thread of its own and started together: `side` goes on until
+/// `main` has returned (its argument then says so), and both results come back. Neither waits
+/// for a thread of the cooperative pool, which a busy suite may hold for seconds while the side
+/// already started spins a core.
+public func race<Main: Sendable, Side: Sendable>(
+    _ main: @escaping @Sendable () throws -> Main,
+    alongside side: @escaping @Sendable (_ isOver: @Sendable () -> Bool) throws -> Side
+) async throws -> (Main, Side) {
+    try await onOwnThread { () throws -> (Main, Side) in
+        let state = RaceSide<Side>()
+        Thread {
+            let result = Result { try side { state.over.load(ordering: .relaxed) } }
+            state.result.withLock { $0 = result }
+            state.ended.signal()
+        }.start()
+        let mainResult = Result { try main() }
+        state.over.store(true, ordering: .relaxed)
+        state.ended.wait()
+        return (try mainResult.get(), try state.result.withLock { $0! }.get())
+    }
+}
+
+/// What the side of a ``race(_:alongside:)`` is told, and what it leaves.
+private final class RaceSide<Side: Sendable>: Sendable {
+    let over = Atomic<Bool>(false)
+    let result = Mutex<Result<Side, any Error>?>(nil)
+    let ended = DispatchSemaphore(value: 0)
+}
+
 /// Runs `body` in a task of its own, which the caller's cancellation does not reach: for cleanup
 /// that must finish when a test past its time limit is cancelled. swift-subprocess ends at once a
 /// child started from a cancelled task (an `umount`, a `userdel`), and a cancelled

@@ -1,7 +1,6 @@
 import DopeSyncTestSupport
 import Foundation
 import SQLiteSupport
-import Synchronization
 import Testing
 
 @testable import DopeSyncStore
@@ -15,7 +14,6 @@ import Testing
     func aSnapshotIsNeverTorn() async throws {
         let folder = try TemporaryFolder("snapshot")
         let path = folder.sub("dopesync.sqlite")
-        let stop = Atomic<Bool>(false)
         // The run: transactions of 20 rows each, on 1 KiB pages, with the WAL checkpointed back
         // into the file and restarted every few commits, as a busy run's autocheckpoint does. Its
         // table is there before the first copy.
@@ -26,25 +24,7 @@ import Testing
             try database.write { try $0.execute("CREATE TABLE rows (batch INTEGER, filler TEXT)") }
             return database
         }
-        async let written = onOwnThread { () throws -> Int in
-            var batch = 0
-            while !stop.load(ordering: .relaxed) {
-                batch += 1
-                try database.write { connection in
-                    for _ in 0..<20 {
-                        try connection.query(
-                            "INSERT INTO rows (batch, filler) VALUES (?, ?)",
-                            [batch, String(repeating: "x", count: 300)])
-                    }
-                    if batch % 40 == 0 { try connection.execute("DELETE FROM rows WHERE batch < \(batch - 20)") }
-                }
-                usleep(200)  // a busy run's pace, not a core of the suite's
-                if batch % 2 == 0 { try database.read { _ = try $0.query("PRAGMA wal_checkpoint(RESTART)") } }
-            }
-            database.close()
-            return batch
-        }
-        let (problems, read) = try await onOwnThread { () throws -> ([String], Int) in
+        let ((problems, read), batches) = try await race { () throws -> ([String], Int) in
             var problems: [String] = []
             var read = 0
             let giveUp = ContinuousClock.now + .seconds(30)
@@ -71,10 +51,25 @@ import Testing
                     problems.append("\(error)")
                 }
             }
-            stop.store(true, ordering: .relaxed)
             return (problems, read)
+        } alongside: { isOver in
+            var batch = 0
+            while !isOver() {
+                batch += 1
+                try database.write { connection in
+                    for _ in 0..<20 {
+                        try connection.query(
+                            "INSERT INTO rows (batch, filler) VALUES (?, ?)",
+                            [batch, String(repeating: "x", count: 300)])
+                    }
+                    if batch % 40 == 0 { try connection.execute("DELETE FROM rows WHERE batch < \(batch - 20)") }
+                }
+                usleep(200)  // a busy run's pace, not a core of the suite's
+                if batch % 2 == 0 { try database.read { _ = try $0.query("PRAGMA wal_checkpoint(RESTART)") } }
+            }
+            database.close()
+            return batch
         }
-        let batches = try await written
         #expect(batches > 20, "the writer wrote while the copies were taken")
         #expect(problems.isEmpty, "\(problems.count) torn copies: \(problems.prefix(3))")
         #expect(read > 0, "every copy was refused as busy")

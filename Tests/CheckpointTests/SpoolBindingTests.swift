@@ -1,7 +1,6 @@
 import DopeSyncStore
 import DopeSyncTestSupport
 import Foundation
-import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -26,17 +25,7 @@ import Testing
         #expect(unlink(bound) == 0)
         // Another run binding the spool, over and over: the file there, then gone, as a link
         // makes it appear at once.
-        let stop = Atomic<Bool>(false)
-        async let toggled = onOwnThread { () -> Int in
-            var times = 0
-            while !stop.load(ordering: .relaxed) {
-                link(spare, bound)
-                unlink(bound)
-                times += 1
-            }
-            return times
-        }
-        let (read, absent, refusals) = await onOwnThread { () -> (Int, Int, [String]) in
+        let ((read, absent, refusals), toggled) = try await race { () -> (Int, Int, [String]) in
             var (read, absent, refusals) = (0, 0, [String]())
             for _ in 0..<3_000 {
                 do {
@@ -45,10 +34,17 @@ import Testing
                     refusals.append("\(error)")
                 }
             }
-            stop.store(true, ordering: .relaxed)
             return (read, absent, refusals)
+        } alongside: { isOver in
+            var times = 0
+            while !isOver() {
+                link(spare, bound)
+                unlink(bound)
+                times += 1
+            }
+            return times
         }
-        #expect(await toggled > 0)
+        #expect(toggled > 0)
         // A look that found nothing, then a second look that found the file, took it for one that
         // cannot be read and refused the whole spool (exit 73) on a healthy host.
         #expect(refusals.isEmpty, "\(refusals.count) refusals: \(refusals.prefix(2))")
